@@ -1,0 +1,187 @@
+"""An independent NF4 codec, written from the format in shared/SPEC.md, to verify bitsandbytes.
+
+This module imports neither bitsandbytes nor assay. It exists so that gate-nf4 can show that the
+bytes bitsandbytes produces are exactly the bytes the format prescribes. Where bitsandbytes'
+arithmetic is more specific than the prose format (how the scale is applied, what a zero block
+stores), the rule is written here as a named option and the gate records which rule matched:
+
+- ``scale``: full blocks of 64 are scaled by the fp32 reciprocal ``x * (1 / absmax)``; a trailing
+  partial block is divided, ``x / absmax``. The two differ in the last bit for some inputs, which
+  moves values that sit exactly on a code midpoint.
+- a zero block keeps absmax 0 in full blocks, while a zero trailing block stores absmax 1e-38.
+- ``offset`` is ``torch.mean`` over the fp32 absmax (torch's reduction order).
+
+Everything else follows SPEC: row-major flattening, nearest NF4 code with ties to the lower code,
+first element in the high nibble, nested 8-bit dynamic map over blocks of 256 absmax values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+NF4_CODE = torch.tensor(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=torch.float32,
+)
+
+# Smallest scale a zero trailing block is given; avoids 0/0 in its division.
+TINY_ABSMAX = 1e-38
+
+
+def signed_dynamic_map() -> torch.Tensor:
+    """The 256-entry signed dynamic 8-bit map, computed in fp32, sorted ascending.
+
+    Seven decades 10^-6 .. 10^0; decade i holds the midpoints of 2^i + 1 evenly spaced points on
+    [0.1, 1], with both signs; plus 0 and 1.
+    """
+    parts = []
+    for i in range(7):
+        points = torch.linspace(0.1, 1.0, 2**i + 1, dtype=torch.float32)
+        mids = (points[:-1] + points[1:]) / 2
+        scale = 10.0 ** (i - 6)
+        parts += [mids * scale, mids * -scale]
+    parts.append(torch.tensor([0.0, 1.0], dtype=torch.float32))
+    return torch.sort(torch.cat(parts)).values
+
+
+@dataclass
+class Encoded:
+    """The parts of an NF4 encoding, all on CPU.
+
+    ``absmax`` is fp32 per block without double quant; with it, ``absmax`` holds the uint8 codes
+    into the dynamic map, ``absmax2`` the fp32 per-256 scales and ``offset`` the subtracted mean.
+    """
+
+    packed: torch.Tensor
+    absmax: torch.Tensor
+    absmax2: torch.Tensor | None = None
+    offset: torch.Tensor | None = None
+    numel: int = 0
+
+
+def _nearest_index(values: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+    """Index of the nearest entry of the sorted ``code``; a value on a midpoint takes the lower."""
+    mids = (code[:-1] + code[1:]) / 2
+    index = np.searchsorted(mids.numpy(), values.numpy(), side="left")
+    return torch.from_numpy(index.astype(np.int64))
+
+
+def _block_scales(flat: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-block absmax and the values scaled into [-1, 1] by the rule in the module docstring."""
+    n = flat.numel()
+    full = n - n % blocksize
+    body = flat[:full].reshape(-1, blocksize)
+    absmax = body.abs().amax(dim=1) if full else torch.empty(0)
+    inverse = 1.0 / absmax.clamp(min=TINY_ABSMAX)
+    scaled = [(body * inverse[:, None]).clamp(-1, 1).reshape(-1)]
+    if full < n:
+        tail_max = flat[full:].abs().amax().clamp(min=TINY_ABSMAX)
+        absmax = torch.cat([absmax, tail_max[None]])
+        scaled.append((flat[full:] / tail_max).clamp(-1, 1))
+    return absmax, torch.cat(scaled)
+
+
+def _pack(codes: torch.Tensor, high_first: bool) -> torch.Tensor:
+    """Two 4-bit codes per byte; with ``high_first`` the earlier element is the high nibble."""
+    if codes.numel() % 2:
+        codes = torch.cat([codes, torch.zeros(1, dtype=codes.dtype)])
+    pairs = codes.to(torch.uint8).reshape(-1, 2)
+    first, second = (pairs[:, 0], pairs[:, 1]) if high_first else (pairs[:, 1], pairs[:, 0])
+    return (first << 4) | second
+
+
+def quantize_blockwise_8bit(
+    values: torch.Tensor, blocksize: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blockwise 8-bit codes into the signed dynamic map and the fp32 absmax of each block."""
+    dyn = signed_dynamic_map()
+    n = values.numel()
+    starts = range(0, n, blocksize)
+    absmax = torch.stack([values[s : s + blocksize].abs().amax() for s in starts])
+    per_element = absmax.repeat_interleave(blocksize)[:n]
+    normed = values / per_element
+    return _nearest_index(normed, dyn).to(torch.uint8), absmax
+
+
+def encode(
+    weight: torch.Tensor,
+    *,
+    double_quant: bool,
+    blocksize: int = 64,
+    nested_blocksize: int = 256,
+    high_first: bool = True,
+) -> Encoded:
+    """Encode ``weight`` (any shape, any float dtype) the way SPEC prescribes.
+
+    ``high_first=False`` builds the deliberately wrong nibble order used as the gate's control.
+    """
+    flat = weight.detach().to("cpu", torch.float32).reshape(-1).contiguous()
+    absmax, scaled = _block_scales(flat, blocksize)
+    packed = _pack(_nearest_index(scaled, NF4_CODE), high_first).reshape(-1, 1)
+    if not double_quant:
+        return Encoded(packed=packed, absmax=absmax, numel=flat.numel())
+    offset = absmax.mean()
+    codes, absmax2 = quantize_blockwise_8bit(absmax - offset, nested_blocksize)
+    return Encoded(packed, codes, absmax2, offset, flat.numel())
+
+
+def decode_absmax(enc: Encoded, *, nested_blocksize: int = 256, use_offset: bool = True):
+    """The fp32 per-block absmax; with double quant ``dyn[q] * absmax2[b // 256] + offset``.
+
+    ``use_offset=False`` is the deliberately broken decoder used as a control.
+    """
+    if enc.absmax2 is None:
+        return enc.absmax
+    dyn = signed_dynamic_map()
+    scale = enc.absmax2.repeat_interleave(nested_blocksize)[: enc.absmax.numel()]
+    absmax = dyn[enc.absmax.long()] * scale
+    return absmax + enc.offset if use_offset else absmax
+
+
+def decode(
+    enc: Encoded,
+    shape: tuple[int, ...],
+    *,
+    blocksize: int = 64,
+    use_offset: bool = True,
+) -> torch.Tensor:
+    """fp32 weights ``code[q] * absmax_b`` of ``shape`` from an encoding."""
+    packed = enc.packed.reshape(-1)
+    codes = torch.stack([packed >> 4, packed & 0xF], dim=1).reshape(-1)[: enc.numel]
+    absmax = decode_absmax(enc, use_offset=use_offset)
+    scale = absmax.repeat_interleave(blocksize)[: enc.numel]
+    return (NF4_CODE[codes.long()] * scale).reshape(shape)
+
+
+def code_spacing(values: torch.Tensor) -> torch.Tensor:
+    """Half the gap to the neighbouring NF4 code on the side of ``values`` (normalized units).
+
+    For a normalized value s whose nearest code is c, the largest rounding error the format
+    allows is half the spacing between c and the neighbour lying on s's side of c.
+    """
+    index = _nearest_index(values, NF4_CODE)
+    nearest = NF4_CODE[index]
+    upper = NF4_CODE[(index + 1).clamp(max=15)]
+    lower = NF4_CODE[(index - 1).clamp(min=0)]
+    gap = torch.where(values >= nearest, upper - nearest, nearest - lower)
+    return gap / 2

@@ -1,0 +1,203 @@
+"""One Llama-family decoder that config switches between Llama/SmolLM2, Mistral and Qwen2.
+
+Reads top to bottom: RMSNorm, rotary tables, attention, MLP, a layer, the decoder. Parameter
+names follow HF's (minus the ``model.`` prefix) so that PEFT-style keys map one to one.
+Projections are called as modules, so storage and adapters can replace them in place.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from assay.model.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    """x * rsqrt(mean(x^2) + eps), computed in fp32, cast back, then times weight."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_inverse_frequencies(config: ModelConfig, device: torch.device | None = None) -> torch.Tensor:
+    """theta^(-2k/d) for k < d/2 in fp32, with Llama-3 scaling or GGUF divisors applied."""
+    d = config.head_dim
+    inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device)
+                                      .float() / d))
+    if config.rope_freq_divisors is not None:
+        return inv / torch.tensor(config.rope_freq_divisors, dtype=torch.float32, device=device)
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv
+    factor = scaling["factor"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    wavelength = 2 * torch.pi / inv
+    # Short wavelengths keep their frequency, long ones divide by factor, the band between blends.
+    scaled = torch.where(wavelength > original / low, inv / factor, inv)
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    in_band = (wavelength >= original / high) & (wavelength <= original / low)
+    return torch.where(in_band, blended, scaled)
+
+
+def rope_tables(
+    config: ModelConfig, positions: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape [B, 1, T, head_dim] for positions [B, T], in the rotate-half layout."""
+    inv = rope_inverse_frequencies(config, positions.device)
+    freqs = positions.float()[..., None] * inv
+    angles = torch.cat((freqs, freqs), dim=-1)[:, None]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention through SDPA with the softmax in fp32."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        h, bias = config.hidden_size, config.attention_bias
+        self.q_proj = nn.Linear(h, config.q_size, bias=bias)
+        self.k_proj = nn.Linear(h, config.kv_size, bias=bias)
+        self.v_proj = nn.Linear(h, config.kv_size, bias=bias)
+        self.o_proj = nn.Linear(config.q_size, h, bias=False)
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        c = self.config
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        cos, sin = rope
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        group = c.num_heads // c.num_kv_heads
+        if group > 1:
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(),
+            attn_mask=mask, is_causal=mask is None, scale=c.head_dim**-0.5,
+        ).to(x.dtype)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, c.q_size))
+
+
+class MLP(nn.Module):
+    """down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        h, f = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(h, f, bias=False)
+        self.up_proj = nn.Linear(h, f, bias=False)
+        self.down_proj = nn.Linear(f, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention then pre-norm MLP, each with a residual."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def attention_mask(
+    config: ModelConfig, seq_len: int, padding: torch.Tensor | None, device: torch.device
+) -> torch.Tensor | None:
+    """A boolean [B or 1, 1, T, T] mask (True = attend), or None for plain causal attention.
+
+    Padding masks use 1 for real tokens. Mistral's sliding window only bites past its length.
+    """
+    window = config.sliding_window
+    if padding is None and (window is None or seq_len <= window):
+        return None
+    i = torch.arange(seq_len, device=device)
+    allowed = i[None, :] <= i[:, None]
+    if window is not None and seq_len > window:
+        allowed = allowed & (i[:, None] - i[None, :] < window)
+    allowed = allowed[None, None]
+    if padding is not None:
+        allowed = allowed & padding.bool()[:, None, None, :]
+        # A fully padded query row would softmax over nothing; let it see itself.
+        allowed = allowed | torch.eye(seq_len, dtype=torch.bool, device=device)
+    return allowed
+
+
+class Decoder(nn.Module):
+    """The Llama-family causal LM. ``forward`` returns fp32 logits [B, T, vocab]."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def prepare(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask_2d: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
+        """Embeddings, rotary tables and the attention mask: everything a layer needs."""
+        x = self.embed_tokens(input_ids)
+        b, t = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
+        rope = rope_tables(self.config, position_ids, x.dtype)
+        return x, rope, attention_mask(self.config, t, attention_mask_2d, input_ids.device)
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final-normed hidden states [B, T, hidden], before the LM head."""
+        x, rope, mask = self.prepare(input_ids, attention_mask, position_ids)
+        for layer in self.layers:
+            x = layer(x, rope, mask)
+        return self.norm(x)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.lm_head(self.hidden_states(input_ids, attention_mask, position_ids)).float()

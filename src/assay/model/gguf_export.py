@@ -1,0 +1,99 @@
+"""Write a decoder's tensors as a GGUF file (F32 or F16) that our loader and llama.cpp read."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFWriter
+
+from assay.errors import ConfigError
+from assay.model.config import ModelConfig
+from assay.model.gguf import gguf_name, permute_qk
+
+_TYPES = {"F32": (GGMLQuantizationType.F32, np.float32),
+          "F16": (GGMLQuantizationType.F16, np.float16)}
+
+
+def gguf_architecture(config: ModelConfig) -> str:
+    """llama.cpp files Mistral under ``llama``; Qwen2 keeps its own name."""
+    return "qwen2" if config.architecture == "qwen2" else "llama"
+
+
+def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
+    writer.add_block_count(config.num_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_heads)
+    writer.add_head_count_kv(config.num_kv_heads)
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(config.rope_theta)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    for key, value in (("bos_token_id", config.bos_token_id),
+                       ("eos_token_id", config.eos_token_id),
+                       ("padding_token_id", config.pad_token_id)):
+        if value is not None:
+            writer.add_uint32(f"tokenizer.ggml.{key}", int(value))
+
+
+def write_gguf(
+    path: str | os.PathLike[str],
+    config: ModelConfig,
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    tensor_type: str = "F32",
+    extra_metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``tensors`` (our canonical names, HF layout) to ``path`` as GGUF.
+
+    Q/K rows are permuted into llama.cpp's interleaved order for ``llama`` files, Llama-3 rope
+    scaling becomes a ``rope_freqs`` tensor, and norms stay F32. The file is written to a temp
+    name, fsynced and renamed, so a failed write never leaves a partial file at ``path``.
+    """
+    if tensor_type not in _TYPES:
+        raise ConfigError(f"GGUF tensor type {tensor_type!r} is not supported; use F32 or F16")
+    qtype, np_dtype = _TYPES[tensor_type]
+    target = Path(path)
+    arch = gguf_architecture(config)
+    tmp = target.with_name(target.name + ".tmp")
+    writer = GGUFWriter(str(tmp), arch)
+    try:
+        _metadata(writer, config, arch)
+        for key, value in (extra_metadata or {}).items():
+            writer.add_key_value(key, value[0], value[1])
+        if config.rope_scaling is not None:
+            from assay.model.decoder import rope_inverse_frequencies
+
+            plain = rope_inverse_frequencies(
+                ModelConfig(**{**config.__dict__, "rope_scaling": None}))
+            scaled = rope_inverse_frequencies(config)
+            writer.add_tensor("rope_freqs.weight", (plain / scaled).numpy().astype(np.float32))
+        for name, tensor in tensors.items():
+            values = tensor.detach().to(torch.float32).cpu().numpy()
+            if arch == "llama" and ".q_proj." in name:
+                values = permute_qk(values, config.num_heads, inverse=False)
+            elif arch == "llama" and ".k_proj." in name:
+                values = permute_qk(values, config.num_kv_heads, inverse=False)
+            if values.ndim == 1:  # norms and biases stay F32, as llama.cpp writes them
+                writer.add_tensor(gguf_name(name), values.astype(np.float32))
+            else:
+                writer.add_tensor(gguf_name(name), values.astype(np_dtype), raw_dtype=qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with tmp.open("rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return target

@@ -1,0 +1,153 @@
+"""Read an HF safetensors model directory (single file or sharded) with its config.json."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from assay.errors import ModelFileError
+from assay.model.config import ModelConfig, config_from_hf
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+                "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+# Tensors HF checkpoints may carry that are not parameters of the decoder.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def check_safetensors_header(path: Path) -> dict[str, dict]:
+    """Validate a .safetensors file's header before the library maps it.
+
+    Guarantees: the header length fits the file, the header is a JSON object, every tensor's
+    dtype is known, its byte range matches dtype x shape, lies inside the data section and
+    overlaps no other tensor. Returns the header's tensor entries.
+    """
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        if size < 8:
+            raise ModelFileError(f"{path}: truncated safetensors file ({size} bytes)")
+        (header_len,) = struct.unpack("<Q", handle.read(8))
+        if header_len > size - 8:
+            raise ModelFileError(
+                f"{path}: header length {header_len} is larger than the file ({size} bytes)"
+            )
+        raw = handle.read(header_len)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelFileError(f"{path}: header is not valid JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise ModelFileError(f"{path}: header is not a JSON object")
+    data_size = size - 8 - header_len
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    ranges = []
+    for name, entry in entries.items():
+        where = f"{path}: tensor {name!r}"
+        try:
+            dtype, shape, (start, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ModelFileError(f"{where}: entry lacks dtype, shape or data_offsets") from None
+        if dtype not in _DTYPE_BYTES:
+            raise ModelFileError(f"{where}: unknown dtype {dtype!r}")
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise ModelFileError(f"{where}: bad shape {shape!r}")
+        expected = _DTYPE_BYTES[dtype]
+        for d in shape:
+            expected *= d
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end):
+            raise ModelFileError(f"{where}: bad data_offsets {[start, end]!r}")
+        if end - start != expected:
+            raise ModelFileError(
+                f"{where}: {end - start} bytes do not match dtype {dtype} x shape {shape} "
+                f"({expected} bytes)"
+            )
+        if end > data_size:
+            raise ModelFileError(f"{where}: bytes [{start}, {end}) run outside the data section "
+                                 f"({data_size} bytes): truncated or corrupt")
+        ranges.append((start, end, name))
+    ranges.sort()
+    for (_, prev_end, prev), (start, _, name) in zip(ranges, ranges[1:], strict=False):
+        if start < prev_end:
+            raise ModelFileError(f"{path}: tensors {prev!r} and {name!r} overlap")
+    return entries
+
+
+class SafetensorsSource:
+    """A validated HF model directory. ``read(name)`` returns one tensor as fp32."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory
+        config_path = directory / "config.json"
+        if not config_path.is_file():
+            raise ModelFileError(f"{directory}: no config.json beside the safetensors")
+        try:
+            hf = json.loads(config_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ModelFileError(f"{config_path}: not valid JSON ({err})") from None
+        self.config: ModelConfig = config_from_hf(hf, str(config_path))
+        self.files = self._shard_files(directory)
+        self._where: dict[str, Path] = {}
+        self._dtypes: dict[str, str] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        for file in self.files:
+            for name, entry in check_safetensors_header(file).items():
+                if name.endswith(_IGNORED_SUFFIXES):
+                    continue
+                ours = name.removeprefix("model.")
+                if ours in self._where:
+                    raise ModelFileError(f"{file}: tensor {name!r} also appears in "
+                                         f"{self._where[ours]}")
+                self._where[ours] = file
+                self._dtypes[ours] = entry["dtype"]
+                self._shapes[ours] = tuple(entry["shape"])
+        # HF keeps a tied head in some checkpoints; it is the embedding, not a second parameter.
+        if self.config.tie_word_embeddings:
+            self._where.pop("lm_head.weight", None)
+
+    @staticmethod
+    def _shard_files(directory: Path) -> list[Path]:
+        index = directory / "model.safetensors.index.json"
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+                raise ModelFileError(f"{index}: not a valid shard index ({err})") from None
+            files = sorted({directory / name for name in weight_map.values()})
+            for file in files:
+                if not file.is_file():
+                    raise ModelFileError(f"{index}: shard {file.name} is missing")
+            return files
+        files = sorted(directory.glob("*.safetensors"))
+        if not files:
+            raise ModelFileError(f"{directory}: no .safetensors file")
+        return files
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def tensor_types(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for dtype in self._dtypes.values():
+            counts[dtype] = counts.get(dtype, 0) + 1
+        return counts
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._shapes[name]
+
+    def read(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` as a contiguous fp32 tensor."""
+        file = self._where.get(name)
+        if file is None:
+            raise ModelFileError(f"{self.path}: missing tensor {name!r}")
+        key = name if name in ("lm_head.weight",) else f"model.{name}"
+        try:
+            with safe_open(file, framework="pt") as handle:
+                if key not in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    key = name
+                return handle.get_tensor(key).to(torch.float32).contiguous()
+        except SafetensorError as err:
+            raise ModelFileError(f"{file}: cannot read tensor {name!r} ({err})") from None

@@ -1,0 +1,361 @@
+"""A byte-level BPE tokenizer built from a GGUF file's metadata, with its chat template.
+
+The GGUF carries no ``tokenizer.json``: the vocabulary, merges, token types, special ids and
+chat template live under llama.cpp's ``tokenizer.*`` keys. We rebuild the tokenizer with the
+``tokenizers`` library, so encoding needs no transformers, and render the chat template with a
+sandboxed jinja2 environment configured the way Hugging Face renders templates.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import gguf
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer as _Backend
+
+from assay.errors import ModelFileError, UnsupportedModelError
+
+# llama.cpp token types (gguf.TokenType): only these two are matched whole in running text.
+_CONTROL = int(gguf.TokenType.CONTROL)
+_USER_DEFINED = int(gguf.TokenType.USER_DEFINED)
+
+# ``tokenizer.ggml.pre`` values whose splitting we have checked against transformers, mapped
+# to the regex (if any) that isolates pieces before GPT-2's own byte-level split.
+# smollm was trained with every digit on its own; \p{N} isolation reproduces that.
+_PRE_SPLITS: dict[str, str | None] = {
+    "default": None,
+    "gpt2": None,
+    "smollm": r"\p{N}",
+}
+
+_REQUIRED_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.merges")
+
+
+@lru_cache(maxsize=1)
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (256 distinct characters)."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    table = {b: chr(b) for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + shift)
+            shift += 1
+    return table
+
+
+def _respell(token: str, alphabet: dict[int, str], letters: frozenset[str]) -> str:
+    """The token as the byte-level model spells it; tokens already spelled that way pass."""
+    if all(ch in letters for ch in token):
+        return token
+    return "".join(alphabet[b] for b in token.encode("utf-8"))
+
+
+class Tokenizer:
+    """Encode, decode and chat-format text for one GGUF vocabulary.
+
+    Built by :func:`load_tokenizer`; ids match transformers' tokenizer for the same file.
+    """
+
+    def __init__(
+        self,
+        backend: _Backend,
+        *,
+        source: str,
+        model: str,
+        pre: str,
+        merges_count: int,
+        special_ids: dict[str, int | None],
+        add_bos: bool,
+        add_eos: bool,
+        add_space_prefix: bool,
+        chat_template: str | None,
+        build_seconds: float = 0.0,
+    ) -> None:
+        self._backend = backend
+        self._source = source
+        self._model = model
+        self._pre = pre
+        self._merges_count = merges_count
+        self._special_ids = dict(special_ids)
+        self._add_bos = add_bos
+        self._add_eos = add_eos
+        self._add_space_prefix = add_space_prefix
+        self._chat_template = chat_template
+        self._compiled_template: jinja2.Template | None = None
+        self.build_seconds = build_seconds
+
+    # ids -------------------------------------------------------------------------------
+    @property
+    def bos_id(self) -> int | None:
+        """Beginning-of-sequence id from the file, or None if it declares none."""
+        return self._special_ids.get("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        """End-of-sequence id from the file, or None if it declares none."""
+        return self._special_ids.get("eos")
+
+    @property
+    def unk_id(self) -> int | None:
+        """Unknown-token id from the file, or None if it declares none."""
+        return self._special_ids.get("unk")
+
+    @property
+    def pad_id(self) -> int | None:
+        """Padding id from the file; may equal :attr:`eos_id`, None if the file has none."""
+        return self._special_ids.get("pad")
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, equal to the length of ``tokenizer.ggml.tokens``."""
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def chat_template(self) -> str | None:
+        """The file's jinja2 chat template source, or None."""
+        return self._chat_template
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of a token spelled as in the file's vocabulary (byte-level spelling)."""
+        return self._backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary spelling of an id, or None when out of range."""
+        return self._backend.id_to_token(token_id)
+
+    # text <-> ids ------------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Ids of ``text``; special tokens written in it become single ids.
+
+        With ``add_special_tokens`` the file's ``add_bos_token``/``add_eos_token`` flags decide
+        whether bos/eos are added around the text; without it nothing is added.
+        """
+        ids = self._backend.encode(text, add_special_tokens=False).ids
+        if add_special_tokens:
+            if self._add_bos and self.bos_id is not None:
+                ids = [self.bos_id, *ids]
+            if self._add_eos and self.eos_id is not None:
+                ids = [*ids, self.eos_id]
+        return ids
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[list[int]]:
+        """:meth:`encode` for each text, in order (the backend may use several threads)."""
+        if add_special_tokens:
+            return [self.encode(t, add_special_tokens=True) for t in texts]
+        return [e.ids for e in self._backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``; invalid UTF-8 byte runs decode to U+FFFD.
+
+        ``decode(encode(s)) == s`` for every string when the file adds no space prefix.
+        """
+        return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    # chat ------------------------------------------------------------------------------
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = False,
+        **extra: Any,
+    ) -> str:
+        """The conversation rendered by the file's chat template, as a string.
+
+        Variables available to the template: ``messages``, ``add_generation_prompt``,
+        ``bos_token``, ``eos_token``, ``unk_token``, ``pad_token`` and any ``extra``; the
+        template may call ``raise_exception(message)``, which raises :class:`ValueError`.
+        """
+        if self._chat_template is None:
+            raise ModelFileError(f"{self._source}: no tokenizer.chat_template in the file")
+        if self._compiled_template is None:
+            self._compiled_template = _template_environment().from_string(self._chat_template)
+        variables = {
+            f"{name}_token": self._token_text(token_id)
+            for name, token_id in self._special_ids.items()
+        }
+        variables.update(extra)
+        return self._compiled_template.render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **variables
+        )
+
+    def _token_text(self, token_id: int | None) -> str | None:
+        if token_id is None:
+            return None
+        return self._backend.decode([token_id], skip_special_tokens=False)
+
+    # description ------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """JSON-serialisable description used by ``assay info``."""
+        return {
+            "model": self._model,
+            "pre": self._pre,
+            "vocab_size": self.vocab_size,
+            "merges": self._merges_count,
+            "special_ids": dict(self._special_ids),
+            "add_bos_token": self._add_bos,
+            "add_eos_token": self._add_eos,
+            "add_space_prefix": self._add_space_prefix,
+            "has_chat_template": self._chat_template is not None,
+            "build_seconds": round(self.build_seconds, 4),
+        }
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self._model}/{self._pre}, vocab={self.vocab_size}, {self._source})"
+
+
+def _raise_exception(message: str) -> None:
+    raise ValueError(message)
+
+
+@lru_cache(maxsize=1)
+def _template_environment() -> ImmutableSandboxedEnvironment:
+    """Sandboxed jinja2 set up like Hugging Face's chat templating (trim and lstrip blocks)."""
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
+    return env
+
+
+def _field(reader: gguf.GGUFReader, key: str) -> Any:
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def _optional_id(reader: gguf.GGUFReader, key: str, vocab: int, source: str) -> int | None:
+    value = _field(reader, key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab:
+        raise ModelFileError(f"{source}: {key}={value!r} is not a token id below {vocab}")
+    return value
+
+
+def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    split = _PRE_SPLITS[pre]
+    if split is None:
+        return byte_level
+    isolate = pre_tokenizers.Split(Regex(split), behavior="isolated")
+    return pre_tokenizers.Sequence([isolate, byte_level])
+
+
+def _space_prefix() -> normalizers.Normalizer:
+    """One leading space on each text run that lacks one (ByteLevel's add_prefix_space).
+
+    Done as a normalizer because ByteLevel's own flag would prefix every piece that an earlier
+    Split produced, not just each run of text between special tokens.
+    """
+    return normalizers.Sequence([normalizers.Prepend(" "), normalizers.Replace(Regex("^  "), " ")])
+
+
+def tokenizer_from_reader(reader: gguf.GGUFReader, source: str) -> Tokenizer:
+    """Build the tokenizer from an open reader; ``source`` names the file in errors.
+
+    Raises ModelFileError when tokenizer metadata is missing or inconsistent and
+    UnsupportedModelError for a tokenizer model or pre-tokenizer not verified here.
+    """
+    start = time.perf_counter()
+    missing = [k for k in _REQUIRED_KEYS if k not in reader.fields]
+    if missing:
+        raise ModelFileError(f"{source}: no tokenizer metadata (missing {', '.join(missing)})")
+    model = _field(reader, "tokenizer.ggml.model")
+    if model != "gpt2":
+        raise UnsupportedModelError(
+            f"{source}: tokenizer.ggml.model={model!r}; only byte-level BPE 'gpt2' is supported"
+        )
+    pre = _field(reader, "tokenizer.ggml.pre") or "default"
+    if pre not in _PRE_SPLITS:
+        raise UnsupportedModelError(
+            f"{source}: tokenizer.ggml.pre={pre!r} is not supported "
+            f"(supported: {', '.join(sorted(_PRE_SPLITS))})"
+        )
+    tokens: list[str] = _field(reader, "tokenizer.ggml.tokens")
+    merges: list[str] = _field(reader, "tokenizer.ggml.merges")
+    types = _field(reader, "tokenizer.ggml.token_type")
+    if types is not None and len(types) != len(tokens):
+        raise ModelFileError(
+            f"{source}: tokenizer.ggml.token_type has {len(types)} entries, "
+            f"expected one per token ({len(tokens)})"
+        )
+    add_space_prefix = bool(_field(reader, "tokenizer.ggml.add_space_prefix") or False)
+
+    alphabet = _byte_alphabet()
+    letters = frozenset(alphabet.values())
+    spelled = [_respell(t, alphabet, letters) for t in tokens]
+    vocab = {t: i for i, t in enumerate(spelled)}
+    if len(vocab) != len(spelled):
+        raise ModelFileError(f"{source}: tokenizer.ggml.tokens has duplicate tokens")
+    pairs = []
+    for n, merge in enumerate(merges):
+        left, sep, right = merge.partition(" ")
+        if not sep or " " in right:
+            raise ModelFileError(
+                f"{source}: merge {n} {merge!r} is not two tokens split by a space"
+            )
+        pairs.append((left, right))
+
+    backend = _Backend(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
+    backend.pre_tokenizer = _pre_tokenizer(pre)
+    if add_space_prefix:
+        backend.normalizer = _space_prefix()
+    backend.decoder = decoders.ByteLevel()
+    if types is not None:
+        control = [t for t, k in zip(spelled, types, strict=True) if k == _CONTROL]
+        user = [t for t, k in zip(spelled, types, strict=True) if k == _USER_DEFINED]
+        # Control tokens are special (skippable on decode); user-defined ones stay in text.
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
+        backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in user])
+
+    n = len(tokens)
+    special_ids = {
+        name: _optional_id(reader, f"tokenizer.ggml.{key}", n, source)
+        for name, key in (
+            ("bos", "bos_token_id"),
+            ("eos", "eos_token_id"),
+            ("unk", "unknown_token_id"),
+            ("pad", "padding_token_id"),
+        )
+    }
+    template = _field(reader, "tokenizer.chat_template")
+    return Tokenizer(
+        backend,
+        source=source,
+        model=model,
+        pre=pre,
+        merges_count=len(pairs),
+        special_ids=special_ids,
+        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token") or False),
+        add_eos=bool(_field(reader, "tokenizer.ggml.add_eos_token") or False),
+        add_space_prefix=add_space_prefix,
+        chat_template=template if isinstance(template, str) else None,
+        build_seconds=time.perf_counter() - start,
+    )
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+    """The tokenizer described by a GGUF file's metadata.
+
+    Raises ModelFileError (naming the file) if it is not a readable GGUF or lacks tokenizer
+    metadata, UnsupportedModelError for tokenizer kinds not supported.
+    """
+    source = os.fspath(path)
+    try:
+        reader = gguf.GGUFReader(source)
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"{source}: not a readable GGUF file ({exc})") from exc
+    return tokenizer_from_reader(reader, source)

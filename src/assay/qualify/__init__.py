@@ -1,0 +1,1 @@
+"""assay.qualify: gates as a pytest plugin, schema-checked receipts and rendered records."""

@@ -1,0 +1,144 @@
+"""Merge the fragments that each gate test declared into one unsealed receipt."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from assay.qualify.gate import file_sha256
+from assay.qualify.receipt import SCHEMA_ID
+from assay.qualify.threshold import judge
+
+TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    seen: list[Any] = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
+    """A declared claim in receipt form: measurement, threshold, verdict, margin, controls."""
+    measurement = claim["measurement"] or {"value": None, "unit": claim["unit"]}
+    verdict = judge(claim)
+    return {
+        "id": claim["id"],
+        "statement": claim["statement"],
+        "kind": claim["kind"],
+        "measurement": measurement,
+        "threshold": claim["threshold"],
+        "verdict": verdict["verdict"],
+        "margin": verdict["margin"],
+        "controls": verdict["controls"],
+        "test": nodeid,
+    }
+
+
+def gate_status(claims: list[dict[str, Any]], outcomes: list[str]) -> str:
+    """``fail`` if a claim failed or a test's own code failed; ``inconclusive`` if a claim is
+    inconclusive or nothing was claimed; ``pass`` otherwise."""
+    verdicts = {c["verdict"] for c in claims}
+    if "fail" in verdicts or any(o in ("failed", "error") for o in outcomes):
+        return "fail"
+    if "inconclusive" in verdicts or not claims:
+        return "inconclusive"
+    return "pass"
+
+
+def figure_name(source: Path, sha: str) -> str:
+    """A content-addressed, filesystem-safe name so a figure is never overwritten by another."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", source.stem)[:80] or "figure"
+    return f"{stem}-{sha[:12]}.png"
+
+
+def plan_figures(gate: str, fragments: list[dict[str, Any]]) -> list[tuple[Path, dict[str, str]]]:
+    """Pairs (source PNG, receipt entry) with entry paths relative to the records directory."""
+    planned: list[tuple[Path, dict[str, str]]] = []
+    for fragment in fragments:
+        for fig in fragment["figures"]:
+            source = Path(fig["source"])
+            sha = file_sha256(source)
+            entry = {
+                "path": f"figures/{gate}/{figure_name(source, sha)}",
+                "caption": fig["caption"],
+                "sha256": sha,
+            }
+            if entry not in [e for _, e in planned]:
+                planned.append((source, entry))
+    return planned
+
+
+def duplicate_claims(fragments: list[dict[str, Any]]) -> list[str]:
+    """One line per claim id declared by more than one test of the same gate."""
+    where: dict[str, list[str]] = {}
+    for fragment in fragments:
+        for claim in fragment["claims"]:
+            where.setdefault(claim["id"], []).append(fragment["nodeid"])
+    return [
+        f"claim {cid!r} is declared by several tests: {', '.join(nodes)}"
+        for cid, nodes in sorted(where.items())
+        if len(nodes) > 1
+    ]
+
+
+def build_receipt(
+    gate: str,
+    fragments: list[dict[str, Any]],
+    *,
+    figures: list[dict[str, str]],
+    code: dict[str, Any],
+    environment: dict[str, Any],
+    run: dict[str, Any],
+    created: str,
+) -> dict[str, Any]:
+    """The unsealed receipt for ``gate`` from its tests' fragments (ordered by node id).
+
+    ``run`` supplies argv, nox_session, device; seeds, duration and tests come from the
+    fragments. ``baseline`` is left None for the caller to fill.
+    """
+    ordered = sorted(fragments, key=lambda f: f["nodeid"])
+    claims = [judged_claim(c, f["nodeid"]) for f in ordered for c in f["claims"]]
+    outcomes = [f["outcome"] for f in ordered]
+    return {
+        "schema": SCHEMA_ID,
+        "gate": gate,
+        "receipt_id": str(uuid.uuid4()),
+        "created": created,
+        "status": gate_status(claims, outcomes),
+        "claims": claims,
+        "corrects": _unique([c for f in ordered for c in f["corrects"]]),
+        "not_tested": _unique([n for f in ordered for n in f["not_tested"]]),
+        "inputs": _unique([i for f in ordered for i in f["inputs"]]),
+        "figures": figures,
+        "notes": _unique([n for f in ordered for n in f["notes"]]),
+        "code": code,
+        "environment": environment,
+        "run": {
+            **run,
+            "seeds": _unique([s for f in ordered for s in f["seeds"]]),
+            "duration_s": round(sum(f["duration_s"] for f in ordered), 6),
+            "tests": [{"nodeid": f["nodeid"], "outcome": f["outcome"]} for f in ordered],
+        },
+        "baseline": None,
+    }
+
+
+def check_corrections(receipt: dict[str, Any], earlier: list[dict[str, Any]]) -> list[str]:
+    """Problems with ``receipt['corrects']``: each must name an earlier receipt of the same
+    gate (by sha256) that holds the corrected claim id."""
+    by_sha = {r["receipt_sha256"]: r for r in earlier}
+    problems = []
+    for c in receipt["corrects"]:
+        target = by_sha.get(c["receipt_sha256"])
+        if target is None:
+            problems.append(f"correction of {c['receipt_sha256'][:12]}: no such receipt for gate "
+                            f"{receipt['gate']!r}")
+        elif c["claim_id"] not in {claim["id"] for claim in target["claims"]}:
+            problems.append(f"correction of {c['receipt_sha256'][:12]}: it has no claim "
+                            f"{c['claim_id']!r}")
+    return problems

@@ -1,0 +1,247 @@
+"""The ``gate`` fixture object: what one gate test declares, kept as JSON-ready data.
+
+Everything here is plain data so that it can travel from pytest-xdist workers to the
+controller. Bad declarations raise :class:`AssayError` at the line that made them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.qualify.threshold import KINDS, Threshold
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in chunks so large model files stay cheap."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # numpy/torch scalars expose __float__; accept them, nothing else
+        if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
+            return float(value)
+        raise AssayError(f"{where}: expected a number, got {value!r}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise AssayError(f"{where}: expected a non-empty string, got {value!r}")
+    return value
+
+
+class Claim:
+    """One claim: a statement, a threshold, one measurement and the controls that must fail it."""
+
+    def __init__(self, data: dict[str, Any], threshold: Threshold) -> None:
+        self._data = data
+        self.threshold = threshold
+
+    @property
+    def id(self) -> str:
+        """The claim id, unique within its gate."""
+        return self._data["id"]
+
+    def measure(self, value: float | None = None, *, samples: Iterable[float] | None = None) -> None:
+        """Record the measurement: one ``value``, or repeated ``samples`` (value = median).
+
+        A claim is measured exactly once. NaN is kept as measured; the receipt then fails
+        schema validation and is not written, which is the honest outcome.
+        """
+        where = f"claim {self.id!r} measure"
+        if self._data["measurement"] is not None:
+            raise AssayError(f"{where}: already measured; a claim takes one measurement")
+        if (value is None) == (samples is None):
+            raise AssayError(f"{where}: pass exactly one of value or samples=")
+        unit = self._data["unit"]
+        if samples is None:
+            self._data["measurement"] = {"value": _number(value, where), "unit": unit}
+            return
+        numbers = [_number(s, f"{where} samples") for s in samples]
+        if not numbers:
+            raise AssayError(f"{where}: samples is empty; expected at least one number")
+        median = statistics.median(numbers)
+        self._data["measurement"] = {
+            "value": median,
+            "unit": unit,
+            "samples": {"n": len(numbers), "min": min(numbers), "median": median, "max": max(numbers)},
+        }
+
+    def control(self, name: str, measured: float) -> None:
+        """Record the same check on a deliberately broken subject; it must miss the threshold."""
+        where = f"claim {self.id!r} control"
+        name = _text(name, f"{where} name")
+        if any(c["name"] == name for c in self._data["controls"]):
+            raise AssayError(f"{where}: control {name!r} declared twice")
+        self._data["controls"].append({"name": name, "measured": _number(measured, where)})
+
+    @property
+    def measured(self) -> float | None:
+        """The measured value, or None before :meth:`measure`."""
+        m = self._data["measurement"]
+        return None if m is None else m["value"]
+
+
+class Gate:
+    """What one test of gate ``name`` declares; created per test by the ``gate`` fixture."""
+
+    def __init__(self, name: str, device: str, nodeid: str, rootdir: Path) -> None:
+        self.name = name
+        self.device = device
+        self.nodeid = nodeid
+        self._root = rootdir
+        self._claims: list[Claim] = []
+        self._data: dict[str, Any] = {
+            "gate": name,
+            "nodeid": nodeid,
+            "claims": [],
+            "not_tested": [],
+            "inputs": [],
+            "figures": [],
+            "notes": [],
+            "seeds": [],
+            "files": [],
+            "corrects": [],
+        }
+
+    def claim(
+        self, claim_id: str, statement: str, *, kind: str, threshold: Threshold, unit: str = ""
+    ) -> Claim:
+        """Declare a claim and return it, to be measured and controlled by the test."""
+        claim_id = _text(claim_id, "gate.claim id")
+        where = f"claim {claim_id!r}"
+        statement = _text(statement, f"{where} statement")
+        if kind not in KINDS:
+            raise AssayError(f"{where} kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        if not isinstance(threshold, Threshold):
+            raise AssayError(f"{where} threshold: expected assay.qualify.Threshold")
+        if not isinstance(unit, str):
+            raise AssayError(f"{where} unit: expected a string, got {unit!r}")
+        if any(c.id == claim_id for c in self._claims):
+            raise AssayError(f"{where}: declared twice in gate {self.name!r}")
+        data = {
+            "id": claim_id,
+            "statement": statement,
+            "kind": kind,
+            "unit": unit,
+            "threshold": threshold.to_dict(),
+            "measurement": None,
+            "controls": [],
+        }
+        self._data["claims"].append(data)
+        claim = Claim(data, threshold)
+        self._claims.append(claim)
+        return claim
+
+    def uses(self, *modules_or_paths: str | Path) -> None:
+        """Record implementation files exercised (dotted module names or paths) by sha256."""
+        for item in modules_or_paths:
+            path = self._resolve_module(item)
+            entry = {"path": self._display(path), "sha256": file_sha256(path)}
+            if entry not in self._data["files"]:
+                self._data["files"].append(entry)
+
+    def input(self, role: str, path: str | Path) -> None:
+        """Record an input file by role, size in bytes and sha256."""
+        role = _text(role, "gate.input role")
+        p = Path(path)
+        if not p.is_file():
+            raise AssayError(f"gate.input {role!r}: {p} is not a file")
+        entry = {
+            "role": role,
+            "path": self._display(p),
+            "bytes": p.stat().st_size,
+            "sha256": file_sha256(p),
+        }
+        if entry not in self._data["inputs"]:
+            self._data["inputs"].append(entry)
+
+    def seed(self, *seeds: int) -> None:
+        """Record the random seeds this test used."""
+        for s in seeds:
+            if isinstance(s, bool) or not isinstance(s, int):
+                raise AssayError(f"gate.seed: expected an integer, got {s!r}")
+            if s not in self._data["seeds"]:
+                self._data["seeds"].append(s)
+
+    def not_tested(self, item: str, reason: str) -> None:
+        """Write down something this gate does not test, and why."""
+        entry = {"item": _text(item, "gate.not_tested item"), "reason": _text(reason, "reason")}
+        if entry not in self._data["not_tested"]:
+            self._data["not_tested"].append(entry)
+
+    def note(self, text: str) -> None:
+        """Add a free-text note to the record."""
+        text = _text(text, "gate.note")
+        if text not in self._data["notes"]:
+            self._data["notes"].append(text)
+
+    def figure(self, path: str | Path, caption: str) -> None:
+        """Attach a PNG; it is copied under ``records/figures/<gate>/`` when the receipt is written."""
+        p = Path(path)
+        caption = _text(caption, "gate.figure caption")
+        if not p.is_file():
+            raise AssayError(f"gate.figure: {p} is not a file")
+        with p.open("rb") as handle:
+            if handle.read(len(PNG_MAGIC)) != PNG_MAGIC:
+                raise AssayError(f"gate.figure: {p} is not a PNG file")
+        self._data["figures"].append({"source": str(p.resolve()), "caption": caption})
+
+    def correct(self, receipt_sha256: str, claim_id: str, reason: str) -> None:
+        """Declare that this receipt corrects claim ``claim_id`` of an earlier receipt.
+
+        The earlier receipt is never rewritten; the record shows this correction, dated,
+        beside the original row. The referenced receipt must exist in this gate's receipts.
+        """
+        sha = _text(receipt_sha256, "gate.correct receipt_sha256").lower()
+        if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
+            raise AssayError(f"gate.correct receipt_sha256: expected 64 hex digits, got {sha!r}")
+        entry = {
+            "receipt_sha256": sha,
+            "claim_id": _text(claim_id, "gate.correct claim_id"),
+            "reason": _text(reason, "gate.correct reason"),
+        }
+        if entry not in self._data["corrects"]:
+            self._data["corrects"].append(entry)
+
+    def fragment(self) -> dict[str, Any]:
+        """This test's declarations as JSON-serialisable data (a deep copy)."""
+        import copy
+
+        return copy.deepcopy(self._data)
+
+    def _resolve_module(self, item: str | Path) -> Path:
+        if isinstance(item, Path) or "/" in item or item.endswith(".py"):
+            path = Path(item)
+        else:
+            try:
+                spec = importlib.util.find_spec(item)
+            except (ImportError, ValueError) as err:
+                raise AssayError(f"gate.uses: cannot find module {item!r}: {err}") from err
+            if spec is None or not spec.origin or not Path(spec.origin).is_file():
+                raise AssayError(f"gate.uses: module {item!r} has no source file")
+            path = Path(spec.origin)
+        if not path.is_file():
+            raise AssayError(f"gate.uses: {path} is not a file")
+        return path
+
+    def _display(self, path: Path) -> str:
+        resolved = path.resolve()
+        try:
+            return resolved.relative_to(self._root.resolve()).as_posix()
+        except ValueError:
+            return resolved.as_posix()
+

@@ -1,0 +1,1 @@
+"""Helpers for tests and gates. Importing the submodules needs the ``test`` extra."""

@@ -1,0 +1,76 @@
+"""Tiny random models of every supported family, built from transformers configs.
+
+Nothing is downloaded: each model is created from a config with a fixed seed, saved as an HF
+safetensors directory and, on request, as a GGUF file through our writer, so the Q/K
+permutation is exercised in both directions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FAMILIES = ("qwen2", "mistral", "llama3")
+
+_COMMON: dict[str, Any] = {
+    "vocab_size": 320,
+    "hidden_size": 64,
+    "intermediate_size": 160,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def hf_config(family: str, **overrides: Any):
+    """A transformers config for one tiny family (``qwen2``, ``mistral`` or ``llama3``)."""
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    kwargs = {**_COMMON, **overrides}
+    if family == "qwen2":
+        return Qwen2Config(**kwargs, tie_word_embeddings=True)
+    if family == "mistral":
+        return MistralConfig(**kwargs, sliding_window=4096, tie_word_embeddings=False)
+    if family == "llama3":
+        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                   "rope_theta": 500000.0}
+        return LlamaConfig(**kwargs, rope_parameters=scaling, tie_word_embeddings=False)
+    raise ValueError(f"unknown tiny family {family!r}; expected one of {FAMILIES}")
+
+
+def build_reference(family: str, seed: int = 0, **overrides: Any):
+    """The transformers model with random weights (std 0.1 so that logits are not flat)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config(family, **overrides), dtype=torch.float32)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(1.0 + 0.1 * torch.randn_like(param))
+            else:
+                param.normal_(0.0, 0.1)
+    return model.eval()
+
+
+def save_tiny(family: str, directory: Path, seed: int = 0, gguf: bool = True) -> dict[str, Path]:
+    """Save a tiny model as safetensors (``hf``) and GGUF (``gguf``); returns their paths."""
+    from assay.model.gguf_export import write_gguf
+    from assay.model.safetensors import SafetensorsSource
+
+    model = build_reference(family, seed)
+    hf_dir = directory / f"{family}-hf"
+    model.save_pretrained(hf_dir)
+    paths = {"hf": hf_dir}
+    if gguf:
+        source = SafetensorsSource(hf_dir)
+        tensors = {name: source.read(name) for name in source.config.expected_shapes()}
+        paths["gguf"] = write_gguf(directory / f"{family}.gguf", source.config, tensors)
+    return paths
