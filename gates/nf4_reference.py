@@ -10,6 +10,10 @@ stores), the rule is written here as a named option and the gate records which r
   moves values that sit exactly on a code midpoint.
 - a zero block keeps absmax 0 in full blocks, while a zero trailing block stores absmax 1e-38.
 - ``offset`` is ``torch.mean`` over the fp32 absmax (torch's reduction order).
+- the nested 8-bit codes are not a plain nearest search: bitsandbytes' CPU kernel snaps each
+  normalized value s to a grid of 65,536 points, index ``trunc(((s + 1) * 0.5) * 65535 + 0.5)``,
+  and the grid point ``-1 + 2 i / 65535`` takes the nearest code (ties to the lower). A nested block
+  whose absmax is 0 gets code 0 throughout. ``nested_rule="nearest"`` gives the plain rule.
 
 Everything else follows SPEC: row-major flattening, nearest NF4 code with ties to the lower code,
 first element in the high nibble, nested 8-bit dynamic map over blocks of 256 absmax values.
@@ -43,6 +47,9 @@ NF4_CODE = torch.tensor(
     ],
     dtype=torch.float32,
 )
+
+ZERO_CODE = 7
+LUT_POINTS = 65536
 
 # Smallest scale a zero trailing block is given; avoids 0/0 in its division.
 TINY_ABSMAX = 1e-38
@@ -102,25 +109,59 @@ def _block_scales(flat: torch.Tensor, blocksize: int) -> tuple[torch.Tensor, tor
 
 
 def _pack(codes: torch.Tensor, high_first: bool) -> torch.Tensor:
-    """Two 4-bit codes per byte; with ``high_first`` the earlier element is the high nibble."""
+    """Two 4-bit codes per byte; with ``high_first`` the earlier element is the high nibble.
+
+    An odd count is padded with the code of 0.0 (index 7), as a zero scaled value would be.
+    """
     if codes.numel() % 2:
-        codes = torch.cat([codes, torch.zeros(1, dtype=codes.dtype)])
+        codes = torch.cat([codes, torch.full((1,), ZERO_CODE, dtype=codes.dtype)])
     pairs = codes.to(torch.uint8).reshape(-1, 2)
     first, second = (pairs[:, 0], pairs[:, 1]) if high_first else (pairs[:, 1], pairs[:, 0])
     return (first << 4) | second
 
 
+def _grid_lut(code: torch.Tensor) -> np.ndarray:
+    """For each of the 65,536 grid points on [-1, 1], the index of its nearest code."""
+    c = code.numpy()
+    mids = (np.float32(0.5) * (c[:-1] + c[1:])).astype(np.float32)
+    i = np.arange(LUT_POINTS).astype(np.float32)
+    grid = (np.float32(-1.0) + (np.float32(2.0) * i) / np.float32(LUT_POINTS - 1)).astype(np.float32)
+    return np.searchsorted(mids, grid, side="left").astype(np.uint8)
+
+
+def _grid_index(normed: np.ndarray) -> np.ndarray:
+    """Grid point of each normalized value, with fp32 rounding at each step."""
+    f32 = np.float32
+    s = np.clip(normed.astype(f32), f32(-1.0), f32(1.0))
+    t = ((s + f32(1.0)) * f32(0.5)).astype(f32)
+    t = ((t * f32(LUT_POINTS - 1)).astype(f32) + f32(0.5)).astype(f32)
+    return np.trunc(t).astype(np.int64)
+
+
 def quantize_blockwise_8bit(
-    values: torch.Tensor, blocksize: int = 256
+    values: torch.Tensor, blocksize: int = 256, *, rule: str = "lut65536"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Blockwise 8-bit codes into the signed dynamic map and the fp32 absmax of each block."""
+    """Blockwise 8-bit codes into the signed dynamic map and the fp32 absmax of each block.
+
+    ``rule`` is "lut65536" (bitsandbytes' CPU kernel) or "nearest" (nearest code, ties lower).
+    """
     dyn = signed_dynamic_map()
-    n = values.numel()
-    starts = range(0, n, blocksize)
-    absmax = torch.stack([values[s : s + blocksize].abs().amax() for s in starts])
-    per_element = absmax.repeat_interleave(blocksize)[:n]
-    normed = values / per_element
-    return _nearest_index(normed, dyn).to(torch.uint8), absmax
+    flat = values.detach().to("cpu", torch.float32).reshape(-1).numpy()
+    lut = _grid_lut(dyn)
+    codes = np.zeros(flat.size, dtype=np.uint8)
+    absmax = np.zeros((flat.size + blocksize - 1) // blocksize, dtype=np.float32)
+    for b, start in enumerate(range(0, flat.size, blocksize)):
+        block = flat[start : start + blocksize]
+        absmax[b] = np.abs(block).max()
+        if absmax[b] == 0:
+            continue
+        normed = (block * (np.float32(1.0) / absmax[b])).astype(np.float32)
+        if rule == "lut65536":
+            codes[start : start + blocksize] = lut[_grid_index(normed)]
+        else:
+            clipped = torch.from_numpy(np.clip(normed, -1, 1))
+            codes[start : start + blocksize] = _nearest_index(clipped, dyn).numpy()
+    return torch.from_numpy(codes), torch.from_numpy(absmax)
 
 
 def encode(
@@ -130,6 +171,7 @@ def encode(
     blocksize: int = 64,
     nested_blocksize: int = 256,
     high_first: bool = True,
+    nested_rule: str = "lut65536",
 ) -> Encoded:
     """Encode ``weight`` (any shape, any float dtype) the way SPEC prescribes.
 
@@ -141,7 +183,7 @@ def encode(
     if not double_quant:
         return Encoded(packed=packed, absmax=absmax, numel=flat.numel())
     offset = absmax.mean()
-    codes, absmax2 = quantize_blockwise_8bit(absmax - offset, nested_blocksize)
+    codes, absmax2 = quantize_blockwise_8bit(absmax - offset, nested_blocksize, rule=nested_rule)
     return Encoded(packed, codes, absmax2, offset, flat.numel())
 
 

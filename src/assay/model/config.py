@@ -49,11 +49,20 @@ class ModelConfig:
                 f"architecture {self.architecture!r} is not supported; "
                 f"expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                     "num_heads", "num_kv_heads", "head_dim"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise ModelFileError(f"config field {name} must be a positive integer, got {value!r}")
+                raise ModelFileError(
+                    f"config field {name} must be a positive integer, got {value!r}"
+                )
         if self.num_heads % self.num_kv_heads:
             raise ModelFileError(
                 f"config: num_heads {self.num_heads} is not a multiple of "

@@ -28,11 +28,14 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-def rope_inverse_frequencies(config: ModelConfig, device: torch.device | None = None) -> torch.Tensor:
+def rope_inverse_frequencies(
+    config: ModelConfig, device: torch.device | None = None
+) -> torch.Tensor:
     """theta^(-2k/d) for k < d/2 in fp32, with Llama-3 scaling or GGUF divisors applied."""
     d = config.head_dim
-    inv = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device)
-                                      .float() / d))
+    inv = 1.0 / (
+        config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d)
+    )
     if config.rope_freq_divisors is not None:
         return inv / torch.tensor(config.rope_freq_divisors, dtype=torch.float32, device=device)
     scaling = config.rope_scaling
@@ -96,8 +99,12 @@ class Attention(nn.Module):
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(),
-            attn_mask=mask, is_causal=mask is None, scale=c.head_dim**-0.5,
+            q.float(),
+            k.float(),
+            v.float(),
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=c.head_dim**-0.5,
         ).to(x.dtype)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, c.q_size))
 

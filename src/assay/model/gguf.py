@@ -109,8 +109,9 @@ class GGUFSource:
         return self._by_canonical[name].shape
 
     def _decode(self, info: TensorInfo) -> np.ndarray:
-        raw = np.memmap(self.path, dtype=np.uint8, mode="r", offset=info.offset,
-                        shape=(info.nbytes,))
+        raw = np.memmap(
+            self.path, dtype=np.uint8, mode="r", offset=info.offset, shape=(info.nbytes,)
+        )
         rows = info.n_elements // info.shape[-1]
         try:
             values = quants.dequantize(raw.reshape(rows, -1), info.qtype)

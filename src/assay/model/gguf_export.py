@@ -15,8 +15,10 @@ from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.model.gguf import gguf_name, permute_qk
 
-_TYPES = {"F32": (GGMLQuantizationType.F32, np.float32),
-          "F16": (GGMLQuantizationType.F16, np.float16)}
+_TYPES = {
+    "F32": (GGMLQuantizationType.F32, np.float32),
+    "F16": (GGMLQuantizationType.F16, np.float16),
+}
 
 
 def gguf_architecture(config: ModelConfig) -> str:
@@ -37,9 +39,11 @@ def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
     writer.add_rope_freq_base(config.rope_theta)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
-    for key, value in (("bos_token_id", config.bos_token_id),
-                       ("eos_token_id", config.eos_token_id),
-                       ("padding_token_id", config.pad_token_id)):
+    for key, value in (
+        ("bos_token_id", config.bos_token_id),
+        ("eos_token_id", config.eos_token_id),
+        ("padding_token_id", config.pad_token_id),
+    ):
         if value is not None:
             writer.add_uint32(f"tokenizer.ggml.{key}", int(value))
 
@@ -73,7 +77,8 @@ def write_gguf(
             from assay.model.decoder import rope_inverse_frequencies
 
             plain = rope_inverse_frequencies(
-                ModelConfig(**{**config.__dict__, "rope_scaling": None}))
+                ModelConfig(**{**config.__dict__, "rope_scaling": None})
+            )
             scaled = rope_inverse_frequencies(config)
             writer.add_tensor("rope_freqs.weight", (plain / scaled).numpy().astype(np.float32))
         for name, tensor in tensors.items():

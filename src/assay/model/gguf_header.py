@@ -25,8 +25,19 @@ DEFAULT_ALIGNMENT = 32
 _MAX_DIMS = 4
 
 # GGUF metadata value types -> struct format (scalars only; 8 = string, 9 = array).
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _STRING, _ARRAY = 8, 9
 
 
@@ -63,9 +74,10 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
-            raise self.fail(f"truncated file: {what} needs {n} bytes, "
-                            f"{len(self.data) - self.pos} remain")
-        out = self.data[self.pos:self.pos + n]
+            raise self.fail(
+                f"truncated file: {what} needs {n} bytes, {len(self.data) - self.pos} remain"
+            )
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -134,8 +146,10 @@ def _parse(cur: _Cursor, file_size: int) -> GGUFHeader:
         raise ModelFileError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
     version = cur.scalar("<I", "version")
     if version not in SUPPORTED_VERSIONS:
-        raise ModelFileError(f"{path}: GGUF version {version} is not supported "
-                             f"(expected {' or '.join(map(str, SUPPORTED_VERSIONS))})")
+        raise ModelFileError(
+            f"{path}: GGUF version {version} is not supported "
+            f"(expected {' or '.join(map(str, SUPPORTED_VERSIONS))})"
+        )
     n_tensors = cur.scalar("<Q", "tensor count")
     n_kv = cur.scalar("<Q", "metadata count")
     if n_tensors > file_size or n_kv > file_size:

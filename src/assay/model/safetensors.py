@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from pathlib import Path
@@ -12,8 +13,20 @@ from safetensors import SafetensorError, safe_open
 from assay.errors import ModelFileError
 from assay.model.config import ModelConfig, config_from_hf
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-                "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 # Tensors HF checkpoints may carry that are not parameters of the decoder.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -65,11 +78,13 @@ def check_safetensors_header(path: Path) -> dict[str, dict]:
                 f"({expected} bytes)"
             )
         if end > data_size:
-            raise ModelFileError(f"{where}: bytes [{start}, {end}) run outside the data section "
-                                 f"({data_size} bytes): truncated or corrupt")
+            raise ModelFileError(
+                f"{where}: bytes [{start}, {end}) run outside the data section "
+                f"({data_size} bytes): truncated or corrupt"
+            )
         ranges.append((start, end, name))
     ranges.sort()
-    for (_, prev_end, prev), (start, _, name) in zip(ranges, ranges[1:], strict=False):
+    for (_, prev_end, prev), (start, _, name) in itertools.pairwise(ranges):
         if start < prev_end:
             raise ModelFileError(f"{path}: tensors {prev!r} and {name!r} overlap")
     return entries
@@ -98,8 +113,9 @@ class SafetensorsSource:
                     continue
                 ours = name.removeprefix("model.")
                 if ours in self._where:
-                    raise ModelFileError(f"{file}: tensor {name!r} also appears in "
-                                         f"{self._where[ours]}")
+                    raise ModelFileError(
+                        f"{file}: tensor {name!r} also appears in {self._where[ours]}"
+                    )
                 self._where[ours] = file
                 self._dtypes[ours] = entry["dtype"]
                 self._shapes[ours] = tuple(entry["shape"])

@@ -4,10 +4,15 @@ The GGUF carries no ``tokenizer.json``: the vocabulary, merges, token types, spe
 chat template live under llama.cpp's ``tokenizer.*`` keys. We rebuild the tokenizer with the
 ``tokenizers`` library, so encoding needs no transformers, and render the chat template with a
 sandboxed jinja2 environment configured the way Hugging Face renders templates.
+
+Pre-tokenizer ``smollm`` follows llama.cpp (and SmolLM's own tokenizer.json): every digit is
+isolated before GPT-2's split. transformers' GGUF loader treats ``smollm`` as plain GPT-2, so
+the two disagree where whitespace runs precede digits; elsewhere ids are identical.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -26,11 +31,11 @@ from assay.errors import ModelFileError, UnsupportedModelError
 _CONTROL = int(gguf.TokenType.CONTROL)
 _USER_DEFINED = int(gguf.TokenType.USER_DEFINED)
 
-# ``tokenizer.ggml.pre`` values whose splitting we have checked against transformers, mapped
-# to the regex (if any) that isolates pieces before GPT-2's own byte-level split.
-# smollm was trained with every digit on its own; \p{N} isolation reproduces that.
+# ``tokenizer.ggml.pre`` values we reproduce, mapped to the regex (if any) that isolates pieces
+# before GPT-2's own byte-level split. gpt2 is checked against transformers; smollm follows
+# llama.cpp, which isolates every \p{N}. "default" (and a missing key) is left out because
+# llama.cpp and transformers read it differently.
 _PRE_SPLITS: dict[str, str | None] = {
-    "default": None,
     "gpt2": None,
     "smollm": r"\p{N}",
 }
@@ -94,6 +99,7 @@ class Tokenizer:
         self._add_space_prefix = add_space_prefix
         self._chat_template = chat_template
         self._compiled_template: jinja2.Template | None = None
+        self._missing_bytes: frozenset[int] | None = None
         self.build_seconds = build_seconds
 
     # ids -------------------------------------------------------------------------------
@@ -127,6 +133,18 @@ class Tokenizer:
         """The file's jinja2 chat template source, or None."""
         return self._chat_template
 
+    @property
+    def missing_bytes(self) -> frozenset[int]:
+        """Byte values with no token of their own; :meth:`encode` drops them, as transformers does.
+
+        Text whose UTF-8 bytes avoid these round-trips exactly through encode and decode.
+        """
+        if self._missing_bytes is None:
+            alphabet = _byte_alphabet()
+            vocab = self._backend.get_vocab(with_added_tokens=False)
+            self._missing_bytes = frozenset(b for b, ch in alphabet.items() if ch not in vocab)
+        return self._missing_bytes
+
     def token_to_id(self, token: str) -> int | None:
         """Id of a token spelled as in the file's vocabulary (byte-level spelling)."""
         return self._backend.token_to_id(token)
@@ -138,6 +156,8 @@ class Tokenizer:
     # text <-> ids ------------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Ids of ``text``; special tokens written in it become single ids.
+
+        Bytes listed in :attr:`missing_bytes` have no id and are dropped.
 
         With ``add_special_tokens`` the file's ``add_bos_token``/``add_eos_token`` flags decide
         whether bos/eos are added around the text; without it nothing is added.
@@ -161,7 +181,8 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids``; invalid UTF-8 byte runs decode to U+FFFD.
 
-        ``decode(encode(s)) == s`` for every string when the file adds no space prefix.
+        ``decode(encode(s)) == s`` when the file adds no space prefix and no byte of ``s`` is in
+        :attr:`missing_bytes`.
         """
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
@@ -220,6 +241,11 @@ def _raise_exception(message: str) -> None:
     raise ValueError(message)
 
 
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, **kw: Any) -> str:
+    # jinja2's own tojson HTML-escapes <, >, & and '; chat templates expect plain JSON.
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, **kw)
+
+
 @lru_cache(maxsize=1)
 def _template_environment() -> ImmutableSandboxedEnvironment:
     """Sandboxed jinja2 set up like Hugging Face's chat templating (trim and lstrip blocks)."""
@@ -228,6 +254,7 @@ def _template_environment() -> ImmutableSandboxedEnvironment:
     )
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
+    env.filters["tojson"] = _tojson
     return env
 
 
@@ -278,11 +305,11 @@ def tokenizer_from_reader(reader: gguf.GGUFReader, source: str) -> Tokenizer:
         raise UnsupportedModelError(
             f"{source}: tokenizer.ggml.model={model!r}; only byte-level BPE 'gpt2' is supported"
         )
-    pre = _field(reader, "tokenizer.ggml.pre") or "default"
+    pre = _field(reader, "tokenizer.ggml.pre")
     if pre not in _PRE_SPLITS:
+        stated = "no tokenizer.ggml.pre" if pre is None else f"tokenizer.ggml.pre={pre!r}"
         raise UnsupportedModelError(
-            f"{source}: tokenizer.ggml.pre={pre!r} is not supported "
-            f"(supported: {', '.join(sorted(_PRE_SPLITS))})"
+            f"{source}: {stated} is not supported (supported: {', '.join(sorted(_PRE_SPLITS))})"
         )
     tokens: list[str] = _field(reader, "tokenizer.ggml.tokens")
     merges: list[str] = _field(reader, "tokenizer.ggml.merges")

@@ -101,7 +101,7 @@ def build_receipt(
     ``run`` supplies argv, nox_session, device; seeds, duration and tests come from the
     fragments. ``baseline`` is left None for the caller to fill.
     """
-    ordered = sorted(fragments, key=lambda f: f["nodeid"])
+    ordered = sorted(fragments, key=lambda f: (f.get("order", 0), f["nodeid"]))
     claims = [judged_claim(c, f["nodeid"]) for f in ordered for c in f["claims"]]
     outcomes = [f["outcome"] for f in ordered]
     return {
@@ -136,9 +136,12 @@ def check_corrections(receipt: dict[str, Any], earlier: list[dict[str, Any]]) ->
     for c in receipt["corrects"]:
         target = by_sha.get(c["receipt_sha256"])
         if target is None:
-            problems.append(f"correction of {c['receipt_sha256'][:12]}: no such receipt for gate "
-                            f"{receipt['gate']!r}")
+            problems.append(
+                f"correction of {c['receipt_sha256'][:12]}: no such receipt for gate "
+                f"{receipt['gate']!r}"
+            )
         elif c["claim_id"] not in {claim["id"] for claim in target["claims"]}:
-            problems.append(f"correction of {c['receipt_sha256'][:12]}: it has no claim "
-                            f"{c['claim_id']!r}")
+            problems.append(
+                f"correction of {c['receipt_sha256'][:12]}: it has no claim {c['claim_id']!r}"
+            )
     return problems

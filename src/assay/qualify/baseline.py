@@ -51,24 +51,29 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
         value = None if new is None else new["measurement"]["value"]
         tolerance = None if new is None else new["threshold"]["tolerance"]
         reasons = []
-        if old is not None and old["verdict"] == "pass" and (new is None or new["verdict"] != "pass"):
+        lost = new is None or new["verdict"] != "pass"
+        if old is not None and old["verdict"] == "pass" and lost:
             now_text = "absent" if new is None else new["verdict"]
             reasons.append(f"passed in the baseline, {now_text} now")
         if new is not None and old_value is not None and value is not None:
             op = new["threshold"]["op"]
             if worse_than(op, new["threshold"]["tolerance"], old_value, value):
-                reasons.append(f"{value:g} is worse than the baseline {old_value:g} by more than "
-                               f"the tolerance {new['threshold']['tolerance']:g} ({op})")
-        comparisons.append({
-            "claim_id": cid,
-            "baseline_verdict": None if old is None else old["verdict"],
-            "verdict": None if new is None else new["verdict"],
-            "baseline_value": old_value,
-            "value": value,
-            "change": None if None in (old_value, value) else _change(old_value, value),
-            "tolerance": tolerance,
-            "regressed": bool(reasons),
-        })
+                reasons.append(
+                    f"{value:g} is worse than the baseline {old_value:g} by more than "
+                    f"the tolerance {new['threshold']['tolerance']:g} ({op})"
+                )
+        comparisons.append(
+            {
+                "claim_id": cid,
+                "baseline_verdict": None if old is None else old["verdict"],
+                "verdict": None if new is None else new["verdict"],
+                "baseline_value": old_value,
+                "value": value,
+                "change": None if None in (old_value, value) else _change(old_value, value),
+                "tolerance": tolerance,
+                "regressed": bool(reasons),
+            }
+        )
         regressions.extend(f"gate {gate!r} claim {cid!r} regressed: {r}" for r in reasons)
     return {
         "source": source,
@@ -81,5 +86,10 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
 
 def no_baseline(source: str) -> dict[str, Any]:
     """The ``baseline`` object when the baseline directory holds no receipt for the gate."""
-    return {"source": source, "receipt_sha256": None, "created": None, "comparisons": [],
-            "regressions": []}
+    return {
+        "source": source,
+        "receipt_sha256": None,
+        "created": None,
+        "comparisons": [],
+        "regressions": [],
+    }

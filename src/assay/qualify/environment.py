@@ -6,6 +6,7 @@ everything degrades to ``None`` when a component is absent.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
@@ -91,7 +92,9 @@ def _gpu() -> dict[str, Any] | None:
             ),
             "memory_bytes": lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
             "driver": lambda: _as_str(pynvml.nvmlSystemGetDriverVersion()),
-            "sm_clock_mhz": lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            "sm_clock_mhz": lambda: int(
+                pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            ),
             "sm_clock_max_mhz": lambda: int(
                 pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
             ),
@@ -105,10 +108,8 @@ def _gpu() -> dict[str, Any] | None:
     except Exception:
         return None
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def describe_environment() -> dict[str, Any]:
@@ -142,7 +143,9 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def describe_code(root: Path, files: list[dict[str, str]], package: str = "assay") -> dict[str, Any]:
+def describe_code(
+    root: Path, files: list[dict[str, str]], package: str = "assay"
+) -> dict[str, Any]:
     """The receipt's ``code`` object: git commit and dirty flag of ``root`` (None outside git),
     the installed version of ``package`` and the exercised ``files`` sorted by path."""
     commit = _git(root, "rev-parse", "HEAD")

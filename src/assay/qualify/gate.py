@@ -55,7 +55,9 @@ class Claim:
         """The claim id, unique within its gate."""
         return self._data["id"]
 
-    def measure(self, value: float | None = None, *, samples: Iterable[float] | None = None) -> None:
+    def measure(
+        self, value: float | None = None, *, samples: Iterable[float] | None = None
+    ) -> None:
         """Record the measurement: one ``value``, or repeated ``samples`` (value = median).
 
         A claim is measured exactly once. NaN is kept as measured; the receipt then fails
@@ -77,7 +79,12 @@ class Claim:
         self._data["measurement"] = {
             "value": median,
             "unit": unit,
-            "samples": {"n": len(numbers), "min": min(numbers), "median": median, "max": max(numbers)},
+            "samples": {
+                "n": len(numbers),
+                "min": min(numbers),
+                "median": median,
+                "max": max(numbers),
+            },
         }
 
     def control(self, name: str, measured: float) -> None:
@@ -190,7 +197,7 @@ class Gate:
             self._data["notes"].append(text)
 
     def figure(self, path: str | Path, caption: str) -> None:
-        """Attach a PNG; it is copied under ``records/figures/<gate>/`` when the receipt is written."""
+        """Attach a PNG with a caption; copied under ``records/figures/<gate>/`` at session end."""
         p = Path(path)
         caption = _text(caption, "gate.figure caption")
         if not p.is_file():
@@ -244,4 +251,3 @@ class Gate:
             return resolved.relative_to(self._root.resolve()).as_posix()
         except ValueError:
             return resolved.as_posix()
-

@@ -24,7 +24,9 @@ SHA_FIELD = "receipt_sha256"
 
 def canonical_json(obj: Any) -> bytes:
     """UTF-8 bytes of ``obj`` as sorted, compact JSON; raises ValueError on NaN or infinity."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
     return text.encode("utf-8")
 
 
@@ -72,8 +74,9 @@ def _consistency(receipt: dict[str, Any]) -> list[str]:
     for i, claim in enumerate(receipt.get("claims", [])):
         judged = judge(claim)
         if judged["verdict"] != claim["verdict"]:
-            problems.append(f"claims[{i}].verdict: {claim['verdict']!r} but the data give "
-                            f"{judged['verdict']!r}")
+            problems.append(
+                f"claims[{i}].verdict: {claim['verdict']!r} but the data give {judged['verdict']!r}"
+            )
         if [c["failed"] for c in judged["controls"]] != [c["failed"] for c in claim["controls"]]:
             problems.append(f"claims[{i}].controls: 'failed' flags disagree with the threshold")
     return problems
@@ -168,8 +171,9 @@ def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
         problems = problems_in(sealed)
     if problems:
         gate = receipt.get("gate", "?")
-        raise AssayError(f"receipt for gate {gate!r} is invalid and was not written: "
-                         + "; ".join(problems))
+        raise AssayError(
+            f"receipt for gate {gate!r} is invalid and was not written: " + "; ".join(problems)
+        )
     path = Path(receipts_dir) / sealed["gate"] / receipt_filename(sealed)
     write_atomic(path, dump_receipt(sealed), overwrite=False)
     return path

@@ -105,7 +105,11 @@ def judge(claim: dict[str, Any]) -> dict[str, Any]:
     """
     op, bound = claim["threshold"]["op"], claim["threshold"]["value"]
     controls = [
-        {"name": c["name"], "measured": c["measured"], "failed": not meets(op, bound, c["measured"])}
+        {
+            "name": c["name"],
+            "measured": c["measured"],
+            "failed": not meets(op, bound, c["measured"]),
+        }
         for c in claim.get("controls", [])
     ]
     measurement = claim.get("measurement")

@@ -38,9 +38,14 @@ def hf_config(family: str, **overrides: Any):
     if family == "mistral":
         return MistralConfig(**kwargs, sliding_window=4096, tie_word_embeddings=False)
     if family == "llama3":
-        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
-                   "rope_theta": 500000.0}
+        scaling = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "rope_theta": 500000.0,
+        }
         return LlamaConfig(**kwargs, rope_parameters=scaling, tie_word_embeddings=False)
     raise ValueError(f"unknown tiny family {family!r}; expected one of {FAMILIES}")
 

@@ -1,0 +1,137 @@
+"""Session end: turn collected fragments into validated receipts, figures and records."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.qualify.assemble import build_receipt, check_corrections, duplicate_claims, plan_figures
+from assay.qualify.baseline import compare, find_baseline, no_baseline
+from assay.qualify.environment import describe_code, describe_environment
+from assay.qualify.receipt import (
+    problems_in,
+    read_receipt,
+    receipt_paths,
+    seal,
+    utc_now,
+    write_receipt,
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where and how to publish: directories, device, the pytest argv and the project root."""
+
+    receipts: Path
+    records: Path
+    baseline: Path | None
+    render: bool
+    device: str
+    argv: list[str]
+    root: Path
+
+
+def _earlier(receipts: Path, gate: str) -> tuple[list[dict[str, Any]], list[str]]:
+    found, problems = [], []
+    for path in receipt_paths(receipts, gate):
+        try:
+            found.append(read_receipt(path))
+        except AssayError as err:
+            problems.append(str(err))
+    return found, problems
+
+
+def _copy_figures(planned: list[tuple[Path, dict[str, str]]], records: Path) -> None:
+    for source, entry in planned:
+        target = records / entry["path"]
+        if target.exists():
+            continue  # content-addressed name: an existing file already holds these bytes
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+
+
+def _publish_gate(
+    gate: str, fragments: list[dict[str, Any]], options: Options, environment: dict[str, Any]
+) -> tuple[tuple[str, str] | None, list[str]]:
+    problems = duplicate_claims(fragments)
+    if problems:
+        return None, problems
+    planned = plan_figures(gate, fragments)
+    files = [f for fragment in fragments for f in fragment["files"]]
+    receipt = build_receipt(
+        gate,
+        fragments,
+        figures=[entry for _, entry in planned],
+        code=describe_code(options.root, files),
+        environment=environment,
+        run={
+            "argv": options.argv,
+            "nox_session": os.environ.get("NOX_CURRENT_SESSION"),
+            "device": options.device,
+        },
+        created=utc_now(),
+    )
+    regressions: list[str] = []
+    if options.baseline is not None:
+        found = find_baseline(options.baseline, gate)
+        if found is None:
+            receipt["baseline"] = no_baseline(str(options.baseline))
+        else:
+            receipt["baseline"] = compare(receipt["claims"], found[1], str(found[0]))
+            regressions = list(receipt["baseline"]["regressions"])
+    if receipt["corrects"]:
+        earlier, _ = _earlier(options.receipts, gate)
+        problems = check_corrections(receipt, earlier)
+        if problems:
+            return None, [f"receipt not written: {p}" for p in problems]
+    try:
+        invalid = problems_in(seal(receipt))
+    except ValueError:
+        invalid = ["the receipt holds a number JSON cannot carry (NaN or infinity)"]
+    if invalid:
+        return None, ["receipt is invalid and was not written: " + "; ".join(invalid)]
+    _copy_figures(planned, options.records)
+    path = write_receipt(receipt, options.receipts)
+    return (str(path), receipt["status"]), regressions
+
+
+def publish(
+    fragments: list[dict[str, Any]], options: Options
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Write one receipt per gate and render its record; return (written, problems).
+
+    ``written`` holds (receipt path, status); ``problems`` holds one line per session error
+    (invalid receipt, bad correction, regression, render failure), each naming its gate.
+    An invalid receipt is never written.
+    """
+    from assay.qualify.render import render_gate
+
+    by_gate: dict[str, list[dict[str, Any]]] = {}
+    for fragment in fragments:
+        by_gate.setdefault(fragment["gate"], []).append(fragment)
+    environment = describe_environment()
+    written: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for gate in sorted(by_gate):
+        try:
+            done, gate_problems = _publish_gate(gate, by_gate[gate], options, environment)
+        except AssayError as err:
+            done, gate_problems = None, [str(err)]
+        problems.extend(
+            p if p.startswith(f"gate {gate!r}") else f"gate {gate!r}: {p}" for p in gate_problems
+        )
+        if done is None:
+            continue
+        written.append(done)
+        if options.render:
+            try:
+                render_gate(gate, options.receipts, options.records)
+            except AssayError as err:
+                problems.append(f"gate {gate!r}: record not rendered: {err}")
+    return written, problems

@@ -1,0 +1,42 @@
+"""`assay info` on tiny models and on the bundled SmolLM2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from assay.cli import main
+
+
+def test_info_json_describes_a_tiny_gguf(tiny_models, capsys):
+    assert main(["info", str(tiny_models["llama3"]["gguf"]), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "gguf"
+    assert info["config"]["architecture"] == "llama"
+    assert info["config"]["rope_freq_divisors"]
+    assert info["tensor_types"]["F32"] > 0
+    assert len(info["fingerprint"]["canonical_sha256"]) == 64
+    assert info["tokenizer"] is None
+
+
+def test_info_text_for_a_safetensors_dir(tiny_models, capsys):
+    assert main(["info", str(tiny_models["qwen2"]["hf"])]) == 0
+    out = capsys.readouterr().out
+    assert "qwen2" in out and "qkv bias True" in out and "parameters" in out
+
+
+def test_info_bad_storage_is_a_usage_error(tiny_models):
+    with pytest.raises(SystemExit) as info:
+        main(["info", str(tiny_models["qwen2"]["hf"]), "--storage", "int3"])
+    assert info.value.code == 2
+
+
+@pytest.mark.slow
+def test_info_on_smollm2(smollm2_path, capsys):
+    assert main(["info", str(smollm2_path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["fingerprint"]["parameter_count"] == 134_515_008
+    assert info["fingerprint"]["decoded_fp32_bytes"] == 538_060_032
+    assert info["tensor_types"] == {"Q8_0": 1, "Q4_1": 210, "F32": 61}
+    assert info["tokenizer"]["vocab_size"] == 49_152
