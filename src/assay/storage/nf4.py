@@ -1,0 +1,163 @@
+"""NF4 weight storage: bitsandbytes' packed 4-bit codes, dequantized a few rows at a time.
+
+bitsandbytes is the codec (``quantize_4bit`` / ``dequantize_4bit`` / ``dequantize_blockwise``);
+this module only decides which slice of the packed bytes and block scales to hand it, so that a
+caller never needs the whole dense matrix at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import bitsandbytes.functional as bnbf
+import torch
+from torch import nn
+
+from assay.errors import ConfigError
+
+BLOCKSIZE = 64
+NESTED_BLOCKSIZE = 256
+
+
+def _nested_code(code: torch.Tensor) -> torch.Tensor:
+    """One shared copy per device of a code table, so 210 layers hold the 1 KiB map once."""
+    key = (code.device, code.numel())
+    cached = _SHARED_CODES.get(key)
+    if cached is not None and torch.equal(cached, code):
+        return cached
+    _SHARED_CODES[key] = code
+    return code
+
+
+_SHARED_CODES: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+class NF4Weight(nn.Module):
+    """A frozen 2-D weight held as NF4 (block 64), optionally with double-quantized scales.
+
+    Buffers: ``packed`` (uint8, two codes per byte), ``absmax`` (fp32 per block, or uint8 codes
+    with double quant), and with double quant ``absmax2`` (fp32 per 256 blocks), ``nested_code``
+    (the 256-entry map, shared between weights) and ``offset`` (fp32 scalar). Every method
+    returns exactly what ``bitsandbytes.functional.dequantize_4bit`` returns for those elements.
+    """
+
+    assay_packed = True
+
+    def __init__(self, weight: torch.Tensor, *, double_quant: bool) -> None:
+        super().__init__()
+        if weight.dim() != 2:
+            raise ConfigError(f"NF4 storage needs a 2-D weight, got shape {tuple(weight.shape)}")
+        self.shape = (int(weight.shape[0]), int(weight.shape[1]))
+        self.double_quant = double_quant
+        packed, state = bnbf.quantize_4bit(
+            weight.detach().contiguous(),
+            blocksize=BLOCKSIZE,
+            quant_type="nf4",
+            compress_statistics=double_quant,
+        )
+        self.register_buffer("packed", packed.reshape(-1))
+        self.register_buffer("absmax", state.absmax)
+        self.register_buffer("nf4_code", _nested_code(state.code))
+        if double_quant:
+            self.register_buffer("absmax2", state.state2.absmax)
+            self.register_buffer("nested_code", _nested_code(state.state2.code))
+            self.register_buffer("offset", state.offset.reshape(()))
+
+    @property
+    def row_align(self) -> int:
+        """Tiles start on multiples of this many rows, so every tile starts on a block."""
+        return BLOCKSIZE // math.gcd(BLOCKSIZE, self.shape[1])
+
+    def storage_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors a dequantization reads; saved for backward in this order."""
+        if self.double_quant:
+            return (self.packed, self.absmax, self.nf4_code, self.absmax2, self.nested_code,
+                    self.offset)  # fmt: skip
+        return (self.packed, self.absmax, self.nf4_code)
+
+    def _scales(self, tensors: tuple[torch.Tensor, ...], first: int, stop: int) -> torch.Tensor:
+        """fp32 absmax of blocks [first, stop), decoding only the nested blocks they touch."""
+        absmax = tensors[1]
+        if not self.double_quant:
+            return absmax[first:stop]
+        _, _, _, absmax2, nested_code, offset = tensors
+        n0, n1 = first // NESTED_BLOCKSIZE, -(-stop // NESTED_BLOCKSIZE)
+        codes = absmax[n0 * NESTED_BLOCKSIZE : n1 * NESTED_BLOCKSIZE]
+        scales = bnbf.dequantize_blockwise(
+            codes, absmax=absmax2[n0:n1], code=nested_code, blocksize=NESTED_BLOCKSIZE
+        )
+        scales = scales + offset
+        start = first - n0 * NESTED_BLOCKSIZE
+        return scales[start : start + stop - first]
+
+    def _decode(
+        self, packed: torch.Tensor, scales: torch.Tensor, shape: tuple[int, int], dtype, code
+    ) -> torch.Tensor:
+        state = bnbf.QuantState(
+            absmax=scales.float(),
+            shape=torch.Size(shape),
+            code=code,
+            blocksize=BLOCKSIZE,
+            quant_type="nf4",
+            dtype=dtype,
+        )
+        return bnbf.dequantize_4bit(packed, state).reshape(shape)
+
+    def rows(
+        self,
+        start: int,
+        stop: int,
+        dtype: torch.dtype,
+        tensors: tuple[torch.Tensor, ...] | None = None,
+    ) -> torch.Tensor:
+        """Dense rows [start, stop) in ``dtype``; ``start`` must be a multiple of ``row_align``.
+
+        ``tensors`` (from ``storage_tensors``) lets a backward pass decode from what it saved.
+        """
+        tensors = tensors if tensors is not None else self.storage_tensors()
+        cols = self.shape[1]
+        e0, e1 = start * cols, stop * cols
+        scales = self._scales(tensors, e0 // BLOCKSIZE, -(-e1 // BLOCKSIZE))
+        packed = tensors[0][e0 // 2 : -(-e1 // 2)]
+        return self._decode(packed, scales, (stop - start, cols), dtype, tensors[2])
+
+    def gather(self, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Dense rows ``weight[index]`` (shape ``index.shape + (cols,)``), decoding each once."""
+        rows, cols = self.shape
+        if cols % BLOCKSIZE:
+            raise ConfigError(f"NF4 row lookup needs a width divisible by 64, got {cols}")
+        unique, inverse = torch.unique(index.reshape(-1), return_inverse=True)
+        per_row = cols // BLOCKSIZE
+        blocks = (unique[:, None] * per_row + torch.arange(per_row, device=unique.device)).reshape(
+            -1
+        )
+        packed = self.packed.view(rows, cols // 2)[unique].reshape(-1)
+        if self.double_quant:
+            nested = torch.unique(blocks // NESTED_BLOCKSIZE)
+            span = torch.arange(NESTED_BLOCKSIZE, device=nested.device)
+            # The last nested block may be short: clamp, and never read the padding back.
+            picks = (nested[:, None] * NESTED_BLOCKSIZE + span).clamp(max=self.absmax.numel() - 1)
+            decoded = bnbf.dequantize_blockwise(
+                self.absmax[picks.reshape(-1)],
+                absmax=self.absmax2[nested],
+                code=self.nested_code,
+                blocksize=NESTED_BLOCKSIZE,
+            )
+            decoded = decoded + self.offset
+            where = torch.searchsorted(nested, blocks // NESTED_BLOCKSIZE) * NESTED_BLOCKSIZE
+            scales = decoded[where + blocks % NESTED_BLOCKSIZE]
+        else:
+            scales = self.absmax[blocks]
+        dense = self._decode(packed, scales, (unique.numel(), cols), dtype, self.nf4_code)
+        return dense[inverse].reshape(*index.shape, cols)
+
+    def workspace_bytes(self, tile_rows: int) -> int:
+        """Upper bound on bytes one ``rows`` call allocates for a tile of ``tile_rows`` rows."""
+        cols = self.shape[1]
+        blocks = -(-tile_rows * cols // BLOCKSIZE) + 1
+        scale_floats = blocks + (2 * NESTED_BLOCKSIZE if self.double_quant else 0)
+        return tile_rows * cols * 4 + scale_floats * 4
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The whole dense matrix (for tests and one-off uses such as adapter initialisation)."""
+        return self.rows(0, self.shape[0], dtype)
