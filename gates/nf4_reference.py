@@ -125,7 +125,9 @@ def _grid_lut(code: torch.Tensor) -> np.ndarray:
     c = code.numpy()
     mids = (np.float32(0.5) * (c[:-1] + c[1:])).astype(np.float32)
     i = np.arange(LUT_POINTS).astype(np.float32)
-    grid = (np.float32(-1.0) + (np.float32(2.0) * i) / np.float32(LUT_POINTS - 1)).astype(np.float32)
+    grid = (np.float32(-1.0) + (np.float32(2.0) * i) / np.float32(LUT_POINTS - 1)).astype(
+        np.float32
+    )
     return np.searchsorted(mids, grid, side="left").astype(np.uint8)
 
 

@@ -77,15 +77,15 @@ CHATS = [
 
 
 @pytest.fixture(scope="module")
-def smollm2(smollm2_gguf: Path) -> Tokenizer:
-    return load_tokenizer(smollm2_gguf)
+def smollm2(smollm2_path: Path) -> Tokenizer:
+    return load_tokenizer(smollm2_path)
 
 
 @pytest.fixture(scope="module")
-def hf_tokenizer(smollm2_gguf: Path) -> Any:
+def hf_tokenizer(smollm2_path: Path) -> Any:
     transformers = pytest.importorskip("transformers")
     return transformers.AutoTokenizer.from_pretrained(
-        str(smollm2_gguf.parent), gguf_file=smollm2_gguf.name
+        str(smollm2_path.parent), gguf_file=smollm2_path.name
     )
 
 

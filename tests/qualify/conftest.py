@@ -1,68 +1,19 @@
-"""Shared helpers for the qualify tests: pytester, and a way to run a throwaway gate module."""
+"""Fixtures for the qualify tests: pytester, and a runner for throwaway gate modules."""
 
 from __future__ import annotations
 
-import json
-import textwrap
-from pathlib import Path
-from typing import Any
-
 import pytest
-
-pytest_plugins = ["pytester"]
-
-# a 1x1 PNG, built byte for byte so no imaging library is needed
-TINY_PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
-)
+from gatekit import GateRun
 
 
-class GateRun:
-    """Writes ``gate_<name>.py`` modules into a pytester dir and runs them with the plugin."""
-
-    def __init__(self, pytester: pytest.Pytester) -> None:
-        self.pytester = pytester
-        self.receipts = pytester.path / "receipts"
-        self.records = pytester.path
-        self.modules: list[Path] = []
-
-    def write(self, name: str, source: str) -> Path:
-        header = "from assay.qualify import Threshold\n\n"
-        path = self.pytester.makepyfile(**{f"gate_{name}": header + textwrap.dedent(source)})
-        if path not in self.modules:
-            self.modules.append(path)
-        return path
-
-    def run(self, *args: str, receipts: Path | None = None, subprocess: bool = False) -> pytest.RunResult:
-        """Run every written gate module, as ``pytest gates/gate_<name>.py --receipts X`` would."""
-        target = receipts or self.receipts
-        argv = ["-p", "no:cacheprovider", "--receipts", str(target), "--gate-device", "cpu"]
-        argv += [*args, *(str(m) for m in self.modules)]
-        if subprocess:
-            return self.pytester.runpytest_subprocess(*argv)
-        return self.pytester.runpytest(*argv)
-
-    def receipt_files(self, gate: str, receipts: Path | None = None) -> list[Path]:
-        return sorted(((receipts or self.receipts) / gate).glob("*.json"))
-
-    def only_receipt(self, gate: str, receipts: Path | None = None) -> dict[str, Any]:
-        files = self.receipt_files(gate, receipts)
-        assert len(files) == 1, files
-        return json.loads(files[0].read_text("utf-8"))
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest refuses `pytest_plugins` in a non-top-level conftest when run as `pytest tests`,
+    # so load pytester here unless the top-level conftest or -p already did.
+    if not config.pluginmanager.has_plugin("pytester"):
+        config.pluginmanager.import_plugin("pytester")
 
 
 @pytest.fixture
 def gates(pytester: pytest.Pytester) -> GateRun:
     """Run throwaway gate modules end to end in a temporary project."""
     return GateRun(pytester)
-
-
-PASSING_GATE = """
-def test_diff(gate):
-    gate.seed(7)
-    claim = gate.claim("diff", "outputs agree", kind="correctness",
-                       threshold=Threshold("<=", 1e-3, tolerance=0.1), unit="max abs")
-    claim.measure({value})
-    claim.control("broken subject", 0.5)
-"""

@@ -44,8 +44,8 @@ def test_metric_within_tolerance_passes_and_is_recorded(gates):
     result = gates.run("--baseline", str(base))
     assert result.ret == 0, result.stdout.str()
     receipt = gates.only_receipt("perf")
-    assert receipt["baseline"]["receipt_sha256"] == gates.only_receipt("perf", base)[
-        "receipt_sha256"
-    ]
+    assert (
+        receipt["baseline"]["receipt_sha256"] == gates.only_receipt("perf", base)["receipt_sha256"]
+    )
     assert receipt["baseline"]["regressions"] == []
     assert "## Baseline comparison" in (gates.records / "perf.md").read_text("utf-8")

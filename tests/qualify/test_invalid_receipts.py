@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import PASSING_GATE
+from gatekit import PASSING_GATE
 
 from assay.errors import AssayError
 from assay.qualify import write_receipt

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import PASSING_GATE, TINY_PNG
+from gatekit import PASSING_GATE, TINY_PNG
 
 from assay.qualify import read_receipt, verify_all
 

@@ -105,7 +105,9 @@ class FrozenLinear(nn.Module):
 
     def extra_repr(self) -> str:
         kind = type(self.store).__name__
-        return f"in={self.in_features}, out={self.out_features}, store={kind}, tile={self.tile_rows}"
+        return (
+            f"in={self.in_features}, out={self.out_features}, store={kind}, tile={self.tile_rows}"
+        )
 
 
 class FrozenEmbedding(nn.Module):

@@ -1,0 +1,49 @@
+"""DoRA: W' = m * (W + sBA) / ||W + sBA||_row, the row norm detached from autograd.
+
+The magnitude ``m`` starts at ||W||_row, so with B = 0 a fresh adapter is an exact no-op up
+to the rounding of m / ||W||. The forward follows PEFT's arithmetic (base output rescaled, then
+the scaled LoRA path added) so that the two agree to fp32 rounding; the bias is not rescaled.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from assay.adapters.base import dense_weight
+from assay.adapters.lora import LoRALinear
+
+
+class DoRALinear(LoRALinear):
+    """LoRA plus a trainable per-output-row magnitude ``lora_magnitude_vector`` [out]."""
+
+    def __init__(
+        self,
+        base: nn.Module,
+        *,
+        rank: int = 8,
+        alpha: float = 16.0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(base, method="dora", rank=rank, alpha=alpha, generator=generator)
+        self.lora_magnitude_vector = nn.Parameter(self.weight_norm())
+
+    @torch.no_grad()
+    def weight_norm(self) -> torch.Tensor:
+        """||W + sBA|| per output row (fp32, detached)."""
+        update = self.lora_B.float() @ self.lora_A.float()
+        return torch.linalg.norm(dense_weight(self.base) + self.scaling * update, dim=1)
+
+    def adapted(self, x: torch.Tensor, base_out: torch.Tensor) -> torch.Tensor:
+        scale = (self.lora_magnitude_vector / self.weight_norm()).to(base_out.dtype)
+        bias = getattr(self.base, "bias", None)
+        plain = base_out if bias is None else base_out - bias.to(base_out.dtype)
+        lora = (self.lora_output(x) * self.scaling).to(base_out.dtype)
+        return base_out + (scale - 1) * plain + scale * lora
+
+    @torch.no_grad()
+    def delta_weight(self) -> torch.Tensor:
+        weight = dense_weight(self.base)
+        combined = weight + self.scaling * (self.lora_B.float() @ self.lora_A.float())
+        scale = self.lora_magnitude_vector.float() / torch.linalg.norm(combined, dim=1)
+        return scale[:, None] * combined - weight

@@ -1,0 +1,65 @@
+"""LoRA, rsLoRA and LoRA-FA: y = base(x) + s * B(A x), with A: r x in and B: out x r.
+
+Defaults follow HF PEFT: A is kaiming-uniform (a = sqrt 5), B is zero, so a fresh adapter is
+an exact no-op. ``s`` is alpha / r for LoRA and LoRA-FA, alpha / sqrt(r) for rsLoRA. LoRA-FA
+keeps A frozen at its random init; only B trains (its gradient needs only A x).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from assay.adapters.base import AdapterLinear
+from assay.errors import ConfigError
+
+LORA_METHODS = ("lora", "rslora", "lora_fa")
+
+
+def lora_scaling(method: str, rank: int, alpha: float) -> float:
+    """alpha / sqrt(r) for rsLoRA, alpha / r otherwise (PEFT's ``use_rslora`` rule)."""
+    return alpha / math.sqrt(rank) if method == "rslora" else alpha / rank
+
+
+class LoRALinear(AdapterLinear):
+    """One low-rank update around a frozen linear; ``lora_A`` [r, in], ``lora_B`` [out, r]."""
+
+    def __init__(
+        self,
+        base: nn.Module,
+        *,
+        method: str = "lora",
+        rank: int = 8,
+        alpha: float = 16.0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(base)
+        if method not in LORA_METHODS and method != "dora":
+            raise ConfigError(f"method {method!r} is not a LoRA method; expected {LORA_METHODS}")
+        if not isinstance(rank, int) or rank <= 0:
+            raise ConfigError(f"rank must be a positive integer, got {rank!r}")
+        self.method = method
+        self.rank = rank
+        self.alpha = float(alpha)
+        self.scaling = lora_scaling(method, rank, self.alpha)
+        a = torch.empty(rank, self.in_features)
+        nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=generator)
+        self.lora_A = nn.Parameter(a, requires_grad=method != "lora_fa")
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank))
+
+    def lora_output(self, x: torch.Tensor) -> torch.Tensor:
+        """B(A x) without the scale, in the adapter's dtype."""
+        return F.linear(F.linear(x.to(self.lora_A.dtype), self.lora_A), self.lora_B)
+
+    def adapted(self, x: torch.Tensor, base_out: torch.Tensor) -> torch.Tensor:
+        return base_out + (self.lora_output(x) * self.scaling).to(base_out.dtype)
+
+    @torch.no_grad()
+    def delta_weight(self) -> torch.Tensor:
+        return (self.lora_B.float() @ self.lora_A.float()) * self.scaling
+
+    def extra_repr(self) -> str:
+        return f"method={self.method}, rank={self.rank}, alpha={self.alpha:g}, s={self.scaling:g}"
