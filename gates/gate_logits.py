@@ -22,7 +22,7 @@ import assay
 from assay.model import gguf as gguf_module
 from assay.qualify import Threshold
 
-THRESHOLD = Threshold("<=", 1e-4, tolerance=0.0)
+THRESHOLD = Threshold("<=", 1e-4, tolerance=0.1)
 IMPLEMENTATION = (
     "assay.model.config",
     "assay.model.decoder",

@@ -76,7 +76,8 @@ class Encoded:
     """The parts of an NF4 encoding, all on CPU.
 
     ``absmax`` is fp32 per block without double quant; with it, ``absmax`` holds the uint8 codes
-    into the dynamic map, ``absmax2`` the fp32 per-256 scales and ``offset`` the subtracted mean.
+    into the dynamic map, ``absmax2`` the fp32 per-256 scales and ``offset`` the subtracted mean,
+    and ``block_absmax`` keeps the fp32 per-block absmax before nesting.
     """
 
     packed: torch.Tensor
@@ -84,6 +85,7 @@ class Encoded:
     absmax2: torch.Tensor | None = None
     offset: torch.Tensor | None = None
     numel: int = 0
+    block_absmax: torch.Tensor | None = None
 
 
 def _nearest_index(values: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
@@ -186,7 +188,7 @@ def encode(
         return Encoded(packed=packed, absmax=absmax, numel=flat.numel())
     offset = absmax.mean()
     codes, absmax2 = quantize_blockwise_8bit(absmax - offset, nested_blocksize, rule=nested_rule)
-    return Encoded(packed, codes, absmax2, offset, flat.numel())
+    return Encoded(packed, codes, absmax2, offset, flat.numel(), block_absmax=absmax)
 
 
 def decode_absmax(enc: Encoded, *, nested_blocksize: int = 256, use_offset: bool = True):
@@ -217,15 +219,10 @@ def decode(
     return (NF4_CODE[codes.long()] * scale).reshape(shape)
 
 
-def code_spacing(values: torch.Tensor) -> torch.Tensor:
-    """Half the gap to the neighbouring NF4 code on the side of ``values`` (normalized units).
+def half_spacing(values: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+    """Half the gap between the two entries of sorted ``code`` that bracket each value.
 
-    For a normalized value s whose nearest code is c, the largest rounding error the format
-    allows is half the spacing between c and the neighbour lying on s's side of c.
+    A value rounded to its nearest code is off by at most this (in the code's units).
     """
-    index = _nearest_index(values, NF4_CODE)
-    nearest = NF4_CODE[index]
-    upper = NF4_CODE[(index + 1).clamp(max=15)]
-    lower = NF4_CODE[(index - 1).clamp(min=0)]
-    gap = torch.where(values >= nearest, upper - nearest, nearest - lower)
-    return gap / 2
+    upper = torch.searchsorted(code, values.contiguous()).clamp(1, code.numel() - 1)
+    return (code[upper] - code[upper - 1]) / 2

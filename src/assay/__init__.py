@@ -1,13 +1,30 @@
 """assay: memory-lean fine-tuning of Llama-family models, with gates that qualify every claim."""
 
+from __future__ import annotations
+
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from assay.errors import AssayError
-from assay.model import Decoder, ModelConfig, load
 
 try:
     __version__ = version("assay")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["AssayError", "Decoder", "ModelConfig", "__version__", "load"]
+_LAZY = {
+    "Decoder": "assay.model",
+    "ModelConfig": "assay.model",
+    "load": "assay.model",
+}
+
+__all__ = ["AssayError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    # torch loads only when the trainer API is used, so the gate plugin stays light.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'assay' has no attribute {name!r}")

@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also quantize the embeddings and the tied head",
     )
-    info.set_defaults(handler=cmd_info)
+    info.set_defaults(func=cmd_info)
     try:
         from assay.qualify.cli_commands import add_render_and_verify
     except ImportError:  # the qualify package is optional for a trainer-only install
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code. AssayError and OSError become one line and exit 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = args.handler
+    handler: Callable[[argparse.Namespace], int] = args.func
     try:
         return handler(args)
     except AssayError as err:

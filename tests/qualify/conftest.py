@@ -1,16 +1,14 @@
-"""Fixtures for the qualify tests: pytester, and a runner for throwaway gate modules."""
+"""Fixtures for the qualify tests: a runner for throwaway gate modules (pytester is loaded by
+the top-level conftest)."""
 
 from __future__ import annotations
 
 import pytest
+
+# In-process pytester runs restore sys.modules afterwards; a torch first imported inside one
+# (by the environment probe) would be unloaded and fail to re-import. Load it once up front.
+import torch  # noqa: F401
 from gatekit import GateRun
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # pytest refuses `pytest_plugins` in a non-top-level conftest when run as `pytest tests`,
-    # so load pytester here unless the top-level conftest or -p already did.
-    if not config.pluginmanager.has_plugin("pytester"):
-        config.pluginmanager.import_plugin("pytester")
 
 
 @pytest.fixture

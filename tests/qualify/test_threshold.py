@@ -62,4 +62,6 @@ def test_worse_than_follows_operator_direction_and_tolerance():
     assert worse_than(">=", 0.1, 100.0, 80.0)
     assert not worse_than(">=", 0.1, 100.0, 95.0)
     assert worse_than("==", 0.5, 1.0, 1.01)  # equality compares exactly, tolerance ignored
-    assert worse_than("<", 0.5, 0.0, 1e-9)  # a zero baseline allows no worsening
+    assert worse_than("<", 0.5, 0.0, 1e-9)  # zero baseline and zero bound: no worsening
+    assert not worse_than("<=", 0.1, 0.0, 1e-5, bound=1e-4)  # zero baseline: scale by the bound
+    assert worse_than("<=", 0.1, 0.0, 2e-5, bound=1e-4)

@@ -57,7 +57,8 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
             reasons.append(f"passed in the baseline, {now_text} now")
         if new is not None and old_value is not None and value is not None:
             op = new["threshold"]["op"]
-            if worse_than(op, new["threshold"]["tolerance"], old_value, value):
+            tol, bound = new["threshold"]["tolerance"], new["threshold"]["value"]
+            if worse_than(op, tol, old_value, value, bound):
                 reasons.append(
                     f"{value:g} is worse than the baseline {old_value:g} by more than "
                     f"the tolerance {new['threshold']['tolerance']:g} ({op})"

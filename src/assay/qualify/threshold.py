@@ -82,16 +82,20 @@ def lower_is_better(op: str) -> bool | None:
     return None
 
 
-def worse_than(op: str, tolerance: float, baseline: float, measured: float) -> bool:
+def worse_than(
+    op: str, tolerance: float, baseline: float, measured: float, bound: float = 0.0
+) -> bool:
     """True when ``measured`` is worse than ``baseline`` by more than ``tolerance`` (relative).
 
-    Equality thresholds compare exactly: any change from the baseline value is worse.
-    A zero baseline allows no worsening at all, since a relative change is undefined there.
+    Equality thresholds compare exactly: any change from the baseline value is worse. A zero
+    baseline has no scale of its own, so the tolerance is taken relative to the threshold's
+    ``bound`` instead (an error of 0 against a bound of 1e-4 with tolerance 0.1 may grow to
+    1e-5); with a zero bound too, no worsening is allowed.
     """
     direction = lower_is_better(op)
     if direction is None:
         return measured != baseline
-    allowed = abs(baseline) * tolerance
+    allowed = (abs(baseline) if baseline != 0 else abs(bound)) * tolerance
     loss = measured - baseline if direction else baseline - measured
     return loss > allowed
 

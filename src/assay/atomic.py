@@ -1,0 +1,142 @@
+"""Crash-safe writes: files and whole directories appear complete or not at all.
+
+Every helper writes to a temporary name in the destination's own directory (so the final
+rename never crosses a filesystem), fsyncs the data, renames into place and fsyncs the parent
+directory so that the rename itself survives a power cut. A failure or a kill at any moment
+leaves the previous content of the destination untouched; at worst a temporary file or
+directory (named ``.<name>.tmp-*``) stays behind, which :func:`remove_stale_temporaries`
+clears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TMP_MARK = ".tmp-"
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries (renames, creations) to disk; a no-op where refused."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _tmp_prefix(target: Path) -> str:
+    return f".{target.name}{TMP_MARK}"
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically; the parent directory is created if needed.
+
+    Guarantee: after a crash ``path`` holds either its old content or ``data``, never a mix.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(target), dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def json_bytes(obj: Any) -> bytes:
+    """Sorted, indented UTF-8 JSON with a trailing newline; NaN and infinity are refused."""
+    text = json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """:func:`atomic_write_bytes` of :func:`json_bytes` (ValueError on NaN before any write)."""
+    atomic_write_bytes(path, json_bytes(obj))
+
+
+def write_synced(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write a new file and fsync it (for files inside a staged directory, not yet visible)."""
+    with open(path, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(dirpath)
+
+
+@contextlib.contextmanager
+def staged_directory(final: str | os.PathLike[str], *, replace: bool = False) -> Iterator[Path]:
+    """Yield an empty temporary directory that becomes ``final`` when the block succeeds.
+
+    On success every file under it is fsynced, then it is renamed to ``final`` and the parent
+    fsynced. On an exception it is deleted and ``final`` is untouched. An existing ``final``
+    is an error (FileExistsError) unless ``replace``, in which case it is moved aside, the new
+    directory renamed in, and the old one deleted; a kill between those two renames leaves
+    ``final`` absent (the old copy survives under a ``.tmp-`` name), so callers must not
+    replace a directory that a pointer still names.
+    """
+    target = Path(final)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and not replace:
+        raise FileExistsError(f"{target}: already exists")
+    staging = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), dir=target.parent))
+    try:
+        yield staging
+        _fsync_tree(staging)
+        old: Path | None = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), dir=target.parent))
+            os.rmdir(old)
+            os.rename(target, old)
+        os.rename(staging, target)
+        fsync_dir(target.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[str]:
+    """Delete leftovers of interrupted writes (``.<name>.tmp-*``) in ``directory``.
+
+    Only call this when no other process writes into ``directory``. Returns the names removed.
+    """
+    removed = []
+    root = Path(directory)
+    if not root.is_dir():
+        return removed
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(".") and TMP_MARK in entry.name:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed

@@ -1,0 +1,328 @@
+"""The training configuration: a YAML file, checked by a JSON Schema, as frozen dataclasses.
+
+``load_train_config(path)`` reads the YAML, validates it against
+``schemas/train-config.schema.json`` (unknown keys, wrong types, out-of-range sizes), then checks
+combinations the schema cannot express (``full`` with NF4 storage, a field that does not apply
+to the chosen method or loss, warmup longer than the run). Every failure is one ConfigError
+line naming the file and the dotted field. The result has every default filled, and relative
+paths resolved against the config file's directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assay.errors import ConfigError
+from assay.train.config_schema import check_schema, read_yaml
+
+LORA_FAMILY = ("lora", "rslora", "lora_fa", "dora")
+PREFERENCE_LOSSES = ("dpo", "ipo", "orpo", "simpo")
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+_BETA_DEFAULT = {"dpo": 0.1, "ipo": 0.1, "orpo": 0.1, "simpo": 2.0, "kto": 0.1}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """What trains. Fields that do not apply to ``method`` are None."""
+
+    method: str = "lora"
+    rank: int | None = 8
+    alpha: float | None = 16.0
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    layers: tuple[int, ...] | None = None
+    u: int | None = None
+    r: int | None = None
+    sharing: str | None = None
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Rows and how they become scored tokens; ``mask`` None means the format's default."""
+
+    train: str
+    eval: str | None = None
+    format: str = "auto"
+    mask: str | None = None
+    seq_len: int = 512
+    truncate: bool = False
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Objective; fields that do not apply to ``type`` are None."""
+
+    type: str = "ce"
+    chunk_size: int | None = None
+    beta: float | None = None
+    gamma: float | None = None
+    desirable_weight: float | None = None
+    undesirable_weight: float | None = None
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW hyperparameters and the learning-rate schedule."""
+
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    grad_clip: float | None = 1.0
+    schedule: str = "constant"
+    warmup_steps: int = 0
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """Rows per micro-batch and micro-batches per optimizer step."""
+
+    micro_batch: int = 1
+    grad_accum: int = 1
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Run directory (absolute) and the save/log cadence in optimizer steps."""
+
+    dir: str
+    save_every: int = 100
+    log_every: int = 10
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Layer streaming tier and number of device slots."""
+
+    tier: str = "ram"
+    buffers: int = 2
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One run, defaults filled. ``model`` is an absolute path or a ``pkg:`` reference."""
+
+    model: str
+    data: DataConfig
+    steps: int
+    output: OutputConfig
+    storage: str = "float32"
+    adapter: AdapterConfig = AdapterConfig()
+    loss: LossConfig = LossConfig()
+    optim: OptimConfig = OptimConfig()
+    batch: BatchConfig = BatchConfig()
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    stream: StreamConfig | None = None
+    budget: int | None = None
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+# Fields that do not change the training trajectory, or whose content another fingerprint
+# covers (model and data files), so a run can move between directories and still resume.
+_NOT_FINGERPRINTED = ("source", "output", "budget", "model")
+
+
+def config_fingerprint(config: TrainConfig) -> str:
+    """sha256 hex of the canonical JSON (sorted keys, compact) of the trajectory-relevant fields.
+
+    Excluded: ``source``, ``output``, ``budget``, the model path and the data paths (the model
+    and dataset fingerprints cover those files' content). Everything else, defaults included,
+    counts: two configs with the same fingerprint train identically on the same model and data.
+    """
+    body = config.to_dict()
+    for key in _NOT_FINGERPRINTED:
+        body.pop(key, None)
+    body["data"] = {k: v for k, v in body["data"].items() if k not in ("train", "eval")}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes in ``value``: an integer, or a string such as ``4GiB``, ``512MiB``, ``2.5GB``."""
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+    if match is None or match.group(2) not in _UNITS:
+        raise ValueError(f"{value!r} is not a size such as 4GiB")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def model_path(config: TrainConfig) -> Path:
+    """The model file or directory; resolves ``pkg:<module>/<file>`` without importing it."""
+    if not config.model.startswith("pkg:"):
+        return Path(config.model)
+    module, _, rest = config.model[4:].partition("/")
+    spec = importlib.util.find_spec(module) if module else None
+    if spec is None or spec.origin is None:
+        raise ConfigError(f"{config.source}: model: package {module!r} is not installed")
+    return Path(os.path.dirname(spec.origin)) / rest
+
+
+def _fail(source: Path, field: str, message: str) -> ConfigError:
+    return ConfigError(f"{source}: {field}: {message}")
+
+
+def _only_for(section: dict[str, Any], keys: tuple[str, ...], allowed: bool, why: str, *, at: str,
+              source: Path) -> None:
+    for key in keys:
+        if key in section and not allowed:
+            raise _fail(source, f"{at}.{key}", f"does not apply {why}")
+
+
+def _adapter(raw: dict[str, Any], storage: str, source: Path) -> AdapterConfig:
+    method = raw.get("method", "lora")
+    lora, tiny = method in LORA_FAMILY, method == "tinylora"
+    where = {"at": "adapter", "source": source}
+    _only_for(raw, ("rank", "alpha"), lora, f"to method {method} (lora family only)", **where)
+    _only_for(raw, ("u", "r", "sharing"), tiny, f"to method {method} (tinylora only)", **where)
+    if method == "full" and storage.startswith("nf4"):
+        raise _fail(source, "adapter.method", f"full cannot train {storage} storage (frozen "
+                    "4-bit bytes have no gradient); use float32/bf16 storage or an adapter")
+    layers = raw.get("layers")
+    return AdapterConfig(
+        method=method,
+        rank=int(raw.get("rank", 8)) if lora else None,
+        alpha=float(raw.get("alpha", 16.0)) if lora else None,
+        targets=tuple(raw.get("targets", DEFAULT_TARGETS)),
+        layers=None if layers is None else tuple(int(i) for i in layers),
+        u=int(raw.get("u", 1)) if tiny else None,
+        r=int(raw.get("r", 2)) if tiny else None,
+        sharing=raw.get("sharing", "global") if tiny else None,
+    )
+
+
+def _loss(raw: dict[str, Any], source: Path) -> LossConfig:
+    kind = raw.get("type", "ce")
+    where = {"at": "loss", "source": source}
+    _only_for(raw, ("chunk_size",), kind == "chunked_ce", f"to loss {kind}", **where)
+    _only_for(raw, ("beta",), kind in _BETA_DEFAULT, f"to loss {kind}", **where)
+    _only_for(raw, ("gamma",), kind == "simpo", f"to loss {kind} (simpo only)", **where)
+    weights = ("desirable_weight", "undesirable_weight")
+    _only_for(raw, weights, kind == "kto", f"to loss {kind} (kto only)", **where)
+    is_kto = kind == "kto"
+    return LossConfig(
+        type=kind,
+        chunk_size=int(raw.get("chunk_size", 1024)) if kind == "chunked_ce" else None,
+        beta=float(raw.get("beta", _BETA_DEFAULT[kind])) if kind in _BETA_DEFAULT else None,
+        gamma=float(raw.get("gamma", 0.5)) if kind == "simpo" else None,
+        desirable_weight=float(raw.get("desirable_weight", 1.0)) if is_kto else None,
+        undesirable_weight=float(raw.get("undesirable_weight", 1.0)) if is_kto else None,
+    )
+
+
+def _data(raw: dict[str, Any], loss: str, base: Path, source: Path) -> DataConfig:
+    fmt, mask = raw.get("format", "auto"), raw.get("mask")
+    wanted = {"kto": ("kto",), **{k: ("preference",) for k in PREFERENCE_LOSSES}}.get(
+        loss, ("text", "prompt_completion", "messages")
+    )
+    if fmt != "auto" and fmt not in wanted:
+        raise _fail(source, "data.format", f"{fmt} rows cannot train loss {loss} "
+                    f"(needs {' or '.join(wanted)})")
+    if fmt == "text" and mask == "completion_only":
+        raise _fail(source, "data.mask", "completion_only needs a completion; text rows have none")
+    if loss not in ("ce", "chunked_ce") and mask == "all":
+        raise _fail(source, "data.mask", f"loss {loss} scores completions only; use "
+                    "completion_only or leave mask out")
+    evaluation = raw.get("eval")
+    return DataConfig(
+        train=str(base / raw["train"]),
+        eval=None if evaluation is None else str(base / evaluation),
+        format=fmt,
+        mask=mask,
+        seq_len=int(raw.get("seq_len", 512)),
+        truncate=bool(raw.get("truncate", False)),
+    )
+
+
+def _optim(raw: dict[str, Any], steps: int, source: Path) -> OptimConfig:
+    warmup = int(raw.get("warmup_steps", 0))
+    if warmup > steps:
+        raise _fail(source, "optim.warmup_steps", f"{warmup} exceeds steps ({steps})")
+    clip = raw.get("grad_clip", 1.0)
+    b1, b2 = raw.get("betas", (0.9, 0.999))
+    return OptimConfig(
+        lr=float(raw.get("lr", 2e-4)),
+        weight_decay=float(raw.get("weight_decay", 0.0)),
+        betas=(float(b1), float(b2)),
+        eps=float(raw.get("eps", 1e-8)),
+        grad_clip=None if clip is None else float(clip),
+        schedule=raw.get("schedule", "constant"),
+        warmup_steps=warmup,
+    )
+
+
+def _budget(value: int | str | None, source: Path) -> int | None:
+    if value is None:
+        return None
+    size = parse_size(value)
+    if size <= 0:
+        raise _fail(source, "budget", f"must be a positive size, got {value!r}")
+    return size
+
+
+def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str]) -> TrainConfig:
+    """Validate a parsed config mapping; ``source`` is the file it came from (paths, errors)."""
+    path = Path(source)
+    check_schema(data, path)
+    base = path.resolve().parent
+    steps, storage = int(data["steps"]), data.get("storage", "float32")
+    adapter = _adapter(data.get("adapter", {}), storage, path)
+    loss = _loss(data.get("loss", {}), path)
+    model = data["model"]
+    out = data.get("output", {})
+    stream = data.get("stream")
+    budget = data.get("budget")
+    return TrainConfig(
+        model=model if model.startswith("pkg:") else str(base / model),
+        storage=storage,
+        adapter=adapter,
+        data=_data(data["data"], loss.type, base, path),
+        loss=loss,
+        optim=_optim(data.get("optim", {}), steps, path),
+        batch=BatchConfig(**{k: int(v) for k, v in data.get("batch", {}).items()}),
+        steps=steps,
+        seed=int(data.get("seed", 0)),
+        gradient_checkpointing=bool(data.get("gradient_checkpointing", False)),
+        output=OutputConfig(
+            dir=str(base / out.get("dir", f"runs/{path.stem}")),
+            save_every=int(out.get("save_every", 100)),
+            log_every=int(out.get("log_every", 10)),
+        ),
+        stream=None if stream is None else StreamConfig(**stream),
+        budget=_budget(budget, path),
+        source=str(path),
+    )
+
+
+def load_train_config(path: str | os.PathLike[str]) -> TrainConfig:
+    """Read, validate and default-fill the YAML train config at ``path``.
+
+    Raises ConfigError (one line: file, dotted field, what was expected) for unreadable YAML,
+    duplicate or unknown keys (with the nearest valid key), wrong types, out-of-range values
+    and impossible combinations. Files named in the config are not opened here.
+    """
+    return train_config_from_dict(read_yaml(Path(path)), path)

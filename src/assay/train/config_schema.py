@@ -1,0 +1,167 @@
+"""Reading a train-config YAML file and turning schema violations into one-line errors.
+
+YAML is parsed with a SafeLoader that (a) refuses duplicate keys, which PyYAML would silently
+collapse, and (b) reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``; a learning rate
+silently read as a string is a classic trap). Schema errors name the file and the dotted field
+path; an unknown key also names the nearest valid key (difflib).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator, ValidationError
+
+from assay.errors import ConfigError
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2-style floats and duplicate-key detection."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} on line {line}", key_node.start_mark
+            )
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The YAML mapping in ``path``; ConfigError (file, line) for unreadable or invalid YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no such config file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc})") from exc
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise ConfigError(f"{path}: {where}invalid YAML ({exc.problem or exc})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{path}: expected a mapping of config keys, the file is {kind}")
+    return data
+
+
+@lru_cache(maxsize=1)
+def validator() -> Draft202012Validator:
+    """The validator for ``schemas/train-config.schema.json`` (checked against the metaschema)."""
+    text = resources.files("assay").joinpath("schemas/train-config.schema.json").read_text("utf-8")
+    schema = json.loads(text)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def _dotted(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _join(prefix: str, key: str) -> str:
+    return key if prefix == "(top level)" else f"{prefix}.{key}"
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "mapping"}.get(type(value), type(value).__name__)
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(options)}"
+
+
+def describe(error: ValidationError) -> str:
+    """One line for a schema error: dotted field path, then what was expected."""
+    where = _dotted(error.absolute_path)
+    kind, value, rule = error.validator, error.instance, error.validator_value
+    if kind == "additionalProperties":
+        known = sorted(error.schema.get("properties", {}))
+        extra = sorted(k for k in value if k not in known)[0]
+        return f"{_join(where, str(extra))}: unknown key ({_suggest(str(extra), known)})"
+    if kind == "required":
+        missing = [k for k in rule if k not in value][0]
+        return f"{_join(where, missing)}: required key is missing"
+    if kind == "type":
+        wanted = " or ".join(rule) if isinstance(rule, list) else rule
+        return f"{where}: expected {wanted}, got {_json_type(value)} {value!r}"
+    if kind == "enum":
+        options = [str(o) for o in rule if o is not None]
+        hint = f" ({_suggest(str(value), options)})" if isinstance(value, str) else ""
+        return f"{where}: {value!r} is not one of {', '.join(options)}{hint}"
+    bounds = {
+        "minimum": ">=",
+        "exclusiveMinimum": ">",
+        "maximum": "<=",
+        "exclusiveMaximum": "<",
+    }
+    if kind in bounds:
+        return f"{where}: must be {bounds[kind]} {rule}, got {value!r}"
+    if kind == "minItems":
+        return f"{where}: needs at least {rule} item(s), got {len(value)}"
+    if kind == "maxItems":
+        return f"{where}: allows at most {rule} item(s), got {len(value)}"
+    if kind == "uniqueItems":
+        return f"{where}: items must be unique, got {value!r}"
+    if kind == "minLength":
+        return f"{where}: must not be empty"
+    if kind == "pattern":
+        return f"{where}: {value!r} is not a size such as 4GiB, 512MiB or a byte count"
+    return f"{where}: {error.message}"
+
+
+def _rank(error: ValidationError) -> tuple[int, list[str]]:
+    # Unknown keys first: a typo often explains the other errors at the same place.
+    first = 0 if error.validator == "additionalProperties" else 1
+    return first, [str(p) for p in error.absolute_path]
+
+
+def check_schema(data: dict[str, Any], source: Path) -> None:
+    """Raise ConfigError naming ``source`` and the first (most telling) schema violation."""
+    errors = sorted(validator().iter_errors(data), key=_rank)
+    if errors:
+        raise ConfigError(f"{source}: {describe(errors[0])}")
