@@ -65,7 +65,7 @@ class LayerLayout:
         out = {}
         for e in self.entries:
             raw = block[e.offset : e.offset + e.nbytes]
-            out[e.name] = raw.view(e.dtype).view(e.shape)
+            out[e.name] = raw.view(e.dtype).reshape(e.shape)
         return out
 
     def describe(self) -> list[list]:

@@ -1,0 +1,240 @@
+"""Layer streaming: the frozen base of every decoder layer lives in a host store, and only the
+pool's few slots are on the compute device.
+
+The forward keeps only the layer-boundary activations. The backward walks the layers in
+reverse, fetches each one again and recomputes it from its saved input, so every tensor the
+recomputed graph saves (dense weights, NF4 bytes) is a view of the slot it is using right
+now: nothing outlives its slot. The arithmetic is the resident model's, op for op, so logits
+and gradients are bitwise equal to a resident run with the same storage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from assay.errors import ConfigError
+from assay.model.decoder import Decoder
+from assay.stream.layout import LayerLayout, base_tensors
+from assay.stream.pool import SlotPool
+from assay.stream.store import DiskStore, RamStore
+
+TIERS = ("ram", "disk")
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("ASSAY_CACHE") or Path.home() / ".cache" / "assay"
+    return Path(root) / "stream"
+
+
+def _set_tensor(module: nn.Module, dotted: str, value: torch.Tensor) -> None:
+    owner_name, _, attr = dotted.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    if attr in owner._parameters:
+        owner._parameters[attr] = nn.Parameter(value, requires_grad=value.requires_grad)
+    else:
+        owner._buffers[attr] = value
+
+
+class _StreamedLayers(torch.autograd.Function):
+    """All decoder layers as one autograd node: forward streams, backward re-streams."""
+
+    @staticmethod
+    def forward(ctx, engine: StreamedModel, context: tuple, x: torch.Tensor, *trainables):
+        boundaries = []
+        with torch.no_grad():
+            for i in range(engine.num_layers):
+                boundaries.append(x)
+                following = i + 1 if i + 1 < engine.num_layers else None
+                with engine.pool.use(i, following) as base:
+                    x = engine.run_layer(i, base, x, context)
+        ctx.engine, ctx.context, ctx.boundaries = engine, context, boundaries
+        return x
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        engine = ctx.engine
+        totals: dict[int, torch.Tensor] = {}
+        for i in reversed(range(engine.num_layers)):
+            x_in = ctx.boundaries[i].detach().requires_grad_(True)
+            ctx.boundaries[i] = None
+            resident = engine.layer_trainables[i]
+            following = i - 1 if i > 0 else None
+            with torch.enable_grad(), engine.pool.use(i, following) as base:
+                trained = engine.trainable_base_names[i]
+                for name in trained:
+                    base[name] = base[name].detach().requires_grad_(True)
+                out = engine.run_layer(i, base, x_in, ctx.context)
+                inputs = [x_in, *resident, *(base[n] for n in trained)]
+                grads = torch.autograd.grad(out, inputs, grad, allow_unused=True)
+            grad = grads[0]
+            owners = [*resident, *(engine.base_params[i][n] for n in trained)]
+            for param, g in zip(owners, grads[1:], strict=True):
+                if g is None:
+                    continue
+                g = g.to(param.device)  # full fine-tuning: host weights get host gradients
+                key = id(param)
+                totals[key] = g if key not in totals else totals[key] + g
+        grads_out = [totals.get(id(p)) for p in engine.trainables]
+        return (None, None, grad, *grads_out)
+
+
+class StreamedModel(nn.Module):
+    """A Decoder whose layers stream from a host store through ``buffers`` device slots.
+
+    Embeddings, the final norm, the head and every adapter tensor stay resident on ``device``.
+    ``forward``/``hidden_states`` match ``Decoder``'s; gradients reach every trainable tensor,
+    including base weights that train (method ``full``, RAM tier only).
+    """
+
+    def __init__(
+        self,
+        model: Decoder,
+        *,
+        tier: str = "ram",
+        buffers: int = 2,
+        device: str | torch.device = "cpu",
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__()
+        if tier not in TIERS:
+            raise ConfigError(f"stream.tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        self.model = model
+        self.config = model.config
+        self.device = torch.device(device)
+        self.num_layers = len(model.layers)
+        layers = [base_tensors(layer) for layer in model.layers]
+        self.layouts = [LayerLayout.of(tensors) for tensors in layers]
+        self.trainable_base_names = [
+            [name for name, t in tensors.items() if t.requires_grad] for tensors in layers
+        ]
+        if tier == "disk" and any(self.trainable_base_names):
+            raise ConfigError("method full streams from the RAM tier only (stream.tier: ram)")
+        if tier == "ram":
+            self.store = RamStore(self.layouts, layers, pin=self.device.type == "cuda")
+        else:
+            key = _content_key(layers)
+            self.store = DiskStore(Path(cache_dir or default_cache_dir()), key, self.layouts,
+                                   layers)  # fmt: skip
+        self._rebind_host_tensors(layers, tier)
+        del layers
+        self.base_params = [
+            {n: _get(layer, n) for n in names}
+            for layer, names in zip(model.layers, self.trainable_base_names, strict=True)
+        ]
+        self._move_resident_parts()
+        self.pool = SlotPool(self.store, self.layouts, buffers, self.device)
+        self.layer_trainables = [
+            [p for p in layer.parameters() if p.requires_grad and not _is_base(layer, p, names)]
+            for layer, names in zip(model.layers, self.base_params, strict=True)
+        ]
+        seen: dict[int, torch.Tensor] = {}
+        for group in [*self.layer_trainables, *(d.values() for d in self.base_params)]:
+            for p in group:
+                seen.setdefault(id(p), p)
+        self.trainables = list(seen.values())
+
+    def _rebind_host_tensors(self, layers: list[dict[str, torch.Tensor]], tier: str) -> None:
+        """Point the model's base tensors at the host store so no second copy stays alive."""
+        for i, (layer, tensors) in enumerate(zip(self.model.layers, layers, strict=True)):
+            views = self.store.layouts[i].views(self.store.block(i)) if tier == "ram" else None
+            for name, tensor in tensors.items():
+                if views is not None:
+                    replacement = views[name].requires_grad_(tensor.requires_grad)
+                else:
+                    replacement = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+                _set_tensor(layer, name, replacement)
+
+    def _move_resident_parts(self) -> None:
+        if self.device.type == "cpu":
+            return
+        for name, child in self.model.named_children():
+            if name != "layers":
+                child.to(self.device)
+        for layer, layout in zip(self.model.layers, self.layouts, strict=True):
+            streamed = {e.name for e in layout.entries}
+            for name, tensor in [*layer.named_parameters(), *layer.named_buffers()]:
+                if name not in streamed:
+                    _set_tensor(layer, name, tensor.detach().to(self.device)
+                                .requires_grad_(tensor.requires_grad))  # fmt: skip
+
+    def run_layer(
+        self, index: int, base: dict[str, torch.Tensor], x: torch.Tensor, context: tuple
+    ) -> torch.Tensor:
+        """Layer ``index`` applied to ``x`` with its base tensors taken from ``base``.
+
+        ``context`` is (rope tables, attention mask), fixed per batch.
+        """
+        rope, mask = context
+        return functional_call(self.model.layers[index], base, (x, rope, mask), strict=False)
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final-normed hidden states, streamed; differentiable w.r.t. every trainable."""
+        x, rope, mask = self.model.prepare(
+            input_ids.to(self.device),
+            None if attention_mask is None else attention_mask.to(self.device),
+            None if position_ids is None else position_ids.to(self.device),
+        )
+        # Adapter switches (enable/disable) must not change between this call and backward:
+        # the backward recomputes every layer with the adapters as they are then.
+        x = _StreamedLayers.apply(self, (rope, mask), x, *self.trainables)
+        return self.model.norm(x)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden = self.hidden_states(input_ids, attention_mask, position_ids)
+        return self.model.lm_head(hidden).float()
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.model.lm_head
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.model.layers
+
+    def describe(self) -> dict[str, object]:
+        """Store, slots and device bytes, for receipts and `assay train` summaries."""
+        return {
+            **self.store.describe(),
+            "buffers": len(self.pool.slots),
+            "slot_bytes": self.pool.slot_bytes,
+            "device_base_bytes": self.pool.device_bytes,
+            "largest_layer_bytes": max(layout.nbytes for layout in self.layouts),
+            "fetches": self.pool.fetches,
+        }
+
+
+def _get(module: nn.Module, dotted: str) -> torch.Tensor:
+    owner_name, _, attr = dotted.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    return getattr(owner, attr)
+
+
+def _is_base(layer: nn.Module, param: torch.Tensor, base: dict[str, torch.Tensor]) -> bool:
+    return any(param is t for t in base.values())
+
+
+def _content_key(layers: list[dict[str, torch.Tensor]]) -> str:
+    """sha256 over every streamed byte, so a disk cache can never serve another model's bytes."""
+    digest = hashlib.sha256()
+    for tensors in layers:
+        for name, tensor in tensors.items():
+            digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}\0".encode())
+            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+            digest.update(raw.numpy().tobytes())
+    return digest.hexdigest()

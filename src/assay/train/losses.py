@@ -1,0 +1,121 @@
+"""Cross-entropy over the LM head: the plain reference and a chunked, memory-lean version.
+
+Both take final-normed hidden states ``[..., H]``, the head weight ``[V, H]``, targets
+``labels [...]`` (already shifted: see assay.train.data) and a boolean ``mask [...]`` of the
+scored positions. Logits are computed in fp32 whatever the input dtype. ``reduction`` is
+``mean`` (over scored tokens) or ``sum`` (for gradient accumulation weighted by tokens).
+A batch with no scored token is a ValueError rather than a silent NaN.
+
+``chunked_cross_entropy`` never holds more than ``chunk_size x V`` logits: forward keeps only
+each token's logsumexp, and backward recomputes each chunk's logits to form
+``softmax - onehot`` (the Cut Cross-Entropy idea), giving gradients for the hidden states and,
+when it requires grad, for the weight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+_REDUCTIONS = ("mean", "sum")
+
+
+def _flatten(hidden: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    if hidden.shape[:-1] != labels.shape or labels.shape != mask.shape:
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)}, labels {tuple(labels.shape)} and mask "
+            f"{tuple(mask.shape)} disagree (want [..., H], [...], [...])"
+        )
+    return hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1), mask.reshape(-1).bool()
+
+
+def _divisor(count: int, reduction: str) -> float:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction {reduction!r} is not one of {_REDUCTIONS}")
+    if count == 0:
+        raise ValueError("no scored tokens in the batch: the mean loss is undefined")
+    return float(count) if reduction == "mean" else 1.0
+
+
+def cross_entropy(
+    hidden: Tensor, weight: Tensor, labels: Tensor, mask: Tensor, reduction: str = "mean"
+) -> Tensor:
+    """Reference CE: the full fp32 logits ``[tokens, V]`` at once, masked, reduced."""
+    h, y, m = _flatten(hidden, labels, mask)
+    divisor = _divisor(int(m.sum()), reduction)
+    logits = h.float() @ weight.float().t()
+    targets = torch.where(m, y, torch.zeros_like(y))  # masked labels may be any id
+    per_token = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+    return (per_token * m).sum() / divisor
+
+
+class _ChunkedCE(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, mask: Tensor,
+        chunk_size: int, divisor: float,
+    ) -> Tensor:
+        index = mask.nonzero().squeeze(1)  # only scored rows need logits
+        w = weight.float()
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        lse = torch.empty(index.numel(), dtype=torch.float32, device=hidden.device)
+        for start in range(0, index.numel(), chunk_size):
+            rows = index[start : start + chunk_size]
+            logits = hidden.index_select(0, rows).float() @ w.t()
+            chunk_lse = torch.logsumexp(logits, dim=-1)
+            target = logits.gather(1, labels.index_select(0, rows)[:, None]).squeeze(1)
+            lse[start : start + rows.numel()] = chunk_lse
+            total = total + (chunk_lse - target).sum()
+            del logits
+        ctx.save_for_backward(hidden, weight, labels, index, lse)
+        ctx.chunk_size, ctx.divisor = chunk_size, divisor
+        return total / divisor
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        hidden, weight, labels, index, lse = ctx.saved_tensors
+        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        scale = grad_out.float() / ctx.divisor
+        w = weight.float()
+        grad_h = torch.zeros_like(hidden, dtype=torch.float32) if want_h else None
+        grad_w = torch.zeros_like(w) if want_w else None
+        for start in range(0, index.numel(), ctx.chunk_size):
+            rows = index[start : start + ctx.chunk_size]
+            h = hidden.index_select(0, rows).float()
+            # d loss / d logits = softmax - onehot(target), scaled by the upstream gradient.
+            probs = torch.exp(h @ w.t() - lse[start : start + rows.numel(), None])
+            probs[torch.arange(rows.numel(), device=h.device), labels.index_select(0, rows)] -= 1
+            probs *= scale
+            if grad_h is not None:
+                grad_h.index_copy_(0, rows, probs @ w)
+            if grad_w is not None:
+                grad_w.addmm_(probs.t(), h)
+            del probs
+        return (
+            None if grad_h is None else grad_h.to(hidden.dtype),
+            None if grad_w is None else grad_w.to(weight.dtype),
+            None, None, None, None,
+        )
+
+
+def chunked_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    labels: Tensor,
+    mask: Tensor,
+    chunk_size: int = 1024,
+    reduction: str = "mean",
+) -> Tensor:
+    """CE equal to :func:`cross_entropy` (to fp32 rounding) with peak O(chunk_size x V).
+
+    Only scored tokens are computed; unscored positions get zero gradient. A non-fp32
+    ``weight`` is cast to fp32 once per call (a parameter-sized copy).
+    """
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    h, y, m = _flatten(hidden, labels, mask)
+    divisor = _divisor(int(m.sum()), reduction)
+    loss = _ChunkedCE.apply(h, weight, y, m, chunk_size, divisor)
+    return loss
