@@ -12,6 +12,7 @@ import gc
 import importlib.util
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import bitsandbytes
@@ -210,15 +211,21 @@ def live_bytes() -> int:
     gc.collect()
     seen: set[tuple[str, int]] = set()
     total = 0
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and obj.device.type != "meta":
-            storage = obj.untyped_storage()
-            key = (str(obj.device), storage.data_ptr())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # isinstance() on deprecated torch aliases warns
+        for obj in gc.get_objects():
+            if isinstance(obj, np.ndarray) and obj.flags.owndata:
+                total += obj.nbytes
+            if not isinstance(obj, torch.Tensor) or obj.device.type == "meta":
+                continue
+            try:
+                storage = obj.untyped_storage()
+                key = (str(obj.device), storage.data_ptr())
+            except (RuntimeError, NotImplementedError):
+                continue  # fake / functional tensors own no memory
             if key not in seen:
                 seen.add(key)
                 total += storage.nbytes()
-        elif isinstance(obj, np.ndarray) and obj.flags.owndata:
-            total += obj.nbytes
     return total
 
 

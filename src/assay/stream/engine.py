@@ -63,18 +63,24 @@ class _StreamedLayers(torch.autograd.Function):
         for i in reversed(range(engine.num_layers)):
             x_in = ctx.boundaries[i].detach().requires_grad_(True)
             ctx.boundaries[i] = None
-            resident = engine.layer_trainables[i]
             following = i - 1 if i > 0 else None
-            with torch.enable_grad(), engine.pool.use(i, following) as base:
+            with torch.enable_grad(), engine.pool.use(i, following) as tensors:
                 trained = engine.trainable_base_names[i]
                 for name in trained:
-                    base[name] = base[name].detach().requires_grad_(True)
-                out = engine.run_layer(i, base, x_in, ctx.context)
-                inputs = [x_in, *resident, *(base[n] for n in trained)]
-                grads = torch.autograd.grad(out, inputs, grad, allow_unused=True)
+                    tensors[name] = tensors[name].detach().requires_grad_(True)
+                # One leaf per use of a resident trainable, so contributions to a shared
+                # parameter can be summed one by one, in the order resident autograd sums them.
+                uses = engine.resident_uses[i]
+                for name, param in uses:
+                    tensors[name] = param.detach().requires_grad_(True)
+                out = engine.run_layer(i, tensors, x_in, ctx.context)
+                names = [*trained, *(name for name, _ in uses)]
+                grads = torch.autograd.grad(out, [x_in, *(tensors[n] for n in names)], grad,
+                                            allow_unused=True)  # fmt: skip
             grad = grads[0]
-            owners = [*resident, *(engine.base_params[i][n] for n in trained)]
-            for param, g in zip(owners, grads[1:], strict=True):
+            owners = [*(engine.base_params[i][n] for n in trained), *(p for _, p in uses)]
+            contributions = list(zip(owners, grads[1:], strict=True))
+            for param, g in reversed(contributions):
                 if g is None:
                     continue
                 g = g.to(param.device)  # full fine-tuning: host weights get host gradients
@@ -129,13 +135,14 @@ class StreamedModel(nn.Module):
         ]
         self._move_resident_parts()
         self.pool = SlotPool(self.store, self.layouts, buffers, self.device)
-        self.layer_trainables = [
-            [p for p in layer.parameters() if p.requires_grad and not _is_base(layer, p, names)]
+        self.resident_uses = [
+            [(n, p) for n, p in layer.named_parameters(remove_duplicate=False)
+             if p.requires_grad and n not in names]
             for layer, names in zip(model.layers, self.base_params, strict=True)
-        ]
+        ]  # fmt: skip
         seen: dict[int, torch.Tensor] = {}
-        for group in [*self.layer_trainables, *(d.values() for d in self.base_params)]:
-            for p in group:
+        for group in [*self.resident_uses, *(d.items() for d in self.base_params)]:
+            for _, p in group:
                 seen.setdefault(id(p), p)
         self.trainables = list(seen.values())
 
@@ -171,7 +178,9 @@ class StreamedModel(nn.Module):
         ``context`` is (rope tables, attention mask), fixed per batch.
         """
         rope, mask = context
-        return functional_call(self.model.layers[index], base, (x, rope, mask), strict=False)
+        return functional_call(
+            self.model.layers[index], base, (x, rope, mask), strict=False, tie_weights=False
+        )
 
     def hidden_states(
         self,
@@ -223,10 +232,6 @@ def _get(module: nn.Module, dotted: str) -> torch.Tensor:
     owner_name, _, attr = dotted.rpartition(".")
     owner = module.get_submodule(owner_name) if owner_name else module
     return getattr(owner, attr)
-
-
-def _is_base(layer: nn.Module, param: torch.Tensor, base: dict[str, torch.Tensor]) -> bool:
-    return any(param is t for t in base.values())
 
 
 def _content_key(layers: list[dict[str, torch.Tensor]]) -> str:

@@ -55,7 +55,9 @@ class RamStore:
         return self.arena[start : start + self.layouts[index].nbytes]
 
     def read_into(self, index: int, destination: torch.Tensor, non_blocking: bool) -> None:
-        destination[: self.layouts[index].nbytes].copy_(self.block(index), non_blocking=non_blocking)
+        destination[: self.layouts[index].nbytes].copy_(
+            self.block(index), non_blocking=non_blocking
+        )
 
     def describe(self) -> dict[str, object]:
         return {"tier": self.tier, "bytes": self.nbytes, "pinned": self.pinned,

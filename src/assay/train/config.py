@@ -186,8 +186,15 @@ def _fail(source: Path, field: str, message: str) -> ConfigError:
     return ConfigError(f"{source}: {field}: {message}")
 
 
-def _only_for(section: dict[str, Any], keys: tuple[str, ...], allowed: bool, why: str, *, at: str,
-              source: Path) -> None:
+def _only_for(
+    section: dict[str, Any],
+    keys: tuple[str, ...],
+    allowed: bool,
+    why: str,
+    *,
+    at: str,
+    source: Path,
+) -> None:
     for key in keys:
         if key in section and not allowed:
             raise _fail(source, f"{at}.{key}", f"does not apply {why}")
@@ -200,8 +207,12 @@ def _adapter(raw: dict[str, Any], storage: str, source: Path) -> AdapterConfig:
     _only_for(raw, ("rank", "alpha"), lora, f"to method {method} (lora family only)", **where)
     _only_for(raw, ("u", "r", "sharing"), tiny, f"to method {method} (tinylora only)", **where)
     if method == "full" and storage.startswith("nf4"):
-        raise _fail(source, "adapter.method", f"full cannot train {storage} storage (frozen "
-                    "4-bit bytes have no gradient); use float32/bf16 storage or an adapter")
+        raise _fail(
+            source,
+            "adapter.method",
+            f"full cannot train {storage} storage (frozen "
+            "4-bit bytes have no gradient); use float32/bf16 storage or an adapter",
+        )
     layers = raw.get("layers")
     return AdapterConfig(
         method=method,
@@ -240,13 +251,19 @@ def _data(raw: dict[str, Any], loss: str, base: Path, source: Path) -> DataConfi
         loss, ("text", "prompt_completion", "messages")
     )
     if fmt != "auto" and fmt not in wanted:
-        raise _fail(source, "data.format", f"{fmt} rows cannot train loss {loss} "
-                    f"(needs {' or '.join(wanted)})")
+        raise _fail(
+            source,
+            "data.format",
+            f"{fmt} rows cannot train loss {loss} (needs {' or '.join(wanted)})",
+        )
     if fmt == "text" and mask == "completion_only":
         raise _fail(source, "data.mask", "completion_only needs a completion; text rows have none")
     if loss not in ("ce", "chunked_ce") and mask == "all":
-        raise _fail(source, "data.mask", f"loss {loss} scores completions only; use "
-                    "completion_only or leave mask out")
+        raise _fail(
+            source,
+            "data.mask",
+            f"loss {loss} scores completions only; use completion_only or leave mask out",
+        )
     evaluation = raw.get("eval")
     return DataConfig(
         train=str(base / raw["train"]),

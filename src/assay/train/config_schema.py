@@ -47,9 +47,8 @@ def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dic
     for key_node, _value in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            line = key_node.start_mark.line + 1
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} on line {line}", key_node.start_mark
+                None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
@@ -67,7 +66,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config ({exc})") from exc
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        data = yaml.load(text, Loader=_Loader)  # _Loader derives from SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -124,7 +123,7 @@ def describe(error: ValidationError) -> str:
         extra = sorted(k for k in value if k not in known)[0]
         return f"{_join(where, str(extra))}: unknown key ({_suggest(str(extra), known)})"
     if kind == "required":
-        missing = [k for k in rule if k not in value][0]
+        missing = next(k for k in rule if k not in value)
         return f"{_join(where, missing)}: required key is missing"
     if kind == "type":
         wanted = " or ".join(rule) if isinstance(rule, list) else rule

@@ -110,7 +110,11 @@ def load_dataset(
     rows = read_rows(path, format)
     chosen = mask if mask is not None else ("all" if rows.format == "text" else "completion_only")
     encoder = RowEncoder(
-        tokenizer, fmt=rows.format, mask=chosen, seq_len=seq_len, truncate=truncate,
+        tokenizer,
+        fmt=rows.format,
+        mask=chosen,
+        seq_len=seq_len,
+        truncate=truncate,
         source=rows.path,
     )
     examples = tuple(encoder.encode(row) for row in rows.rows)

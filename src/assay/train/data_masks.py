@@ -64,7 +64,13 @@ class RowEncoder:
     """
 
     def __init__(
-        self, tokenizer: Tokenizer, *, fmt: str, mask: str, seq_len: int, truncate: bool,
+        self,
+        tokenizer: Tokenizer,
+        *,
+        fmt: str,
+        mask: str,
+        seq_len: int,
+        truncate: bool,
         source: str,
     ) -> None:
         if mask not in MASKS:
@@ -87,13 +93,16 @@ class RowEncoder:
                 ids = ids + self._eos
             return Example(row.line, (self._finish([(ids, True)], where),))
         if self.fmt == "messages":
-            return Example(row.line, (self._finish(self._conversation(data["messages"],
-                                                                      where), where),))
+            return Example(
+                row.line, (self._finish(self._conversation(data["messages"], where), where),)
+            )
         if self.fmt == "preference":
-            chosen = self._finish(self._pair(data["prompt"], data["chosen"], where), where,
-                                  "chosen")
-            rejected = self._finish(self._pair(data["prompt"], data["rejected"], where), where,
-                                    "rejected")
+            chosen = self._finish(
+                self._pair(data["prompt"], data["chosen"], where), where, "chosen"
+            )
+            rejected = self._finish(
+                self._pair(data["prompt"], data["rejected"], where), where, "rejected"
+            )
             return Example(row.line, (chosen, rejected))
         seq = self._finish(self._pair(data["prompt"], data["completion"], where), where)
         return Example(row.line, (seq,), data["label"] if self.fmt == "kto" else None)
@@ -122,10 +131,11 @@ class RowEncoder:
                 f"{where}: the chat template's rendering of the prompt with a generation "
                 "prompt is not a prefix of prompt + completion; cannot locate the completion"
             )
-        return [(self.tok.encode(head), False), (self.tok.encode(full[len(head):]), True)]
+        return [(self.tok.encode(head), False), (self.tok.encode(full[len(head) :]), True)]
 
-    def _assistant_spans(self, messages: list[dict[str, Any]], full: str, where: str
-                         ) -> list[tuple[int, int]]:
+    def _assistant_spans(
+        self, messages: list[dict[str, Any]], full: str, where: str
+    ) -> list[tuple[int, int]]:
         spans: list[tuple[int, int]] = []
         for i, message in enumerate(messages):
             if message["role"] != "assistant":

@@ -87,9 +87,8 @@ def _check_text_or_messages(data: dict[str, Any], fields: tuple[str, ...], where
         if conversational:
             check_messages(value, field, where)
         elif not isinstance(value, str):
-            kind = "a list of messages" if _is_messages(value) else "a string"
             raise DataError(
-                f"{where}: {field} must be {kind} like {fields[0]}, got {type(value).__name__}"
+                f"{where}: {field} must be a string like {fields[0]}, got {type(value).__name__}"
             )
 
 

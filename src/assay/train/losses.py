@@ -54,8 +54,13 @@ def cross_entropy(
 class _ChunkedCE(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, mask: Tensor,
-        chunk_size: int, divisor: float,
+        ctx: Any,
+        hidden: Tensor,
+        weight: Tensor,
+        labels: Tensor,
+        mask: Tensor,
+        chunk_size: int,
+        divisor: float,
     ) -> Tensor:
         index = mask.nonzero().squeeze(1)  # only scored rows need logits
         w = weight.float()
@@ -96,7 +101,10 @@ class _ChunkedCE(torch.autograd.Function):
         return (
             None if grad_h is None else grad_h.to(hidden.dtype),
             None if grad_w is None else grad_w.to(weight.dtype),
-            None, None, None, None,
+            None,
+            None,
+            None,
+            None,
         )
 
 

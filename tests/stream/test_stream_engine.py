@@ -1,0 +1,113 @@
+"""Streamed equals resident bitwise, for every adapter method and storage, tier and buffer count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import assay
+from assay.adapters import attach
+from assay.adapters.perturb import randomize_adapters
+from assay.errors import ConfigError
+from assay.stream import StreamedModel, StreamError
+
+METHODS = [("lora", {}), ("rslora", {}), ("lora_fa", {}), ("dora", {}),
+           ("tinylora", {"sharing": "per_target"}), ("tinylora", {"sharing": "global"}),
+           ("full", {})]  # fmt: skip
+
+
+def _model(path, method, storage, options):
+    model = assay.load(path, storage=storage)
+    attach(model, method, rank=4, alpha=8, targets="all-linear", **options)
+    return randomize_adapters(model, seed=3)
+
+
+def _loss_and_grads(model, ids):
+    logits = model(ids)
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, [p for _, p in params])
+    named = zip(params, grads, strict=True)
+    return logits.detach(), {n.removeprefix("model."): g for (n, _), g in named}
+
+
+@pytest.mark.parametrize(("method", "options"), METHODS)
+@pytest.mark.parametrize("storage", ["float32", "nf4_double_quant"])
+def test_streamed_matches_resident_bitwise(tiny_models, tmp_path, method, options, storage):
+    if method == "full" and storage != "float32":
+        pytest.skip("full fine-tuning needs float32 storage")
+    path = tiny_models["qwen2"]["hf"]
+    ids = torch.randint(0, 320, (2, 24), generator=torch.Generator().manual_seed(0))
+    logits, grads = _loss_and_grads(_model(path, method, storage, options), ids)
+    streamed = StreamedModel(_model(path, method, storage, options), tier="ram", buffers=2)
+    s_logits, s_grads = _loss_and_grads(streamed, ids)
+    assert torch.equal(logits, s_logits)
+    assert grads.keys() == s_grads.keys() and grads
+    mismatched = [n for n in grads if not torch.equal(grads[n], s_grads[n])]
+    assert not mismatched
+    assert any(g.abs().sum() > 0 for n, g in grads.items() if "lora_A" in n or method != "lora")
+
+
+@pytest.mark.parametrize(("tier", "buffers"), [("ram", 3), ("disk", 2), ("disk", 3)])
+def test_tier_and_buffer_count_do_not_change_numbers(tiny_models, tmp_path, tier, buffers):
+    path = tiny_models["mistral"]["hf"]
+    ids = torch.randint(0, 320, (1, 32), generator=torch.Generator().manual_seed(1))
+    reference = StreamedModel(_model(path, "lora", "nf4", {}), tier="ram", buffers=2)
+    logits, grads = _loss_and_grads(reference, ids)
+    other = StreamedModel(_model(path, "lora", "nf4", {}), tier=tier, buffers=buffers,
+                          cache_dir=tmp_path)  # fmt: skip
+    o_logits, o_grads = _loss_and_grads(other, ids)
+    assert torch.equal(logits, o_logits)
+    assert all(torch.equal(grads[n], o_grads[n]) for n in grads)
+
+
+def test_disk_tier_writes_once_and_reuses(tiny_models, tmp_path):
+    path = tiny_models["qwen2"]["hf"]
+    first = StreamedModel(assay.load(path), tier="disk", cache_dir=tmp_path)
+    second = StreamedModel(assay.load(path), tier="disk", cache_dir=tmp_path)
+    assert not first.store.reused and second.store.reused
+    assert first.store.directory == second.store.directory
+    shards = sorted(p.name for p in first.store.directory.glob("layer-*.safetensors"))
+    assert shards == ["layer-0000.safetensors", "layer-0001.safetensors"]
+
+
+def test_disk_tier_keys_on_content(tiny_models, tmp_path):
+    a = StreamedModel(assay.load(tiny_models["mistral"]["hf"]), tier="disk", cache_dir=tmp_path)
+    b = StreamedModel(assay.load(tiny_models["llama3"]["hf"]), tier="disk", cache_dir=tmp_path)
+    assert a.store.directory != b.store.directory
+
+
+def test_device_base_bytes_are_buffers_times_largest_layer(tiny_models):
+    model = StreamedModel(assay.load(tiny_models["qwen2"]["hf"]), buffers=2)
+    info = model.describe()
+    assert info["device_base_bytes"] == 2 * info["largest_layer_bytes"]
+    assert info["bytes"] == sum(layout.nbytes for layout in model.layouts)
+
+
+def test_owner_check_raises_on_a_recycled_slot(tiny_models):
+    model = StreamedModel(assay.load(tiny_models["qwen2"]["hf"]), buffers=2)
+    ids = torch.randint(0, 320, (1, 8))
+    model(ids)
+    holder = model.pool._holder(1)
+    holder.loaded = 0  # as if another layer's bytes had landed in layer 1's slot
+    with pytest.raises(StreamError, match="expected layer 1"), model.pool.use(1):
+        pass
+
+
+def test_full_method_refuses_the_disk_tier(tiny_models, tmp_path):
+    model = attach(assay.load(tiny_models["qwen2"]["hf"]), "full")
+    with pytest.raises(ConfigError, match="RAM tier"):
+        StreamedModel(model, tier="disk", cache_dir=tmp_path)
+
+
+def test_full_method_trains_the_host_weights(tiny_models):
+    model = attach(assay.load(tiny_models["qwen2"]["hf"]), "full")
+    streamed = StreamedModel(model)
+    weight = model.layers[0].mlp.up_proj.weight
+    before = weight.detach().clone()
+    optimizer = torch.optim.SGD([p for p in streamed.parameters() if p.requires_grad], lr=0.1)
+    streamed(torch.randint(0, 320, (1, 8))).sum().backward()
+    optimizer.step()
+    assert not torch.equal(before, weight.detach())
+    block = streamed.store.layouts[0].views(streamed.store.block(0))["mlp.up_proj.weight"]
+    assert torch.equal(block, weight.detach())  # the arena is what the next fetch reads

@@ -1,0 +1,91 @@
+"""Atomic writes: complete or absent, never partial, and a failure keeps the old content."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from assay.atomic import (
+    atomic_write_bytes,
+    atomic_write_json,
+    remove_stale_temporaries,
+    staged_directory,
+    write_synced,
+)
+
+
+def test_atomic_write_bytes_replaces_content_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "file.bin"
+    atomic_write_bytes(target, b"one")
+    atomic_write_bytes(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["file.bin"]
+
+
+def test_failed_write_keeps_previous_content(tmp_path: Path, monkeypatch) -> None:
+    target = tmp_path / "file.bin"
+    atomic_write_bytes(target, b"good")
+
+    def boom(fd: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_bytes(target, b"bad")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"good"
+    assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
+
+
+def test_atomic_write_json_is_sorted_and_refuses_nan_before_writing(tmp_path: Path) -> None:
+    target = tmp_path / "x.json"
+    atomic_write_json(target, {"b": 1, "a": [1.5]})
+    assert target.read_text() == '{\n  "a": [\n    1.5\n  ],\n  "b": 1\n}\n'
+    with pytest.raises(ValueError):
+        atomic_write_json(target, {"a": float("nan")})
+    assert json.loads(target.read_text()) == {"a": [1.5], "b": 1}
+
+
+def test_staged_directory_appears_whole_on_success(tmp_path: Path) -> None:
+    final = tmp_path / "ckpt"
+    with staged_directory(final) as staging:
+        write_synced(staging / "a", b"1")
+        assert not final.exists()  # invisible until the block ends
+    assert (final / "a").read_bytes() == b"1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_staged_directory_failure_keeps_the_old_directory(tmp_path: Path) -> None:
+    final = tmp_path / "ckpt"
+    with staged_directory(final) as staging:
+        write_synced(staging / "a", b"old")
+    with pytest.raises(RuntimeError), staged_directory(final, replace=True) as staging:
+        write_synced(staging / "a", b"new")
+        raise RuntimeError("killed halfway")
+    assert (final / "a").read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_staged_directory_refuses_or_replaces_existing(tmp_path: Path) -> None:
+    final = tmp_path / "ckpt"
+    final.mkdir()
+    (final / "stale").write_bytes(b"x")
+    with pytest.raises(FileExistsError), staged_directory(final):
+        pass
+    with staged_directory(final, replace=True) as staging:
+        write_synced(staging / "fresh", b"y")
+    assert sorted(p.name for p in final.iterdir()) == ["fresh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_remove_stale_temporaries_only_touches_temporaries(tmp_path: Path) -> None:
+    (tmp_path / ".step-000002.tmp-abc").mkdir()
+    (tmp_path / ".latest.tmp-xyz").write_bytes(b"")
+    (tmp_path / "step-000001").mkdir()
+    (tmp_path / "latest").write_bytes(b"step-000001\n")
+    removed = remove_stale_temporaries(tmp_path)
+    assert removed == [".latest.tmp-xyz", ".step-000002.tmp-abc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000001"]
