@@ -226,3 +226,27 @@ def half_spacing(values: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
     """
     upper = torch.searchsorted(code, values.contiguous()).clamp(1, code.numel() - 1)
     return (code[upper] - code[upper - 1]) / 2
+
+
+def adversarial_inputs() -> list[tuple[str, torch.Tensor]]:
+    """Named tensors that probe the edges of the format: ties, zeros, outliers, odd sizes."""
+    gen = torch.Generator().manual_seed(0)
+    mids = (NF4_CODE[:-1] + NF4_CODE[1:]) / 2
+    block = torch.cat([torch.ones(1), mids, -mids, mids[:15] * 0.5, torch.zeros(2)])[:64]
+    outlier = torch.randn(64 * 40, generator=gen) * 1e-3
+    outlier[::64] = 50.0
+    return [
+        ("midpoints", block.repeat(96)),
+        ("midpoints_scaled", block.repeat(96) * 3.7),
+        ("zeros", torch.zeros(64 * 300)),
+        ("zeros_odd", torch.zeros(101)),
+        ("outlier_per_block", outlier),
+        ("odd_shape_7x13", torch.randn(7, 13, generator=gen)),
+        ("width_70", torch.randn(96, 70, generator=gen)),
+        ("tiny_1e-30", torch.randn(3000, generator=gen) * 1e-30),
+        ("huge_1e30", torch.randn(3000, generator=gen) * 1e30),
+        (
+            "mixed_scales",
+            torch.randn(300, 64, generator=gen) * torch.logspace(-30, 30, 300)[:, None],
+        ),
+    ]

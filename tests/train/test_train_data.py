@@ -105,8 +105,9 @@ def test_eos_shared_with_pad_is_scored_and_padding_is_not(tmp_path, tok) -> None
     assert not batch.loss_mask[short, n - 1 :].any()
     assert batch.loss_mask.sum() == ds.scored_tokens
     # Control: a mask built from ids != pad_id would lose every final EOS.
-    naive = (batch.labels != tok.pad_id) & (batch.attention_mask[:, 1:].bool().any())
-    assert naive.sum() < batch.loss_mask.sum()
+    naive = torch.zeros_like(batch.loss_mask)
+    naive[:, :-1] = batch.input_ids[:, 1:] != tok.pad_id
+    assert int(naive.sum()) == int(batch.loss_mask.sum()) - 2
 
 
 def test_labels_are_the_next_token(tmp_path, tok) -> None:
@@ -139,7 +140,8 @@ def test_row_longer_than_seq_len_names_row_and_count_unless_truncate(tmp_path, t
     with pytest.raises(DataError, match=rf"d\.jsonl:2: {n} tokens exceed seq_len 4"):
         load_dataset(path, tok, seq_len=4)
     cut = load_dataset(path, tok, seq_len=4, truncate=True)
-    assert [len(e.seqs[0].ids) for e in cut.examples] == [3, 4]
+    assert [len(e.seqs[0].ids) for e in cut.examples] == [len(tok.encode("short")) + 1, 4]
+    assert cut.examples[1].seqs[0].truncated and tok.eos_id not in cut.examples[1].seqs[0].ids
     assert cut.truncated_rows == 1
 
 

@@ -31,15 +31,17 @@ class DoRALinear(LoRALinear):
     @torch.no_grad()
     def weight_norm(self) -> torch.Tensor:
         """||W + sBA|| per output row (fp32, detached)."""
-        update = self.lora_B.float() @ self.lora_A.float()
+        # B(A(I))^T rather than B @ A: PEFT's order of operations, so the norms round alike.
+        eye = torch.eye(self.in_features, dtype=self.lora_A.dtype, device=self.lora_A.device)
+        update = self.lora_output(eye).T.float()
         return torch.linalg.norm(dense_weight(self.base) + self.scaling * update, dim=1)
 
     def adapted(self, x: torch.Tensor, base_out: torch.Tensor) -> torch.Tensor:
         scale = (self.lora_magnitude_vector / self.weight_norm()).to(base_out.dtype)
         bias = getattr(self.base, "bias", None)
         plain = base_out if bias is None else base_out - bias.to(base_out.dtype)
-        lora = (self.lora_output(x) * self.scaling).to(base_out.dtype)
-        return base_out + (scale - 1) * plain + scale * lora
+        lora = self.lora_output(x).to(base_out.dtype)
+        return base_out + ((scale - 1) * plain + scale * lora * self.scaling)
 
     @torch.no_grad()
     def delta_weight(self) -> torch.Tensor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from assay.model.config import ModelConfig
 
@@ -174,6 +175,8 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        # Gradient checkpointing: keep only each layer's input and recompute it in backward.
+        self.gradient_checkpointing = False
 
     def prepare(
         self,
@@ -198,7 +201,10 @@ class Decoder(nn.Module):
         """Final-normed hidden states [B, T, hidden], before the LM head."""
         x, rope, mask = self.prepare(input_ids, attention_mask, position_ids)
         for layer in self.layers:
-            x = layer(x, rope, mask)
+            if self.gradient_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(layer, x, rope, mask, use_reentrant=False)
+            else:
+                x = layer(x, rope, mask)
         return self.norm(x)
 
     def forward(

@@ -65,17 +65,23 @@ def build_reference(family: str, seed: int = 0, **overrides: Any):
     return model.eval()
 
 
-def save_tiny(family: str, directory: Path, seed: int = 0, gguf: bool = True) -> dict[str, Path]:
-    """Save a tiny model as safetensors (``hf``) and GGUF (``gguf``); returns their paths."""
+def save_tiny(
+    family: str, directory: Path, seed: int = 0, gguf: bool = True, **overrides: Any
+) -> dict[str, Path]:
+    """Save a tiny model as safetensors (``hf``) and GGUF (``gguf``); returns their paths.
+
+    ``overrides`` change the config (e.g. ``num_hidden_layers=6``).
+    """
     from assay.model.gguf_export import write_gguf
     from assay.model.safetensors import SafetensorsSource
 
-    model = build_reference(family, seed)
-    hf_dir = directory / f"{family}-hf"
+    model = build_reference(family, seed, **overrides)
+    suffix = "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
+    hf_dir = directory / f"{family}{suffix}-hf"
     model.save_pretrained(hf_dir)
     paths = {"hf": hf_dir}
     if gguf:
         source = SafetensorsSource(hf_dir)
         tensors = {name: source.read(name) for name in source.config.expected_shapes()}
-        paths["gguf"] = write_gguf(directory / f"{family}.gguf", source.config, tensors)
+        paths["gguf"] = write_gguf(directory / f"{family}{suffix}.gguf", source.config, tensors)
     return paths

@@ -1,0 +1,73 @@
+"""Subprocess for the kill-during-save tests (not a test module).
+
+usage: _save_child.py RUN_DIR STEP KILL_AT      save STEP; pause forever at event KILL_AT
+       _save_child.py RUN_DIR FIRST loop        save FIRST, FIRST+1, ... until killed
+
+An "event" is every fsync, rename or replace the save performs; printing it and pausing lets
+the parent kill the process at an exact point of the save.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+from assay.train.checkpoint import save_checkpoint
+
+PRINTS = {"config": "c" * 64, "dataset": "d" * 64, "model": "m" * 64}
+
+
+def state_for(step: int) -> tuple[dict[str, torch.nn.Parameter], torch.optim.AdamW]:
+    """Trainables whose values identify the step, and an AdamW with state over them."""
+    params = {
+        f"layer{i}.weight": torch.nn.Parameter(torch.full((256, 512), float(step + i)))
+        for i in range(4)
+    }
+    opt = torch.optim.AdamW(params.values(), lr=1e-3)
+    for p in params.values():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    with torch.no_grad():  # undo the update so the values still identify the step
+        for i, p in enumerate(params.values()):
+            p.fill_(float(step + i))
+    return params, opt
+
+
+def _hook(kill_at: int) -> None:
+    count = [0]
+
+    def wrap(fn):
+        def inner(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            count[0] += 1
+            print(f"EVENT {count[0]} {fn.__name__}", flush=True)
+            if count[0] == kill_at:
+                print("PAUSE", flush=True)
+                time.sleep(600)
+            return result
+
+        return inner
+
+    for name in ("fsync", "rename", "replace"):
+        setattr(os, name, wrap(getattr(os, name)))
+
+
+def main() -> None:
+    run_dir, step, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if mode == "loop":
+        while True:
+            params, opt = state_for(step)
+            save_checkpoint(run_dir, step, params, opt, {"step": step}, {"n": step}, PRINTS)
+            print(f"SAVED {step}", flush=True)
+            step += 1
+    _hook(int(mode))
+    params, opt = state_for(step)
+    save_checkpoint(run_dir, step, params, opt, {"step": step}, {"n": step}, PRINTS)
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()

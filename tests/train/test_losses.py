@@ -1,0 +1,110 @@
+"""Chunked CE equals full CE (loss and gradients) and has a lower tensor-level peak."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from assay.train.losses import chunked_cross_entropy, cross_entropy
+from assay.train.peak import measure_peak
+
+REL = 1e-6  # relative tolerance: |a - b| / |b| for the loss, ||a - b|| / ||b|| for gradients
+
+
+def _inputs(tokens: int, hidden: int, vocab: int, seed: int, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    h = torch.randn(2, tokens // 2, hidden, generator=gen).to(dtype)
+    w = (torch.randn(vocab, hidden, generator=gen) * 0.05).to(dtype)
+    labels = torch.randint(0, vocab, (2, tokens // 2), generator=gen)
+    mask = torch.rand(2, tokens // 2, generator=gen) > 0.3
+    return h, w, labels, mask
+
+
+def _loss_and_grads(fn, h, w, labels, mask, **kw):
+    h = h.clone().requires_grad_()
+    w = w.clone().requires_grad_()
+    loss = fn(h, w, labels, mask, **kw)
+    loss.backward()
+    return loss.detach(), h.grad, w.grad
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+@pytest.mark.parametrize(
+    ("tokens", "hidden", "vocab", "chunk"),
+    [(64, 32, 320, 7), (40, 16, 1000, 64), (128, 576, 49152, 48)],
+    ids=["tiny-uneven-chunks", "chunk-larger-than-tokens", "smollm2-vocab"],
+)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_chunked_ce_equals_full_ce(tokens, hidden, vocab, chunk, reduction) -> None:
+    h, w, labels, mask = _inputs(tokens, hidden, vocab, seed=tokens + vocab)
+    full = _loss_and_grads(cross_entropy, h, w, labels, mask, reduction=reduction)
+    chunked = _loss_and_grads(
+        chunked_cross_entropy, h, w, labels, mask, chunk_size=chunk, reduction=reduction
+    )
+    for name, a, b in zip(("loss", "grad hidden", "grad weight"), chunked, full, strict=True):
+        assert _rel(a, b) <= REL, f"{name}: relative error {_rel(a, b):.2e}"
+    assert not chunked[1][~mask].any()  # unscored positions get no gradient
+
+
+def test_chunked_ce_mismatch_is_detected_by_the_comparison() -> None:
+    # Control: a wrong label at one scored position must push the error past the tolerance.
+    h, w, labels, mask = _inputs(64, 32, 320, seed=1)
+    wrong = labels.clone()
+    first = mask.nonzero()[0]
+    wrong[tuple(first)] = (wrong[tuple(first)] + 1) % 320
+    full = _loss_and_grads(cross_entropy, h, w, labels, mask)
+    bad = _loss_and_grads(chunked_cross_entropy, h, w, wrong, mask, chunk_size=8)
+    assert _rel(bad[2], full[2]) > REL
+
+
+def test_frozen_weight_gets_no_gradient_and_bf16_inputs_work() -> None:
+    h, w, labels, mask = _inputs(32, 16, 200, seed=2, dtype=torch.bfloat16)
+    hh = h.clone().requires_grad_()
+    loss = chunked_cross_entropy(hh, w, labels, mask, chunk_size=5)
+    loss.backward()
+    assert loss.dtype == torch.float32 and hh.grad.dtype == torch.bfloat16
+    assert w.grad is None
+    ref = cross_entropy(h, w, labels, mask)
+    assert _rel(loss.detach(), ref) <= REL
+
+
+def test_no_scored_tokens_and_bad_arguments_raise() -> None:
+    h, w, labels, mask = _inputs(8, 4, 10, seed=3)
+    none = torch.zeros_like(mask)
+    for fn in (cross_entropy, chunked_cross_entropy):
+        with pytest.raises(ValueError, match="no scored tokens"):
+            fn(h, w, labels, none)
+    with pytest.raises(ValueError, match="chunk_size"):
+        chunked_cross_entropy(h, w, labels, mask, chunk_size=0)
+    with pytest.raises(ValueError, match="disagree"):
+        cross_entropy(h, w, labels[:, :-1], mask)
+
+
+def test_chunked_ce_peak_is_below_full_ce_peak_at_smollm2_vocab(capsys) -> None:
+    h, w, labels, mask = _inputs(512, 576, 49152, seed=4)
+    hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+
+    def step(fn, **kw):
+        fn(hh, ww, labels, mask, **kw).backward()
+
+    _, full = measure_peak(lambda: step(cross_entropy))
+    hh.grad = ww.grad = None  # freed outside the measurement, not counted as negative bytes
+    _, chunked = measure_peak(lambda: step(chunked_cross_entropy, chunk_size=64))
+    with capsys.disabled():
+        print(f"\n[peak] 512 tokens x vocab 49152: full CE {full.peak_bytes / 2**20:.1f} MiB, "
+              f"chunked CE (64) {chunked.peak_bytes / 2**20:.1f} MiB")
+    assert full.events > 0 and chunked.events > 0
+    assert chunked.peak_bytes < full.peak_bytes
+
+
+def test_measure_peak_sees_a_known_allocation() -> None:
+    def make() -> torch.Tensor:
+        a = torch.empty(1024, 1024)  # 4 MiB, freed when the function returns
+        return a.sum()
+
+    _, measured = measure_peak(make)
+    assert measured.peak_bytes >= 4 * 2**20
+    assert measured.net_bytes < 4 * 2**20
