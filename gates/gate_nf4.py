@@ -76,7 +76,9 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def codec_matches(weight: torch.Tensor, device: str, *, high_first: bool = True) -> bool:
     """bitsandbytes and the reference agree on every part, with and without double quant."""
-    enc = ref.encode(weight, double_quant=True, high_first=high_first)
+    # bnb's CPU kernel snaps nested values to a 65,536-point grid; CUDA's searches the map.
+    rule = "lut65536" if device == "cpu" else "nearest"
+    enc = ref.encode(weight, double_quant=True, high_first=high_first, nested_rule=rule)
     w = weight.to(device)
     packed, plain = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4")
     _, nested = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)

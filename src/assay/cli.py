@@ -82,6 +82,58 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from assay.train.config import load_train_config
+    from assay.train.loop import Trainer
+
+    config = load_train_config(args.config)
+    trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
+    if args.resume:
+        trainer.resume(args.resume)
+    summary = trainer.train()
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    eval_text = "" if summary["eval_loss"] is None else f", eval loss {summary['eval_loss']:.4f}"
+    print(
+        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}): final loss "
+        f"{summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} tokens/s"
+    )
+    print(f"checkpoint {summary['checkpoint']}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from assay.train.checkpoint import load_checkpoint
+    from assay.train.config import load_train_config
+    from assay.train.loop import Trainer
+
+    config = load_train_config(args.config)
+    trainer = Trainer(config, device=args.device, progress=False)
+    if args.checkpoint:
+        load_checkpoint(args.checkpoint, fingerprints=None).restore(trainer.params, rng=False)
+    if args.data:
+        from assay.train.data import load_dataset
+
+        data = config.data
+        dataset = load_dataset(args.data, trainer.tokenizer, format=data.format, mask=data.mask,
+                               seq_len=data.seq_len, truncate=data.truncate)  # fmt: skip
+    elif trainer.eval_data is not None:
+        dataset = trainer.eval_data
+    else:
+        raise AssayError(f"{args.config}: data.eval is not set; pass --data FILE")
+    loss = trainer.evaluate(dataset)
+    result = {"eval_loss": loss, "examples": len(dataset), "scored_tokens": dataset.scored_tokens,
+              "checkpoint": args.checkpoint}  # fmt: skip
+    print(
+        json.dumps(result, indent=2)
+        if args.json
+        else f"eval loss {loss:.4f} over "
+        f"{dataset.scored_tokens} scored tokens ({len(dataset)} examples)"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="assay",
@@ -104,6 +156,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="also quantize the embeddings and the tied head",
     )
     info.set_defaults(func=cmd_info)
+    train = sub.add_parser("train", help="fine-tune from a YAML config, with a progress bar")
+    train.add_argument("config", help="train config (YAML; see examples/)")
+    train.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue bit for bit from a checkpoint (a run dir or step dir)",
+    )
+    train.add_argument("--device", default="cpu", help="compute device (default cpu)")
+    train.add_argument("--json", action="store_true", help="print the summary as JSON")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=cmd_train)
+    evaluate = sub.add_parser("eval", help="held-out loss of a config's model (and checkpoint)")
+    evaluate.add_argument("config", help="train config (YAML)")
+    evaluate.add_argument("--checkpoint", metavar="DIR", help="trainables to evaluate")
+    evaluate.add_argument("--data", metavar="FILE", help="JSONL to score (default data.eval)")
+    evaluate.add_argument("--device", default="cpu")
+    evaluate.add_argument("--json", action="store_true")
+    evaluate.set_defaults(func=cmd_eval)
     try:
         from assay.qualify.cli_commands import add_render_and_verify
     except ImportError:  # the qualify package is optional for a trainer-only install

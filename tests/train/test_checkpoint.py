@@ -161,7 +161,7 @@ def test_restore_refuses_other_parameters(tmp_path: Path) -> None:
 
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch) -> None:
     _saved(tmp_path, 1)
-    model, params, opt, sched = _setup()
+    _model_unused, params, opt, sched = _setup()
 
     def boom(*args, **kwargs):
         raise OSError("disk full")

@@ -94,8 +94,10 @@ def test_chunked_ce_peak_is_below_full_ce_peak_at_smollm2_vocab(capsys) -> None:
     hh.grad = ww.grad = None  # freed outside the measurement, not counted as negative bytes
     _, chunked = measure_peak(lambda: step(chunked_cross_entropy, chunk_size=64))
     with capsys.disabled():
-        print(f"\n[peak] 512 tokens x vocab 49152: full CE {full.peak_bytes / 2**20:.1f} MiB, "
-              f"chunked CE (64) {chunked.peak_bytes / 2**20:.1f} MiB")
+        print(
+            f"\n[peak] 512 tokens x vocab 49152: full CE {full.peak_bytes / 2**20:.1f} MiB, "
+            f"chunked CE (64) {chunked.peak_bytes / 2**20:.1f} MiB"
+        )
     assert full.events > 0 and chunked.events > 0
     assert chunked.peak_bytes < full.peak_bytes
 

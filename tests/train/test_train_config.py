@@ -31,7 +31,8 @@ def _error(tmp_path: Path, text: str) -> str:
 
 
 def test_schema_is_valid_draft_2020_12_and_closed_everywhere() -> None:
-    schema = json.loads((Path(__file__).parents[2] / "schemas/train-config.schema.json").read_text())
+    path = Path(__file__).parents[2] / "schemas/train-config.schema.json"
+    schema = json.loads(path.read_text())
     Draft202012Validator.check_schema(schema)
     open_objects = []
 
@@ -92,7 +93,9 @@ def test_yaml_exponent_without_dot_is_a_float(tmp_path: Path) -> None:
     ],
 )
 def test_bad_field_is_one_line_naming_it(tmp_path: Path, extra: str, expected: str) -> None:
-    text = MINIMAL if not extra.startswith("data:") else MINIMAL.replace("data:\n  train: d.jsonl\n", "")
+    text = MINIMAL
+    if extra.startswith("data:"):
+        text = MINIMAL.replace("data:\n  train: d.jsonl\n", "")
     assert expected in _error(tmp_path, text + extra)
 
 
@@ -106,11 +109,13 @@ def test_missing_required_key_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ("storage: nf4\nadapter:\n  method: full\n", "adapter.method: full cannot train nf4"),
+        ("storage: nf4\nadapter:\n  method: full\n", "needs storage float32, not nf4"),
         (
             "storage: nf4_double_quant\nadapter:\n  method: full\n",
-            "adapter.method: full cannot train nf4_double_quant",
+            "needs storage float32, not nf4_double_quant",
         ),
+        ("storage: bf16\nadapter:\n  method: full\n", "needs storage float32, not bf16"),
+        ("adapter:\n  method: full\n  layers: [1]\n", "adapter.layers: does not apply"),
         ("loss:\n  type: chunked_ce\n  chunk_size: 0\n", "loss.chunk_size: must be >= 1"),
         ("loss:\n  type: ce\n  chunk_size: 64\n", "loss.chunk_size: does not apply to loss ce"),
         ("adapter:\n  method: lora\n  u: 3\n", "adapter.u: does not apply to method lora"),
@@ -129,12 +134,14 @@ def test_impossible_combination_names_the_field(tmp_path: Path, extra: str, expe
 
 
 def test_completion_only_mask_on_text_rows_is_refused(tmp_path: Path) -> None:
-    text = MINIMAL.replace("train: d.jsonl", "train: d.jsonl\n  format: text\n  mask: completion_only")
+    fields = "train: d.jsonl\n  format: text\n  mask: completion_only"
+    text = MINIMAL.replace("train: d.jsonl", fields)
     assert "data.mask: completion_only needs a completion" in _error(tmp_path, text)
 
 
 def test_duplicate_key_and_bad_yaml_name_the_line(tmp_path: Path) -> None:
-    assert "line 5: invalid YAML (duplicate key 'steps')" in _error(tmp_path, MINIMAL + "steps: 4\n")
+    duplicate = _error(tmp_path, MINIMAL + "steps: 4\n")
+    assert "line 5: invalid YAML (duplicate key 'steps')" in duplicate
     assert "line 2" in _error(tmp_path, "model: m\n  bad: [\n")
     assert "expected a mapping" in _error(tmp_path, "- a\n- b\n")
     assert "the file is empty" in _error(tmp_path, "")

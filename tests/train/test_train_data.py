@@ -70,9 +70,7 @@ def test_multi_turn_messages_score_only_assistant_turns(tmp_path, tok) -> None:
 def test_conversational_prompt_completion_scores_the_assistant_reply(tmp_path, tok) -> None:
     row = {"prompt": CHAT[:1], "completion": [CHAT[1]]}
     seq = load_dataset(_jsonl(tmp_path, [row]), tok).examples[0].seqs[0]
-    assert [tok.decode(r) for r in _scored_runs(seq.ids, seq.scored)] == [
-        "hello there<|im_end|>\n"
-    ]
+    assert [tok.decode(r) for r in _scored_runs(seq.ids, seq.scored)] == ["hello there<|im_end|>\n"]
 
 
 def test_template_without_consistent_prefixes_is_refused_for_completion_only(tmp_path, tok):
@@ -127,8 +125,10 @@ def test_preference_and_kto_rows(tmp_path, tok) -> None:
     assert batch.input_ids.shape[0] == 4
     assert tok.decode(batch.input_ids[0, : batch.lengths[0]].tolist()).endswith(" yes<|im_end|>")
     assert tok.decode(batch.input_ids[2, : batch.lengths[2]].tolist()).endswith(" no!<|im_end|>")
-    kto_rows = [{"prompt": "Q", "completion": " a", "label": True}, {"prompt": "Q",
-                "completion": " b", "label": False}]
+    kto_rows = [
+        {"prompt": "Q", "completion": " a", "label": True},
+        {"prompt": "Q", "completion": " b", "label": False},
+    ]
     kto = load_dataset(_jsonl(tmp_path, kto_rows, "k.jsonl"), tok)
     assert kto.format == "kto"
     assert collate(kto.examples, pad_id=2).kto_labels.tolist() == [True, False]
@@ -157,8 +157,10 @@ def test_row_longer_than_seq_len_names_row_and_count_unless_truncate(tmp_path, t
         (b'{"foo": 1}\n', r"d\.jsonl:1: cannot tell the row format"),
         (b'{"messages": [{"role": "user"}]}\n', r"d\.jsonl:1: messages\[0\]\.content must be"),
         (b'{"prompt": "a", "completion": "b", "label": "yes"}\n', r"d\.jsonl:1: label must be"),
-        (b'{"prompt": "a", "completion": [{"role": "assistant", "content": "b"}]}\n',
-         r"d\.jsonl:1: completion must be a string like prompt"),
+        (
+            b'{"prompt": "a", "completion": [{"role": "assistant", "content": "b"}]}\n',
+            r"d\.jsonl:1: completion must be a string like prompt",
+        ),
     ],
 )
 def test_malformed_rows_name_file_and_line(tmp_path, tok, content: bytes, expected: str) -> None:

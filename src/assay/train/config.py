@@ -132,6 +132,8 @@ class TrainConfig:
     batch: BatchConfig = BatchConfig()
     seed: int = 0
     gradient_checkpointing: bool = False
+    neftune_alpha: float = 0.0
+    tokenizer: str | None = None
     stream: StreamConfig | None = None
     budget: int | None = None
     source: str = ""
@@ -143,7 +145,7 @@ class TrainConfig:
 
 # Fields that do not change the training trajectory, or whose content another fingerprint
 # covers (model and data files), so a run can move between directories and still resume.
-_NOT_FINGERPRINTED = ("source", "output", "budget", "model")
+_NOT_FINGERPRINTED = ("source", "output", "budget", "model", "tokenizer")
 
 
 def config_fingerprint(config: TrainConfig) -> str:
@@ -171,15 +173,33 @@ def parse_size(value: int | str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def model_path(config: TrainConfig) -> Path:
-    """The model file or directory; resolves ``pkg:<module>/<file>`` without importing it."""
-    if not config.model.startswith("pkg:"):
-        return Path(config.model)
-    module, _, rest = config.model[4:].partition("/")
+def _resolve(reference: str | None, base: Path) -> str | None:
+    if reference is None or reference.startswith("pkg:"):
+        return reference
+    return str(base / reference)
+
+
+def resolve_reference(reference: str, field: str, source: str) -> Path:
+    """A path, or ``pkg:<module>/<file>`` resolved inside an installed package (not imported)."""
+    if not reference.startswith("pkg:"):
+        return Path(reference)
+    module, _, rest = reference[4:].partition("/")
     spec = importlib.util.find_spec(module) if module else None
     if spec is None or spec.origin is None:
-        raise ConfigError(f"{config.source}: model: package {module!r} is not installed")
+        raise ConfigError(f"{source}: {field}: package {module!r} is not installed")
     return Path(os.path.dirname(spec.origin)) / rest
+
+
+def model_path(config: TrainConfig) -> Path:
+    """The model file or directory; resolves ``pkg:<module>/<file>`` without importing it."""
+    return resolve_reference(config.model, "model", config.source)
+
+
+def tokenizer_path(config: TrainConfig) -> Path:
+    """The GGUF the tokenizer is read from: ``tokenizer`` if set, else the model file."""
+    if config.tokenizer is None:
+        return model_path(config)
+    return resolve_reference(config.tokenizer, "tokenizer", config.source)
 
 
 def _fail(source: Path, field: str, message: str) -> ConfigError:
@@ -206,12 +226,14 @@ def _adapter(raw: dict[str, Any], storage: str, source: Path) -> AdapterConfig:
     where = {"at": "adapter", "source": source}
     _only_for(raw, ("rank", "alpha"), lora, f"to method {method} (lora family only)", **where)
     _only_for(raw, ("u", "r", "sharing"), tiny, f"to method {method} (tinylora only)", **where)
-    if method == "full" and storage.startswith("nf4"):
+    _only_for(raw, ("targets", "layers"), method != "full", "to method full (every weight "
+              "trains)", **where)  # fmt: skip
+    if method == "full" and storage != "float32":
         raise _fail(
             source,
             "adapter.method",
-            f"full cannot train {storage} storage (frozen "
-            "4-bit bytes have no gradient); use float32/bf16 storage or an adapter",
+            f"full trains every weight and needs storage float32, not {storage} "
+            "(frozen bf16/4-bit storage has no gradient); use float32 or an adapter",
         )
     layers = raw.get("layers")
     return AdapterConfig(
@@ -314,7 +336,7 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
     stream = data.get("stream")
     budget = data.get("budget")
     return TrainConfig(
-        model=model if model.startswith("pkg:") else str(base / model),
+        model=_resolve(model, base),
         storage=storage,
         adapter=adapter,
         data=_data(data["data"], loss.type, base, path),
@@ -324,6 +346,8 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
         steps=steps,
         seed=int(data.get("seed", 0)),
         gradient_checkpointing=bool(data.get("gradient_checkpointing", False)),
+        neftune_alpha=float(data.get("neftune_alpha", 0.0)),
+        tokenizer=_resolve(data.get("tokenizer"), base),
         output=OutputConfig(
             dir=str(base / out.get("dir", f"runs/{path.stem}")),
             save_every=int(out.get("save_every", 100)),

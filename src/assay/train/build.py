@@ -1,0 +1,105 @@
+"""Turn a TrainConfig into the live objects of a run: model, tokenizer, data, optimizer."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from assay.adapters import attach
+from assay.model.loader import load
+from assay.model.tokenizer import Tokenizer, load_tokenizer
+from assay.train.config import TrainConfig, model_path, tokenizer_path
+from assay.train.data import Dataset, load_dataset
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA) from one integer."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_model(
+    config: TrainConfig, device: str | torch.device = "cpu"
+) -> tuple[nn.Module, nn.Module]:
+    """(the module to run, the underlying Decoder): loaded, adapted and maybe streamed.
+
+    The same config and seed give bitwise the same initial trainables.
+    """
+    base = load(model_path(config), storage=config.storage)
+    adapter = config.adapter
+    options = {k: getattr(adapter, k) for k in ("u", "r", "sharing") if getattr(adapter, k)}
+    kwargs = {} if adapter.method == "full" else {
+        "rank": adapter.rank, "alpha": adapter.alpha, "targets": list(adapter.targets),
+        "layers": adapter.layers, **options,
+    }  # fmt: skip
+    attach(base, adapter.method, seed=config.seed, **kwargs)
+    base.gradient_checkpointing = config.gradient_checkpointing
+    if config.stream is not None:
+        from assay.stream import StreamedModel
+
+        runner: nn.Module = StreamedModel(base, tier=config.stream.tier,
+                                          buffers=config.stream.buffers, device=device)  # fmt: skip
+    else:
+        runner = base.to(device)
+    return runner, base
+
+
+def build_tokenizer(config: TrainConfig) -> Tokenizer:
+    return load_tokenizer(tokenizer_path(config))
+
+
+def build_datasets(config: TrainConfig, tokenizer: Tokenizer) -> tuple[Dataset, Dataset | None]:
+    data = config.data
+
+    def read(path: str) -> Dataset:
+        return load_dataset(path, tokenizer, format=data.format, mask=data.mask,
+                            seq_len=data.seq_len, truncate=data.truncate)  # fmt: skip
+
+    return read(data.train), (read(data.eval) if data.eval else None)
+
+
+def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """Name -> parameter for everything that trains; a shared parameter appears once."""
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def build_optimizer(config: TrainConfig, params: dict[str, nn.Parameter]) -> torch.optim.AdamW:
+    optim = config.optim
+    return torch.optim.AdamW(list(params.values()), lr=optim.lr, betas=optim.betas,
+                             eps=optim.eps, weight_decay=optim.weight_decay)  # fmt: skip
+
+
+def lr_factor(config: TrainConfig) -> Callable[[int], float]:
+    """Multiplier of the base learning rate at scheduler step ``s`` (0-based)."""
+    warmup, total = config.optim.warmup_steps, config.steps
+    cosine = config.optim.schedule == "cosine"
+
+    def factor(s: int) -> float:
+        if warmup and s < warmup:
+            return (s + 1) / warmup
+        if not cosine:
+            return 1.0
+        progress = (s - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+class NEFTune:
+    """Uniform noise of scale alpha / sqrt(T * d) on the input embeddings while enabled."""
+
+    def __init__(self, embedding: nn.Module, alpha: float) -> None:
+        self.alpha, self.enabled = alpha, True
+        self.handle = embedding.register_forward_hook(self._hook) if alpha > 0 else None
+
+    def _hook(self, module: nn.Module, args, output: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return output
+        scale = self.alpha / math.sqrt(output.shape[-2] * output.shape[-1])
+        return output + torch.empty_like(output).uniform_(-scale, scale)

@@ -1,0 +1,199 @@
+"""The training loop: micro-batches, accumulation, AdamW, schedule, clipping, checkpoints, resume.
+
+Accumulation divides every micro-batch's summed loss by the scored tokens of the whole
+optimizer step, so k micro-batches of 1 give the gradient of one batch of k (to fp rounding).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from assay.atomic import atomic_write_bytes
+from assay.train.build import (
+    NEFTune,
+    build_datasets,
+    build_model,
+    build_optimizer,
+    build_tokenizer,
+    lr_factor,
+    seed_everything,
+    trainable_parameters,
+)
+from assay.train.checkpoint import load_checkpoint, save_checkpoint
+from assay.train.config import TrainConfig, config_fingerprint
+from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
+from assay.train.objective import Objective
+
+METRICS = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimizer step as logged to metrics.jsonl."""
+
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens: int
+    scored_tokens: int
+    seconds: float
+    tokens_per_s: float
+
+
+class Trainer:
+    """One run of ``config``: ``train()`` from scratch or ``resume()`` from a checkpoint."""
+
+    def __init__(self, config: TrainConfig, *, device: str = "cpu", progress: bool = True) -> None:
+        self.config, self.device, self.progress = config, device, progress
+        seed_everything(config.seed)
+        self.model, self.base = build_model(config, device)
+        self.tokenizer = build_tokenizer(config)
+        self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
+        self.params = trainable_parameters(self.base)
+        self.optimizer = build_optimizer(config, self.params)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
+        self.batches = BatchIterator(len(self.train_data), config.batch.micro_batch,
+                                     Cursor(seed=config.seed))  # fmt: skip
+        self.objective = Objective(config, self.model, self.base)
+        self.neftune = NEFTune(self.base.embed_tokens, config.neftune_alpha)
+        self.pad_id = self._pad_id()
+        self.fingerprints = {
+            "config": config_fingerprint(config),
+            "dataset": dataset_fingerprint(self.train_data),
+            "model": self.base.fingerprint.canonical_sha256,
+        }
+        self.step = 0
+        self.out_dir = Path(config.output.dir)
+
+    def _pad_id(self) -> int:
+        for candidate in (self.tokenizer.pad_id, self.tokenizer.eos_id, 0):
+            if candidate is not None:
+                return int(candidate)
+        return 0
+
+    # -- resume ------------------------------------------------------------------------------
+    def resume(self, path: str | os.PathLike[str], *, rng: bool = True,
+               optimizer: bool = True) -> int:  # fmt: skip
+        """Restore trainables, optimizer, scheduler, RNG and data cursor; returns the step.
+
+        Refuses (naming which) when the config, dataset or model fingerprint differs.
+        ``rng``/``optimizer`` False exist for the gate's controls, which must then diverge.
+        """
+        checkpoint = load_checkpoint(path, fingerprints=self.fingerprints)
+        checkpoint.restore(self.params, self.optimizer if optimizer else None, rng=rng)
+        self.scheduler.load_state_dict(checkpoint.scheduler_state)
+        self.batches = BatchIterator(len(self.train_data), self.config.batch.micro_batch,
+                                     Cursor.from_dict(checkpoint.cursor))  # fmt: skip
+        self.step = checkpoint.step
+        self._truncate_metrics(self.step)
+        return self.step
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Keep only the metrics of steps up to ``step`` (a kill may have left later ones)."""
+        path = self.out_dir / METRICS
+        if not path.exists():
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (ValueError, KeyError, TypeError):
+                break  # a torn last line
+        atomic_write_bytes(path, "".join(f"{line}\n" for line in kept).encode())
+
+    # -- one step ----------------------------------------------------------------------------
+    def _micro_batches(self) -> list[Batch]:
+        examples = self.train_data.examples
+        return [collate([examples[i] for i in next(self.batches)], self.pad_id)
+                for _ in range(self.config.batch.grad_accum)]  # fmt: skip
+
+    def train_step(self) -> StepRecord:
+        """One optimizer step over ``grad_accum`` micro-batches."""
+        started = time.perf_counter()
+        micro = self._micro_batches()
+        scored = sum(int(b.loss_mask.sum()) for b in micro)
+        total_loss = 0.0
+        for batch in micro:
+            loss = self.objective.loss(batch, scored, len(micro))
+            loss.backward()
+            total_loss += loss.item()
+        params = list(self.params.values())
+        clip = self.config.optim.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        seconds = time.perf_counter() - started
+        tokens = sum(int(b.attention_mask.sum()) for b in micro)
+        return StepRecord(self.step, total_loss, lr, float(norm), tokens, scored, seconds,
+                          tokens / seconds)  # fmt: skip
+
+    # -- the run -----------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run to ``config.steps``, logging and checkpointing; returns the summary."""
+        config = self.config
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        started, records = time.perf_counter(), []
+        bar = tqdm(total=config.steps, initial=self.step, disable=not self.progress,
+                   unit="step", dynamic_ncols=True)  # fmt: skip
+        with bar, (self.out_dir / METRICS).open("a", encoding="utf-8") as log:
+            while self.step < config.steps:
+                record = self.train_step()
+                records.append(record)
+                log.write(json.dumps(asdict(record)) + "\n")
+                log.flush()
+                bar.update(1)
+                bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{record.tokens_per_s:.0f}")
+                if record.step % config.output.save_every == 0 or record.step == config.steps:
+                    self.save()
+        elapsed = time.perf_counter() - started
+        tokens = sum(r.tokens for r in records)
+        return {
+            "steps": self.step,
+            "steps_this_run": len(records),
+            "final_loss": records[-1].loss if records else None,
+            "losses": [r.loss for r in records],
+            "tokens": tokens,
+            "seconds": elapsed,
+            "tokens_per_s": tokens / elapsed if elapsed else None,
+            "eval_loss": self.evaluate() if self.eval_data is not None else None,
+            "checkpoint": str(self.out_dir / f"step-{self.step:06d}"),
+            "fingerprints": self.fingerprints,
+            "train_examples": len(self.train_data),
+        }
+
+    def save(self) -> Path:
+        return save_checkpoint(self.out_dir, self.step, self.params, self.optimizer,
+                               self.scheduler.state_dict(), self.batches.cursor,
+                               self.fingerprints)  # fmt: skip
+
+    @torch.no_grad()
+    def evaluate(self, dataset: Dataset | None = None) -> float:
+        """Mean next-token loss over every scored token of ``dataset`` (default: eval set)."""
+        data = dataset or self.eval_data
+        if data is None:
+            raise ValueError("no eval data: set data.eval in the config")
+        self.neftune.enabled = False
+        try:
+            total, count = 0.0, 0
+            size = self.config.batch.micro_batch
+            for start in range(0, len(data), size):
+                batch = collate(list(data.examples[start : start + size]), self.pad_id)
+                n = int(batch.loss_mask.sum())
+                total += float(self.objective.loss(batch, n, 1)) * n
+                count += n
+            return total / count
+        finally:
+            self.neftune.enabled = True
