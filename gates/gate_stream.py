@@ -26,11 +26,23 @@ from assay.qualify import Threshold
 from assay.stream import SlotPool, StreamedModel
 from assay.stream.layout import base_tensors
 
-IMPLEMENTATION = ("assay.stream.engine", "assay.stream.pool", "assay.stream.store",
-                  "assay.stream.layout", "assay.storage.linear", "assay.storage.nf4",
-                  "assay.model.decoder")  # fmt: skip
-METHODS = (("lora", {}), ("rslora", {}), ("lora_fa", {}), ("dora", {}),
-           ("tinylora", {"sharing": "global"}), ("full", {}))  # fmt: skip
+IMPLEMENTATION = (
+    "assay.stream.engine",
+    "assay.stream.pool",
+    "assay.stream.store",
+    "assay.stream.layout",
+    "assay.storage.linear",
+    "assay.storage.nf4",
+    "assay.model.decoder",
+)
+METHODS = (
+    ("lora", {}),
+    ("rslora", {}),
+    ("lora_fa", {}),
+    ("dora", {}),
+    ("tinylora", {"sharing": "global"}),
+    ("full", {}),
+)
 FAMILIES = ("qwen2", "mistral", "llama3")
 
 
@@ -109,8 +121,11 @@ def test_smollm2_streamed_equals_resident(gate):
             unit="unequal logits",
         )
         fwd.measure(int((logits != s_logits).sum()))
-        bad = recycled(StreamedModel(adapted(path, "lora", storage, {}), buffers=2),
-                       forward=True, backward=False)  # fmt: skip
+        bad = recycled(
+            StreamedModel(adapted(path, "lora", storage, {}), buffers=2),
+            forward=True,
+            backward=False,
+        )
         fwd.control("recycled slot in the forward", int((bad(ids).detach() != logits).sum()))
         n = len(grads)
         bwd = gate.claim(
@@ -122,12 +137,16 @@ def test_smollm2_streamed_equals_resident(gate):
             unit=f"unequal of {n} gradients",
         )
         bwd.measure(mismatches(grads, s_grads))
-        bad = recycled(StreamedModel(adapted(path, "lora", storage, {}), buffers=2),
-                       forward=False, backward=True)  # fmt: skip
+        bad = recycled(
+            StreamedModel(adapted(path, "lora", storage, {}), buffers=2),
+            forward=False,
+            backward=True,
+        )
         bad_logits, bad_grads = forward_backward(bad, ids)
         assert torch.equal(bad_logits, logits)  # the trap: forward exact, gradients wrong
-        bwd.control("recycled slot in the backward (forward stays exact)",
-                    mismatches(grads, bad_grads))  # fmt: skip
+        bwd.control(
+            "recycled slot in the backward (forward stays exact)", mismatches(grads, bad_grads)
+        )
     gate.not_tested(
         "CUDA copy stream, pinned RAM tier and the matmul_4bit control",
         "no GPU in this run; harness/stream_bitexact.py covers them on a GPU box",
@@ -136,8 +155,9 @@ def test_smollm2_streamed_equals_resident(gate):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_tiny_families_every_method_and_storage(gate, family, tiny_paths):
-    gate.uses(*IMPLEMENTATION, "assay.adapters.lora", "assay.adapters.dora",
-              "assay.adapters.tinylora")  # fmt: skip
+    gate.uses(
+        *IMPLEMENTATION, "assay.adapters.lora", "assay.adapters.dora", "assay.adapters.tinylora"
+    )
     path = tiny_paths[family]
     ids = torch.randint(0, 320, (2, 32), generator=torch.Generator().manual_seed(1))
     unequal_logits = unequal_grads = total_grads = combos = 0
@@ -164,8 +184,9 @@ def test_tiny_families_every_method_and_storage(gate, family, tiny_paths):
     )
     claim.measure(unequal_logits + unequal_grads)
     logits, grads = forward_backward(adapted(path, "dora", "nf4_double_quant", {}), ids)
-    bad = recycled(StreamedModel(adapted(path, "dora", "nf4_double_quant", {})),
-                   forward=False, backward=True)  # fmt: skip
+    bad = recycled(
+        StreamedModel(adapted(path, "dora", "nf4_double_quant", {})), forward=False, backward=True
+    )
     claim.control("recycled slot, DoRA over NF4", mismatches(grads, forward_backward(bad, ids)[1]))
 
 
@@ -202,8 +223,10 @@ def test_twenty_step_curves_and_invariance(gate, tiny_paths, tmp_path):
         "disk, 2 buffers": dict(tier="disk", buffers=2, cache_dir=tmp_path),
         "disk, 3 buffers": dict(tier="disk", buffers=3, cache_dir=tmp_path),
     }
-    curves = {k: loss_curve(StreamedModel(adapted(path, "lora", "nf4", {}), **v), 20, ids)
-              for k, v in variants.items()}  # fmt: skip
+    curves = {
+        k: loss_curve(StreamedModel(adapted(path, "lora", "nf4", {}), **v), 20, ids)
+        for k, v in variants.items()
+    }
     claim = gate.claim(
         "curve.20_steps",
         "20 AdamW steps, LoRA over NF4 (tiny llama3): the streamed loss curve equals the "
@@ -227,8 +250,9 @@ def test_streaming_really_ran(gate, tmp_path):
     gate.uses(*IMPLEMENTATION)
     path = save_tiny("qwen2", tmp_path, seed=4, gguf=False, num_hidden_layers=6)["hf"]
     ids = torch.randint(0, 320, (1, 16), generator=torch.Generator().manual_seed(4))
-    streamed = StreamedModel(adapted(path, "lora", "float32", {}), tier="disk", buffers=2,
-                             cache_dir=tmp_path)  # fmt: skip
+    streamed = StreamedModel(
+        adapted(path, "lora", "float32", {}), tier="disk", buffers=2, cache_dir=tmp_path
+    )
     _, grads = forward_backward(streamed, ids)
     a_grads = [g for n, g in grads.items() if n.endswith("lora_A")]
     vacuous = gate.claim(
@@ -241,13 +265,18 @@ def test_streaming_really_ran(gate, tmp_path):
     vacuous.measure(sum(int(g.abs().sum() == 0) for g in a_grads))
     fresh = attach(assay.load(path), "lora", rank=4, alpha=8, targets="all-linear")
     _, fresh_grads = forward_backward(StreamedModel(fresh), ids)
-    vacuous.control("B left at its zero init",
-                    sum(int(g.abs().sum() == 0) for n, g in fresh_grads.items()
-                        if n.endswith("lora_A")))  # fmt: skip
+    vacuous.control(
+        "B left at its zero init",
+        sum(int(g.abs().sum() == 0) for n, g in fresh_grads.items() if n.endswith("lora_A")),
+    )
 
     def materialised_base_bytes(model) -> int:
-        return sum(t.numel() * t.element_size() for layer in model.layers
-                   for t in base_tensors(layer).values() if t.device.type != "meta")  # fmt: skip
+        return sum(
+            t.numel() * t.element_size()
+            for layer in model.layers
+            for t in base_tensors(layer).values()
+            if t.device.type != "meta"
+        )
 
     largest = max(layout.nbytes for layout in streamed.layouts)
     held = materialised_base_bytes(streamed.model) + streamed.pool.device_bytes
@@ -274,10 +303,18 @@ def random_decoder(layers: int, seed: int = 0):
     """SmolLM2's architecture (hidden 576, FFN 1536, 9/3 heads, vocab 49152) at any depth."""
     from assay.model import Decoder, ModelConfig
 
-    config = ModelConfig(architecture="llama", vocab_size=49152, hidden_size=576,
-                         intermediate_size=1536, num_layers=layers, num_heads=9,
-                         num_kv_heads=3, head_dim=64, rope_theta=100000.0,
-                         tie_word_embeddings=True)  # fmt: skip
+    config = ModelConfig(
+        architecture="llama",
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=layers,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
     model = Decoder(config)
     with torch.no_grad():
@@ -289,8 +326,11 @@ def random_decoder(layers: int, seed: int = 0):
 
 
 def tensor_bytes(tensors) -> int:
-    unique = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors
-              if t.device.type != "meta"}  # fmt: skip
+    unique = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+        for t in tensors
+        if t.device.type != "meta"
+    }
     return sum(unique.values())
 
 
@@ -331,14 +371,20 @@ def test_depth_independence(gate):
     claim.measure(streamed[32] / streamed[4])
     claim.control("resident model, same measurement", resident[32] / resident[4])
     slope = (streamed[32] - streamed[4]) / 28
-    gate.note("device peak by depth (MiB): " + ", ".join(
-        f"{d} layers: streamed {streamed[d] / 2**20:.1f}, resident {resident[d] / 2**20:.1f}"
-        for d in depths))  # fmt: skip
-    gate.note(f"streamed growth {slope / 1024:.0f} KiB per layer: the LoRA tensors and their "
-              "gradients plus one boundary activation per layer stay on the device; the base "
-              "weights do not. On CPU 'device' bytes are counted from the tensors the run keeps "
-              "on the compute side (pool slots, embeddings, head, adapters) plus the profiler's "
-              "tensor-level peak during one forward and backward.")  # fmt: skip
+    gate.note(
+        "device peak by depth (MiB): "
+        + ", ".join(
+            f"{d} layers: streamed {streamed[d] / 2**20:.1f}, resident {resident[d] / 2**20:.1f}"
+            for d in depths
+        )
+    )
+    gate.note(
+        f"streamed growth {slope / 1024:.0f} KiB per layer: the LoRA tensors and their "
+        "gradients plus one boundary activation per layer stay on the device; the base "
+        "weights do not. On CPU 'device' bytes are counted from the tensors the run keeps "
+        "on the compute side (pool slots, embeddings, head, adapters) plus the profiler's "
+        "tensor-level peak during one forward and backward."
+    )
     gate.figure(
         plot_depth(depths, streamed, resident),
         "Device peak against depth, streamed (2 buffers) and resident",

@@ -125,8 +125,12 @@ def main() -> None:
         return
     for kind in kinds:
         print(f"{kind:<24} {median[kind]:.3f} s/step  {result['tokens_per_s'][kind]:.0f} tok/s")
-    for key in ("ram_over_resident", "ram_over_checkpointed", "disk_over_resident",
-                "disk_over_checkpointed"):  # fmt: skip
+    for key in (
+        "ram_over_resident",
+        "ram_over_checkpointed",
+        "disk_over_resident",
+        "disk_over_checkpointed",
+    ):
         print(f"{key:<28} {result['ratio_' + key]:.3f}")
     print(f"fp32 GEMM ceiling          {result['gemm_ceiling_gflops']:.1f} GFLOP/s")
 

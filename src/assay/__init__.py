@@ -16,6 +16,9 @@ _LAZY = {
     "Decoder": "assay.model",
     "ModelConfig": "assay.model",
     "load": "assay.model",
+    "attach": "assay.adapters",
+    "StreamedModel": "assay.stream",
+    "Trainer": "assay.train.loop",
 }
 
 __all__ = ["AssayError", "__version__", *_LAZY]

@@ -90,7 +90,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
     if args.resume:
         trainer.resume(args.resume)
-    summary = trainer.train()
+    summary = trainer.train(stop_at=args.stop_at)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
@@ -134,6 +134,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from assay.export import export
+    from assay.train.build import build_model, trainable_parameters
+    from assay.train.checkpoint import load_checkpoint
+    from assay.train.config import load_train_config
+    from assay.train.loop import RUN_CONFIG
+
+    checkpoint_dir = Path(args.checkpoint)
+    run_dir = checkpoint_dir if (checkpoint_dir / "latest").exists() else checkpoint_dir.parent
+    config_path = Path(args.config) if args.config else run_dir / RUN_CONFIG
+    if not config_path.is_file():
+        raise AssayError(f"{config_path}: no run config; pass --config CONFIG.yaml")
+    config = load_train_config(config_path)
+    _, base = build_model(config)
+    checkpoint = load_checkpoint(checkpoint_dir)
+    if checkpoint.fingerprints["model"] != base.fingerprint.canonical_sha256:
+        raise AssayError(f"{checkpoint.path}: was trained on another model than {config.model}")
+    checkpoint.restore(trainable_parameters(base), rng=False)
+    out = export(base, args.out, args.format, gguf_type=args.gguf_type)
+    result = {"checkpoint": str(checkpoint.path), "format": args.format, "out": str(out)}
+    print(json.dumps(result) if args.json else f"wrote {out} ({args.format})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="assay",
@@ -163,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="continue bit for bit from a checkpoint (a run dir or step dir)",
     )
+    train.add_argument(
+        "--stop-at",
+        type=int,
+        metavar="STEP",
+        help="stop after this step (checkpointed there); --resume continues",
+    )
     train.add_argument("--device", default="cpu", help="compute device (default cpu)")
     train.add_argument("--json", action="store_true", help="print the summary as JSON")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -174,6 +204,21 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="cpu")
     evaluate.add_argument("--json", action="store_true")
     evaluate.set_defaults(func=cmd_eval)
+    exporter = sub.add_parser(
+        "export", help="write a checkpoint as a PEFT adapter or a merged model"
+    )
+    exporter.add_argument("checkpoint", help="run dir (follows 'latest') or step dir")
+    exporter.add_argument(
+        "--format",
+        choices=("peft", "safetensors", "gguf"),
+        required=True,
+        help="peft: the adapter alone; safetensors/gguf: merged full model",
+    )
+    exporter.add_argument("--out", required=True, help="output folder (peft, safetensors) or file")
+    exporter.add_argument("--gguf-type", choices=("F32", "F16"), default="F32")
+    exporter.add_argument("--config", help="train config (default: the run dir's config.yaml)")
+    exporter.add_argument("--json", action="store_true")
+    exporter.set_defaults(func=cmd_export)
     try:
         from assay.qualify.cli_commands import add_render_and_verify
     except ImportError:  # the qualify package is optional for a trainer-only install

@@ -113,8 +113,6 @@ def export_merged(
     if format == "gguf":
         from assay.model.gguf_export import write_gguf
 
-        if config.rope_freq_divisors is not None:
-            raise ConfigError("export: GGUF rope_freqs divisors are not re-written yet")
         return write_gguf(target, config, tensors, tensor_type=gguf_type)
     hf_names = {
         name if name == "lm_head.weight" else f"model.{name}": tensor

@@ -15,7 +15,7 @@ def test_delta_is_u_sigma_mix_v_transpose(fresh):
     model = randomize_adapters(attach(fresh(), "tinylora", u=5, r=3, targets=["o_proj"]), 4)
     adapter = adapter_modules(model)[0][1]
     weight = dense_weight(adapter.base).double()
-    u, s, vh = torch.linalg.svd(weight, full_matrices=False)
+    s = torch.linalg.svdvals(weight)
     assert torch.allclose(adapter.tiny_S.double(), s[:3], atol=1e-5)
     mix = sum(adapter.tiny_v[i].double() * adapter.tiny_P[i].double() for i in range(5))
     expected = adapter.tiny_U.double() @ torch.diag(adapter.tiny_S.double()) @ mix

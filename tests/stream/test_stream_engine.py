@@ -11,9 +11,15 @@ from assay.adapters.perturb import randomize_adapters
 from assay.errors import ConfigError
 from assay.stream import StreamedModel, StreamError
 
-METHODS = [("lora", {}), ("rslora", {}), ("lora_fa", {}), ("dora", {}),
-           ("tinylora", {"sharing": "per_target"}), ("tinylora", {"sharing": "global"}),
-           ("full", {})]  # fmt: skip
+METHODS = [
+    ("lora", {}),
+    ("rslora", {}),
+    ("lora_fa", {}),
+    ("dora", {}),
+    ("tinylora", {"sharing": "per_target"}),
+    ("tinylora", {"sharing": "global"}),
+    ("full", {}),
+]
 
 
 def _model(path, method, storage, options):
@@ -54,8 +60,9 @@ def test_tier_and_buffer_count_do_not_change_numbers(tiny_models, tmp_path, tier
     ids = torch.randint(0, 320, (1, 32), generator=torch.Generator().manual_seed(1))
     reference = StreamedModel(_model(path, "lora", "nf4", {}), tier="ram", buffers=2)
     logits, grads = _loss_and_grads(reference, ids)
-    other = StreamedModel(_model(path, "lora", "nf4", {}), tier=tier, buffers=buffers,
-                          cache_dir=tmp_path)  # fmt: skip
+    other = StreamedModel(
+        _model(path, "lora", "nf4", {}), tier=tier, buffers=buffers, cache_dir=tmp_path
+    )
     o_logits, o_grads = _loss_and_grads(other, ids)
     assert torch.equal(logits, o_logits)
     assert all(torch.equal(grads[n], o_grads[n]) for n in grads)

@@ -169,3 +169,27 @@ def test_example_config_runs(example, tmp_path):
     assert summary["steps"] == data["steps"]
     assert all(torch.isfinite(torch.tensor(summary["losses"])))
     shutil.rmtree(tmp_path / "run")
+
+
+def test_cli_export_merged_and_peft(tiny_run, capsys):
+    import assay
+
+    run_dir = tiny_run / "export-run"
+    Trainer(make_config(tiny_run, "export-run"), progress=False).train()
+    assert (run_dir / "config.yaml").is_file()
+    assert (
+        main(["export", str(run_dir), "--format", "gguf", "--out", str(tiny_run / "merged.gguf")])
+        == 0
+    )
+    assert (
+        main(["export", str(run_dir), "--format", "peft", "--out", str(tiny_run / "adapter")]) == 0
+    )
+    assert (tiny_run / "adapter" / "adapter_model.safetensors").is_file()
+    trained = Trainer(make_config(tiny_run, "export-run"), progress=False)
+    trained.resume(run_dir)
+    trained.neftune.enabled = False
+    ids = torch.randint(0, 49152, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = trained.model(ids)
+        merged = assay.load(tiny_run / "merged.gguf")(ids)
+    assert (merged - expected).abs().max() <= 1e-4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -170,3 +171,12 @@ def test_config_fingerprint_tracks_training_fields_only(tmp_path: Path) -> None:
     assert config_fingerprint(changed_lr) != base
     changed_seed = load_train_config(_write(tmp_path, MINIMAL + "seed: 1\n", "c.yaml"))
     assert config_fingerprint(changed_seed) != base
+
+
+@pytest.mark.parametrize("example", sorted((Path(__file__).parents[2] / "examples").glob("*.yaml")))
+def test_config_as_yaml_round_trips(example: Path, tmp_path: Path) -> None:
+    from assay.train.config import config_as_yaml, train_config_from_dict
+
+    config = load_train_config(example)
+    again = train_config_from_dict(config_as_yaml(config), tmp_path / "copy.yaml")
+    assert dataclasses.replace(again, source=config.source) == config

@@ -81,6 +81,9 @@ def write_gguf(
             )
             scaled = rope_inverse_frequencies(config)
             writer.add_tensor("rope_freqs.weight", (plain / scaled).numpy().astype(np.float32))
+        elif config.rope_freq_divisors is not None:
+            divisors = np.asarray(config.rope_freq_divisors, dtype=np.float32)
+            writer.add_tensor("rope_freqs.weight", divisors)
         for name, tensor in tensors.items():
             values = tensor.detach().to(torch.float32).cpu().numpy()
             if arch == "llama" and ".q_proj." in name:

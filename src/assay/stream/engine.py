@@ -75,8 +75,9 @@ class _StreamedLayers(torch.autograd.Function):
                     tensors[name] = param.detach().requires_grad_(True)
                 out = engine.run_layer(i, tensors, x_in, ctx.context)
                 names = [*trained, *(name for name, _ in uses)]
-                grads = torch.autograd.grad(out, [x_in, *(tensors[n] for n in names)], grad,
-                                            allow_unused=True)  # fmt: skip
+                grads = torch.autograd.grad(
+                    out, [x_in, *(tensors[n] for n in names)], grad, allow_unused=True
+                )
             grad = grads[0]
             owners = [*(engine.base_params[i][n] for n in trained), *(p for _, p in uses)]
             contributions = list(zip(owners, grads[1:], strict=True))
@@ -125,8 +126,9 @@ class StreamedModel(nn.Module):
             self.store = RamStore(self.layouts, layers, pin=self.device.type == "cuda")
         else:
             key = _content_key(layers)
-            self.store = DiskStore(Path(cache_dir or default_cache_dir()), key, self.layouts,
-                                   layers)  # fmt: skip
+            self.store = DiskStore(
+                Path(cache_dir or default_cache_dir()), key, self.layouts, layers
+            )
         self._rebind_host_tensors(layers, tier)
         del layers
         self.base_params = [
@@ -136,10 +138,13 @@ class StreamedModel(nn.Module):
         self._move_resident_parts()
         self.pool = SlotPool(self.store, self.layouts, buffers, self.device)
         self.resident_uses = [
-            [(n, p) for n, p in layer.named_parameters(remove_duplicate=False)
-             if p.requires_grad and n not in names]
+            [
+                (n, p)
+                for n, p in layer.named_parameters(remove_duplicate=False)
+                if p.requires_grad and n not in names
+            ]
             for layer, names in zip(model.layers, self.base_params, strict=True)
-        ]  # fmt: skip
+        ]
         seen: dict[int, torch.Tensor] = {}
         for group in [*self.resident_uses, *(d.items() for d in self.base_params)]:
             for _, p in group:
@@ -167,8 +172,11 @@ class StreamedModel(nn.Module):
             streamed = {e.name for e in layout.entries}
             for name, tensor in [*layer.named_parameters(), *layer.named_buffers()]:
                 if name not in streamed:
-                    _set_tensor(layer, name, tensor.detach().to(self.device)
-                                .requires_grad_(tensor.requires_grad))  # fmt: skip
+                    _set_tensor(
+                        layer,
+                        name,
+                        tensor.detach().to(self.device).requires_grad_(tensor.requires_grad),
+                    )
 
     def run_layer(
         self, index: int, base: dict[str, torch.Tensor], x: torch.Tensor, context: tuple

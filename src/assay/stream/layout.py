@@ -21,8 +21,10 @@ ALIGN = 64  # bytes; every tensor starts on a cache line inside its block
 def base_tensors(layer: nn.Module, prefix: str = "") -> dict[str, torch.Tensor]:
     """Dotted name -> tensor for the layer's base parameters and buffers, in module order."""
     found: dict[str, torch.Tensor] = {}
-    for name, tensor in [*layer.named_parameters(recurse=False),
-                         *layer.named_buffers(recurse=False)]:  # fmt: skip
+    for name, tensor in [
+        *layer.named_parameters(recurse=False),
+        *layer.named_buffers(recurse=False),
+    ]:
         if tensor is not None and not getattr(layer, "assay_adapter", False):
             found[prefix + name] = tensor
     children = dict(layer.named_children())
@@ -55,8 +57,16 @@ class LayerLayout:
         entries, offset = [], 0
         for name, tensor in tensors.items():
             size = tensor.numel() * tensor.element_size()
-            entries.append(TensorSlot(name, tuple(tensor.shape), tensor.dtype, offset, size,
-                                      bool(tensor.requires_grad)))  # fmt: skip
+            entries.append(
+                TensorSlot(
+                    name,
+                    tuple(tensor.shape),
+                    tensor.dtype,
+                    offset,
+                    size,
+                    bool(tensor.requires_grad),
+                )
+            )
             offset += -(-size // ALIGN) * ALIGN
         return cls(tuple(entries), offset)
 

@@ -38,8 +38,9 @@ class Slot:
 class SlotPool:
     """Device slots sized for the largest layer; ``use(i)`` yields layer i's tensors."""
 
-    def __init__(self, store, layouts: list[LayerLayout], buffers: int,
-                 device: torch.device) -> None:  # fmt: skip
+    def __init__(
+        self, store, layouts: list[LayerLayout], buffers: int, device: torch.device
+    ) -> None:
         if buffers < 2:
             raise AssayError(f"stream.buffers must be at least 2, got {buffers}")
         self.store, self.layouts, self.device = store, layouts, device

@@ -27,8 +27,9 @@ class RamStore:
 
     tier = "ram"
 
-    def __init__(self, layouts: list[LayerLayout], layers: list[dict[str, torch.Tensor]],
-                 *, pin: bool) -> None:  # fmt: skip
+    def __init__(
+        self, layouts: list[LayerLayout], layers: list[dict[str, torch.Tensor]], *, pin: bool
+    ) -> None:
         self.layouts = layouts
         self.starts = []
         total = 0
@@ -60,8 +61,12 @@ class RamStore:
         )
 
     def describe(self) -> dict[str, object]:
-        return {"tier": self.tier, "bytes": self.nbytes, "pinned": self.pinned,
-                "pin_error": self.pin_error}  # fmt: skip
+        return {
+            "tier": self.tier,
+            "bytes": self.nbytes,
+            "pinned": self.pinned,
+            "pin_error": self.pin_error,
+        }
 
 
 class DiskStore:
@@ -74,8 +79,13 @@ class DiskStore:
 
     tier = "disk"
 
-    def __init__(self, root: Path, key: str, layouts: list[LayerLayout],
-                 layers: list[dict[str, torch.Tensor]] | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: Path,
+        key: str,
+        layouts: list[LayerLayout],
+        layers: list[dict[str, torch.Tensor]] | None,
+    ) -> None:
         self.layouts = layouts
         self.directory = root / key[:32]
         self.nbytes = sum(layout.nbytes for layout in layouts)
@@ -120,19 +130,26 @@ class DiskStore:
             header = json.loads(handle.read(header_len))
         start, end = header["block"]["data_offsets"]
         if end - start != self.layouts[index].nbytes:
-            raise AssayError(f"{path}: block holds {end - start} bytes, layout needs "
-                             f"{self.layouts[index].nbytes}")  # fmt: skip
+            raise AssayError(
+                f"{path}: block holds {end - start} bytes, layout needs "
+                f"{self.layouts[index].nbytes}"
+            )
         # Copy-on-write mapping: torch wants a writable array, and nothing ever writes to it.
-        return np.memmap(path, dtype=np.uint8, mode="c", offset=8 + header_len + start,
-                         shape=(end - start,))  # fmt: skip
+        return np.memmap(
+            path, dtype=np.uint8, mode="c", offset=8 + header_len + start, shape=(end - start,)
+        )
 
     def read_into(self, index: int, destination: torch.Tensor, non_blocking: bool) -> None:
         source = torch.from_numpy(self._maps[index])
         destination[: self.layouts[index].nbytes].copy_(source, non_blocking=False)
 
     def describe(self) -> dict[str, object]:
-        return {"tier": self.tier, "bytes": self.nbytes, "directory": str(self.directory),
-                "reused": self.reused}  # fmt: skip
+        return {
+            "tier": self.tier,
+            "bytes": self.nbytes,
+            "directory": str(self.directory),
+            "reused": self.reused,
+        }
 
 
 def _fsync(path: Path) -> None:

@@ -34,17 +34,25 @@ def build_model(
     base = load(model_path(config), storage=config.storage)
     adapter = config.adapter
     options = {k: getattr(adapter, k) for k in ("u", "r", "sharing") if getattr(adapter, k)}
-    kwargs = {} if adapter.method == "full" else {
-        "rank": adapter.rank, "alpha": adapter.alpha, "targets": list(adapter.targets),
-        "layers": adapter.layers, **options,
-    }  # fmt: skip
+    kwargs = (
+        {}
+        if adapter.method == "full"
+        else {
+            "rank": adapter.rank,
+            "alpha": adapter.alpha,
+            "targets": list(adapter.targets),
+            "layers": adapter.layers,
+            **options,
+        }
+    )
     attach(base, adapter.method, seed=config.seed, **kwargs)
     base.gradient_checkpointing = config.gradient_checkpointing
     if config.stream is not None:
         from assay.stream import StreamedModel
 
-        runner: nn.Module = StreamedModel(base, tier=config.stream.tier,
-                                          buffers=config.stream.buffers, device=device)  # fmt: skip
+        runner: nn.Module = StreamedModel(
+            base, tier=config.stream.tier, buffers=config.stream.buffers, device=device
+        )
     else:
         runner = base.to(device)
     return runner, base
@@ -58,8 +66,14 @@ def build_datasets(config: TrainConfig, tokenizer: Tokenizer) -> tuple[Dataset, 
     data = config.data
 
     def read(path: str) -> Dataset:
-        return load_dataset(path, tokenizer, format=data.format, mask=data.mask,
-                            seq_len=data.seq_len, truncate=data.truncate)  # fmt: skip
+        return load_dataset(
+            path,
+            tokenizer,
+            format=data.format,
+            mask=data.mask,
+            seq_len=data.seq_len,
+            truncate=data.truncate,
+        )
 
     return read(data.train), (read(data.eval) if data.eval else None)
 
@@ -71,8 +85,13 @@ def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
 
 def build_optimizer(config: TrainConfig, params: dict[str, nn.Parameter]) -> torch.optim.AdamW:
     optim = config.optim
-    return torch.optim.AdamW(list(params.values()), lr=optim.lr, betas=optim.betas,
-                             eps=optim.eps, weight_decay=optim.weight_decay)  # fmt: skip
+    return torch.optim.AdamW(
+        list(params.values()),
+        lr=optim.lr,
+        betas=optim.betas,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+    )
 
 
 def lr_factor(config: TrainConfig) -> Callable[[int], float]:

@@ -148,6 +148,30 @@ class TrainConfig:
 _NOT_FINGERPRINTED = ("source", "output", "budget", "model", "tokenizer")
 
 
+def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
+    """A mapping that validates against the schema and loads back to an equal config.
+
+    Paths are absolute. Absent optional sections and inapplicable fields are left out; a
+    disabled gradient clip stays an explicit null.
+    """
+    body = config.to_dict()
+    body.pop("source")
+    for section, keys in (
+        ("adapter", ("rank", "alpha", "layers", "u", "r", "sharing")),
+        ("loss", ("chunk_size", "beta", "gamma", "desirable_weight", "undesirable_weight")),
+        ("data", ("eval", "mask")),
+    ):
+        for key in keys:
+            if body[section][key] is None:
+                del body[section][key]
+    if config.adapter.method == "full":
+        del body["adapter"]["targets"]
+    for key in ("stream", "budget", "tokenizer"):
+        if body[key] is None:
+            del body[key]
+    return body
+
+
 def config_fingerprint(config: TrainConfig) -> str:
     """sha256 hex of the canonical JSON (sorted keys, compact) of the trajectory-relevant fields.
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
@@ -28,11 +29,12 @@ from assay.train.build import (
     trainable_parameters,
 )
 from assay.train.checkpoint import load_checkpoint, save_checkpoint
-from assay.train.config import TrainConfig, config_fingerprint
+from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
 
 METRICS = "metrics.jsonl"
+RUN_CONFIG = "config.yaml"
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,9 @@ class Trainer:
         self.params = trainable_parameters(self.base)
         self.optimizer = build_optimizer(config, self.params)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
-        self.batches = BatchIterator(len(self.train_data), config.batch.micro_batch,
-                                     Cursor(seed=config.seed))  # fmt: skip
+        self.batches = BatchIterator(
+            len(self.train_data), config.batch.micro_batch, Cursor(seed=config.seed)
+        )
         self.objective = Objective(config, self.model, self.base)
         self.neftune = NEFTune(self.base.embed_tokens, config.neftune_alpha)
         self.pad_id = self._pad_id()
@@ -81,8 +84,9 @@ class Trainer:
         return 0
 
     # -- resume ------------------------------------------------------------------------------
-    def resume(self, path: str | os.PathLike[str], *, rng: bool = True,
-               optimizer: bool = True) -> int:  # fmt: skip
+    def resume(
+        self, path: str | os.PathLike[str], *, rng: bool = True, optimizer: bool = True
+    ) -> int:
         """Restore trainables, optimizer, scheduler, RNG and data cursor; returns the step.
 
         Refuses (naming which) when the config, dataset or model fingerprint differs.
@@ -91,8 +95,9 @@ class Trainer:
         checkpoint = load_checkpoint(path, fingerprints=self.fingerprints)
         checkpoint.restore(self.params, self.optimizer if optimizer else None, rng=rng)
         self.scheduler.load_state_dict(checkpoint.scheduler_state)
-        self.batches = BatchIterator(len(self.train_data), self.config.batch.micro_batch,
-                                     Cursor.from_dict(checkpoint.cursor))  # fmt: skip
+        self.batches = BatchIterator(
+            len(self.train_data), self.config.batch.micro_batch, Cursor.from_dict(checkpoint.cursor)
+        )
         self.step = checkpoint.step
         self._truncate_metrics(self.step)
         return self.step
@@ -114,8 +119,10 @@ class Trainer:
     # -- one step ----------------------------------------------------------------------------
     def _micro_batches(self) -> list[Batch]:
         examples = self.train_data.examples
-        return [collate([examples[i] for i in next(self.batches)], self.pad_id)
-                for _ in range(self.config.batch.grad_accum)]  # fmt: skip
+        return [
+            collate([examples[i] for i in next(self.batches)], self.pad_id)
+            for _ in range(self.config.batch.grad_accum)
+        ]
 
     def train_step(self) -> StepRecord:
         """One optimizer step over ``grad_accum`` micro-batches."""
@@ -137,26 +144,42 @@ class Trainer:
         self.step += 1
         seconds = time.perf_counter() - started
         tokens = sum(int(b.attention_mask.sum()) for b in micro)
-        return StepRecord(self.step, total_loss, lr, float(norm), tokens, scored, seconds,
-                          tokens / seconds)  # fmt: skip
+        return StepRecord(
+            self.step, total_loss, lr, float(norm), tokens, scored, seconds, tokens / seconds
+        )
 
     # -- the run -----------------------------------------------------------------------------
-    def train(self) -> dict[str, Any]:
-        """Run to ``config.steps``, logging and checkpointing; returns the summary."""
+    def write_run_config(self) -> Path:
+        """Copy the YAML config into the run dir with every path absolute (for export/eval)."""
+        raw = config_as_yaml(self.config)
+        path = self.out_dir / RUN_CONFIG
+        atomic_write_bytes(path, yaml.safe_dump(raw, sort_keys=False).encode())
+        return path
+
+    def train(self, stop_at: int | None = None) -> dict[str, Any]:
+        """Run to ``config.steps`` (or stop after step ``stop_at``, saving a checkpoint there),
+        logging and checkpointing; returns the summary."""
         config = self.config
+        last = config.steps if stop_at is None else min(stop_at, config.steps)
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.write_run_config()
         started, records = time.perf_counter(), []
-        bar = tqdm(total=config.steps, initial=self.step, disable=not self.progress,
-                   unit="step", dynamic_ncols=True)  # fmt: skip
+        bar = tqdm(
+            total=last,
+            initial=self.step,
+            disable=not self.progress,
+            unit="step",
+            dynamic_ncols=True,
+        )
         with bar, (self.out_dir / METRICS).open("a", encoding="utf-8") as log:
-            while self.step < config.steps:
+            while self.step < last:
                 record = self.train_step()
                 records.append(record)
                 log.write(json.dumps(asdict(record)) + "\n")
                 log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{record.tokens_per_s:.0f}")
-                if record.step % config.output.save_every == 0 or record.step == config.steps:
+                if record.step % config.output.save_every == 0 or record.step == last:
                     self.save()
         elapsed = time.perf_counter() - started
         tokens = sum(r.tokens for r in records)
@@ -175,9 +198,15 @@ class Trainer:
         }
 
     def save(self) -> Path:
-        return save_checkpoint(self.out_dir, self.step, self.params, self.optimizer,
-                               self.scheduler.state_dict(), self.batches.cursor,
-                               self.fingerprints)  # fmt: skip
+        return save_checkpoint(
+            self.out_dir,
+            self.step,
+            self.params,
+            self.optimizer,
+            self.scheduler.state_dict(),
+            self.batches.cursor,
+            self.fingerprints,
+        )
 
     @torch.no_grad()
     def evaluate(self, dataset: Dataset | None = None) -> float:

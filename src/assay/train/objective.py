@@ -39,9 +39,14 @@ class Objective:
         hidden = self.hidden(batch)
         weight = head_weight(self.base)
         if self.kind == "chunked_ce":
-            summed = chunked_cross_entropy(hidden, weight, batch.labels, batch.loss_mask,
-                                           self.config.loss.chunk_size or 1024,
-                                           reduction="sum")  # fmt: skip
+            summed = chunked_cross_entropy(
+                hidden,
+                weight,
+                batch.labels,
+                batch.loss_mask,
+                self.config.loss.chunk_size or 1024,
+                reduction="sum",
+            )
         else:
             summed = cross_entropy(hidden, weight, batch.labels, batch.loss_mask, reduction="sum")
         return summed / max(scored_total, 1)

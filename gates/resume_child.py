@@ -1,0 +1,52 @@
+"""Child process for gate-resume's crash claim (not a gate module).
+
+usage: resume_child.py CONFIG RUN_DIR KILL_AT
+
+Runs the real Trainer (resuming from RUN_DIR's latest checkpoint when there is one) and
+counts every fsync, rename and replace it performs; at event KILL_AT it prints PAUSE and
+waits, so the parent can SIGKILL it at that exact point of a save. KILL_AT 0 never pauses.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from assay.train.config import load_train_config
+from assay.train.loop import Trainer
+
+
+def pause_at(kill_at: int) -> None:
+    count = [0]
+
+    def wrap(fn):
+        def inner(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            count[0] += 1
+            if count[0] == kill_at:
+                print("PAUSE", flush=True)
+                time.sleep(600)
+            return result
+
+        return inner
+
+    for name in ("fsync", "rename", "replace"):
+        setattr(os, name, wrap(getattr(os, name)))
+
+
+def main() -> None:
+    config, run_dir, kill_at = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    trainer = Trainer(load_train_config(config), progress=False)
+    if (run_dir / "latest").exists():
+        trainer.resume(run_dir)
+    print(f"START {trainer.step}", flush=True)
+    if kill_at:
+        pause_at(kill_at)
+    trainer.train()
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()
