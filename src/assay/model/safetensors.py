@@ -52,6 +52,8 @@ def check_safetensors_header(path: Path) -> dict[str, dict]:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ModelFileError(f"{path}: header is not valid JSON ({err})") from None
+    except RecursionError:  # hostile nesting depth
+        raise ModelFileError(f"{path}: header is not valid JSON (nested too deeply)") from None
     if not isinstance(header, dict):
         raise ModelFileError(f"{path}: header is not a JSON object")
     data_size = size - 8 - header_len
@@ -63,9 +65,9 @@ def check_safetensors_header(path: Path) -> dict[str, dict]:
             dtype, shape, (start, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise ModelFileError(f"{where}: entry lacks dtype, shape or data_offsets") from None
-        if dtype not in _DTYPE_BYTES:
+        if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:
             raise ModelFileError(f"{where}: unknown dtype {dtype!r}")
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise ModelFileError(f"{where}: bad shape {shape!r}")
         expected = _DTYPE_BYTES[dtype]
         for d in shape:
@@ -100,9 +102,16 @@ class SafetensorsSource:
             raise ModelFileError(f"{directory}: no config.json beside the safetensors")
         try:
             hf = json.loads(config_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
             raise ModelFileError(f"{config_path}: not valid JSON ({err})") from None
-        self.config: ModelConfig = config_from_hf(hf, str(config_path))
+        try:
+            self.config: ModelConfig = config_from_hf(hf, str(config_path))
+        except (ValueError, TypeError, KeyError, AttributeError) as err:  # mistyped fields
+            raise ModelFileError(f"{config_path}: a field has the wrong type ({err})") from None
+        except ModelFileError as err:  # config checks that do not know the file
+            if str(config_path) in str(err):
+                raise
+            raise ModelFileError(f"{config_path}: {err}") from None
         self.files = self._shard_files(directory)
         self._where: dict[str, Path] = {}
         self._dtypes: dict[str, str] = {}

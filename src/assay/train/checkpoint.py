@@ -231,6 +231,16 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: unreadable manifest ({exc})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an {FORMAT} manifest")
+    files, step = manifest.get("files"), manifest.get("step")
+    if not isinstance(files, dict) or not all(
+        isinstance(e, dict) and isinstance(e.get("sha256"), str) and isinstance(e.get("bytes"), int)
+        for e in files.values()
+    ):
+        raise CheckpointError(f"{path}: manifest field 'files' is missing or malformed")
+    if not isinstance(manifest.get("fingerprints"), dict):
+        raise CheckpointError(f"{path}: manifest field 'fingerprints' is missing or malformed")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"{path}: manifest field 'step' is not a non-negative integer")
     return manifest
 
 

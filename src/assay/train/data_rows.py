@@ -143,6 +143,8 @@ def read_rows(path: str | os.PathLike[str], fmt: str = "auto") -> RowFile:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+        except RecursionError:  # hostile nesting depth
+            raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
         if not isinstance(data, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(data).__name__}")
         if chosen is None:

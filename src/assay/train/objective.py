@@ -1,14 +1,41 @@
-"""What a micro-batch's loss is: next-token CE (full or chunked); preference losses join later."""
+"""What a micro-batch's loss is: next-token CE (full or chunked) or a preference loss.
+
+Preference losses (DPO, IPO, ORPO, SimPO, KTO; the math is in :mod:`assay.train.preference`)
+run chosen and rejected rows through the model as ONE batch (a Batch holds every chosen row,
+then every rejected row). The reference policy is the same model with its adapters disabled,
+under no_grad, so it costs no second copy of the weights and no activation memory for backward.
+It is computed BEFORE the policy forward: a streamed backward recomputes each layer with the
+adapters as they are at backward time, so adapters must never be toggled between a policy
+forward and its backward.
+"""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from assay.adapters import disabled
 from assay.adapters.base import dense_weight
 from assay.train.config import TrainConfig
 from assay.train.data import Batch
 from assay.train.losses import chunked_cross_entropy, cross_entropy
+from assay.train.preference import (
+    KINDS,
+    LOGP_CHUNK,
+    PreferenceSettings,
+    kl_estimate,
+    kto_losses,
+    metrics,
+    pair_losses,
+    sequence_logps,
+    token_logps,
+)
+
+CE_KINDS = ("ce", "chunked_ce")
+Reference = Callable[[nn.Module], contextlib.AbstractContextManager[object]]
 
 
 def head_weight(base: nn.Module) -> torch.Tensor:
@@ -19,23 +46,91 @@ def head_weight(base: nn.Module) -> torch.Tensor:
     return dense_weight(head)
 
 
-class Objective:
-    """Computes ``loss(batch)`` for the configured loss type on the run's model."""
+def preference_settings(config: TrainConfig) -> PreferenceSettings:
+    """The config's loss section as :class:`PreferenceSettings` (missing knobs: defaults).
 
-    def __init__(self, config: TrainConfig, model: nn.Module, base: nn.Module) -> None:
+    ``dpo_variant`` and ``label_smoothing`` are read when the config has them (robust DPO
+    defaults to a flip rate of 0.1, the others to 0).
+    """
+    loss = config.loss
+    variant = getattr(loss, "dpo_variant", None) or "sigmoid"
+    smoothing = getattr(loss, "label_smoothing", None)
+    if smoothing is None:
+        smoothing = 0.1 if variant == "robust" else 0.0
+    present = {
+        k: getattr(loss, k)
+        for k in ("beta", "gamma", "desirable_weight", "undesirable_weight")
+        if getattr(loss, k) is not None
+    }
+    return PreferenceSettings(
+        loss.type, dpo_variant=variant, label_smoothing=float(smoothing), **present
+    )
+
+
+def mismatched(batch: Batch) -> tuple[torch.Tensor, ...]:
+    """KTO's KL pairs: row i's prompt with row i-1's completion (rotated; a batch of one
+    pairs a row with itself). Returns input_ids, attention_mask, labels, loss_mask."""
+    rows = []
+    for i in range(len(batch.lengths)):
+        n = int(batch.lengths[i])
+        ids = batch.input_ids[i, :n]
+        # loss_mask[t] scores token t + 1, so the completion starts one past the first True.
+        start = int(batch.loss_mask[i].nonzero()[0]) + 1
+        rows.append((ids[:start], ids[start:]))
+    pairs = [(rows[i][0], rows[i - 1][1]) for i in range(len(rows))]
+    width = max(len(p) + len(c) for p, c in pairs)
+    pad = 0  # any id: padded positions are neither attended to nor scored
+    n = len(pairs)
+    input_ids = torch.full((n, width), pad, dtype=torch.int64)
+    attention = torch.zeros((n, width), dtype=torch.int64)
+    loss_mask = torch.zeros((n, width), dtype=torch.bool)
+    for i, (prompt, completion) in enumerate(pairs):
+        p, c = len(prompt), len(completion)
+        input_ids[i, : p + c] = torch.cat([prompt, completion])
+        attention[i, : p + c] = 1
+        loss_mask[i, p - 1 : p + c - 1] = True
+    labels = torch.full_like(input_ids, pad)
+    labels[:, :-1] = input_ids[:, 1:]
+    return input_ids, attention, labels, loss_mask
+
+
+class Objective:
+    """Computes ``loss(batch)`` for the configured loss type on the run's model.
+
+    ``reference`` is how the reference policy is entered (default: adapters disabled); the
+    gates inject a wrong one as a control.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model: nn.Module,
+        base: nn.Module,
+        *,
+        reference: Reference = disabled,
+        chunk_size: int = LOGP_CHUNK,
+    ) -> None:
         self.config, self.model, self.base = config, model, base
         self.kind = config.loss.type
-        if self.kind not in ("ce", "chunked_ce"):
+        self.reference, self.chunk_size = reference, chunk_size
+        self.settings = preference_settings(config) if self.kind in KINDS else None
+        if self.kind not in CE_KINDS and self.settings is None:
             raise NotImplementedError(f"loss {self.kind!r} is not implemented yet")
+        self._metrics: dict[str, torch.Tensor] = {}
 
     def hidden(self, batch: Batch) -> torch.Tensor:
-        mask = batch.attention_mask
+        return self._hidden(batch.input_ids, batch.attention_mask)
+
+    def _hidden(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # Unpadded batches take SDPA's causal fast path; padded ones need the explicit mask.
         padded = None if bool(mask.all()) else mask
-        return self.model.hidden_states(batch.input_ids, padded)
+        return self.model.hidden_states(input_ids, padded)
 
     def loss(self, batch: Batch, scored_total: int, micro_batches: int) -> torch.Tensor:
-        """This micro-batch's summed token loss divided by the step's scored tokens."""
+        """CE: this micro-batch's summed token loss divided by the step's scored tokens.
+        Preference: the mean over this micro-batch's pairs (KTO: rows) / ``micro_batches``."""
+        if self.settings is not None:
+            return self.preference_loss(batch) / max(micro_batches, 1)
         hidden = self.hidden(batch)
         weight = head_weight(self.base)
         if self.kind == "chunked_ce":
@@ -50,3 +145,50 @@ class Objective:
         else:
             summed = cross_entropy(hidden, weight, batch.labels, batch.loss_mask, reduction="sum")
         return summed / max(scored_total, 1)
+
+    def metrics(self) -> dict[str, float]:
+        """TRL-named metrics of the last preference batch (empty for CE)."""
+        return {k: float(v) for k, v in self._metrics.items()}
+
+    def _logps(self, ids, attention, labels, mask, weight, *, grad: bool) -> torch.Tensor:
+        context = contextlib.nullcontext() if grad else torch.no_grad()
+        with context:
+            per_token = token_logps(
+                self._hidden(ids, attention), weight, labels, mask, self.chunk_size
+            )
+        return per_token
+
+    def preference_loss(self, batch: Batch) -> torch.Tensor:
+        """Mean preference loss of ``batch``; records :meth:`metrics`."""
+        s = self.settings
+        assert s is not None
+        weight = head_weight(self.base)
+        fields = (batch.input_ids, batch.attention_mask, batch.labels, batch.loss_mask)
+        mask = batch.loss_mask
+        reference = policy_kl = reference_kl = None
+        if s.needs_reference:
+            with self.reference(self.base):
+                reference = sequence_logps(
+                    self._logps(*fields, weight, grad=False), mask, s.average
+                )
+                if s.kind == "kto":
+                    kl_fields = mismatched(batch)
+                    reference_kl = self._logps(*kl_fields, weight, grad=False).sum(-1)
+            if s.kind == "kto":
+                policy_kl = self._logps(*kl_fields, weight, grad=False).sum(-1)
+        per_token = self._logps(*fields, weight, grad=True)
+        policy = sequence_logps(per_token, mask, s.average)
+        if s.kind == "kto":
+            if batch.kto_labels is None:
+                raise ValueError("kto needs kto rows (prompt, completion, label)")
+            z_ref = kl_estimate(policy_kl, reference_kl)
+            out = kto_losses(s, policy - reference, batch.kto_labels, z_ref)
+            self._metrics = metrics(out, policy, batch.kto_labels)
+        else:
+            nll = None
+            if s.kind == "orpo":
+                b = mask.shape[0] // 2
+                nll = -per_token[:b].sum() / mask[:b].sum()
+            out = pair_losses(s, policy, reference, nll)
+            self._metrics = metrics(out, policy)
+        return out.losses.mean()

