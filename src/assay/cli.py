@@ -82,11 +82,33 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_fit(config, args: argparse.Namespace) -> None:
+    """Refuse a config predicted over budget (--budget, config budget, or CUDA free memory)."""
+    from assay.memory.estimate_cli import model_dims, plan_from_config, refusal_line, verdict
+    from assay.train.config import model_path, parse_size
+
+    raw = args.budget if args.budget is not None else config.budget
+    if raw is not None:
+        budget = parse_size(raw)
+    elif str(args.device).startswith("cuda"):
+        import torch
+
+        budget = torch.cuda.mem_get_info(torch.device(args.device))[0]
+    else:
+        return  # CPU without a stated budget: nothing to refuse against
+    result = verdict(plan_from_config(config, model_dims(model_path(config))), budget)
+    if not result["fits"] and not args.force:
+        raise AssayError(
+            f"{args.config}: refusing to train: {refusal_line(result)} (--force to run anyway)"
+        )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from assay.train.config import load_train_config
     from assay.train.loop import Trainer
 
     config = load_train_config(args.config)
+    _check_fit(config, args)
     trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
     if args.resume:
         trainer.resume(args.resume)
@@ -194,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after this step (checkpointed there); --resume continues",
     )
     train.add_argument("--device", default="cpu", help="compute device (default cpu)")
+    train.add_argument(
+        "--budget",
+        help="device memory budget, e.g. 4GiB (default: config budget, else CUDA free memory)",
+    )
+    train.add_argument(
+        "--force", action="store_true", help="train even when the predicted peak exceeds the budget"
+    )
     train.add_argument("--json", action="store_true", help="print the summary as JSON")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
@@ -225,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_render_and_verify(sub)
+    from assay.memory.estimate_cli import add_estimate
+
+    add_estimate(sub)
     return parser
 
 

@@ -86,8 +86,12 @@ def knobs(plan: Plan) -> list[tuple[str, Plan]]:
     while batch > 1:
         batch //= 2
         accum = plan.grad_accum * plan.micro_batch // batch
-        found.append((f"micro-batch {batch} x accumulation {accum}",
-                      with_changes(plan, micro_batch=batch, grad_accum=accum)))
+        found.append(
+            (
+                f"micro-batch {batch} x accumulation {accum}",
+                with_changes(plan, micro_batch=batch, grad_accum=accum),
+            )
+        )
     seq = plan.seq_len
     while seq > 128:
         seq //= 2
@@ -148,8 +152,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
-        print(f"predicted peak {gib(result['prediction']['total_bytes'])} "
-              f"(budget {gib(budget)}, peak at the {result['prediction']['peak_phase']})")
+        print(
+            f"predicted peak {gib(result['prediction']['total_bytes'])} "
+            f"(budget {gib(budget)}, peak at the {result['prediction']['peak_phase']})"
+        )
         for name, value in result["prediction"]["terms"].items():
             print(f"  {name:<16}{value:>16,}")
         print("fits" if result["fits"] else "refused: " + refusal_line(result))

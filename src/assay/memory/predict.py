@@ -1,0 +1,349 @@
+"""Peak device bytes of one training step, predicted from a plan's numbers alone (no torch).
+
+The prediction is a formula over the plan, derived from how assay allocates (decoder.py,
+train/losses.py, stream/engine.py, storage/linear.py, storage/nf4.py) and checked by
+gate-memory against profiler measurements. Its target is the *device peak*: the static bytes
+the run keeps on the compute side (weights or stream slots, adapters, AdamW state) plus the
+tensor-level peak of one optimizer step (forward, loss, backward, AdamW) after a warm-up.
+
+The step peak is the largest of a few moments: the loss backward (every activation alive plus
+the loss's transients), the last layer's backward (activations plus the gradient flowing in
+and the MLP backward's temporaries or a dequantized weight tile) and the optimizer step.
+Activation counts per token follow what autograd saves, e.g. for one decoder layer whose
+input needs a gradient: its input and the post-attention residual (RMSNorm saves its input
+and its rsqrt), q, k and v after RoPE/GQA repetition and SDPA's output (each q_size wide: GQA
+repeats k and v to num_heads), SDPA's logsumexp (one float per head), SiLU's input, its
+output and the up projection (three FFN-wide tensors), the normed input of an adapted
+projection group, and each adapter's rank-wide A x.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+TILE_BYTES = 4 << 20  # storage.linear.DEFAULT_TILE_BYTES: decoded weight per tile
+NF4_BLOCK, NF4_NESTED_BLOCK, STREAM_ALIGN = 64, 256, 64
+PREFERENCE = ("dpo", "ipo", "orpo", "simpo")
+OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit")
+TERMS = (
+    "weights",
+    "adapter",
+    "gradients",
+    "optimizer",
+    "activations",
+    "logits_and_loss",
+    "workspace",
+    "allocator_slack",
+)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The decoder's shape (a ``ModelConfig`` subset)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tie_word_embeddings: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the prediction depends on. ``stream_buffers`` None means resident."""
+
+    model: Dims
+    storage: str = "float32"
+    method: str = "lora"
+    rank: int = 8
+    targets: tuple[str, ...] = ATTENTION
+    stream_buffers: int | None = None
+    seq_len: int = 512
+    micro_batch: int = 1
+    grad_accum: int = 1
+    gradient_checkpointing: bool = False
+    loss: str = "ce"
+    chunk_size: int = 1024
+    optimizer: str = "adamw"
+    compute_dtype: str = "float32"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["targets"] = list(self.targets)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        body = dict(data)
+        body["model"] = Dims(**body["model"])
+        body["targets"] = tuple(body.get("targets", ATTENTION))
+        return cls(**body)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted device peak in bytes, its named terms (summing to it) and the peak moment."""
+
+    total: int
+    terms: dict[str, int]
+    peak_phase: str
+    scope: str
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_bytes": self.total,
+            "terms": dict(self.terms),
+            "peak_phase": self.peak_phase,
+            "scope": self.scope,
+            "notes": list(self.notes),
+        }
+
+
+def _projections(d: Dims) -> dict[str, tuple[int, int]]:
+    """(out, in) of every projection of one layer."""
+    q, kv = d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim
+    h, f = d.hidden_size, d.intermediate_size
+    return {
+        "q_proj": (q, h),
+        "k_proj": (kv, h),
+        "v_proj": (kv, h),
+        "o_proj": (h, q),
+        "gate_proj": (f, h),
+        "up_proj": (f, h),
+        "down_proj": (h, f),
+    }
+
+
+def _stored_bytes(rows: int, cols: int, storage: str) -> int:
+    """Bytes a frozen projection's store holds (NF4 code tables are counted per model)."""
+    n = rows * cols
+    if storage == "float32":
+        return 4 * n
+    if storage == "bf16":
+        return 2 * n
+    blocks = -(-n // NF4_BLOCK)
+    packed = -(-n // 2)
+    if storage == "nf4":
+        return packed + 4 * blocks
+    return packed + blocks + 4 * -(-blocks // NF4_NESTED_BLOCK) + 4  # codes, absmax2, offset
+
+
+def _code_tables(storage: str) -> int:
+    """Shared per-device NF4 tables: the 16-entry NF4 map and, with double quant, 256 codes."""
+    return {"nf4": 64, "nf4_double_quant": 64 + 1024}.get(storage, 0)
+
+
+def _layer_block_bytes(d: Dims, storage: str) -> int:
+    """One layer's streamed block: every base tensor 64-byte aligned (stream/layout.py)."""
+
+    def aligned(n: int) -> int:
+        return -(-n // STREAM_ALIGN) * STREAM_ALIGN
+
+    sizes = [4 * d.hidden_size, 4 * d.hidden_size]  # the two RMSNorm weights
+    for rows, cols in _projections(d).values():
+        n = rows * cols
+        if storage in ("float32", "bf16"):
+            sizes.append(_stored_bytes(rows, cols, storage))
+            continue
+        blocks = -(-n // NF4_BLOCK)
+        sizes += [-(-n // 2), 64]  # packed codes, the NF4 map
+        if storage == "nf4":
+            sizes.append(4 * blocks)
+        else:
+            sizes += [blocks, 4 * -(-blocks // NF4_NESTED_BLOCK), 1024, 4]
+    return sum(aligned(s) for s in sizes)
+
+
+def _trainables(plan: Plan) -> list[int]:
+    """Element counts of every trainable tensor."""
+    d = plan.model
+    if plan.method == "full":
+        embed = [d.vocab_size * d.hidden_size] * (1 if d.tie_word_embeddings else 2)
+        per_layer = [r * c for r, c in _projections(d).values()] + [d.hidden_size] * 2
+        return embed + per_layer * d.num_layers + [d.hidden_size]
+    shapes = _projections(d)
+    found = []
+    for name in plan.targets:
+        rows, cols = shapes[name]
+        a, b = plan.rank * cols, rows * plan.rank
+        found += [b] if plan.method == "lora_fa" else [a, b]
+        if plan.method == "dora":
+            found.append(rows)  # magnitude vector
+    return found * d.num_layers
+
+
+def _optimizer_bytes(plan: Plan, counts: list[int]) -> int:
+    """AdamW: two fp32 moments per element and a 4-byte step per tensor. 8-bit (bitsandbytes
+    blockwise, basis not measured here): one byte per moment plus an fp32 absmax per 256."""
+    if plan.optimizer == "adamw":
+        return sum(8 * n + 4 for n in counts)
+    return sum(2 * n + 8 * -(-n // 256) + 4 for n in counts)
+
+
+def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
+    """Bytes per token one layer's autograd graph keeps (see the module docstring).
+
+    With a frozen input (layer 0 of a resident run: the embedding is frozen) a part saves
+    only once something before it, or its own adapter, needs a gradient.
+    """
+    d, e = plan.model, _elem(plan)
+    h, f, q = d.hidden_size, d.intermediate_size, d.num_heads * d.head_dim
+    full = plan.method == "full"
+    targets = set(_projections(d)) if full else set(plan.targets)
+    norm = 4 * h + 4 if e == 2 else e * h + 4  # RMSNorm saves its fp32 view and the rsqrt
+    qkv = bool(targets & {"q_proj", "k_proj", "v_proj"})
+    attention_grad = input_needs_grad or qkv  # q, k, v (and SDPA's inputs) need a gradient
+    residual_grad = attention_grad or "o_proj" in targets
+    mlp_grad = residual_grad or bool(targets & {"gate_proj", "up_proj"})
+    saved = norm if input_needs_grad else 0.0
+    if qkv:
+        saved += e * h  # normed input kept for the adapters' (or weights') gradients
+    if attention_grad:
+        attn = 4 if e == 2 else e  # SDPA runs on fp32 copies of q, k and v
+        saved += 4 * attn * q + 4 * d.num_heads  # q, k, v, output; logsumexp
+        if e == 2 and "o_proj" in targets:
+            saved += e * q  # the output cast back to the compute dtype
+    elif "o_proj" in targets:
+        saved += e * q  # SDPA's output, kept for the o_proj adapter's gradient
+    if residual_grad:
+        saved += norm  # post-attention norm of the residual
+    if targets & {"gate_proj", "up_proj"}:
+        saved += e * h
+    if mlp_grad:
+        saved += 3 * e * f  # silu input, silu output, up output
+    if "down_proj" in targets:
+        saved += e * f
+    if not full:
+        saved += 4 * plan.rank * len(targets)  # each adapter's A x
+    return saved
+
+
+def _elem(plan: Plan) -> int:
+    return 2 if plan.compute_dtype in ("bfloat16", "bf16", "float16") else 4
+
+
+def _tile_workspace(plan: Plan) -> int:
+    """Decoded weight of the largest frozen tile (storage.linear, storage.nf4.workspace_bytes)."""
+    if plan.storage == "float32":
+        return 0
+    best = 0
+    for rows, cols in _projections(plan.model).values():
+        fit = max(TILE_BYTES // (cols * 4), 1)
+        align = NF4_BLOCK // math.gcd(NF4_BLOCK, cols) if plan.storage != "bf16" else 1
+        tile = min(max(fit // align, 1) * align, rows)
+        scales = 0 if plan.storage == "bf16" else (-(-tile * cols // NF4_BLOCK) + 1) * 4
+        best = max(best, tile * cols * 4 + scales)
+    return best
+
+
+def _loss_terms(plan: Plan, tokens: int) -> tuple[float, float, float]:
+    """(saved until the loss backward, forward transient, backward transient) in bytes."""
+    d = plan.model
+    v, h = d.vocab_size, d.hidden_size
+    if plan.loss == "chunked_ce":
+        c = min(plan.chunk_size, tokens)
+        saved = tokens * (4 * h + 8 + 4 + 8)  # hidden, scored index, logsumexp, labels
+        forward = 2 * 4 * c * v  # a chunk's logits and logsumexp's workspace
+        backward = 4 * (2 * c * v + tokens * h + 2 * c * h)  # probs, grad_h, chunk rows
+        return saved, forward, backward
+    saved = tokens * (4 * v + 8 + 4 + 8)  # log_softmax output, targets, per-token loss
+    return saved, 4 * tokens * v, 4 * 2 * tokens * v  # logits; nll grad + softmax grad
+
+
+def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
+    """Predicted device peak of one optimizer step of ``plan``, with every term named.
+
+    ``scope`` "cpu-tensor" (what gate-memory validates) has no allocator slack; the CUDA
+    scopes add a stated, unvalidated slack (see ``allocator_slack``).
+    """
+    d = plan.model
+    rows = plan.micro_batch * (2 if plan.loss in PREFERENCE else 1)  # chosen + rejected
+    tokens = rows * plan.seq_len
+    streamed = bool(plan.stream_buffers)
+    h, f, e = d.hidden_size, d.intermediate_size, _elem(plan)
+
+    embed = 4 * d.vocab_size * h * (1 if d.tie_word_embeddings else 2) + 4 * h
+    if streamed:
+        weights = embed + plan.stream_buffers * _layer_block_bytes(d, plan.storage)
+    else:
+        per_layer = sum(_stored_bytes(r, c, plan.storage) for r, c in _projections(d).values())
+        weights = embed + d.num_layers * (per_layer + 8 * h) + _code_tables(plan.storage)
+    counts = _trainables(plan)
+    trainable = 4 * sum(counts)
+    adapter = 0 if plan.method == "full" else trainable
+    if plan.method == "full":
+        weights = max(weights, trainable)
+    optimizer = _optimizer_bytes(plan, counts)
+    grads = trainable
+
+    rope = 2 * e * rows * plan.seq_len * d.head_dim
+    head_in = 4 * h + 4 + (4 * h if plan.method == "full" else 0)  # final norm (+ head input)
+    if streamed or plan.gradient_checkpointing:
+        # Only each layer's input is kept; one layer at a time is recomputed in backward.
+        kept = tokens * (d.num_layers * e * h + head_in) + rope
+        last_layer = tokens * (_layer_saved(plan, True) - e * h)
+    else:
+        kept = (
+            tokens
+            * (
+                _layer_saved(plan, plan.method == "full")
+                + (d.num_layers - 1) * _layer_saved(plan, True)
+                + head_in
+            )
+            + rope
+        )
+        last_layer = 0.0
+    loss_saved, loss_fwd, loss_bwd = _loss_terms(plan, tokens)
+    flow = e * tokens * h  # the gradient arriving at the last layer
+    tile = _tile_workspace(plan)
+    # MLP backward: the down projection's input gradient beside a dequantized tile; then the
+    # gradients of the silu output and the up output (a down adapter's input gradient is
+    # accumulated into the first in place, and its saved input is gone by then).
+    down = plan.method == "full" or "down_proj" in plan.targets
+    layer_ws = max(e * tokens * f + tile, e * tokens * f * (2 if down else 3))
+    phases = {
+        "loss forward": (kept, loss_saved + loss_fwd, 0.0),
+        "loss backward": (kept, loss_saved + loss_bwd, 0.0),
+        "last layer backward": (kept + last_layer, 0.0, flow + layer_ws),
+        "optimizer step": (0.0, 0.0, 8.0 * max(counts, default=0)),
+    }
+    phase = max(phases, key=lambda k: sum(phases[k]))
+    activations, loss, workspace = (math.ceil(x) for x in phases[phase])
+    slack = allocator_slack(activations + loss + workspace, scope)
+    terms = {
+        "weights": int(weights),
+        "adapter": int(adapter),
+        "gradients": int(grads),
+        "optimizer": int(optimizer),
+        "activations": activations,
+        "logits_and_loss": loss,
+        "workspace": workspace,
+        "allocator_slack": slack,
+    }
+    notes = []
+    if plan.optimizer != "adamw":
+        notes.append("8-bit optimizer state: bitsandbytes blockwise basis, not measured here")
+    if e == 2:
+        notes.append("16-bit compute: derived from the code, not validated on CPU")
+    return Prediction(sum(terms.values()), terms, phase, scope, tuple(notes))
+
+
+def allocator_slack(dynamic: int, scope: str) -> int:
+    """0 for tensor-level scopes. CUDA reserved: 10% of the step's dynamic bytes, rounded up
+    to the caching allocator's 2 MiB segments (a stated basis, to be fitted by the harness)."""
+    if scope in ("cpu-tensor", "cuda-allocated"):
+        return 0
+    return -(-int(0.10 * dynamic) // (2 << 20)) * (2 << 20)
+
+
+def with_changes(plan: Plan, **changes: Any) -> Plan:
+    """``plan`` with some fields replaced (the knobs the fit search turns)."""
+    return replace(plan, **changes)
