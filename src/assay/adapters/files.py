@@ -1,38 +1,22 @@
-"""Atomic file writes: temp file in the same folder, fsync, rename. Never a partial file."""
+"""Adapter files: atomic JSON and safetensors writes (through assay.atomic) and JSON reads."""
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save
 
-
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
+from assay.atomic import atomic_write_bytes, atomic_write_json
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    return write_bytes_atomic(path, text.encode("utf-8"))
+    """Sorted, indented JSON written atomically (see assay.atomic)."""
+    atomic_write_json(path, data)
+    return Path(path)
 
 
 def write_safetensors_atomic(
@@ -42,7 +26,8 @@ def write_safetensors_atomic(
 ) -> Path:
     """Contiguous, CPU, unshared copies of ``tensors`` as one safetensors file."""
     plain = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
-    return write_bytes_atomic(path, save(plain, metadata=metadata))
+    atomic_write_bytes(path, save(plain, metadata=metadata))
+    return Path(path)
 
 
 def read_json(path: Path) -> Any:

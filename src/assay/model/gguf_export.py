@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 
+from assay.atomic import fsync_dir, fsync_file
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.model.gguf import gguf_name, permute_qk
@@ -98,9 +99,9 @@ def write_gguf(
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with tmp.open("rb+") as handle:
-            os.fsync(handle.fileno())
+        fsync_file(tmp)
         os.replace(tmp, target)
+        fsync_dir(target.parent)
     finally:
         if tmp.exists():
             tmp.unlink()

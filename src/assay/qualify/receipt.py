@@ -15,6 +15,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from assay.atomic import fsync_dir
 from assay.errors import AssayError
 from assay.qualify.threshold import judge
 
@@ -114,19 +115,6 @@ def receipt_filename(receipt: dict[str, Any]) -> str:
     return f"{stamp}Z-{receipt[SHA_FIELD][:12]}.json"
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, data: bytes, *, overwrite: bool) -> None:
     """Write ``data`` to ``path`` via a fsynced temp file in the same directory.
 
@@ -147,7 +135,7 @@ def write_atomic(path: Path, data: bytes, *, overwrite: bool) -> None:
             except FileExistsError as err:
                 raise AssayError(f"{path}: already exists; receipts are never overwritten") from err
             os.unlink(tmp)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

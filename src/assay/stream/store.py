@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from assay.atomic import fsync_file
 from assay.errors import AssayError
 from assay.stream.layout import LayerLayout, layouts_key
 
@@ -116,11 +117,11 @@ class DiskStore:
             tmp = self._shard(i).with_suffix(".tmp")
             meta = {"layout": json.dumps(self.layouts[i].describe()), "key": key}
             save_file({"block": block}, str(tmp), metadata=meta)
-            _fsync(tmp)
+            fsync_file(tmp)
             os.replace(tmp, self._shard(i))
         tmp = manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps({"key": key, "layers": len(layers)}))
-        _fsync(tmp)
+        fsync_file(tmp)
         os.replace(tmp, manifest)
 
     def _map(self, index: int) -> np.memmap:
@@ -150,11 +151,6 @@ class DiskStore:
             "directory": str(self.directory),
             "reused": self.reused,
         }
-
-
-def _fsync(path: Path) -> None:
-    with path.open("rb+") as handle:
-        os.fsync(handle.fileno())
 
 
 def store_key(fingerprint: str, storage: str, layouts: list[LayerLayout]) -> str:

@@ -33,18 +33,19 @@ def build_model(
     """
     base = load(model_path(config), storage=config.storage)
     adapter = config.adapter
-    options = {k: getattr(adapter, k) for k in ("u", "r", "sharing") if getattr(adapter, k)}
-    kwargs = (
-        {}
-        if adapter.method == "full"
-        else {
+    kwargs = {}
+    if adapter.method != "full":
+        kwargs = {
             "rank": adapter.rank,
             "alpha": adapter.alpha,
             "targets": list(adapter.targets),
             "layers": adapter.layers,
-            **options,
+            "u": adapter.u,
+            "r": adapter.r,
+            "sharing": adapter.sharing,
         }
-    )
+        # Fields that do not apply to the method are None in the config: leave them out.
+        kwargs = {k: v for k, v in kwargs.items() if v is not None or k == "layers"}
     attach(base, adapter.method, seed=config.seed, **kwargs)
     base.gradient_checkpointing = config.gradient_checkpointing
     if config.stream is not None:
