@@ -85,16 +85,17 @@ def objective(model, base, kind: str, variant: str, smoothing: float, **kwargs) 
     if kind == "chunked_ce":
         loss = LossConfig(type=kind, chunk_size=1024)
     else:
-        loss = LossConfig(type=kind, beta=BETA[kind], gamma=GAMMA if kind == "simpo" else None)
+        loss = LossConfig(
+            type=kind,
+            beta=BETA[kind],
+            gamma=GAMMA if kind == "simpo" else None,
+            dpo_variant=variant if kind == "dpo" else None,
+            label_smoothing=smoothing if kind == "dpo" else None,
+        )
     config = TrainConfig(
         model="unused", data=DataConfig(train="unused"), steps=1, output=OutputConfig("unused")
     )
-    obj = Objective(dataclasses.replace(config, loss=loss), model, base, **kwargs)
-    if obj.settings is not None:  # dpo_variant has no config key yet
-        obj.settings = dataclasses.replace(
-            obj.settings, dpo_variant=variant, label_smoothing=smoothing
-        )
-    return obj
+    return Objective(dataclasses.replace(config, loss=loss), model, base, **kwargs)
 
 
 def trainables(base) -> dict[str, torch.Tensor]:

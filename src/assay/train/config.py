@@ -77,6 +77,8 @@ class LossConfig:
     gamma: float | None = None
     desirable_weight: float | None = None
     undesirable_weight: float | None = None
+    dpo_variant: str | None = None
+    label_smoothing: float | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,18 @@ def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
     body.pop("source")
     for section, keys in (
         ("adapter", ("rank", "alpha", "layers", "u", "r", "sharing")),
-        ("loss", ("chunk_size", "beta", "gamma", "desirable_weight", "undesirable_weight")),
+        (
+            "loss",
+            (
+                "chunk_size",
+                "beta",
+                "gamma",
+                "desirable_weight",
+                "undesirable_weight",
+                "dpo_variant",
+                "label_smoothing",
+            ),
+        ),
         ("data", ("eval", "mask")),
     ):
         for key in keys:
@@ -281,6 +294,9 @@ def _loss(raw: dict[str, Any], source: Path) -> LossConfig:
     weights = ("desirable_weight", "undesirable_weight")
     _only_for(raw, weights, kind == "kto", f"to loss {kind} (kto only)", **where)
     is_kto = kind == "kto"
+    robust = kind == "dpo" and raw.get("dpo_variant") == "robust"
+    _only_for(raw, ("dpo_variant",), kind == "dpo", f"to loss {kind} (dpo only)", **where)
+    _only_for(raw, ("label_smoothing",), robust, "unless loss dpo with dpo_variant robust", **where)
     return LossConfig(
         type=kind,
         chunk_size=int(raw.get("chunk_size", 1024)) if kind == "chunked_ce" else None,
@@ -288,6 +304,8 @@ def _loss(raw: dict[str, Any], source: Path) -> LossConfig:
         gamma=float(raw.get("gamma", 0.5)) if kind == "simpo" else None,
         desirable_weight=float(raw.get("desirable_weight", 1.0)) if is_kto else None,
         undesirable_weight=float(raw.get("undesirable_weight", 1.0)) if is_kto else None,
+        dpo_variant=raw.get("dpo_variant", "sigmoid") if kind == "dpo" else None,
+        label_smoothing=float(raw.get("label_smoothing", 0.1)) if robust else None,
     )
 
 

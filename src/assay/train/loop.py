@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class StepRecord:
     scored_tokens: int
     seconds: float
     tokens_per_s: float
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Trainer:
@@ -130,10 +131,12 @@ class Trainer:
         micro = self._micro_batches()
         scored = sum(int(b.loss_mask.sum()) for b in micro)
         total_loss = 0.0
+        collected: list[dict[str, float]] = []
         for batch in micro:
             loss = self.objective.loss(batch, scored, len(micro))
             loss.backward()
             total_loss += loss.item()
+            collected.append(self.objective.metrics())
         params = list(self.params.values())
         clip = self.config.optim.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
@@ -144,8 +147,21 @@ class Trainer:
         self.step += 1
         seconds = time.perf_counter() - started
         tokens = sum(int(b.attention_mask.sum()) for b in micro)
+        names = sorted(set().union(*collected))
+        metrics = {
+            k: sum(m[k] for m in collected if k in m) / sum(k in m for m in collected)
+            for k in names
+        }
         return StepRecord(
-            self.step, total_loss, lr, float(norm), tokens, scored, seconds, tokens / seconds
+            self.step,
+            total_loss,
+            lr,
+            float(norm),
+            tokens,
+            scored,
+            seconds,
+            tokens / seconds,
+            metrics,
         )
 
     # -- the run -----------------------------------------------------------------------------

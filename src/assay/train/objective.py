@@ -49,12 +49,11 @@ def head_weight(base: nn.Module) -> torch.Tensor:
 def preference_settings(config: TrainConfig) -> PreferenceSettings:
     """The config's loss section as :class:`PreferenceSettings` (missing knobs: defaults).
 
-    ``dpo_variant`` and ``label_smoothing`` are read when the config has them (robust DPO
-    defaults to a flip rate of 0.1, the others to 0).
+    Robust DPO defaults to a flip rate of 0.1, the other variants to 0.
     """
     loss = config.loss
-    variant = getattr(loss, "dpo_variant", None) or "sigmoid"
-    smoothing = getattr(loss, "label_smoothing", None)
+    variant = loss.dpo_variant or "sigmoid"
+    smoothing = loss.label_smoothing
     if smoothing is None:
         smoothing = 0.1 if variant == "robust" else 0.0
     present = {
