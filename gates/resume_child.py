@@ -9,31 +9,12 @@ waits, so the parent can SIGKILL it at that exact point of a save. KILL_AT 0 nev
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
+from assay.testing.faults import pause_at_event
 from assay.train.config import load_train_config
 from assay.train.loop import Trainer
-
-
-def pause_at(kill_at: int) -> None:
-    count = [0]
-
-    def wrap(fn):
-        def inner(*args, **kwargs):
-            result = fn(*args, **kwargs)
-            count[0] += 1
-            if count[0] == kill_at:
-                print("PAUSE", flush=True)
-                time.sleep(600)
-            return result
-
-        return inner
-
-    for name in ("fsync", "rename", "replace"):
-        setattr(os, name, wrap(getattr(os, name)))
 
 
 def main() -> None:
@@ -42,8 +23,7 @@ def main() -> None:
     if (run_dir / "latest").exists():
         trainer.resume(run_dir)
     print(f"START {trainer.step}", flush=True)
-    if kill_at:
-        pause_at(kill_at)
+    pause_at_event(kill_at)
     trainer.train()
     print("DONE", flush=True)
 

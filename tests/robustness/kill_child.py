@@ -11,35 +11,17 @@ the parent can kill it at that exact point.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
 from robust_state import naive_write, receipt_bytes, write_checkpoint
 
-
-def _hook(kill_at: int) -> None:
-    count = [0]
-
-    def wrap(fn):
-        def inner(*args, **kwargs):
-            result = fn(*args, **kwargs)
-            count[0] += 1
-            if count[0] == kill_at:
-                print("PAUSE", flush=True)
-                time.sleep(600)
-            return result
-
-        return inner
-
-    for name in ("fsync", "rename", "replace", "link"):
-        setattr(os, name, wrap(getattr(os, name)))
+from assay.testing.faults import pause_at_event
 
 
 def main() -> None:
     mode, directory, first, kill_at = sys.argv[1], Path(sys.argv[2]), *map(int, sys.argv[3:5])
-    _hook(kill_at)
+    pause_at_event(kill_at)
     step = first
     while True:
         if mode == "checkpoint":

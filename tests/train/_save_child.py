@@ -9,12 +9,11 @@ the parent kill the process at an exact point of the save.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 
 import torch
 
+from assay.testing.faults import pause_at_event
 from assay.train.checkpoint import save_checkpoint
 
 PRINTS = {"config": "c" * 64, "dataset": "d" * 64, "model": "m" * 64}
@@ -36,25 +35,6 @@ def state_for(step: int) -> tuple[dict[str, torch.nn.Parameter], torch.optim.Ada
     return params, opt
 
 
-def _hook(kill_at: int) -> None:
-    count = [0]
-
-    def wrap(fn):
-        def inner(*args, **kwargs):
-            result = fn(*args, **kwargs)
-            count[0] += 1
-            print(f"EVENT {count[0]} {fn.__name__}", flush=True)
-            if count[0] == kill_at:
-                print("PAUSE", flush=True)
-                time.sleep(600)
-            return result
-
-        return inner
-
-    for name in ("fsync", "rename", "replace"):
-        setattr(os, name, wrap(getattr(os, name)))
-
-
 def main() -> None:
     run_dir, step, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if mode == "loop":
@@ -63,7 +43,7 @@ def main() -> None:
             save_checkpoint(run_dir, step, params, opt, {"step": step}, {"n": step}, PRINTS)
             print(f"SAVED {step}", flush=True)
             step += 1
-    _hook(int(mode))
+    pause_at_event(int(mode), ("fsync", "rename", "replace"), announce=True)
     params, opt = state_for(step)
     save_checkpoint(run_dir, step, params, opt, {"step": step}, {"n": step}, PRINTS)
     print("DONE", flush=True)
