@@ -1,4 +1,5 @@
-"""nox sessions: tests, lint, gates, gate-<name> (one per gates/gate_<name>.py), records, bench.
+"""nox sessions: tests, lint, gates, gate-<name> (one per gates/gate_<name>.py), records, verify,
+bench.
 
 Torch: on a machine without an NVIDIA GPU each session installs the CPU wheel
 ``torch==2.13.0``. On a GPU box (``nvidia-smi`` on PATH) the session's virtualenv sees the system
@@ -85,6 +86,13 @@ def records(session: nox.Session) -> None:
     """Rebuild records/*.md from records/receipts, then verify hashes and sync."""
     install(session)
     session.run("assay", "render")
+    session.run("assay", "verify")
+
+
+@nox.session(venv_params=VENV_PARAMS)
+def verify(session: nox.Session) -> None:
+    """Check the published receipts (schema, sha256) and that every record matches them."""
+    install(session)
     session.run("assay", "verify")
 
 

@@ -1,7 +1,7 @@
-"""Training building blocks: config, data and masks, losses, checkpoints.
+"""Training: config, data and masks, losses, checkpoints, and the loop that combines them.
 
-Each piece stands alone and is tested on its own; the loop that combines them lives in
-``assay.train.loop`` (later).
+Each piece stands alone and is tested on its own; ``assay.train.loop.Trainer`` (also
+``assay.Trainer``) runs a config end to end.
 """
 
 from assay.train.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
