@@ -23,6 +23,7 @@ from assay.adapters import attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay.testing.real_model import smollm2_path
+from assay.testing.tiny import smollm2_shaped
 from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
 from assay.train.objective import Objective
@@ -33,7 +34,6 @@ from preference_reference import (
     formula_loss,
     kto_batch,
     pair_batch,
-    smollm2_shaped,
 )
 
 IMPLEMENTATION = ("assay.train.preference", "assay.train.objective", "assay.adapters.control")
@@ -241,7 +241,7 @@ def test_dpo_peak_against_sft(gate):
     gate.uses(*IMPLEMENTATION, "assay.train.peak", "assay.train.losses")
     gate.seed(0, 7)
     model = randomize_adapters(
-        attach(smollm2_shaped(), "lora", rank=8, alpha=16, targets="attention"), seed=0
+        attach(smollm2_shaped(4), "lora", rank=8, alpha=16, targets="attention"), seed=0
     )
     shape = {"vocab": 49152, "prompt": (16, 25), "completion": (24, 41)}
     batch, rows = pair_batch(7, pairs=2, **shape)
@@ -286,7 +286,7 @@ def test_dpo_peak_against_sft(gate):
     claim.measure(dpo / sft)
     claim.control("DPO from full-vocabulary logits (log_softmax over [N, T, V])", full / sft)
     static = static_bytes(model)
-    copy = smollm2_shaped()
+    copy = smollm2_shaped(4)
 
     @contextlib.contextmanager
     def second_model(_base):

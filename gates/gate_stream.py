@@ -304,28 +304,10 @@ def test_streaming_really_ran(gate, tmp_path):
 
 
 def random_decoder(layers: int, seed: int = 0):
-    """SmolLM2's architecture (hidden 576, FFN 1536, 9/3 heads, vocab 49152) at any depth."""
-    from assay.model import Decoder, ModelConfig
+    """SmolLM2's architecture at any depth, with randomized LoRA r8 on attention."""
+    from assay.testing.tiny import smollm2_shaped
 
-    config = ModelConfig(
-        architecture="llama",
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_layers=layers,
-        num_heads=9,
-        num_kv_heads=3,
-        head_dim=64,
-        rope_theta=100000.0,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = Decoder(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02)
-    model.requires_grad_(False)
-    attach(model, "lora", rank=8, alpha=16, targets="attention")
+    model = attach(smollm2_shaped(layers, seed), "lora", rank=8, alpha=16, targets="attention")
     return randomize_adapters(model, seed=seed)
 
 

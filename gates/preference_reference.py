@@ -98,28 +98,3 @@ def kto_batch(seed: int, n: int = 4):
     labels = [i % 2 == 0 for i in range(n)]
     examples = [Example(i, (seq(*rows[i]),), labels[i]) for i in range(n)]
     return collate(examples, pad_id=0), rows, torch.tensor(labels)
-
-
-def smollm2_shaped(layers: int = 4, seed: int = 0):
-    """SmolLM2's architecture (hidden 576, FFN 1536, 9/3 heads, vocab 49152, tied head) at a
-    few layers, random weights: the head and vocabulary are what DPO vs SFT is about."""
-    from assay.model import Decoder, ModelConfig
-
-    config = ModelConfig(
-        architecture="llama",
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_layers=layers,
-        num_heads=9,
-        num_kv_heads=3,
-        head_dim=64,
-        rope_theta=100000.0,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = Decoder(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02)
-    return model.requires_grad_(False)

@@ -85,3 +85,28 @@ def save_tiny(
         tensors = {name: source.read(name) for name in source.config.expected_shapes()}
         paths["gguf"] = write_gguf(directory / f"{family}{suffix}.gguf", source.config, tensors)
     return paths
+
+
+def smollm2_shaped(layers: int, seed: int = 0):
+    """A random, frozen Decoder with SmolLM2's architecture (hidden 576, FFN 1536, 9/3 heads,
+    head_dim 64, vocab 49152, tied head) at any depth; weights N(0, 0.02) from ``seed``."""
+    from assay.model import Decoder, ModelConfig
+
+    config = ModelConfig(
+        architecture="llama",
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=layers,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = Decoder(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.02)
+    return model.requires_grad_(False)
