@@ -300,7 +300,7 @@ def scaled_stores(model, factor: float, layers: slice) -> list[tuple[torch.Tenso
 
 def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
     model, _ = nf4_load
-    gate.uses(*IMPLEMENTATION, "assay.model.loader")
+    gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading")
     gate.input("model", smollm2_path())
     tokenizer, hf_model = hf_bnb_reference(smollm2_path())
     diff, top1 = agreement(logits_pairs(model, hf_model, tokenizer))
@@ -354,7 +354,7 @@ def bytes_per_parameter(model) -> float:
 
 def test_storage_bytes_and_load_peak(gate, nf4_load):
     model, peak = nf4_load
-    gate.uses(*IMPLEMENTATION, "assay.model.loader")
+    gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading")
     gate.input("model", smollm2_path())
     per_param = gate.claim(
         "storage.bytes_per_param",

@@ -15,7 +15,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 _LAZY = {
     "Decoder": "assay.model",
     "ModelConfig": "assay.model",
-    "load": "assay.model",
+    "load": "assay.loading",
     "attach": "assay.adapters",
     "StreamedModel": "assay.stream",
     "Trainer": "assay.train.loop",

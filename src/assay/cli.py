@@ -17,12 +17,13 @@ STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
 
 
 def _model_info(args: argparse.Namespace) -> dict[str, Any]:
-    from assay.model.loader import load_with_fingerprint, open_source
+    from assay.loading import load_stored
+    from assay.model.loader import open_source
 
     source = open_source(args.model)
     started = time.perf_counter()
-    model, fingerprint = load_with_fingerprint(
-        args.model, storage=args.storage, quantize_embeddings=args.quantize_embeddings
+    model, fingerprint = load_stored(
+        args.model, storage=args.storage, quantize_embeddings_too=args.quantize_embeddings
     )
     info: dict[str, Any] = {
         "path": str(args.model),

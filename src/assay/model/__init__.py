@@ -2,6 +2,6 @@
 
 from assay.model.config import ModelConfig
 from assay.model.decoder import Decoder
-from assay.model.loader import Fingerprint, load, load_with_fingerprint, open_source
+from assay.model.loader import Fingerprint, load_with_fingerprint, open_source
 
-__all__ = ["Decoder", "Fingerprint", "ModelConfig", "load", "load_with_fingerprint", "open_source"]
+__all__ = ["Decoder", "Fingerprint", "ModelConfig", "load_with_fingerprint", "open_source"]

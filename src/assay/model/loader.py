@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -111,19 +112,23 @@ def _set_tensor(model: nn.Module, name: str, value: torch.Tensor) -> None:
     setattr(owner, attr, nn.Parameter(value, requires_grad=False))
 
 
+LayerHook = Callable[[nn.Module], object]
+
+
 def load_with_fingerprint(
     path: str | os.PathLike[str],
     *,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
-    storage: str = "float32",
-    quantize_embeddings: bool = False,
+    layer_hook: LayerHook | None = None,
+    model_hook: LayerHook | None = None,
 ) -> tuple[Decoder, Fingerprint]:
     """Load the model and fingerprint it in one pass over the tensors.
 
-    Layers are materialised one at a time and handed to the storage backend straight away, so
-    peak memory is one dense layer plus what is already stored. Base parameters come back
-    frozen (``requires_grad=False``); adapters decide what trains.
+    Layers are materialised one at a time and ``layer_hook(layer)`` runs on each straight
+    away (storage packs it there), so peak memory is one dense layer plus what the hook kept;
+    ``model_hook(model)`` runs once at the end, before the move to ``device``. Base parameters
+    come back frozen (``requires_grad=False``); adapters decide what trains.
     """
     source = open_source(path)
     config = source.config
@@ -141,17 +146,13 @@ def load_with_fingerprint(
     materialise([n for n in order if n.startswith("embed_tokens.")])
     for index, layer in enumerate(model.layers):
         materialise([n for n in order if n.startswith(f"layers.{index}.")])
-        if storage != "float32":
-            from assay.storage import apply_storage
-
-            apply_storage(layer, storage)
+        if layer_hook is not None:
+            layer_hook(layer)
     materialise([n for n in order if n.startswith(("norm.", "lm_head."))])
     if config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
-    if quantize_embeddings:
-        from assay.storage import quantize_embeddings as quantize
-
-        quantize(model, storage)
+    if model_hook is not None:
+        model_hook(model)
     model.to(device)
     fingerprint = Fingerprint(
         source_sha256=source_sha256(path),
@@ -162,22 +163,3 @@ def load_with_fingerprint(
     model.fingerprint = fingerprint
     model.source_path = Path(path)
     return model, fingerprint
-
-
-def load(
-    path: str | os.PathLike[str],
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    storage: str = "float32",
-    quantize_embeddings: bool = False,
-) -> Decoder:
-    """Load a GGUF file or HF safetensors directory as a frozen ``Decoder``.
-
-    ``storage`` picks how frozen projections are held: float32, bf16, nf4 or nf4_double_quant.
-    The model's ``fingerprint`` attribute holds source and canonical sha256 and sizes.
-    """
-    model, _ = load_with_fingerprint(
-        path, dtype=dtype, device=device, storage=storage, quantize_embeddings=quantize_embeddings
-    )
-    return model

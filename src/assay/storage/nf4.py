@@ -7,13 +7,18 @@ caller never needs the whole dense matrix at once.
 
 from __future__ import annotations
 
+import logging
 import math
 
-import bitsandbytes.functional as bnbf
-import torch
-from torch import nn
+# At import bitsandbytes warns that an optional CPU kernel for matmul_4bit (which assay never
+# calls) is absent; that stray line would break the CLI's one-line output.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
-from assay.errors import ConfigError
+import bitsandbytes.functional as bnbf  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from assay.errors import ConfigError  # noqa: E402
 
 BLOCKSIZE = 64
 NESTED_BLOCKSIZE = 256

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from assay.adapters import attach
-from assay.model.loader import load
+from assay.loading import load
 from assay.model.tokenizer import Tokenizer, load_tokenizer
 from assay.train.config import TrainConfig, model_path, tokenizer_path
 from assay.train.data import Dataset, load_dataset
