@@ -17,6 +17,7 @@ from assay.model.config import ModelConfig
 from assay.model.decoder import Decoder
 from assay.model.gguf import GGUFSource
 from assay.model.safetensors import SafetensorsSource
+from assay.model.tensors import set_tensor
 
 _HASH_CHUNK = 1 << 22
 
@@ -106,12 +107,6 @@ class _CanonicalHash:
         self.count += tensor.numel()
 
 
-def _set_tensor(model: nn.Module, name: str, value: torch.Tensor) -> None:
-    owner_name, _, attr = name.rpartition(".")
-    owner = model.get_submodule(owner_name)
-    setattr(owner, attr, nn.Parameter(value, requires_grad=False))
-
-
 LayerHook = Callable[[nn.Module], object]
 
 
@@ -141,7 +136,7 @@ def load_with_fingerprint(
         for name in names:
             tensor = source.read(name)
             hasher.add(name, tensor)
-            _set_tensor(model, name, tensor.to(dtype))
+            set_tensor(model, name, tensor.to(dtype))
 
     materialise([n for n in order if n.startswith("embed_tokens.")])
     for index, layer in enumerate(model.layers):
@@ -161,5 +156,4 @@ def load_with_fingerprint(
         decoded_fp32_bytes=hasher.count * 4,
     )
     model.fingerprint = fingerprint
-    model.source_path = Path(path)
     return model, fingerprint

@@ -20,6 +20,7 @@ from torch.func import functional_call
 
 from assay.errors import ConfigError
 from assay.model.decoder import Decoder
+from assay.model.tensors import get_tensor, set_tensor
 from assay.stream.layout import LayerLayout, base_tensors
 from assay.stream.pool import SlotPool
 from assay.stream.store import DiskStore, RamStore
@@ -30,15 +31,6 @@ TIERS = ("ram", "disk")
 def default_cache_dir() -> Path:
     root = os.environ.get("ASSAY_CACHE") or Path.home() / ".cache" / "assay"
     return Path(root) / "stream"
-
-
-def _set_tensor(module: nn.Module, dotted: str, value: torch.Tensor) -> None:
-    owner_name, _, attr = dotted.rpartition(".")
-    owner = module.get_submodule(owner_name) if owner_name else module
-    if attr in owner._parameters:
-        owner._parameters[attr] = nn.Parameter(value, requires_grad=value.requires_grad)
-    else:
-        owner._buffers[attr] = value
 
 
 class _StreamedLayers(torch.autograd.Function):
@@ -132,7 +124,7 @@ class StreamedModel(nn.Module):
         self._rebind_host_tensors(layers, tier)
         del layers
         self.base_params = [
-            {n: _get(layer, n) for n in names}
+            {n: get_tensor(layer, n) for n in names}
             for layer, names in zip(model.layers, self.trainable_base_names, strict=True)
         ]
         self._move_resident_parts()
@@ -160,7 +152,7 @@ class StreamedModel(nn.Module):
                     replacement = views[name].requires_grad_(tensor.requires_grad)
                 else:
                     replacement = torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
-                _set_tensor(layer, name, replacement)
+                set_tensor(layer, name, replacement)
 
     def _move_resident_parts(self) -> None:
         if self.device.type == "cpu":
@@ -172,7 +164,7 @@ class StreamedModel(nn.Module):
             streamed = {e.name for e in layout.entries}
             for name, tensor in [*layer.named_parameters(), *layer.named_buffers()]:
                 if name not in streamed:
-                    _set_tensor(
+                    set_tensor(
                         layer,
                         name,
                         tensor.detach().to(self.device).requires_grad_(tensor.requires_grad),
@@ -234,12 +226,6 @@ class StreamedModel(nn.Module):
             "largest_layer_bytes": max(layout.nbytes for layout in self.layouts),
             "fetches": self.pool.fetches,
         }
-
-
-def _get(module: nn.Module, dotted: str) -> torch.Tensor:
-    owner_name, _, attr = dotted.rpartition(".")
-    owner = module.get_submodule(owner_name) if owner_name else module
-    return getattr(owner, attr)
 
 
 def _content_key(layers: list[dict[str, torch.Tensor]]) -> str:

@@ -119,9 +119,3 @@ class SlotPool:
             slot.in_use = False
             if self.cuda:
                 slot.released.record(torch.cuda.current_stream(self.device))
-
-    def close(self) -> None:
-        for slot in self.slots:
-            self._wait(slot)
-        if self.worker is not None:
-            self.worker.shutdown(wait=True)
