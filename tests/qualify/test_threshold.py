@@ -65,3 +65,7 @@ def test_worse_than_follows_operator_direction_and_tolerance():
     assert worse_than("<", 0.5, 0.0, 1e-9)  # zero baseline and zero bound: no worsening
     assert not worse_than("<=", 0.1, 0.0, 1e-5, bound=1e-4)  # zero baseline: scale by the bound
     assert worse_than("<=", 0.1, 0.0, 2e-5, bound=1e-4)
+    # an error far below its bound is judged on the bound's scale, not its own
+    assert not worse_than("<=", 0.1, 3e-8, 6e-8, bound=1e-4)
+    assert worse_than("<=", 0.1, 3e-8, 2e-5, bound=1e-4)
+    assert worse_than("<=", 0.01, 1.8e8, 1.83e8, bound=1.82e8)

@@ -87,15 +87,16 @@ def worse_than(
 ) -> bool:
     """True when ``measured`` is worse than ``baseline`` by more than ``tolerance`` (relative).
 
-    Equality thresholds compare exactly: any change from the baseline value is worse. A zero
-    baseline has no scale of its own, so the tolerance is taken relative to the threshold's
-    ``bound`` instead (an error of 0 against a bound of 1e-4 with tolerance 0.1 may grow to
-    1e-5); with a zero bound too, no worsening is allowed.
+    Equality thresholds compare exactly: any change from the baseline value is worse. The
+    tolerance scales with the larger of the baseline and the threshold's ``bound``, so a
+    floating-point error far below its bound (0 or 3e-8 against 1e-4, tolerance 0.1) may
+    drift by up to 1e-5 across machines and library builds without counting as a
+    regression; with a zero baseline and a zero bound, no worsening is allowed.
     """
     direction = lower_is_better(op)
     if direction is None:
         return measured != baseline
-    allowed = (abs(baseline) if baseline != 0 else abs(bound)) * tolerance
+    allowed = max(abs(baseline), abs(bound)) * tolerance
     loss = measured - baseline if direction else baseline - measured
     return loss > allowed
 
