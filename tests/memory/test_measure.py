@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from assay.memory.measure import (
@@ -49,3 +50,17 @@ def test_plan_measured_in_subprocess_matches_its_static_prediction():
     assert out["static_bytes"] == terms["weights"] + terms["adapter"] + terms["optimizer"]
     assert out["device_peak_bytes"] == out["static_bytes"] + out["step_peak_bytes"]
     assert out["step_peak_bytes"] > 2 * 32 * 512 * 4  # at least the logits of the batch
+
+
+@pytest.mark.slow
+def test_streaming_that_keeps_activations_is_predicted_within_five_percent():
+    plan = Plan(
+        model=Dims(512, 64, 128, 4, 4, 2, 16),
+        seq_len=64,
+        micro_batch=2,
+        stream_buffers=2,
+        stream_recompute=False,
+    )
+    out = measure_in_subprocess(plan.to_dict())
+    predicted = predict(plan).total
+    assert abs(predicted - out["device_peak_bytes"]) / out["device_peak_bytes"] <= 0.05

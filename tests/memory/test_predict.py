@@ -137,3 +137,12 @@ def test_estimate_cli_refuses_over_budget(tmp_path, smollm2_path, capsys):
     args = parser.parse_args(["estimate", str(config), "--budget", "64GiB"])
     assert args.func(args) == 0
     assert "fits" in capsys.readouterr().out
+
+
+def test_streaming_that_keeps_activations_has_resident_activations_and_streamed_weights():
+    resident = predict(plan())
+    recomputing = predict(plan(stream_buffers=2))
+    keeping = predict(plan(stream_buffers=2, stream_recompute=False))
+    assert keeping.terms["weights"] == recomputing.terms["weights"]
+    assert keeping.terms["activations"] == resident.terms["activations"]
+    assert keeping.terms["activations"] > recomputing.terms["activations"]

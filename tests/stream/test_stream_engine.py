@@ -39,13 +39,20 @@ def _loss_and_grads(model, ids):
 
 @pytest.mark.parametrize(("method", "options"), METHODS)
 @pytest.mark.parametrize("storage", ["float32", "nf4_double_quant"])
-def test_streamed_matches_resident_bitwise(tiny_models, tmp_path, method, options, storage):
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "keep-activations"])
+def test_streamed_matches_resident_bitwise(
+    tiny_models, tmp_path, method, options, storage, recompute
+):
     if method == "full" and storage != "float32":
         pytest.skip("full fine-tuning needs float32 storage")
+    if method == "full" and not recompute:
+        pytest.skip("method full always recomputes (see test_full_method_refuses_kept_mode)")
     path = tiny_models["qwen2"]["hf"]
     ids = torch.randint(0, 320, (2, 24), generator=torch.Generator().manual_seed(0))
     logits, grads = _loss_and_grads(_model(path, method, storage, options), ids)
-    streamed = StreamedModel(_model(path, method, storage, options), tier="ram", buffers=2)
+    streamed = StreamedModel(
+        _model(path, method, storage, options), tier="ram", buffers=2, recompute=recompute
+    )
     s_logits, s_grads = _loss_and_grads(streamed, ids)
     assert torch.equal(logits, s_logits)
     assert grads.keys() == s_grads.keys() and grads
@@ -118,3 +125,71 @@ def test_full_method_trains_the_host_weights(tiny_models):
     assert not torch.equal(before, weight.detach())
     block = streamed.store.layouts[0].views(streamed.store.block(0))["mlp.up_proj.weight"]
     assert torch.equal(block, weight.detach())  # the arena is what the next fetch reads
+
+
+def test_full_method_refuses_kept_mode(tiny_models):
+    model = _model(tiny_models["qwen2"]["hf"], "full", "float32", {})
+    with pytest.raises(ConfigError, match="recompute"):
+        StreamedModel(model, recompute=False)
+
+
+@pytest.mark.parametrize("tier", ["ram", "disk"])
+def test_kept_mode_fetches_each_layer_once_per_pass_and_never_recomputes(
+    tiny_models, tmp_path, tier
+):
+    """Forward fetches every layer once, backward once more; no layer runs twice."""
+    model = _model(tiny_models["mistral"]["hf"], "lora", "nf4", {})
+    streamed = StreamedModel(model, tier=tier, buffers=2, cache_dir=tmp_path, recompute=False)
+    calls = []
+    for layer in model.layers:
+        layer.register_forward_hook(lambda *_: calls.append(1))
+    ids = torch.randint(0, 320, (1, 16), generator=torch.Generator().manual_seed(2))
+    before = streamed.pool.fetches
+    for _ in range(2):  # the second step must start cleanly after the first backward
+        _loss_and_grads(streamed, ids)
+    layers = len(model.layers)
+    assert len(calls) == 2 * layers
+    assert streamed.pool.fetches - before <= 2 * 2 * layers
+
+
+def test_kept_mode_matches_recompute_mode_over_two_optimizer_steps(tiny_models):
+    path = tiny_models["mistral"]["hf"]
+    ids = torch.randint(0, 320, (2, 20), generator=torch.Generator().manual_seed(4))
+    losses = {}
+    for recompute in (True, False):
+        streamed = StreamedModel(_model(path, "dora", "nf4", {}), recompute=recompute)
+        trainable = [p for p in streamed.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+        seen = []
+        for _ in range(3):
+            logits = streamed(ids)
+            loss = torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            )
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            seen.append(loss.item())
+        losses[recompute] = seen
+    assert losses[True] == losses[False]
+    assert losses[True][0] != losses[True][2]
+
+
+def test_kept_mode_backward_reads_weights_fetched_again_not_the_forward_slots(tiny_models):
+    """Wiping every slot between forward and backward leaves the gradients exact."""
+    path = tiny_models["qwen2"]["hf"]
+    ids = torch.randint(0, 320, (1, 16), generator=torch.Generator().manual_seed(5))
+    _, grads = _loss_and_grads(_model(path, "lora", "nf4_double_quant", {}), ids)
+    streamed = StreamedModel(_model(path, "lora", "nf4_double_quant", {}), recompute=False)
+    logits = streamed(ids)
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    streamed.kept.release()
+    for slot in streamed.pool.slots:
+        if slot.pending is not None:
+            slot.pending.result()
+        slot.buffer.fill_(255)
+        slot.requested = slot.loaded = None
+    params = [(n, p) for n, p in streamed.named_parameters() if p.requires_grad]
+    s_grads = torch.autograd.grad(loss, [p for _, p in params])
+    for (name, _), g in zip(params, s_grads, strict=True):
+        assert torch.equal(grads[name.removeprefix("model.")], g), name

@@ -212,7 +212,12 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
     if plan["stream_buffers"]:
         from assay.stream import StreamedModel
 
-        runner = StreamedModel(base, tier="ram", buffers=plan["stream_buffers"])
+        runner = StreamedModel(
+            base,
+            tier="ram",
+            buffers=plan["stream_buffers"],
+            recompute=plan.get("stream_recompute", True),
+        )
         host = {id(t) for layer in base.layers for t in base_tensors(layer).values()}
         slot_bytes = runner.pool.device_bytes
     params = [p for p in base.parameters() if p.requires_grad]

@@ -57,7 +57,9 @@ class Dims:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything the prediction depends on. ``stream_buffers`` None means resident."""
+    """Everything the prediction depends on. ``stream_buffers`` None means resident;
+    ``stream_recompute`` False means a streamed run keeps every activation, as resident does.
+    """
 
     model: Dims
     storage: str = "float32"
@@ -65,6 +67,7 @@ class Plan:
     rank: int = 8
     targets: tuple[str, ...] = ATTENTION
     stream_buffers: int | None = None
+    stream_recompute: bool = True
     seq_len: int = 512
     micro_batch: int = 1
     grad_accum: int = 1
@@ -286,7 +289,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
 
     rope = 2 * e * rows * plan.seq_len * d.head_dim
     head_in = 4 * h + 4 + (4 * h if plan.method == "full" else 0)  # final norm (+ head input)
-    if streamed or plan.gradient_checkpointing:
+    if (streamed and plan.stream_recompute) or plan.gradient_checkpointing:
         # Only each layer's input is kept; one layer at a time is recomputed in backward.
         kept = tokens * (d.num_layers * e * h + head_in) + rope
         last_layer = tokens * (_layer_saved(plan, True) - e * h)

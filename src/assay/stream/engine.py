@@ -1,11 +1,13 @@
 """Layer streaming: the frozen base of every decoder layer lives in a host store, and only the
 pool's few slots are on the compute device.
 
-The forward keeps only the layer-boundary activations. The backward walks the layers in
-reverse, fetches each one again and recomputes it from its saved input, so every tensor the
-recomputed graph saves (dense weights, NF4 bytes) is a view of the slot it is using right
-now: nothing outlives its slot. The arithmetic is the resident model's, op for op, so logits
-and gradients are bitwise equal to a resident run with the same storage.
+With ``recompute=True`` (the default) the forward keeps only the layer-boundary activations.
+The backward walks the layers in reverse, fetches each one again and recomputes it from its
+saved input, so every tensor the recomputed graph saves (dense weights, NF4 bytes) is a view of
+the slot it is using right now: nothing outlives its slot. With ``recompute=False`` the forward
+keeps every activation, as a resident run does, and the backward only fetches the weights
+again (see ``kept.py``). Either way the arithmetic is the resident model's, op for op, so
+logits and gradients are bitwise equal to a resident run with the same storage.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch.func import functional_call
 from assay.errors import ConfigError
 from assay.model.decoder import Decoder
 from assay.model.tensors import get_tensor, set_tensor
+from assay.stream.kept import KeptActivations
 from assay.stream.layout import LayerLayout, base_tensors
 from assay.stream.pool import SlotPool
 from assay.stream.store import DiskStore, RamStore
@@ -88,7 +91,9 @@ class StreamedModel(nn.Module):
 
     Embeddings, the final norm, the head and every adapter tensor stay resident on ``device``.
     ``forward``/``hidden_states`` match ``Decoder``'s; gradients reach every trainable tensor,
-    including base weights that train (method ``full``, RAM tier only).
+    including base weights that train (method ``full``, RAM tier only). ``recompute=False``
+    keeps activations instead of recomputing each layer in backward: faster by one forward,
+    resident activation memory, frozen bases only.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class StreamedModel(nn.Module):
         buffers: int = 2,
         device: str | torch.device = "cpu",
         cache_dir: str | os.PathLike[str] | None = None,
+        recompute: bool = True,
     ) -> None:
         super().__init__()
         if tier not in TIERS:
@@ -114,6 +120,9 @@ class StreamedModel(nn.Module):
         ]
         if tier == "disk" and any(self.trainable_base_names):
             raise ConfigError("method full streams from the RAM tier only (stream.tier: ram)")
+        if not recompute and any(self.trainable_base_names):
+            raise ConfigError("stream.recompute: false needs a frozen base; method full recomputes")
+        self.recompute = recompute
         if tier == "ram":
             self.store = RamStore(self.layouts, layers, pin=self.device.type == "cuda")
         else:
@@ -129,6 +138,7 @@ class StreamedModel(nn.Module):
         ]
         self._move_resident_parts()
         self.pool = SlotPool(self.store, self.layouts, buffers, self.device)
+        self.kept = KeptActivations(self.pool)
         self.resident_uses = [
             [
                 (n, p)
@@ -194,10 +204,20 @@ class StreamedModel(nn.Module):
             None if attention_mask is None else attention_mask.to(self.device),
             None if position_ids is None else position_ids.to(self.device),
         )
+        self.kept.release()  # the previous backward's last slot
+        if not self.recompute and torch.is_grad_enabled():
+            return self.model.norm(self._layers_keeping_activations(x, (rope, mask)))
         # Adapter switches (enable/disable) must not change between this call and backward:
         # the backward recomputes every layer with the adapters as they are then.
         x = _StreamedLayers.apply(self, (rope, mask), x, *self.trainables)
         return self.model.norm(x)
+
+    def _layers_keeping_activations(self, x: torch.Tensor, context: tuple) -> torch.Tensor:
+        for i in range(self.num_layers):
+            following = i + 1 if i + 1 < self.num_layers else None
+            with self.pool.use(i, following) as base, self.kept.saving(i, base):
+                x = self.run_layer(i, base, x, context)
+        return x
 
     def forward(
         self,
@@ -221,6 +241,7 @@ class StreamedModel(nn.Module):
         return {
             **self.store.describe(),
             "buffers": len(self.pool.slots),
+            "recompute": self.recompute,
             "slot_bytes": self.pool.slot_bytes,
             "device_base_bytes": self.pool.device_bytes,
             "largest_layer_bytes": max(layout.nbytes for layout in self.layouts),

@@ -96,6 +96,13 @@ class SlotPool:
         if self.cuda and slot.requested is not None:
             torch.cuda.current_stream(self.device).wait_event(slot.ready)
 
+    def buffer(self, layer: int) -> torch.Tensor:
+        """The raw slot buffer that holds ``layer`` now; raises unless a slot holds it."""
+        slot = self._holder(layer)
+        if slot is None or slot.loaded != layer:
+            raise StreamError(f"no stream slot holds layer {layer}")
+        return slot.buffer
+
     @contextlib.contextmanager
     def use(self, layer: int, next_layer: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """Layer ``layer``'s base tensors as typed views of a slot, valid inside the block.
