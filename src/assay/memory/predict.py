@@ -253,10 +253,14 @@ def _loss_terms(plan: Plan, tokens: int) -> tuple[float, float, float]:
     v, h = d.vocab_size, d.hidden_size
     if plan.loss == "chunked_ce":
         c = min(plan.chunk_size, tokens)
+        chunk = 4 * (2 * c * v + tokens * h + 2 * c * h)  # logits/probs, grad_h, chunk rows
+        if plan.method != "full":
+            # Frozen head: grad_h is formed in the forward (the hidden states themselves are
+            # the head input kept above); grad_h and its scaled copy meet in the backward.
+            return tokens * (8 + 8), chunk, 8 * tokens * h
         saved = tokens * (4 * h + 8 + 4 + 8)  # hidden, scored index, logsumexp, labels
         forward = 2 * 4 * c * v  # a chunk's logits and logsumexp's workspace
-        backward = 4 * (2 * c * v + tokens * h + 2 * c * h)  # probs, grad_h, chunk rows
-        return saved, forward, backward
+        return saved, forward, chunk
     saved = tokens * (4 * v + 8 + 4 + 8)  # log_softmax output, targets, per-token loss
     return saved, 4 * tokens * v, 4 * 2 * tokens * v  # logits; nll grad + softmax grad
 

@@ -6,10 +6,12 @@ scored positions. Logits are computed in fp32 whatever the input dtype. ``reduct
 ``mean`` (over scored tokens) or ``sum`` (for gradient accumulation weighted by tokens).
 A batch with no scored token is a ValueError rather than a silent NaN.
 
-``chunked_cross_entropy`` never holds more than ``chunk_size x V`` logits: forward keeps only
-each token's logsumexp, and backward recomputes each chunk's logits to form
-``softmax - onehot`` (the Cut Cross-Entropy idea), giving gradients for the hidden states and,
-when it requires grad, for the weight.
+``chunked_cross_entropy`` never holds more than ``chunk_size x V`` logits. With a frozen head
+(every adapter method) the forward forms each chunk's ``softmax - onehot`` right after its loss
+and accumulates the hidden-state gradient then (the fused linear cross-entropy idea): the head
+runs twice per step, as in plain CE, and never once more. When the head weight trains, forward
+keeps only each token's logsumexp and backward recomputes each chunk's logits (the Cut
+Cross-Entropy idea), so no ``V x H`` gradient waits between forward and backward.
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ def cross_entropy(
     return (per_token * m).sum() / divisor
 
 
+def _scored_gradient(logits: Tensor, lse: Tensor, labels: Tensor, scale: Tensor | float) -> Tensor:
+    """d loss / d logits = (softmax - onehot(target)) * scale, formed in ``logits``' memory."""
+    probs = logits.sub_(lse[:, None]).exp_()
+    probs[torch.arange(labels.numel(), device=probs.device), labels] -= 1
+    return probs.mul_(scale)
+
+
 class _ChunkedCE(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -64,22 +73,38 @@ class _ChunkedCE(torch.autograd.Function):
     ) -> Tensor:
         index = mask.nonzero().squeeze(1)  # only scored rows need logits
         w = weight.float()
+        # Frozen head: the gradient of the hidden states is formed now, chunk by chunk.
+        fused = ctx.needs_input_grad[0] and not ctx.needs_input_grad[1]
+        grad_h = torch.zeros_like(hidden, dtype=torch.float32) if fused else None
+        scale = torch.ones((), dtype=torch.float32, device=hidden.device) / divisor
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         lse = torch.empty(index.numel(), dtype=torch.float32, device=hidden.device)
         for start in range(0, index.numel(), chunk_size):
             rows = index[start : start + chunk_size]
+            chunk_labels = labels.index_select(0, rows)
             logits = hidden.index_select(0, rows).float() @ w.t()
             chunk_lse = torch.logsumexp(logits, dim=-1)
-            target = logits.gather(1, labels.index_select(0, rows)[:, None]).squeeze(1)
+            target = logits.gather(1, chunk_labels[:, None]).squeeze(1)
             lse[start : start + rows.numel()] = chunk_lse
             total = total + (chunk_lse - target).sum()
+            if grad_h is not None:
+                grad_h.index_copy_(
+                    0, rows, _scored_gradient(logits, chunk_lse, chunk_labels, scale) @ w
+                )
             del logits
-        ctx.save_for_backward(hidden, weight, labels, index, lse)
-        ctx.chunk_size, ctx.divisor = chunk_size, divisor
+        if grad_h is not None:
+            ctx.save_for_backward(grad_h)
+        else:
+            ctx.save_for_backward(hidden, weight, labels, index, lse)
+        ctx.fused, ctx.chunk_size, ctx.divisor = fused, chunk_size, divisor
+        ctx.hidden_dtype = hidden.dtype
         return total / divisor
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        if ctx.fused:
+            (grad_h,) = ctx.saved_tensors
+            return ((grad_h * grad_out.float()).to(ctx.hidden_dtype), *([None] * 5))
         hidden, weight, labels, index, lse = ctx.saved_tensors
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         scale = grad_out.float() / ctx.divisor
@@ -89,10 +114,8 @@ class _ChunkedCE(torch.autograd.Function):
         for start in range(0, index.numel(), ctx.chunk_size):
             rows = index[start : start + ctx.chunk_size]
             h = hidden.index_select(0, rows).float()
-            # d loss / d logits = softmax - onehot(target), scaled by the upstream gradient.
-            probs = torch.exp(h @ w.t() - lse[start : start + rows.numel(), None])
-            probs[torch.arange(rows.numel(), device=h.device), labels.index_select(0, rows)] -= 1
-            probs *= scale
+            chunk_lse = lse[start : start + rows.numel()]
+            probs = _scored_gradient(h @ w.t(), chunk_lse, labels.index_select(0, rows), scale)
             if grad_h is not None:
                 grad_h.index_copy_(0, rows, probs @ w)
             if grad_w is not None:
