@@ -104,25 +104,71 @@ def _check_fit(config, args: argparse.Namespace) -> None:
         )
 
 
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    eval_text = "" if summary["eval_loss"] is None else f", eval loss {summary['eval_loss']:.4f}"
+    ranks = f" on {summary['world_size']} ranks" if summary.get("world_size", 1) > 1 else ""
+    print(
+        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}){ranks}: final "
+        f"loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} tokens/s"
+    )
+    print(f"checkpoint {summary['checkpoint']}")
+
+
+def _with_strategy(config, strategy: str | None):
+    """``config`` with ``distributed.strategy`` overridden by ``--strategy`` (checked again)."""
+    import dataclasses
+
+    from assay.train.config import DistributedConfig, check_distributed
+
+    if strategy is None:
+        return config
+    current = config.distributed or DistributedConfig()
+    changed = dataclasses.replace(
+        config, distributed=dataclasses.replace(current, strategy=strategy)
+    )
+    check_distributed(changed)
+    return changed
+
+
+def _train_distributed(config, args: argparse.Namespace) -> int:
+    """One rank of a torchrun job: join the group, train, print from rank 0, leave the group."""
+    from assay.distributed.context import init
+    from assay.distributed.trainer import DistributedTrainer
+    from assay.train.config import DistributedConfig
+
+    settings = config.distributed or DistributedConfig()
+    context = init(args.device, settings.backend, source=f"{args.config}: distributed")
+    try:
+        args.device = context.device
+        _check_fit(config, args)
+        progress = not (args.json or args.no_progress)
+        trainer = DistributedTrainer(config, context, progress=progress)
+        if args.resume:
+            trainer.resume(args.resume)
+        summary = trainer.train(stop_at=args.stop_at)
+        if context.is_main:
+            _print_summary(summary, args.json)
+    finally:
+        context.close()
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    from assay.distributed.context import launched
     from assay.train.config import load_train_config
     from assay.train.loop import Trainer
 
-    config = load_train_config(args.config)
+    config = _with_strategy(load_train_config(args.config), args.strategy)
+    if launched():
+        return _train_distributed(config, args)
     _check_fit(config, args)
     trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
     if args.resume:
         trainer.resume(args.resume)
-    summary = trainer.train(stop_at=args.stop_at)
-    if args.json:
-        print(json.dumps(summary, indent=2, sort_keys=True))
-        return 0
-    eval_text = "" if summary["eval_loss"] is None else f", eval loss {summary['eval_loss']:.4f}"
-    print(
-        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}): final loss "
-        f"{summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} tokens/s"
-    )
-    print(f"checkpoint {summary['checkpoint']}")
+    _print_summary(trainer.train(stop_at=args.stop_at), args.json)
     return 0
 
 
@@ -203,7 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also quantize the embeddings and the tied head",
     )
     info.set_defaults(func=cmd_info)
-    train = sub.add_parser("train", help="fine-tune from a YAML config, with a progress bar")
+    train = sub.add_parser(
+        "train",
+        help="fine-tune from a YAML config, with a progress bar",
+        description="Fine-tune from a YAML config. Under torchrun (torchrun --nproc-per-node N "
+        "-m assay.cli train CONFIG) every rank trains its slice of each step's rows (gloo on "
+        "CPU, NCCL with --device cuda); rank 0 alone prints, logs and writes checkpoints, "
+        "which resume at any world size.",
+    )
     train.add_argument("config", help="train config (YAML; see examples/)")
     train.add_argument(
         "--resume",
@@ -226,6 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--json", action="store_true", help="print the summary as JSON")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--strategy",
+        choices=("ddp", "fsdp"),
+        help="under torchrun: ddp (replicate, all-reduce gradients) or fsdp (FSDP2 shards "
+        "base and trainables); overrides distributed.strategy (default ddp). A plain "
+        "process ignores it",
+    )
     train.set_defaults(func=cmd_train)
     evaluate = sub.add_parser("eval", help="held-out loss of a config's model (and checkpoint)")
     evaluate.add_argument("config", help="train config (YAML)")
@@ -261,6 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _rank_prefix() -> str:
+    """``[rank N] `` inside a torchrun job, so each rank's one-line error says whose it is."""
+    import os
+
+    return f"[rank {os.environ['RANK']}] " if "RANK" in os.environ else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code. AssayError and OSError become one line and exit 2."""
     parser = build_parser()
@@ -269,10 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except AssayError as err:
-        print(f"assay: error: {err}", file=sys.stderr)
+        print(f"assay: error: {_rank_prefix()}{err}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:
-        print(f"assay: error: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        where = f"{err.filename or ''}: {err.strerror or err}"
+        print(f"assay: error: {_rank_prefix()}{where}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("assay: interrupted", file=sys.stderr)

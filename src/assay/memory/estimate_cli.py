@@ -62,6 +62,7 @@ def plan_from_config(config: Any, dims: Dims) -> Plan:
         rank=adapter.rank or 1,
         targets=tuple(adapter.targets),
         stream_buffers=config.stream.buffers if config.stream is not None else None,
+        stream_recompute=config.stream.recompute if config.stream is not None else True,
         seq_len=config.data.seq_len,
         micro_batch=config.batch.micro_batch,
         grad_accum=config.batch.grad_accum,

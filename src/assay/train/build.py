@@ -52,7 +52,11 @@ def build_model(
         from assay.stream import StreamedModel
 
         runner: nn.Module = StreamedModel(
-            base, tier=config.stream.tier, buffers=config.stream.buffers, device=device
+            base,
+            tier=config.stream.tier,
+            buffers=config.stream.buffers,
+            device=device,
+            recompute=config.stream.recompute,
         )
     else:
         runner = base.to(device)

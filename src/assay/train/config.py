@@ -113,10 +113,24 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class StreamConfig:
-    """Layer streaming tier and number of device slots."""
+    """Layer streaming tier, number of device slots, and whether backward recomputes layers."""
 
     tier: str = "ram"
     buffers: int = 2
+    recompute: bool = True
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """How a run launched under torchrun splits the work; ignored by a plain single process.
+
+    ``ddp`` replicates the model and all-reduces trainable gradients; ``fsdp`` shards the
+    frozen base and the trainables with FSDP2 (``fully_shard``). ``backend`` ``auto`` is gloo
+    on CPU and NCCL on CUDA.
+    """
+
+    strategy: str = "ddp"
+    backend: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,7 @@ class TrainConfig:
     tokenizer: str | None = None
     stream: StreamConfig | None = None
     budget: int | None = None
+    distributed: DistributedConfig | None = None
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +162,9 @@ class TrainConfig:
 
 # Fields that do not change the training trajectory, or whose content another fingerprint
 # covers (model and data files), so a run can move between directories and still resume.
-_NOT_FINGERPRINTED = ("source", "output", "budget", "model", "tokenizer")
+# ``distributed`` is among them: the global batch is the same at every world size, so a
+# checkpoint written by 2 ranks resumes on 1 (and the reverse).
+_NOT_FINGERPRINTED = ("source", "output", "budget", "model", "tokenizer", "distributed")
 
 
 def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
@@ -179,7 +196,7 @@ def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
                 del body[section][key]
     if config.adapter.method == "full":
         del body["adapter"]["targets"]
-    for key in ("stream", "budget", "tokenizer"):
+    for key in ("stream", "budget", "tokenizer", "distributed"):
         if body[key] is None:
             del body[key]
     return body
@@ -188,9 +205,10 @@ def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
 def config_fingerprint(config: TrainConfig) -> str:
     """sha256 hex of the canonical JSON (sorted keys, compact) of the trajectory-relevant fields.
 
-    Excluded: ``source``, ``output``, ``budget``, the model path and the data paths (the model
-    and dataset fingerprints cover those files' content). Everything else, defaults included,
-    counts: two configs with the same fingerprint train identically on the same model and data.
+    Excluded: ``source``, ``output``, ``budget``, ``distributed``, the model path and the data
+    paths (the model and dataset fingerprints cover those files' content). Everything else,
+    defaults included, counts: two configs with the same fingerprint train identically on the
+    same model and data.
     """
     body = config.to_dict()
     for key in _NOT_FINGERPRINTED:
@@ -365,6 +383,33 @@ def _budget(value: int | str | None, source: Path) -> int | None:
     return size
 
 
+def check_distributed(config: TrainConfig) -> None:
+    """ConfigError for a ``distributed`` section that cannot work with the rest of the config.
+
+    FSDP2 shards parameters: a bf16/NF4 base is held in buffers, which it leaves whole, and a
+    streamed base lives in a host store outside the module, so both are refused rather than
+    silently left unsharded.
+    """
+    dist = config.distributed
+    if dist is None or dist.strategy != "fsdp":
+        return
+    source = Path(config.source)
+    if config.stream is not None:
+        raise _fail(
+            source,
+            "distributed.strategy",
+            "fsdp cannot shard a streamed base (the stream store holds it outside the module); "
+            "use strategy ddp with streaming (each rank streams its own base) or drop stream",
+        )
+    if config.storage != "float32":
+        raise _fail(
+            source,
+            "distributed.strategy",
+            f"fsdp shards parameters, and storage {config.storage} holds the frozen base in "
+            "buffers that FSDP2 does not shard; use storage float32 or strategy ddp",
+        )
+
+
 def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str]) -> TrainConfig:
     """Validate a parsed config mapping; ``source`` is the file it came from (paths, errors)."""
     path = Path(source)
@@ -377,7 +422,8 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
     out = data.get("output", {})
     stream = data.get("stream")
     budget = data.get("budget")
-    return TrainConfig(
+    distributed = data.get("distributed")
+    config = TrainConfig(
         model=_resolve(model, base),
         storage=storage,
         adapter=adapter,
@@ -397,8 +443,11 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
         ),
         stream=None if stream is None else StreamConfig(**stream),
         budget=_budget(budget, path),
+        distributed=None if distributed is None else DistributedConfig(**distributed),
         source=str(path),
     )
+    check_distributed(config)
+    return config
 
 
 def load_train_config(path: str | os.PathLike[str]) -> TrainConfig:

@@ -2,10 +2,17 @@
 
 Accumulation divides every micro-batch's summed loss by the scored tokens of the whole
 optimizer step, so k micro-batches of 1 give the gradient of one batch of k (to fp rounding).
+
+The methods prefixed ``_`` between "one step" and "the run" are the seams
+:class:`assay.distributed.trainer.DistributedTrainer` overrides (which rows, how a
+micro-batch's loss is normalised, when gradients synchronise, what is summed over ranks);
+here they are the single-process identity.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -15,6 +22,7 @@ from typing import Any
 
 import torch
 import yaml
+from torch import nn
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
@@ -28,7 +36,7 @@ from assay.train.build import (
     seed_everything,
     trainable_parameters,
 )
-from assay.train.checkpoint import load_checkpoint, save_checkpoint
+from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
@@ -55,18 +63,20 @@ class StepRecord:
 class Trainer:
     """One run of ``config``: ``train()`` from scratch or ``resume()`` from a checkpoint."""
 
+    #: Rank 0 of a distributed job (always True here): the process that logs and writes.
+    is_main = True
+
     def __init__(self, config: TrainConfig, *, device: str = "cpu", progress: bool = True) -> None:
         self.config, self.device, self.progress = config, device, progress
         seed_everything(config.seed)
-        self.model, self.base = build_model(config, device)
+        runner, self.base = self._build_model()
         self.tokenizer = build_tokenizer(config)
         self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
+        self.model = self._wrap(runner)
         self.params = trainable_parameters(self.base)
         self.optimizer = build_optimizer(config, self.params)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
-        self.batches = BatchIterator(
-            len(self.train_data), config.batch.micro_batch, Cursor(seed=config.seed)
-        )
+        self.batches = self._batches(Cursor(seed=config.seed))
         self.objective = Objective(config, self.model, self.base)
         self.neftune = NEFTune(self.base.embed_tokens, config.neftune_alpha)
         self.pad_id = self._pad_id()
@@ -94,14 +104,16 @@ class Trainer:
         ``rng``/``optimizer`` False exist for the gate's controls, which must then diverge.
         """
         checkpoint = load_checkpoint(path, fingerprints=self.fingerprints)
-        checkpoint.restore(self.params, self.optimizer if optimizer else None, rng=rng)
+        self._restore(checkpoint, optimizer=optimizer, rng=rng)
         self.scheduler.load_state_dict(checkpoint.scheduler_state)
-        self.batches = BatchIterator(
-            len(self.train_data), self.config.batch.micro_batch, Cursor.from_dict(checkpoint.cursor)
-        )
+        self.batches = self._batches(Cursor.from_dict(checkpoint.cursor))
         self.step = checkpoint.step
-        self._truncate_metrics(self.step)
+        if self.is_main:
+            self._truncate_metrics(self.step)
         return self.step
+
+    def _restore(self, checkpoint: Checkpoint, *, optimizer: bool, rng: bool) -> None:
+        checkpoint.restore(self.params, self.optimizer if optimizer else None, rng=rng)
 
     def _truncate_metrics(self, step: int) -> None:
         """Keep only the metrics of steps up to ``step`` (a kill may have left later ones)."""
@@ -118,23 +130,67 @@ class Trainer:
         atomic_write_bytes(path, "".join(f"{line}\n" for line in kept).encode())
 
     # -- one step ----------------------------------------------------------------------------
+    def _build_model(self) -> tuple[nn.Module, nn.Module]:
+        return build_model(self.config, self.device)
+
+    def _wrap(self, runner: nn.Module) -> Any:
+        """What the objective runs (the streamed or resident model, or its parallel wrapper)."""
+        return runner
+
+    def _batches(self, cursor: Cursor) -> Any:
+        """The batch order from ``cursor`` (its position counts rows of the whole step)."""
+        return BatchIterator(len(self.train_data), self.config.batch.micro_batch, cursor)
+
     def _micro_batches(self) -> list[Batch]:
         examples = self.train_data.examples
         return [
-            collate([examples[i] for i in next(self.batches)], self.pad_id)
+            self._on_device(collate([examples[i] for i in next(self.batches)], self.pad_id))
             for _ in range(self.config.batch.grad_accum)
         ]
+
+    def _on_device(self, batch: Batch) -> Batch:
+        """``batch`` with its tensors on the compute device (the same objects on CPU)."""
+        if torch.device(self.device).type == "cpu":
+            return batch
+        moved = {
+            f.name: getattr(batch, f.name).to(self.device)
+            for f in dataclasses.fields(batch)
+            if isinstance(getattr(batch, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(batch, **moved)
+
+    def _step_scored(self, micro: list[Batch]) -> int:
+        """Scored tokens of the whole step: every micro-batch's loss is divided by it."""
+        return sum(int(b.loss_mask.sum()) for b in micro)
+
+    def _share(self, batch: Batch, scored: int, micro_batches: int) -> torch.Tensor:
+        """This micro-batch's share of the step loss (the shares sum to the step loss)."""
+        return self.objective.loss(batch, scored, micro_batches)
+
+    def _backward(self, share: torch.Tensor) -> None:
+        share.backward()
+
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """Context for one micro-batch's backward; ``last`` is the step's final one."""
+        return contextlib.nullcontext()
+
+    def _step_totals(
+        self, loss: float, tokens: int, metrics: dict[str, float]
+    ) -> tuple[float, int, dict[str, float]]:
+        """The step's loss, tokens and metrics for the whole job (here: this process's)."""
+        return loss, tokens, metrics
 
     def train_step(self) -> StepRecord:
         """One optimizer step over ``grad_accum`` micro-batches."""
         started = time.perf_counter()
         micro = self._micro_batches()
-        scored = sum(int(b.loss_mask.sum()) for b in micro)
+        scored = self._step_scored(micro)
         total_loss = 0.0
         collected: list[dict[str, float]] = []
-        for batch in micro:
-            loss = self.objective.loss(batch, scored, len(micro))
-            loss.backward()
+        for index, batch in enumerate(micro):
+            with self._gradient_sync(last=index == len(micro) - 1):
+                loss = self._share(batch, scored, len(micro))
+                self._backward(loss)
             total_loss += loss.item()
             collected.append(self.objective.metrics())
         params = list(self.params.values())
@@ -145,18 +201,19 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        seconds = time.perf_counter() - started
         tokens = sum(int(b.attention_mask.sum()) for b in micro)
         names = sorted(set().union(*collected))
         metrics = {
             k: sum(m[k] for m in collected if k in m) / sum(k in m for m in collected)
             for k in names
         }
+        total_loss, tokens, metrics = self._step_totals(total_loss, tokens, metrics)
+        seconds = time.perf_counter() - started
         return StepRecord(
             self.step,
             total_loss,
             lr,
-            float(norm),
+            _as_float(norm),
             tokens,
             scored,
             seconds,
@@ -174,25 +231,32 @@ class Trainer:
 
     def train(self, stop_at: int | None = None) -> dict[str, Any]:
         """Run to ``config.steps`` (or stop after step ``stop_at``, saving a checkpoint there),
-        logging and checkpointing; returns the summary."""
+        logging and checkpointing; returns the summary. Only the main process shows the
+        progress bar and writes the run config and metrics."""
         config = self.config
         last = config.steps if stop_at is None else min(stop_at, config.steps)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.write_run_config()
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.write_run_config()
         started, records = time.perf_counter(), []
         bar = tqdm(
             total=last,
             initial=self.step,
-            disable=not self.progress,
+            disable=not (self.progress and self.is_main),
             unit="step",
             dynamic_ncols=True,
         )
-        with bar, (self.out_dir / METRICS).open("a", encoding="utf-8") as log:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(bar)
+            log = None
+            if self.is_main:
+                log = stack.enter_context((self.out_dir / METRICS).open("a", encoding="utf-8"))
             while self.step < last:
                 record = self.train_step()
                 records.append(record)
-                log.write(json.dumps(asdict(record)) + "\n")
-                log.flush()
+                if log is not None:
+                    log.write(json.dumps(asdict(record)) + "\n")
+                    log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{record.tokens_per_s:.0f}")
                 if record.step % config.output.save_every == 0 or record.step == last:
@@ -211,7 +275,11 @@ class Trainer:
             "checkpoint": str(self.out_dir / f"step-{self.step:06d}"),
             "fingerprints": self.fingerprints,
             "train_examples": len(self.train_data),
+            **self._summary_extra(),
         }
+
+    def _summary_extra(self) -> dict[str, Any]:
+        return {}
 
     def save(self) -> Path:
         return save_checkpoint(
@@ -235,10 +303,18 @@ class Trainer:
             total, count = 0.0, 0
             size = self.config.batch.micro_batch
             for start in range(0, len(data), size):
-                batch = collate(list(data.examples[start : start + size]), self.pad_id)
+                batch = self._on_device(
+                    collate(list(data.examples[start : start + size]), self.pad_id)
+                )
                 n = int(batch.loss_mask.sum())
                 total += float(self.objective.loss(batch, n, 1)) * n
                 count += n
             return total / count
         finally:
             self.neftune.enabled = True
+
+
+def _as_float(value: torch.Tensor | float) -> float:
+    """A scalar as a Python float; a replicated DTensor (FSDP2's grad norm) via its full value."""
+    full = getattr(value, "full_tensor", None)
+    return float(full() if full is not None else value)

@@ -1,0 +1,164 @@
+"""The training loop on torch.distributed: DDP or FSDP2, one process per rank (torchrun).
+
+What it guarantees, at any world size W (gloo on CPU, NCCL on CUDA):
+
+- The step's global batch is the single-process one; rank r trains on its slice
+  (:mod:`assay.distributed.sampler`).
+- Loss normalisation (why the gradients agree with one process over the union of the rows):
+  a CE micro-batch contributes its summed token loss divided by the scored tokens of the
+  WHOLE step, summed over ranks (one all-reduce before the first backward); a preference
+  micro-batch contributes its mean pair loss times its share of the step's rows. Each rank's
+  contributions therefore sum, over ranks, to the single-process step loss. Torch reduces
+  gradients by their mean over ranks, so each rank back-propagates W times its share: the
+  reduced gradient is the single-process gradient up to floating-point reduction order
+  (for W a power of two the scaling itself is exact).
+- Logged loss, tokens and metrics are summed (metrics: averaged) over ranks, so
+  metrics.jsonl reads the same at any W. Only rank 0 shows progress and writes logs and
+  checkpoints; every rank takes part in gathering sharded state first.
+- Checkpoints hold full trainables and optimizer state and the cursor in global rows: they
+  resume at any world size, including a plain ``assay train --resume``.
+- Randomness: every rank seeds the same generators and a checkpoint restores rank 0's
+  generator state on every rank. NEFTune noise is therefore drawn per rank and is not the
+  noise a single process would draw; turn it off where world-size invariance matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from assay.distributed.context import DistContext
+from assay.distributed.sampler import ShardedBatches, check_divisible
+from assay.distributed.state import gather, is_sharded, restore_sharded
+from assay.distributed.wrap import DDPRunner, fsdp_no_sync, shard
+from assay.train.build import build_model
+from assay.train.checkpoint import Checkpoint, save_checkpoint
+from assay.train.config import TrainConfig, check_distributed
+from assay.train.data import Batch, Cursor, collate
+from assay.train.loop import Trainer
+from assay.train.objective import CE_KINDS
+
+
+class DistributedTrainer(Trainer):
+    """:class:`~assay.train.loop.Trainer` for one rank of a data-parallel or sharded job.
+
+    ``reduce_gradients`` False skips the gradient all-reduce on every rank; it exists for the
+    gate's control, which must then diverge from the single-process run.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        context: DistContext,
+        *,
+        progress: bool = True,
+        reduce_gradients: bool = True,
+    ) -> None:
+        check_distributed(config)
+        self.context = context
+        self.strategy = config.distributed.strategy if config.distributed else "ddp"
+        self.reduce_gradients = reduce_gradients
+        rows = config.batch.micro_batch * config.batch.grad_accum
+        check_divisible(rows, context.world_size, f"{config.source}: batch")
+        self.rows_per_step = rows
+        self.is_main = context.is_main
+        super().__init__(config, device=context.device, progress=progress)
+
+    # -- construction --------------------------------------------------------------------------
+    def _build_model(self) -> tuple[nn.Module, nn.Module]:
+        # A disk-tier stream cache is per node: let local rank 0 write it, the others reuse it.
+        with self.context.local_main_first():
+            return build_model(self.config, self.device)
+
+    def _wrap(self, runner: nn.Module) -> Any:
+        if not self.context.active:
+            return runner
+        if self.strategy == "fsdp":
+            return shard(self.base, self.context)
+        return DDPRunner(runner, self.context)
+
+    def _batches(self, cursor: Cursor) -> ShardedBatches:
+        batch = self.config.batch
+        return ShardedBatches(
+            len(self.train_data),
+            batch.micro_batch,
+            batch.grad_accum,
+            self.context.rank,
+            self.context.world_size,
+            cursor,
+        )
+
+    # -- one step ------------------------------------------------------------------------------
+    def _micro_batches(self) -> list[Batch]:
+        examples = self.train_data.examples
+        return [
+            self._on_device(collate([examples[i] for i in rows], self.pad_id))
+            for rows in self.batches.next_step()
+        ]
+
+    def _step_scored(self, micro: list[Batch]) -> int:
+        local = sum(int(b.loss_mask.sum()) for b in micro)
+        return int(self.context.all_reduce_sum([local])[0])
+
+    def _share(self, batch: Batch, scored: int, micro_batches: int) -> torch.Tensor:
+        if self.objective.kind in CE_KINDS:
+            return self.objective.loss(batch, scored, micro_batches)
+        # Preference: mean over this micro-batch's rows, weighted by its share of the step's
+        # rows, so unequal micro-batches still sum to the mean over the whole step.
+        rows = len(batch.lines)
+        return self.objective.loss(batch, scored, 1) * (rows / self.rows_per_step)
+
+    def _backward(self, share: torch.Tensor) -> None:
+        # DDP and FSDP average gradients over ranks; W x share makes the average the sum.
+        world = self.context.world_size
+        (share * world if world != 1 else share).backward()
+
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
+        if not self.context.active or (last and self.reduce_gradients):
+            return contextlib.nullcontext()
+        if self.strategy == "fsdp":
+            return fsdp_no_sync(self.base)
+        return self.model.no_sync()
+
+    def _step_totals(
+        self, loss: float, tokens: int, metrics: dict[str, float]
+    ) -> tuple[float, int, dict[str, float]]:
+        names = sorted(metrics)
+        summed = self.context.all_reduce_sum([loss, tokens, *(metrics[k] for k in names)])
+        world = self.context.world_size
+        averaged = {k: v / world for k, v in zip(names, summed[2:], strict=True)}
+        return summed[0], int(summed[1]), averaged
+
+    # -- state ---------------------------------------------------------------------------------
+    def _restore(self, checkpoint: Checkpoint, *, optimizer: bool, rng: bool) -> None:
+        if is_sharded(self.params):
+            restore_sharded(checkpoint, self.params, self.optimizer if optimizer else None, rng=rng)
+        else:
+            super()._restore(checkpoint, optimizer=optimizer, rng=rng)
+
+    def save(self):
+        """Gather full state (every rank), write it from rank 0 only, then wait for the write."""
+        params, optimizer = gather(self.params, self.optimizer)
+        path = self.out_dir / f"step-{self.step:06d}"
+        if self.is_main:
+            path = save_checkpoint(
+                self.out_dir,
+                self.step,
+                params,
+                optimizer,
+                self.scheduler.state_dict(),
+                self.batches.cursor,
+                self.fingerprints,
+            )
+        self.context.barrier()
+        return path
+
+    def _summary_extra(self) -> dict[str, Any]:
+        return {
+            "world_size": self.context.world_size,
+            "strategy": self.strategy if self.context.active else None,
+            "backend": self.context.backend,
+        }

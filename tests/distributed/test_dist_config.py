@@ -1,0 +1,141 @@
+"""The ``distributed`` config section, its one-line errors, and the torchrun context."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from assay.cli import main
+from assay.distributed.context import DistContext, init, launched, resolve_backend
+from assay.errors import ConfigError
+from assay.train.config import (
+    DistributedConfig,
+    config_as_yaml,
+    config_fingerprint,
+    load_train_config,
+    train_config_from_dict,
+)
+
+MINIMAL = "model: m.gguf\ndata:\n  train: d.jsonl\nsteps: 3\n"
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(path))
+    return message
+
+
+def test_defaults_and_absent_section(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL)
+    assert load_train_config(path).distributed is None
+    path.write_text(MINIMAL + "distributed: {}\n")
+    assert load_train_config(path).distributed == DistributedConfig("ddp", "auto")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("distributed: {strategy: zero3}\n", "distributed.strategy: 'zero3' is not one of"),
+        ("distributed: {stratgy: ddp}\n", "distributed.stratgy: unknown key (did you mean"),
+        ("distributed: {backend: mpi}\n", "distributed.backend: 'mpi' is not one of"),
+        (
+            "distributed: {strategy: fsdp}\nstream: {tier: ram}\n",
+            "distributed.strategy: fsdp cannot shard a streamed base",
+        ),
+        (
+            "distributed: {strategy: fsdp}\nstorage: nf4\n",
+            "distributed.strategy: fsdp shards parameters, and storage nf4",
+        ),
+        (
+            "distributed: {strategy: fsdp}\nstorage: bf16\n",
+            "use storage float32 or strategy ddp",
+        ),
+    ],
+)
+def test_impossible_or_misspelt_settings_are_one_line_errors(tmp_path, extra, expected):
+    assert expected in _error(tmp_path, MINIMAL + extra)
+
+
+def test_ddp_composes_with_streaming_and_nf4(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL + "distributed: {strategy: ddp}\nstream: {tier: disk}\nstorage: nf4\n")
+    config = load_train_config(path)
+    assert config.distributed.strategy == "ddp" and config.stream.tier == "disk"
+
+
+def test_distributed_section_is_outside_the_fingerprint_and_round_trips(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL)
+    plain = load_train_config(path)
+    path.write_text(MINIMAL + "distributed: {strategy: fsdp, backend: gloo}\n")
+    sharded = load_train_config(path)
+    # A checkpoint of a torchrun job resumes in a plain process with the plain config.
+    assert config_fingerprint(plain) == config_fingerprint(sharded)
+    body = config_as_yaml(sharded)
+    assert body["distributed"] == {"strategy": "fsdp", "backend": "gloo"}
+    assert "distributed" not in config_as_yaml(plain)
+    assert train_config_from_dict(body, path) == sharded
+
+
+def test_cli_strategy_override_is_checked_like_the_config(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL + "stream: {tier: ram}\n")
+    assert main(["train", str(path), "--strategy", "fsdp"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert err.startswith(f"assay: error: {path}: distributed.strategy: fsdp cannot shard")
+
+
+def test_cli_strategy_override_replaces_the_config_value(tmp_path):
+    from assay.cli import _with_strategy
+
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL + "distributed: {strategy: ddp, backend: gloo}\n")
+    config = _with_strategy(load_train_config(path), "fsdp")
+    assert config.distributed == DistributedConfig("fsdp", "gloo")
+    assert _with_strategy(config, None) is config
+
+
+def test_rank_prefix_names_the_rank_of_a_failing_process(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    assert main(["train", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("assay: error: [rank 1] ")
+
+
+def test_backend_choice_and_its_errors():
+    assert resolve_backend("auto", "cpu") == "gloo"
+    assert resolve_backend("auto", "cuda:1") == "nccl"
+    assert resolve_backend("gloo", "cuda") == "gloo"
+    with pytest.raises(ConfigError, match=r"^run.yaml: distributed.backend: nccl needs CUDA"):
+        resolve_backend("nccl", "cpu", "run.yaml: distributed.backend")
+
+
+def test_a_plain_process_gets_an_inactive_context(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert not launched()
+    context = init("cpu")
+    assert context == DistContext(device="cpu")
+    assert context.is_main and context.all_reduce_sum([1, 2.5]) == [1.0, 2.5]
+    context.barrier()
+    context.close()  # nothing to close
+
+
+def test_bad_torchrun_environment_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv("RANK", "zero")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"^environment: RANK='zero' is not an integer$"):
+        init("cpu")
+
+
+def test_distributed_config_is_a_plain_dataclass():
+    assert dataclasses.asdict(DistributedConfig()) == {"strategy": "ddp", "backend": "auto"}
+    assert yaml.safe_dump(dataclasses.asdict(DistributedConfig("fsdp")))
