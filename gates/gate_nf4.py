@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import importlib.util
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import nf4_reference as ref
 from assay.memory import owned_bytes, packed_parameter_count
 from assay.qualify import Threshold
 from assay.storage import FrozenLinear, apply_storage, register_storage_hook
+from assay.testing.peers import hf_bnb_reference
 from assay.testing.real_model import smollm2_path
 
 IMPLEMENTATION = (
@@ -240,37 +240,6 @@ def nf4_load():
     return model, peak
 
 
-def hf_bnb_reference(path: Path):
-    """transformers + bitsandbytes NF4 (double quant, fp32 compute) from the same GGUF, on CPU."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
-
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    dense = AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=torch.float32
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        # transformers refuses to save a GGUF-loaded model; the weights are plain fp32 here.
-        dense.hf_quantizer = None
-        if hasattr(dense.config, "quantization_config"):
-            del dense.config.quantization_config
-        dense.save_pretrained(tmp)
-        del dense
-        config = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.float32,
-        )
-        model = AutoModelForCausalLM.from_pretrained(
-            tmp, quantization_config=config, device_map="cpu", dtype=torch.float32
-        )
-    for module in model.modules():
-        # On AVX512-BF16 CPUs bnb repacks inference weights and multiplies in bf16; keep fp32.
-        if hasattr(module, "support_avx512bf16_for_cpu"):
-            module.support_avx512bf16_for_cpu = False
-    return tokenizer, model.eval()
-
-
 def logits_pairs(model, hf_model, tokenizer) -> list[tuple[torch.Tensor, torch.Tensor]]:
     pairs = []
     with torch.no_grad():
@@ -300,7 +269,7 @@ def scaled_stores(model, factor: float, layers: slice) -> list[tuple[torch.Tenso
 
 def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
     model, _ = nf4_load
-    gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading")
+    gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers")
     gate.input("model", smollm2_path())
     tokenizer, hf_model = hf_bnb_reference(smollm2_path())
     diff, top1 = agreement(logits_pairs(model, hf_model, tokenizer))

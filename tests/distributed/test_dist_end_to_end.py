@@ -82,17 +82,21 @@ def single(root) -> dict:
     return {"losses": summary["losses"], "trainables": _trainables(root / "single")}
 
 
-def test_ddp_with_a_disk_streamed_base_matches_one_process(root, single):
-    config = _config(
-        root, "ddp", distributed={"strategy": "ddp"}, stream={"tier": "disk", "buffers": 2}
-    )
+@pytest.mark.parametrize(
+    "stream",
+    [{"tier": "disk", "buffers": 2}, {"tier": "ram", "buffers": 2, "recompute": False}],
+    ids=["disk-recompute", "ram-keep-activations"],
+)
+def test_ddp_with_a_streamed_base_matches_one_process(root, single, stream):
+    name = f"ddp-{stream['tier']}"
+    config = _config(root, name, distributed={"strategy": "ddp"}, stream=stream)
     done = _run([*TORCHRUN, "-m", "assay.cli", "train", str(config), "--json"], root / "cache")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)  # exactly one JSON document: rank 0 alone prints
     assert (summary["world_size"], summary["strategy"], summary["backend"]) == (2, "ddp", "gloo")
     assert summary["losses"] == pytest.approx(single["losses"], abs=1e-6)
-    assert _max_diff(_trainables(root / "ddp"), single["trainables"]) <= 1e-6
-    lines = (root / "ddp" / "metrics.jsonl").read_text().splitlines()
+    assert _max_diff(_trainables(root / name), single["trainables"]) <= 1e-6
+    lines = (root / name / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]  # written once, by rank 0
     # Logged tokens are the whole job's (summed over ranks), as one process would log them.
     assert sum(json.loads(line)["tokens"] for line in lines) == summary["tokens"]
