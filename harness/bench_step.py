@@ -1,0 +1,80 @@
+"""Training-step throughput: assay against transformers+PEFT and transformers+bitsandbytes,
+streamed against resident, all against the same-session fp32 GEMM ceiling.
+
+Usage: python harness/bench_step.py [--seq 256 512] [--steps 5] [--warmup 1] [--json]
+       [--profile [SUBJECT ...]] [--subjects SUBJECT ...] [--all-seq] [--assay-loss ce]
+
+One optimizer step (forward, next-token CE, backward, fused AdamW, zero_grad) of LoRA
+r8/alpha 16 on the attention projections of the bundled SmolLM2, batch 1. The CE is assay's
+fused chunked CE for assay subjects (--assay-loss ce: full logits, as the peers) and
+F.cross_entropy over full fp32 logits for the transformers peers. Subjects run interleaved,
+in a rotating order; the median of the timed steps after warm-up gives tokens/s. Subjects
+other than assay, assay+ckpt and peft run at the first --seq only unless --all-seq. GFLOP/s
+use the FLOP model of assay.model.flops (4 P tokens for a frozen base, plus adapters and
+causal attention; recomputation never counts). --profile runs one extra profiled step per
+subject (all of them when no names follow) and prints where the time goes; with the peers
+profiled it adds the Amdahl bound (peer median step / the peer's GEMMs replayed alone, see
+assay.bench.report). Progress goes to stderr; results to stdout. Targets are printed, never
+asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from assay.bench.report import format_table, run_benchmark
+from assay.bench.step import LOSSES
+from assay.bench.subjects import SUBJECTS
+from assay.testing.real_model import smollm2_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--steps", type=int, default=5, help="timed steps (at least 5)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    parser.add_argument("--subjects", nargs="+", choices=SUBJECTS, default=list(SUBJECTS))
+    parser.add_argument(
+        "--profile", nargs="*", choices=SUBJECTS, default=None, help="profile these (or all)"
+    )
+    parser.add_argument("--all-seq", action="store_true", help="every subject at every --seq")
+    parser.add_argument(
+        "--assay-loss",
+        choices=LOSSES,
+        default="chunked_ce",
+        help="loss of the assay subjects (peers always use ce)",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args(argv)
+    if args.steps < 5:
+        parser.error("--steps must be at least 5")
+    profile = [] if args.profile is None else (args.profile or args.subjects)
+    missing = [name for name in profile if name not in args.subjects]
+    if missing:
+        parser.error(f"--profile names subjects not in --subjects: {', '.join(missing)}")
+    started = time.perf_counter()
+
+    def progress(line: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+    result, _ = run_benchmark(
+        smollm2_path(),
+        args.subjects,
+        seqs=args.seq,
+        steps=args.steps,
+        warmup=args.warmup,
+        profile=profile,
+        all_seq=args.all_seq,
+        assay_loss=args.assay_loss,
+        progress=progress,
+    )
+    result["wall_s"] = time.perf_counter() - started
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

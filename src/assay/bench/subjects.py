@@ -1,0 +1,130 @@
+"""The contestants of the step benchmark, built from one GGUF: assay (resident, NF4, streamed)
+and its peers (transformers + PEFT, transformers + bitsandbytes NF4 + PEFT).
+
+Every subject trains LoRA (rank 8, alpha 16 by default) on the attention projections in fp32
+with AdamW (fused, lr 1e-4). assay subjects use assay's fused chunked CE by default (what
+``assay train`` runs with ``loss: {type: chunked_ce}``); the peers use transformers' loss op,
+F.cross_entropy over full fp32 logits. Subjects that differ only by gradient checkpointing share one
+model and switch the flag before each of their steps. Needs the ``test`` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from assay.bench.step import Subject
+
+# In timing order: the subjects each ratio compares run next to each other in a round.
+DESCRIPTIONS = {
+    "peft": "transformers + PEFT, fp32 base",
+    "assay": "assay resident, fp32 base",
+    "stream-ram": "assay streamed from the RAM tier (2 slots), activations kept",
+    "assay+ckpt": "assay resident, fp32 base, per-layer gradient checkpointing",
+    "stream-ram+recompute": "assay streamed from the RAM tier (2 slots), layers recomputed",
+    "assay-nf4": "assay resident, NF4 double-quant base (fp32 compute)",
+    "bnb-nf4": "transformers + bitsandbytes NF4 double quant (fp32 compute) + PEFT",
+    "assay-nf4+ckpt": "assay resident, NF4 double-quant base, per-layer gradient checkpointing",
+}
+SUBJECTS = tuple(DESCRIPTIONS)
+RECOMPUTING = ("assay+ckpt", "assay-nf4+ckpt", "stream-ram+recompute")
+HF_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def _optimizer(params, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(list(params), lr=lr, fused=True)
+
+
+def _trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _checkpointing(model, on: bool) -> Callable[[], None]:
+    def setup() -> None:
+        model.gradient_checkpointing = on
+
+    return setup
+
+
+def build_subjects(
+    names: Sequence[str],
+    path: Path,
+    *,
+    rank: int = 8,
+    alpha: float = 16,
+    lr: float = 1e-4,
+    assay_loss: str = "chunked_ce",
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Subject]:
+    """The named subjects (from :data:`SUBJECTS`), in that order, on CPU. assay subjects use
+    ``assay_loss`` (assay.bench.step.LOSSES); the transformers peers use ``ce``."""
+    import assay
+    from assay.adapters import attach
+    from assay.model.loader import open_source
+
+    unknown = [n for n in names if n not in DESCRIPTIONS]
+    if unknown:
+        raise ValueError(f"unknown subject(s) {unknown}; expected some of {', '.join(SUBJECTS)}")
+    config = open_source(path).config
+    built: dict[str, Subject] = {}
+
+    def lora(storage: str):
+        model = assay.load(path, storage=storage)
+        return attach(model, "lora", rank=rank, alpha=alpha, targets="attention").train()
+
+    def add(name: str, model, *, recompute: bool = False, setup=None, forward=None) -> None:
+        built[name] = Subject(
+            name=name,
+            description=DESCRIPTIONS[name],
+            model=model,
+            forward=forward,
+            optimizer=_optimizer(_trainable(model), lr),
+            config=config,
+            lora_rank=rank,
+            recompute=recompute,
+            setup=setup or (lambda: None),
+            loss="ce" if forward is not None else assay_loss,
+        )
+
+    for storage, plain, checkpointed in (
+        ("float32", "assay", "assay+ckpt"),
+        ("nf4_double_quant", "assay-nf4", "assay-nf4+ckpt"),
+    ):
+        if plain in names or checkpointed in names:
+            progress(f"loading assay {storage}")
+            model = lora(storage)
+            for name, on in ((plain, False), (checkpointed, True)):
+                if name in names:
+                    add(name, model, recompute=on, setup=_checkpointing(model, on))
+    for name, recompute in (("stream-ram", False), ("stream-ram+recompute", True)):
+        if name in names:
+            from assay.stream import StreamedModel
+
+            progress(f"loading assay float32 for {name}")
+            streamed = StreamedModel(
+                lora("float32"), tier="ram", buffers=2, device="cpu", recompute=recompute
+            )
+            add(name, streamed, recompute=recompute)
+    if "peft" in names or "bnb-nf4" in names:
+        from assay.testing.peers import hf_bnb_nf4, hf_model, peft_lora
+
+        progress("loading transformers fp32 from the GGUF")
+        dense = hf_model(path)
+        if "bnb-nf4" in names:
+            progress("quantizing transformers + bitsandbytes NF4")
+            wrapped = peft_lora(hf_bnb_nf4(path, dense=dense), rank, alpha, HF_TARGETS).train()
+            add("bnb-nf4", wrapped, forward=_hf_forward(wrapped))
+        if "peft" in names:
+            wrapped = peft_lora(dense, rank, alpha, HF_TARGETS).train()
+            add("peft", wrapped, forward=_hf_forward(wrapped))
+        del dense
+    return {name: built[name] for name in names}
+
+
+def _hf_forward(model) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids, use_cache=False).logits
+
+    return forward
