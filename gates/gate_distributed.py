@@ -37,18 +37,6 @@ IMPLEMENTATION = (
     "assay.cli",
     str(CHILD),
 )
-# Rows of very different lengths, so the two ranks score different numbers of tokens and a
-# per-rank token normalisation would show.
-TEXT = [
-    "Hi.",
-    "Streaming keeps two layers on the device at a time.",
-    "NF4 stores four bits.",
-    "A gate is a claim, a measurement and a control.",
-    "Resume.",
-    "The reference policy is the same model, adapters off.",
-    "Rank zero logs.",
-    "Checkpoints are written to a temp dir, fsynced, renamed.",
-]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TIMEOUT_S = 300
 
@@ -120,16 +108,13 @@ def _run(args: list[str], what: str) -> float:
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory) -> dict:
     from assay.qualify.environment import resolve_device
-    from assay.testing.byte_tokenizer import save_byte_tokenizer
-    from assay.testing.tiny import save_tiny
+    from assay.testing.text_run import save_text_run
 
     device = resolve_device(request.config.getoption("gate_device"))
     if device == "cuda" and torch.cuda.device_count() < WORLD:
         pytest.skip(f"NCCL run needs {WORLD} GPUs, this box has {torch.cuda.device_count()}")
     root = tmp_path_factory.mktemp("distributed")
-    (root / "model").symlink_to(save_tiny("llama3", root, seed=1, gguf=False)["hf"])
-    save_byte_tokenizer(root / "bytes.gguf")
-    (root / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXT))
+    (root / "model").symlink_to(save_text_run(root, seed=1)["model"])
     spec = _specification(root, device)
     (root / "spec.json").write_text(json.dumps(spec, indent=2))
     out = root / "out"
@@ -215,6 +200,24 @@ _BOUNDS_NOTE = (
 )
 
 
+def agreement_claim(
+    gate, runs: dict, claim_id: str, text: str, measured: tuple, controls: list[tuple[str, str]]
+) -> None:
+    """A claim that run ``measured`` = (run, "param" or "grad", bound) agrees with the one-process
+    reference on every rank; each control (label, run) is measured the same way."""
+    run, prefix, bound = measured
+    claim = gate.claim(
+        claim_id,
+        text,
+        kind="correctness",
+        threshold=Threshold("<=", bound, tolerance=0.1),
+        unit="max abs",
+    )
+    claim.measure(over_ranks(runs, run, prefix))
+    for label, control_run in controls:
+        claim.control(label, over_ranks(runs, control_run, prefix))
+
+
 def test_ddp_one_update_equals_one_process_over_the_union(gate, runs):
     _declare(gate, runs)
     backend = runs["spec"]["backend"]
@@ -228,18 +231,16 @@ def test_ddp_one_update_equals_one_process_over_the_union(gate, runs):
         ("ddp.gradients", "grad", GRAD_BOUND, "all-reduced gradients the optimizer stepped on"),
     )
     for claim_id, prefix, bound, what in claims:
-        claim = gate.claim(
+        agreement_claim(
+            gate,
+            runs,
             claim_id,
             f"DDP, {WORLD} processes over {backend}: the {what} equal one process's over the "
             f"union of the ranks' rows (one 4-row step, rows 0-1 on rank 0 and 2-3 on rank 1, "
             f"of different lengths), on every rank",
-            kind="correctness",
-            threshold=Threshold("<=", bound, tolerance=0.1),
-            unit="max abs",
+            ("ddp", prefix, bound),
+            controls,
         )
-        claim.measure(over_ranks(runs, "ddp", prefix))
-        for label, run in controls:
-            claim.control(label, over_ranks(runs, run, prefix))
     reference, ddp = tensors(runs, "reference"), tensors(runs, "ddp-rank0")
     gate.note(
         f"One update (LoRA r4 on all 7 projections, lr 1e-2, AdamW eps 1, no clipping): "
@@ -260,18 +261,15 @@ def test_ddp_one_update_equals_one_process_over_the_union(gate, runs):
 def test_ddp_composes_with_streaming(gate, runs):
     _declare(gate, runs)
     gate.uses("assay.stream.engine")
-    claim = gate.claim(
+    agreement_claim(
+        gate,
+        runs,
         "ddp.stream.one_update",
         f"DDP over a layer-streamed model (RAM tier, 2 slots; each of {WORLD} ranks streams "
         "its own base): the trainable parameters after one update equal one resident "
         "process's over the union of the rows, on every rank",
-        kind="correctness",
-        threshold=Threshold("<=", PARAM_BOUND, tolerance=0.1),
-        unit="max abs",
-    )
-    claim.measure(over_ranks(runs, "stream", "param"))
-    claim.control(
-        "the ranks skip the gradient all-reduce", over_ranks(runs, "stream_skip", "param")
+        ("stream", "param", PARAM_BOUND),
+        [("the ranks skip the gradient all-reduce", "stream_skip")],
     )
     gate.note(
         "DDP wraps the streamed model itself: its reducer hooks the resident adapter "
@@ -329,18 +327,19 @@ def test_fsdp_holds_one_share_of_the_base_per_rank(gate, runs):
 
 def test_fsdp_one_update_equals_one_process(gate, runs):
     _declare(gate, runs)
-    claim = gate.claim(
+    agreement_claim(
+        gate,
+        runs,
         "fsdp.one_update",
         f"FSDP2, {WORLD} processes: the full trainable parameters (gathered) after one update "
         "equal one process's over the union of the rows",
-        kind="correctness",
-        threshold=Threshold("<=", PARAM_BOUND, tolerance=0.1),
-        unit="max abs",
-    )
-    claim.measure(over_ranks(runs, "fsdp", "param"))
-    claim.control(
-        "gradient sync off (no reduce-scatter: the sharded parameters get no gradient)",
-        over_ranks(runs, "fsdp_skip", "param"),
+        ("fsdp", "param", PARAM_BOUND),
+        [
+            (
+                "gradient sync off (no reduce-scatter: the sharded parameters get no gradient)",
+                "fsdp_skip",
+            )
+        ],
     )
     ws1 = max_diff(tensors(runs, "fsdp_ws1"), tensors(runs, "reference"), "param")
     gate.note(

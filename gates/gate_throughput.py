@@ -164,22 +164,34 @@ def declare_common(gate, result) -> None:
     )
 
 
+def ratio_claim(
+    gate, result, claim_id: str, text: str, threshold: Threshold, key: str, control: tuple
+) -> None:
+    """A performance claim on the paired-round ratio ``key``; ``control`` is (name, ratio key)
+    of the same ratio for a deliberately worse assay subject, which must miss the target."""
+    unit = "x tokens/s" if threshold.op == ">=" else "x step time"
+    claim = gate.claim(claim_id, text, kind="performance", threshold=threshold, unit=unit)
+    claim.measure(samples=result["ratios"][key]["samples"])
+    name, control_key = control
+    claim.control(name, result["ratios"][control_key]["value"])
+
+
 def test_resident_against_peft(gate, bench):
     result, _, _ = bench
     declare_common(gate, result)
     for seq in SEQS:
-        claim = gate.claim(
+        ratio_claim(
+            gate,
+            result,
             f"resident.over_peft.seq{seq}",
             f"assay resident LoRA trains SmolLM2 at >= 1.4x the tokens/s of transformers + PEFT "
             f"(seq {seq}, fp32, same step, same machine, same session)",
-            kind="performance",
-            threshold=Threshold(">=", 1.4, tolerance=TOLERANCE),
-            unit="x tokens/s",
-        )
-        claim.measure(samples=result["ratios"][f"resident_over_peft@{seq}"]["samples"])
-        claim.control(
-            "assay resident with per-layer gradient checkpointing (redundant recompute)",
-            result["ratios"][f"ckpt_over_peft@{seq}"]["value"],
+            Threshold(">=", 1.4, tolerance=TOLERANCE),
+            f"resident_over_peft@{seq}",
+            (
+                "assay resident with per-layer gradient checkpointing (redundant recompute)",
+                f"ckpt_over_peft@{seq}",
+            ),
         )
     fraction = gate.claim(
         "resident.ceiling_fraction",
@@ -206,18 +218,18 @@ def test_resident_against_peft(gate, bench):
 def test_nf4_against_bitsandbytes(gate, bench):
     result, _, _ = bench
     declare_common(gate, result)
-    claim = gate.claim(
+    ratio_claim(
+        gate,
+        result,
         "nf4.over_bnb",
         f"assay NF4 (double quant) LoRA trains SmolLM2 at >= 1.4x the tokens/s of transformers + "
         f"bitsandbytes NF4 double quant + PEFT (fp32 compute, seq {SEQS[0]}, CPU)",
-        kind="performance",
-        threshold=Threshold(">=", 1.4, tolerance=TOLERANCE),
-        unit="x tokens/s",
-    )
-    claim.measure(samples=result["ratios"][f"nf4_over_bnb@{SEQS[0]}"]["samples"])
-    claim.control(
-        "assay NF4 with per-layer gradient checkpointing (redundant recompute)",
-        result["ratios"][f"nf4_ckpt_over_bnb@{SEQS[0]}"]["value"],
+        Threshold(">=", 1.4, tolerance=TOLERANCE),
+        f"nf4_over_bnb@{SEQS[0]}",
+        (
+            "assay NF4 with per-layer gradient checkpointing (redundant recompute)",
+            f"nf4_ckpt_over_bnb@{SEQS[0]}",
+        ),
     )
     gate.note(
         "same numerics on both sides: assay and bitsandbytes decode the same NF4 bytes and "
@@ -231,18 +243,18 @@ def test_nf4_against_bitsandbytes(gate, bench):
 def test_stream_against_resident(gate, bench):
     result, subjects, ids = bench
     declare_common(gate, result)
-    claim = gate.claim(
+    ratio_claim(
+        gate,
+        result,
         "stream.ram_over_resident",
         f"assay streamed from the RAM tier (2 slots, activations kept, layers re-fetched in "
         f"backward) takes <= 1.15x the step time of assay resident (seq {SEQS[0]})",
-        kind="performance",
-        threshold=Threshold("<=", 1.15, tolerance=TOLERANCE),
-        unit="x step time",
-    )
-    claim.measure(samples=result["ratios"][f"stream_over_resident@{SEQS[0]}"]["samples"])
-    claim.control(
-        "streamed with recompute=True (each layer recomputed in backward)",
-        result["ratios"][f"stream_recompute_over_resident@{SEQS[0]}"]["value"],
+        Threshold("<=", 1.15, tolerance=TOLERANCE),
+        f"stream_over_resident@{SEQS[0]}",
+        (
+            "streamed with recompute=True (each layer recomputed in backward)",
+            f"stream_recompute_over_resident@{SEQS[0]}",
+        ),
     )
     gate.note(
         f"like for like, streamed with recompute=True over resident with gradient "

@@ -12,8 +12,9 @@ from assay.adapters import attach
 from assay.bench.gemm import call_flops, gemm_calls, gemm_rate, replay_seconds
 from assay.bench.profile import profile_step
 from assay.bench.step import next_token_loss
-from assay.model import Decoder, ModelConfig
+from assay.model import Decoder
 from assay.model.flops import projection_shapes, step_flops
+from assay.testing.tiny import llama_config
 
 
 @dataclass
@@ -53,17 +54,7 @@ def test_replay_and_rate_run():
 
 
 def test_flop_model_counts_the_gemms_autograd_runs():
-    config = ModelConfig(
-        architecture="llama",
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_layers=3,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        tie_word_embeddings=True,
-    )
+    config = llama_config(num_layers=3)
     torch.manual_seed(0)
     model = attach(Decoder(config).requires_grad_(False), "lora", rank=2, targets="attention")
     ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))

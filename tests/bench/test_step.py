@@ -24,19 +24,10 @@ from assay.bench.step import (
     train_step,
     trainable_grads,
 )
-from assay.model import Decoder, ModelConfig
+from assay.model import Decoder
+from assay.testing.tiny import llama_config
 
-TINY = ModelConfig(
-    architecture="llama",
-    vocab_size=64,
-    hidden_size=32,
-    intermediate_size=48,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    tie_word_embeddings=True,
-)
+TINY = llama_config()
 
 
 def tiny_lora(seed: int = 0):

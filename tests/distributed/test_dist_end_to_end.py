@@ -13,33 +13,19 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from assay.testing.text_run import save_text_run
+
 pytestmark = pytest.mark.slow
 
-TEXT = [
-    "Hi.",
-    "Streaming keeps two layers on the device at a time.",
-    "NF4 stores four bits.",
-    "A gate is a claim, a measurement and a control.",
-    "Resume.",
-    "Rank zero logs.",
-]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    from assay.testing.byte_tokenizer import save_byte_tokenizer
-    from assay.testing.tiny import save_tiny
-
     path = tmp_path_factory.mktemp("e2e")
-    model = save_tiny("llama3", path, seed=4, gguf=False)["hf"]
-    save_byte_tokenizer(path / "bytes.gguf")
-    (path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXT))
     base = {
-        "model": str(model),
-        "tokenizer": str(path / "bytes.gguf"),
+        **save_text_run(path, seed=4),
         "adapter": {"method": "lora", "rank": 2, "alpha": 4},
-        "data": {"train": str(path / "train.jsonl"), "format": "text", "seq_len": 64},
         "optim": {"lr": 1e-2},
         "batch": {"micro_batch": 2, "grad_accum": 2},
         "steps": 3,

@@ -7,7 +7,6 @@ test_dist_end_to_end.py (slow) and gate-distributed.
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
@@ -18,23 +17,12 @@ import yaml
 from assay.distributed.context import init
 from assay.distributed.wrap import full_base_bytes, local_base_bytes
 from assay.model import Decoder, ModelConfig
-
-TEXT = ["Hi.", "Streaming keeps two layers on the device.", "NF4.", "A gate and a control."]
+from assay.testing.text_run import save_text_run
+from assay.testing.tiny import llama_config
 
 
 def _config(tie: bool) -> ModelConfig:
-    return ModelConfig(
-        architecture="llama",
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=48,
-        num_layers=3,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        rope_theta=10000.0,
-        tie_word_embeddings=tie,
-    )
+    return llama_config(vocab_size=96, num_layers=3, tie_word_embeddings=tie)
 
 
 def _hand_count(c: ModelConfig) -> int:
@@ -87,18 +75,10 @@ def group_of_one(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    from assay.testing.byte_tokenizer import save_byte_tokenizer
-    from assay.testing.tiny import save_tiny
-
     root = tmp_path_factory.mktemp("dist")
-    model = save_tiny("llama3", root, seed=2, gguf=False)["hf"]
-    save_byte_tokenizer(root / "bytes.gguf")
-    (root / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXT))
     config = {
-        "model": str(model),
-        "tokenizer": str(root / "bytes.gguf"),
+        **save_text_run(root, seed=2),
         "adapter": {"method": "lora", "rank": 2, "alpha": 4},
-        "data": {"train": str(root / "train.jsonl"), "format": "text", "seq_len": 64},
         "optim": {"lr": 1e-2},
         "batch": {"micro_batch": 1, "grad_accum": 2},
         "steps": 2,

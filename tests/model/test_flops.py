@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from assay.model.config import ModelConfig
 from assay.model.flops import matmul_parameters, step_flops
+from assay.testing.tiny import smollm2_config
 
 # hidden 4, FFN 6, 2 layers, 2 heads of 2, 1 KV head, vocab 10.
 TINY = SimpleNamespace(
@@ -61,17 +61,7 @@ def test_explicit_targets_equal_the_group():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_smollm2_matmul_parameters(tied):
-    config = ModelConfig(
-        architecture="llama",
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_layers=30,
-        num_heads=9,
-        num_kv_heads=3,
-        head_dim=64,
-        tie_word_embeddings=tied,
-    )
+    config = smollm2_config(tie_word_embeddings=tied)
     # SmolLM2's 134,515,008 parameters minus its 61 norms of 576: the tied head multiplies
     assert matmul_parameters(config) == 134_515_008 - 61 * 576
     flops = step_flops(config, batch=1, seq=256, lora_rank=8)

@@ -44,7 +44,9 @@ class KeptActivations:
     def __init__(self, pool: SlotPool) -> None:
         self.pool = pool
         self._packing: tuple[int, int] | None = None  # (layer, slot storage address)
-        self._held: tuple[int, contextlib.AbstractContextManager] | None = None
+        # (layer, its pool.use block, its slot buffer): held from the first unpack of a layer
+        # until the backward moves to another, so each unpack is a lookup, not a pool scan.
+        self._held: tuple[int, contextlib.AbstractContextManager, torch.Tensor] | None = None
 
     @contextlib.contextmanager
     def saving(self, layer: int, views: dict[str, torch.Tensor]) -> Iterator[None]:
@@ -60,7 +62,7 @@ class KeptActivations:
     def release(self) -> None:
         """Give back the slot the backward holds, if any."""
         if self._held is not None:
-            _, use = self._held
+            _, use, _ = self._held
             self._held = None
             use.__exit__(None, None, None)
 
@@ -86,5 +88,5 @@ class KeptActivations:
             self.release()
             use = self.pool.use(layer, layer - 1 if layer > 0 else None)
             use.__enter__()
-            self._held = (layer, use)
-        return self.pool.buffer(layer)
+            self._held = (layer, use, self.pool.buffer(layer))
+        return self._held[2]

@@ -87,13 +87,30 @@ def save_tiny(
     return paths
 
 
-def smollm2_shaped(layers: int, seed: int = 0):
-    """A random, frozen Decoder with SmolLM2's architecture (hidden 576, FFN 1536, 9/3 heads,
-    head_dim 64, vocab 49152, tied head) at any depth; weights N(0, 0.02) from ``seed``."""
-    from assay.model import Decoder, ModelConfig
+def llama_config(**overrides: Any):
+    """A small Llama ``ModelConfig`` (vocab 64, hidden 32, FFN 48, 2 layers, 4 query and 2 KV
+    heads of 8, tied head) for tests that build a Decoder directly; ``overrides`` replace
+    fields."""
+    from assay.model import ModelConfig
 
-    config = ModelConfig(
-        architecture="llama",
+    fields: dict[str, Any] = {
+        "architecture": "llama",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_layers": 2,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "head_dim": 8,
+        "tie_word_embeddings": True,
+    }
+    return ModelConfig(**{**fields, **overrides})
+
+
+def smollm2_config(layers: int = 30, **overrides: Any):
+    """SmolLM2-135M's architecture (hidden 576, FFN 1536, 9/3 heads, head_dim 64, vocab 49152,
+    tied head, rope theta 1e5) at any depth."""
+    return llama_config(
         vocab_size=49152,
         hidden_size=576,
         intermediate_size=1536,
@@ -102,8 +119,16 @@ def smollm2_shaped(layers: int, seed: int = 0):
         num_kv_heads=3,
         head_dim=64,
         rope_theta=100000.0,
-        tie_word_embeddings=True,
+        **overrides,
     )
+
+
+def smollm2_shaped(layers: int, seed: int = 0):
+    """A random, frozen Decoder with SmolLM2's architecture (see ``smollm2_config``) at any
+    depth; weights N(0, 0.02) from ``seed``."""
+    from assay.model import Decoder
+
+    config = smollm2_config(layers)
     torch.manual_seed(seed)
     model = Decoder(config)
     with torch.no_grad():
