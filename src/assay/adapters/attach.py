@@ -17,12 +17,13 @@ from torch import nn
 from assay.adapters.base import AdapterLinear
 from assay.adapters.dora import DoRALinear
 from assay.adapters.inject import layer_indices, resolve, target_names
-from assay.adapters.lora import LORA_METHODS, LoRALinear
-from assay.adapters.tinylora import SHARINGS, TinyLoRALinear
+from assay.adapters.lora import LoRALinear
+from assay.adapters.registry import NAMES, LoRAOptions, build_options
+from assay.adapters.registry import method as registered
+from assay.adapters.tinylora import TinyLoRALinear
 from assay.errors import ConfigError
 
-METHODS = ("full", *LORA_METHODS, "dora", "tinylora")
-_OPTIONS = {"tinylora": ("u", "r", "sharing")}
+METHODS = NAMES
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ def attach(
     model: nn.Module,
     method: str = "lora",
     *,
-    rank: int = 8,
-    alpha: float = 16,
+    rank: int | None = None,
+    alpha: float | None = None,
     targets: str | Sequence[str] = "attention",
     layers: Iterable[int] | None = None,
     seed: int = 0,
@@ -77,20 +78,22 @@ def attach(
 ) -> nn.Module:
     """Attach ``method`` to ``model`` in place and return it.
 
+    Options and their defaults come from ``assay.adapters.registry``: the LoRA family takes
+    ``rank`` (8), ``alpha`` (16) and ``dropout`` (0, PEFT's ``lora_dropout``); ``tinylora``
+    takes ``u`` (13), ``r`` (2) and ``sharing`` ("global" or "per_target"). ``rank`` and
+    ``alpha`` are accepted by every method so one call shape serves all, and are ignored by
+    ``full`` and ``tinylora``; any other option the method does not take is refused.
+
     Guarantees: base parameters stay frozen (except for ``full``, which unfreezes all of
     them); a fresh adapter is an exact no-op on the logits (DoRA: up to m / ||W|| == 1, which
-    holds exactly in IEEE arithmetic); the same arguments give bitwise the same adapter. For
-    ``tinylora``, ``options`` are ``u`` (default 13), ``r`` (default ``rank``) and ``sharing``
-    ("global", the default, or "per_target").
+    holds exactly in IEEE arithmetic); the same arguments give bitwise the same adapter.
     """
-    if method not in METHODS:
-        raise ConfigError(f"method {method!r} is unknown; expected one of {', '.join(METHODS)}")
+    entry = registered(method)
     if getattr(model, "assay_adapter_spec", None) is not None:
         raise ConfigError("model already has adapters attached; load a fresh model")
-    allowed = _OPTIONS.get(method, ())
-    extra = sorted(set(options) - set(allowed))
-    if extra:
-        raise ConfigError(f"method {method!r} takes no option(s) {extra}; allowed: {list(allowed)}")
+    if entry.options is LoRAOptions:
+        options = {"rank": rank, "alpha": alpha, **options}
+    resolved = build_options(method, options)
     if method == "full":
         if _has_stored_weights(model):
             raise ConfigError(
@@ -104,10 +107,7 @@ def attach(
         return model
     generator = torch.Generator().manual_seed(seed)
     sites = resolve(model, targets, layers)
-    if method == "tinylora":
-        options = {"u": 13, "r": rank, "sharing": "global", **options}
-        if options["sharing"] not in SHARINGS:
-            raise ConfigError(f"tinylora sharing {options['sharing']!r}; expected {SHARINGS}")
+    options = asdict(resolved)
     shared = None
     if method == "tinylora" and options["sharing"] == "global":
         shared = nn.Parameter(torch.zeros(int(options["u"])))
@@ -116,21 +116,26 @@ def attach(
         if isinstance(base, AdapterLinear):
             raise ConfigError(f"{attr} already wraps an adapter")
         if method == "dora":
-            adapter: AdapterLinear = DoRALinear(base, rank=rank, alpha=alpha, generator=generator)
+            adapter: AdapterLinear = DoRALinear(base, generator=generator, **options)
         elif method == "tinylora":
             adapter = TinyLoRALinear(
                 base, u=options["u"], r=options["r"], vector=shared, generator=generator
             )
         else:
-            adapter = LoRALinear(base, method=method, rank=rank, alpha=alpha, generator=generator)
+            adapter = LoRALinear(base, method=method, generator=generator, **options)
         setattr(parent, attr, adapter)
+    if entry.options is LoRAOptions:
+        # dropout is recorded only when on, so specs of dropout-free adapters stay as they were
+        scale = {"rank": options.pop("rank"), "alpha": float(options.pop("alpha"))}
+        options = {k: v for k, v in options.items() if v}
+    else:
+        scale = {"rank": 0, "alpha": 0.0}
     model.assay_adapter_spec = AdapterSpec(
         method=method,
-        rank=rank,
-        alpha=float(alpha),
         targets=target_names(targets),
         layers=layer_indices(len(model.layers), layers),
         seed=seed,
-        options=dict(options),
+        options=options,
+        **scale,
     )
     return model

@@ -8,6 +8,7 @@ the scaled LoRA path added) so that the two agree to fp32 rounding; the bias is 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from assay.adapters.base import dense_weight
@@ -23,9 +24,12 @@ class DoRALinear(LoRALinear):
         *,
         rank: int = 8,
         alpha: float = 16.0,
+        dropout: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
-        super().__init__(base, method="dora", rank=rank, alpha=alpha, generator=generator)
+        super().__init__(
+            base, method="dora", rank=rank, alpha=alpha, dropout=dropout, generator=generator
+        )
         self.lora_magnitude_vector = nn.Parameter(self.weight_norm())
 
     @torch.no_grad()
@@ -39,8 +43,15 @@ class DoRALinear(LoRALinear):
     def adapted(self, x: torch.Tensor, base_out: torch.Tensor) -> torch.Tensor:
         scale = (self.lora_magnitude_vector / self.weight_norm()).to(base_out.dtype)
         bias = getattr(self.base, "bias", None)
-        plain = base_out if bias is None else base_out - bias.to(base_out.dtype)
-        lora = self.lora_output(x).to(base_out.dtype)
+        dropped = self.dropped(x)
+        if self.dropout and self.training:
+            # PEFT's rule: with dropout active the rescaled base term is W (no bias) applied to
+            # the dropped input too.
+            weight = dense_weight(self.base).to(dropped.dtype)
+            plain = F.linear(dropped, weight).to(base_out.dtype)
+        else:
+            plain = base_out if bias is None else base_out - bias.to(base_out.dtype)
+        lora = self.lora_output(dropped).to(base_out.dtype)
         return base_out + ((scale - 1) * plain + scale * lora * self.scaling)
 
     @torch.no_grad()

@@ -1,8 +1,10 @@
-"""LoRA, rsLoRA and LoRA-FA: y = base(x) + s * B(A x), with A: r x in and B: out x r.
+"""LoRA, rsLoRA and LoRA-FA: y = base(x) + s * B(A drop(x)), with A: r x in and B: out x r.
 
 Defaults follow HF PEFT: A is kaiming-uniform (a = sqrt 5), B is zero, so a fresh adapter is
 an exact no-op. ``s`` is alpha / r for LoRA and LoRA-FA, alpha / sqrt(r) for rsLoRA. LoRA-FA
-keeps A frozen at its random init; only B trains (its gradient needs only A x).
+keeps A frozen at its random init; only B trains (its gradient needs only A x). ``drop`` is
+PEFT's ``lora_dropout``: inverted dropout on the adapter's input (cast to the adapter's dtype
+first, as PEFT does), active only while the module is training; the base path never sees it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from assay.adapters.base import AdapterLinear
+from assay.adapters.registry import LORA_FAMILY
 from assay.errors import ConfigError
-
-LORA_METHODS = ("lora", "rslora", "lora_fa")
 
 
 def lora_scaling(method: str, rank: int, alpha: float) -> float:
@@ -34,16 +35,18 @@ class LoRALinear(AdapterLinear):
         method: str = "lora",
         rank: int = 8,
         alpha: float = 16.0,
+        dropout: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(base)
-        if method not in LORA_METHODS and method != "dora":
-            raise ConfigError(f"method {method!r} is not a LoRA method; expected {LORA_METHODS}")
+        if method not in LORA_FAMILY:
+            raise ConfigError(f"method {method!r} is not a LoRA method; expected {LORA_FAMILY}")
         if not isinstance(rank, int) or rank <= 0:
             raise ConfigError(f"rank must be a positive integer, got {rank!r}")
         self.method = method
         self.rank = rank
         self.alpha = float(alpha)
+        self.dropout = float(dropout)
         self.scaling = lora_scaling(method, rank, self.alpha)
         a = torch.empty(rank, self.in_features)
         nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=generator)
@@ -54,12 +57,21 @@ class LoRALinear(AdapterLinear):
         """B(A x) without the scale, in the adapter's dtype."""
         return F.linear(F.linear(x.to(self.lora_A.dtype), self.lora_A), self.lora_B)
 
+    def dropped(self, x: torch.Tensor) -> torch.Tensor:
+        """The adapter's input: ``x`` in the adapter's dtype, dropped out while training."""
+        x = x.to(self.lora_A.dtype)
+        if self.dropout and self.training:
+            return F.dropout(x, self.dropout, training=True)
+        return x
+
     def adapted(self, x: torch.Tensor, base_out: torch.Tensor) -> torch.Tensor:
-        return base_out + (self.lora_output(x) * self.scaling).to(base_out.dtype)
+        return base_out + (self.lora_output(self.dropped(x)) * self.scaling).to(base_out.dtype)
 
     @torch.no_grad()
     def delta_weight(self) -> torch.Tensor:
         return (self.lora_B.float() @ self.lora_A.float()) * self.scaling
 
     def extra_repr(self) -> str:
-        return f"method={self.method}, rank={self.rank}, alpha={self.alpha:g}, s={self.scaling:g}"
+        drop = f", dropout={self.dropout:g}" if self.dropout else ""
+        scale = f"alpha={self.alpha:g}, s={self.scaling:g}"
+        return f"method={self.method}, rank={self.rank}, {scale}{drop}"

@@ -21,9 +21,9 @@ from torch import nn
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import read_json, write_json_atomic, write_safetensors_atomic
 from assay.adapters.inject import GROUPS, PARENT
+from assay.adapters.registry import PEFT_METHODS
 from assay.errors import ConfigError
 
-PEFT_METHODS = ("lora", "rslora", "lora_fa", "dora")
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
 SIDECAR = "assay_adapter.json"
@@ -57,7 +57,7 @@ def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
         "inference_mode": True,
         "r": spec.rank,
         "lora_alpha": spec.alpha,
-        "lora_dropout": 0.0,
+        "lora_dropout": float(spec.options.get("dropout", 0.0)),
         "target_modules": list(spec.targets),
         "layers_to_transform": None if all_layers else list(spec.layers),
         "layers_pattern": None,
@@ -116,9 +116,11 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     layers = list(range(num_layers)) if layers is None else layers
     layers = [layers] if isinstance(layers, int) else layers
     method = "dora" if cfg.get("use_dora") else "rslora" if cfg.get("use_rslora") else "lora"
+    dropout = float(cfg.get("lora_dropout") or 0.0)
     spec = AdapterSpec(method, int(cfg["r"]), float(cfg["lora_alpha"]),
                        tuple(_targets(cfg.get("target_modules"), where)),
-                       tuple(int(i) for i in layers), 0)  # fmt: skip
+                       tuple(int(i) for i in layers), 0,
+                       {"dropout": dropout} if dropout else {})  # fmt: skip
     sidecar = folder / SIDECAR
     if sidecar.is_file():
         ours = AdapterSpec.from_dict(read_json(sidecar)["spec"])
@@ -142,7 +144,7 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     folder = Path(path)
     spec = spec_from_peft(folder, len(model.layers))
     attach(model, spec.method, rank=spec.rank, alpha=spec.alpha, targets=list(spec.targets),
-           layers=spec.layers, seed=spec.seed)  # fmt: skip
+           layers=spec.layers, seed=spec.seed, **spec.options)  # fmt: skip
     expected = peft_state(model)
     weights = folder / WEIGHTS
     if not weights.is_file():

@@ -33,19 +33,9 @@ def build_model(
     """
     base = load(model_path(config), storage=config.storage)
     adapter = config.adapter
-    kwargs = {}
+    kwargs: dict = {}
     if adapter.method != "full":
-        kwargs = {
-            "rank": adapter.rank,
-            "alpha": adapter.alpha,
-            "targets": list(adapter.targets),
-            "layers": adapter.layers,
-            "u": adapter.u,
-            "r": adapter.r,
-            "sharing": adapter.sharing,
-        }
-        # Fields that do not apply to the method are None in the config: leave them out.
-        kwargs = {k: v for k, v in kwargs.items() if v is not None or k == "layers"}
+        kwargs = {"targets": list(adapter.targets), "layers": adapter.layers, **adapter.options()}
     attach(base, adapter.method, seed=config.seed, **kwargs)
     base.gradient_checkpointing = config.gradient_checkpointing
     if config.stream is not None:
@@ -88,15 +78,28 @@ def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+def decay_groups(params: dict[str, nn.Parameter]) -> tuple[list[str], list[str]]:
+    """(names that weight decay applies to, names it does not), each in ``params`` order.
+
+    Decay applies to tensors of 2 or more dimensions (weight matrices, embeddings, LoRA A and
+    B); vectors (norm weights, biases, DoRA magnitudes, TinyLoRA's v) are never pulled to zero,
+    as nanoGPT and torchtune do.
+    """
+    decay = [name for name, p in params.items() if p.dim() >= 2]
+    return decay, [name for name, p in params.items() if p.dim() < 2]
+
+
 def build_optimizer(config: TrainConfig, params: dict[str, nn.Parameter]) -> torch.optim.AdamW:
+    """AdamW over ``params``: one group with the config's weight decay for matrices, one with
+    none for vectors (``decay_groups``); an empty group is left out."""
     optim = config.optim
-    return torch.optim.AdamW(
-        list(params.values()),
-        lr=optim.lr,
-        betas=optim.betas,
-        eps=optim.eps,
-        weight_decay=optim.weight_decay,
-    )
+    decay, plain = decay_groups(params)
+    groups = [
+        {"params": [params[n] for n in names], "weight_decay": wd}
+        for names, wd in ((decay, optim.weight_decay), (plain, 0.0))
+        if names
+    ]
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps)
 
 
 def lr_factor(config: TrainConfig) -> Callable[[int], float]:

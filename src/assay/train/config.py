@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.adapters.registry import LORA_FAMILY, LoRAOptions, TinyLoRAOptions, build_options
 from assay.errors import ConfigError
 from assay.train.config_schema import check_schema, read_yaml
 
-LORA_FAMILY = ("lora", "rslora", "lora_fa", "dora")
 PREFERENCE_LOSSES = ("dpo", "ipo", "orpo", "simpo")
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _BETA_DEFAULT = {"dpo": 0.1, "ipo": 0.1, "orpo": 0.1, "simpo": 2.0, "kto": 0.1}
@@ -43,16 +43,23 @@ _UNITS = {
 
 @dataclass(frozen=True)
 class AdapterConfig:
-    """What trains. Fields that do not apply to ``method`` are None."""
+    """What trains. Fields that do not apply to ``method`` are None; the defaults of the ones
+    that do are the adapter registry's (``assay.adapters.registry``)."""
 
     method: str = "lora"
-    rank: int | None = 8
-    alpha: float | None = 16.0
+    rank: int | None = LoRAOptions.rank
+    alpha: float | None = LoRAOptions.alpha
     targets: tuple[str, ...] = DEFAULT_TARGETS
     layers: tuple[int, ...] | None = None
     u: int | None = None
     r: int | None = None
     sharing: str | None = None
+    dropout: float | None = LoRAOptions.dropout
+
+    def options(self) -> dict[str, Any]:
+        """The method's own options for ``attach`` (fields that do not apply left out)."""
+        names = ("rank", "alpha", "dropout", "u", "r", "sharing")
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
 
 
 @dataclass(frozen=True)
@@ -104,11 +111,15 @@ class BatchConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    """Run directory (absolute) and the save/log cadence in optimizer steps."""
+    """Run directory (absolute) and the save/log/eval cadence in optimizer steps.
+
+    ``eval_every`` None means no evaluation during training (the final summary still has the
+    eval loss when ``data.eval`` is set)."""
 
     dir: str
     save_every: int = 100
     log_every: int = 10
+    eval_every: int | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +187,7 @@ def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
     body = config.to_dict()
     body.pop("source")
     for section, keys in (
-        ("adapter", ("rank", "alpha", "layers", "u", "r", "sharing")),
+        ("adapter", ("rank", "alpha", "layers", "u", "r", "sharing", "dropout")),
         (
             "loss",
             (
@@ -190,6 +201,7 @@ def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
             ),
         ),
         ("data", ("eval", "mask")),
+        ("output", ("eval_every",)),
     ):
         for key in keys:
             if body[section][key] is None:
@@ -213,6 +225,9 @@ def config_fingerprint(config: TrainConfig) -> str:
     body = config.to_dict()
     for key in _NOT_FINGERPRINTED:
         body.pop(key, None)
+    if not body["adapter"].get("dropout"):
+        # dropout off is the behaviour of every config written before the key existed
+        body["adapter"].pop("dropout", None)
     body["data"] = {k: v for k, v in body["data"].items() if k not in ("train", "eval")}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -279,7 +294,8 @@ def _adapter(raw: dict[str, Any], storage: str, source: Path) -> AdapterConfig:
     method = raw.get("method", "lora")
     lora, tiny = method in LORA_FAMILY, method == "tinylora"
     where = {"at": "adapter", "source": source}
-    _only_for(raw, ("rank", "alpha"), lora, f"to method {method} (lora family only)", **where)
+    _only_for(raw, ("rank", "alpha", "dropout"), lora, f"to method {method} (lora family only)",
+              **where)  # fmt: skip
     _only_for(raw, ("u", "r", "sharing"), tiny, f"to method {method} (tinylora only)", **where)
     _only_for(raw, ("targets", "layers"), method != "full", "to method full (every weight "
               "trains)", **where)  # fmt: skip
@@ -291,15 +307,20 @@ def _adapter(raw: dict[str, Any], storage: str, source: Path) -> AdapterConfig:
             "(frozen bf16/4-bit storage has no gradient); use float32 or an adapter",
         )
     layers = raw.get("layers")
+    own = {k: raw[k] for k in ("rank", "alpha", "dropout", "u", "r", "sharing") if k in raw}
+    options = build_options(method, own, where=f"{source}: adapter") if lora or tiny else None
+    lora_opts = options if isinstance(options, LoRAOptions) else None
+    tiny_opts = options if isinstance(options, TinyLoRAOptions) else None
     return AdapterConfig(
         method=method,
-        rank=int(raw.get("rank", 8)) if lora else None,
-        alpha=float(raw.get("alpha", 16.0)) if lora else None,
+        rank=None if lora_opts is None else int(lora_opts.rank),
+        alpha=None if lora_opts is None else float(lora_opts.alpha),
         targets=tuple(raw.get("targets", DEFAULT_TARGETS)),
         layers=None if layers is None else tuple(int(i) for i in layers),
-        u=int(raw.get("u", 1)) if tiny else None,
-        r=int(raw.get("r", 2)) if tiny else None,
-        sharing=raw.get("sharing", "global") if tiny else None,
+        u=None if tiny_opts is None else int(tiny_opts.u),
+        r=None if tiny_opts is None else int(tiny_opts.r),
+        sharing=None if tiny_opts is None else tiny_opts.sharing,
+        dropout=None if lora_opts is None else float(lora_opts.dropout),
     )
 
 
@@ -410,6 +431,26 @@ def check_distributed(config: TrainConfig) -> None:
         )
 
 
+def check_training_semantics(config: TrainConfig) -> None:
+    """ConfigError for settings that cannot mean what they say together.
+
+    ``output.eval_every`` needs held-out data. LoRA dropout in a streamed run that recomputes
+    each layer in backward would draw a second, different mask for the recomputation, so the
+    gradient would not be the forward's: such a run must keep activations instead.
+    """
+    source = Path(config.source)
+    if config.output.eval_every is not None and config.data.eval is None:
+        raise _fail(source, "output.eval_every", "needs held-out rows: set data.eval")
+    stream = config.stream
+    if config.adapter.dropout and stream is not None and stream.recompute:
+        raise _fail(
+            source,
+            "adapter.dropout",
+            "a streamed run that recomputes layers in backward would draw a new dropout mask; "
+            "set stream.recompute: false or adapter.dropout: 0",
+        )
+
+
 def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str]) -> TrainConfig:
     """Validate a parsed config mapping; ``source`` is the file it came from (paths, errors)."""
     path = Path(source)
@@ -440,6 +481,7 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
             dir=str(base / out.get("dir", f"runs/{path.stem}")),
             save_every=int(out.get("save_every", 100)),
             log_every=int(out.get("log_every", 10)),
+            eval_every=None if out.get("eval_every") is None else int(out["eval_every"]),
         ),
         stream=None if stream is None else StreamConfig(**stream),
         budget=_budget(budget, path),
@@ -447,6 +489,7 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
         source=str(path),
     )
     check_distributed(config)
+    check_training_semantics(config)
     return config
 
 

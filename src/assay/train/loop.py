@@ -32,6 +32,7 @@ from assay.train.build import (
     build_model,
     build_optimizer,
     build_tokenizer,
+    decay_groups,
     lr_factor,
     seed_everything,
     trainable_parameters,
@@ -70,6 +71,7 @@ class Trainer:
         self.config, self.device, self.progress = config, device, progress
         seed_everything(config.seed)
         runner, self.base = self._build_model()
+        self.base.train()  # adapter dropout (when configured) is on for training steps
         self.tokenizer = build_tokenizer(config)
         self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
         self.model = self._wrap(runner)
@@ -223,10 +225,19 @@ class Trainer:
 
     # -- the run -----------------------------------------------------------------------------
     def write_run_config(self) -> Path:
-        """Copy the YAML config into the run dir with every path absolute (for export/eval)."""
+        """Copy the YAML config into the run dir with every path absolute (for export/eval),
+        followed by comment lines that list the weight-decay groups the optimizer was built
+        with (comments, so the copy still loads back to an equal config)."""
         raw = config_as_yaml(self.config)
         path = self.out_dir / RUN_CONFIG
-        atomic_write_bytes(path, yaml.safe_dump(raw, sort_keys=False).encode())
+        decay, plain = decay_groups(self.params)
+        wd = self.config.optim.weight_decay
+        lines = [f"# weight decay {wd:g} applies to {len(decay)} tensor(s) of 2+ dimensions:"]
+        lines += [f"#   {name}" for name in decay]
+        lines.append(f"# no weight decay on {len(plain)} vector(s) (norms, biases, magnitudes):")
+        lines += [f"#   {name}" for name in plain]
+        text = yaml.safe_dump(raw, sort_keys=False) + "\n".join(lines) + "\n"
+        atomic_write_bytes(path, text.encode())
         return path
 
     def train(self, stop_at: int | None = None) -> dict[str, Any]:
@@ -251,11 +262,16 @@ class Trainer:
             log = None
             if self.is_main:
                 log = stack.enter_context((self.out_dir / METRICS).open("a", encoding="utf-8"))
+            every = config.output.eval_every
             while self.step < last:
                 record = self.train_step()
                 records.append(record)
+                line = asdict(record)
+                if every and record.step % every == 0:
+                    # every rank evaluates (an FSDP forward needs them all); rank 0 writes
+                    line["eval_loss"] = self.evaluate()
                 if log is not None:
-                    log.write(json.dumps(asdict(record)) + "\n")
+                    log.write(json.dumps(line) + "\n")
                     log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{record.tokens_per_s:.0f}")
@@ -299,6 +315,7 @@ class Trainer:
         if data is None:
             raise ValueError("no eval data: set data.eval in the config")
         self.neftune.enabled = False
+        self.base.eval()  # adapter dropout off; evaluation draws no random numbers
         try:
             total, count = 0.0, 0
             size = self.config.batch.micro_batch
@@ -312,6 +329,7 @@ class Trainer:
             return total / count
         finally:
             self.neftune.enabled = True
+            self.base.train()
 
 
 def _as_float(value: torch.Tensor | float) -> float:
