@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from assay.adapters.registry import help_text as adapter_methods_help
 from assay.errors import AssayError
 
 EXIT_USAGE = 2
@@ -256,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-m assay.cli train CONFIG) every rank trains its slice of each step's rows (gloo on "
         "CPU, NCCL with --device cuda); rank 0 alone prints, logs and writes checkpoints, "
         "which resume at any world size.",
+        epilog="adapter.method in the config: " + adapter_methods_help(),
     )
     train.add_argument("config", help="train config (YAML; see examples/)")
     train.add_argument(

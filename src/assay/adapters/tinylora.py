@@ -19,8 +19,6 @@ from torch import nn
 from assay.adapters.base import AdapterLinear, dense_weight
 from assay.errors import ConfigError
 
-SHARINGS = ("global", "per_target")
-
 
 class TinyLoRALinear(AdapterLinear):
     """delta W = (U * S) @ (sum_i v_i P_i) @ V^T around one frozen linear."""
