@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.adapters.registry import help_text as adapter_methods_help
+from assay.adapter_registry import help_text as adapter_methods_help
 from assay.errors import AssayError
 
 EXIT_USAGE = 2

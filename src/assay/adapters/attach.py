@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from assay.adapter_registry import NAMES, LoRAOptions, build_options
+from assay.adapter_registry import method as registered
 from assay.adapters.base import AdapterLinear
 from assay.adapters.dora import DoRALinear
 from assay.adapters.inject import layer_indices, resolve, target_names
 from assay.adapters.lora import LoRALinear
-from assay.adapters.registry import NAMES, LoRAOptions, build_options
-from assay.adapters.registry import method as registered
 from assay.adapters.tinylora import TinyLoRALinear
 from assay.errors import ConfigError
 
@@ -78,7 +78,7 @@ def attach(
 ) -> nn.Module:
     """Attach ``method`` to ``model`` in place and return it.
 
-    Options and their defaults come from ``assay.adapters.registry``: the LoRA family takes
+    Options and their defaults come from ``assay.adapter_registry``: the LoRA family takes
     ``rank`` (8), ``alpha`` (16) and ``dropout`` (0, PEFT's ``lora_dropout``); ``tinylora``
     takes ``u`` (13), ``r`` (2) and ``sharing`` ("global" or "per_target"). ``rank`` and
     ``alpha`` are accepted by every method so one call shape serves all, and are ignored by

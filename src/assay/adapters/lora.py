@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from assay.adapter_registry import LORA_FAMILY
 from assay.adapters.base import AdapterLinear
-from assay.adapters.registry import LORA_FAMILY
 from assay.errors import ConfigError
 
 

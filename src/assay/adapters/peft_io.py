@@ -18,10 +18,10 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from assay.adapter_registry import PEFT_METHODS
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import read_json, write_json_atomic, write_safetensors_atomic
 from assay.adapters.inject import GROUPS, PARENT
-from assay.adapters.registry import PEFT_METHODS
 from assay.errors import ConfigError
 
 CONFIG = "adapter_config.json"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.adapters.registry import LORA_FAMILY, LoRAOptions, TinyLoRAOptions, build_options
+from assay.adapter_registry import LORA_FAMILY, LoRAOptions, TinyLoRAOptions, build_options
 from assay.errors import ConfigError
 from assay.train.config_schema import check_schema, read_yaml
 
@@ -44,7 +44,7 @@ _UNITS = {
 @dataclass(frozen=True)
 class AdapterConfig:
     """What trains. Fields that do not apply to ``method`` are None; the defaults of the ones
-    that do are the adapter registry's (``assay.adapters.registry``)."""
+    that do are the adapter registry's (``assay.adapter_registry``)."""
 
     method: str = "lora"
     rank: int | None = LoRAOptions.rank

@@ -1,0 +1,131 @@
+"""One source of truth for adapter settings: the shipped schema, the config dataclasses, the
+parser, the YAML writer and ``attach`` must all say what the registry says."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from assay.adapter_registry import (
+    LORA_FAMILY,
+    METHODS,
+    NAMES,
+    PEFT_METHODS,
+    build_options,
+    defaults,
+    help_text,
+    option_names,
+)
+from assay.adapters import attach
+from assay.errors import ConfigError
+from assay.train.config import (
+    AdapterConfig,
+    TrainConfig,
+    config_as_yaml,
+    train_config_from_dict,
+)
+
+
+def _schema() -> dict:
+    text = resources.files("assay").joinpath("schemas/train-config.schema.json").read_text()
+    return json.loads(text)
+
+
+def _config(tmp_path: Path, **adapter) -> TrainConfig:
+    raw = {"model": "m", "data": {"train": "t.jsonl"}, "steps": 1, "adapter": adapter}
+    return train_config_from_dict(raw, tmp_path / "c.yaml")
+
+
+def test_schema_method_enum_is_the_registry():
+    assert _schema()["properties"]["adapter"]["properties"]["method"]["enum"] == list(NAMES)
+
+
+def test_schema_adapter_options_are_the_registry_options():
+    properties = _schema()["properties"]["adapter"]["properties"]
+    declared = {k for k in properties if k not in ("method", "targets", "layers")}
+    registered = {name for method in NAMES for name in option_names(method)}
+    assert declared == registered
+
+
+@pytest.mark.parametrize("method", [m for m in NAMES if m != "full"])
+def test_schema_defaults_are_the_registry_defaults(method):
+    properties = _schema()["properties"]["adapter"]["properties"]
+    for key, value in defaults(method).items():
+        assert properties[key]["default"] == value, (method, key)
+        described = re.search(r"Default ([^ ,(]+?)\.?(?: |$)", properties[key]["description"])
+        if described and described.group(1) not in ("off",):
+            assert yaml.safe_load(described.group(1)) == value, (method, key)
+
+
+@pytest.mark.parametrize("method", [m for m in NAMES if m != "full"])
+def test_parsed_yaml_defaults_equal_attach_defaults(tmp_path, tiny_models, method):
+    import assay
+
+    config = _config(tmp_path, method=method)
+    model = attach(assay.load(tiny_models["llama3"]["hf"]), method)
+    spec = model.assay_adapter_spec
+    parsed = config.adapter.options()
+    from_attach = {"rank": spec.rank, "alpha": spec.alpha, **defaults(method), **spec.options}
+    assert {k: from_attach[k] for k in parsed} == parsed
+    assert parsed == defaults(method)
+
+
+def test_config_dataclass_defaults_are_the_registry_defaults():
+    fields = {f.name: f.default for f in dataclasses.fields(AdapterConfig)}
+    for key, value in defaults("lora").items():
+        assert fields[key] == value, key
+
+
+@pytest.mark.parametrize("method", NAMES)
+def test_every_method_round_trips_through_the_yaml_writer(tmp_path, method):
+    config = _config(tmp_path, method=method)
+    again = train_config_from_dict(config_as_yaml(config), tmp_path / "c.yaml")
+    assert again == config
+
+
+def test_family_lists_derive_from_the_registry():
+    from assay.adapters.attach import METHODS as ATTACH_METHODS
+
+    assert ATTACH_METHODS == NAMES == tuple(METHODS)
+    assert set(PEFT_METHODS) <= set(LORA_FAMILY) <= set(NAMES)
+    assert all(name in help_text() for name in NAMES)
+
+
+@pytest.mark.parametrize(
+    ("method", "given", "word"),
+    [
+        ("lora", {"u": 3}, "takes no option"),
+        ("tinylora", {"dropout": 0.1}, "takes no option"),
+        ("lora", {"dropout": 1.0}, "dropout must be in [0, 1)"),
+        ("lora", {"rank": 0}, "rank must be a positive integer"),
+        ("tinylora", {"sharing": "all"}, "sharing"),
+        ("nope", {}, "expected one of full, lora"),
+    ],
+)
+def test_bad_options_are_refused_by_name(method, given, word):
+    with pytest.raises(ConfigError, match=re.escape(word)):
+        build_options(method, given, where="c.yaml: adapter")
+
+
+def test_config_refuses_an_option_of_another_method(tmp_path):
+    with pytest.raises(ConfigError, match=r"adapter\.dropout: does not apply"):
+        _config(tmp_path, method="tinylora", dropout=0.1)
+
+
+def test_cli_help_lists_every_method():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "assay.cli", "train", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert all(name in out for name in NAMES)
