@@ -129,3 +129,58 @@ def test_cli_help_lists_every_method():
         check=True,
     ).stdout
     assert all(name in out for name in NAMES)
+
+
+# Settings whose documented default is prose, not a value: (dotted name, why).
+_PROSE_DEFAULTS = {
+    "tokenizer": "defaults to the model file, described in words",
+    "loss": "the section's description names the default loss type in words",
+    "output.dir": "runs/<config file stem>, a pattern rather than a value",
+}
+# Configs under which every optional field applies (a field that does not apply is None).
+_CONTEXTS = [
+    {},
+    {"adapter": {"method": "tinylora"}},
+    {"loss": {"type": "chunked_ce"}},
+    {"loss": {"type": "simpo"}, "data": {"train": "t.jsonl", "format": "preference"}},
+    {"loss": {"type": "kto"}, "data": {"train": "t.jsonl", "format": "kto"}},
+    {
+        "loss": {"type": "dpo", "dpo_variant": "robust"},
+        "data": {"train": "t.jsonl", "format": "preference"},
+    },
+    {"stream": {}, "distributed": {}},
+]
+
+
+def _described_defaults(properties: dict, path: tuple[str, ...] = ()):
+    for key, spec in properties.items():
+        found = re.search(r"Default:? ([^ ,(]+?)\.?(?: |$)", spec.get("description", ""))
+        if found:
+            yield (*path, key), found.group(1)
+        if "properties" in spec:
+            yield from _described_defaults(spec["properties"], (*path, key))
+
+
+def test_every_described_default_is_the_parsed_default(tmp_path):
+    from assay.train.config_schema import _Loader
+
+    configs = []
+    for context in _CONTEXTS:
+        raw = {"model": "m", "data": {"train": "t.jsonl"}, "steps": 1, **context}
+        configs.append(train_config_from_dict(raw, tmp_path / "c.yaml").to_dict())
+    checked = 0
+    for path, text in _described_defaults(_schema()["properties"]):
+        if ".".join(path) in _PROSE_DEFAULTS:
+            continue
+        expected = yaml.load(text, Loader=_Loader)
+        values = []
+        for body in configs:
+            value = body
+            for part in path:
+                value = value.get(part) if isinstance(value, dict) else None
+            if value is not None:
+                values.append(value)
+        assert values, f"{'.'.join(path)}: no context makes it apply"
+        assert values[0] == expected, f"{'.'.join(path)}: schema says {text}, parser {values[0]}"
+        checked += 1
+    assert checked >= 30
