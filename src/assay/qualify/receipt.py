@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -21,6 +22,7 @@ from assay.qualify.threshold import judge
 
 SCHEMA_ID = "assay.qualification-receipt/1"
 SHA_FIELD = "receipt_sha256"
+GATE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -150,10 +152,19 @@ def dump_receipt(receipt: dict[str, Any]) -> bytes:
 def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
     """Seal, validate and write ``receipt`` under ``<receipts_dir>/<gate>/``; return its path.
 
+    The receipt is chained first: ``previous_receipt_sha256`` is set to the seal of the gate's
+    newest ledger entry (null for a new gate), and the ledger gains this receipt's entry.
+
     An invalid receipt is never written: AssayError lists the problems instead.
     """
+    from assay.qualify import chain
+
     problems = _non_finite(receipt, "receipt")
     sealed = receipt
+    gate = receipt.get("gate")
+    if not problems and isinstance(gate, str) and GATE_NAME.match(gate):
+        chain.ensure_ledger(receipts_dir, gate)  # legacy receipts start the chain
+        receipt = {**receipt, chain.BACK_LINK: chain.chain_head(receipts_dir, gate)}
     if not problems:
         sealed = seal(receipt)
         problems = problems_in(sealed)
@@ -164,6 +175,7 @@ def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
         )
     path = Path(receipts_dir) / sealed["gate"] / receipt_filename(sealed)
     write_atomic(path, dump_receipt(sealed), overwrite=False)
+    chain.append(receipts_dir, sealed["gate"], sealed[SHA_FIELD], path.name)
     return path
 
 
