@@ -109,9 +109,7 @@ def _describe(sha: str, position: dict[str, int], names: dict[str, str]) -> str:
     return f"{sha[:12]}, which is in no ledger entry (deleted or re-sealed)"
 
 
-def check_chain(
-    gate_dir: Path, receipts: dict[str, dict[str, Any]], files: list[str]
-) -> list[str]:
+def check_chain(gate_dir: Path, receipts: dict[str, dict[str, Any]], files: list[str]) -> list[str]:
     """Problems with the ledger of one gate, one line each naming the ledger or the file.
 
     ``receipts`` maps file name to each *valid* receipt of the gate; ``files`` lists every
@@ -182,8 +180,7 @@ def _link_problems(
         problems.append(f"{where}: deleted: back-link names {_describe(link, position, names)}")
     elif link in position and position[link] != i - 1:
         problems.append(
-            f"{where}: reordered: back-link names {_describe(link, position, names)}, "
-            f"not entry {i}"
+            f"{where}: reordered: back-link names {_describe(link, position, names)}, not entry {i}"
         )
     else:
         problems.append(

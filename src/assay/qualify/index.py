@@ -59,16 +59,18 @@ def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) 
         "gate's receipts form a hash-chained ledger (`receipts/<gate>/LEDGER`), checked by",
         "`assay verify`; `assay verify --stale` lists records whose code changed since.",
         "",
-        "| Gate | What it gates | Headline claim | Status | Date (UTC) | Device | Receipts | Stale |",
+        "| Gate | What it gates | Headline claim | Status | Date (UTC) | Device | Receipts "
+        "| Stale |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for gate in gates_in(receipts_dir):
         receipts = load_gate(receipts_dir, gate)
         head = newest_first(receipts)[0]
+        stale = stale_cell(check_gate(root, receipts))
         lines.append(
             f"| [{cell(gate)}]({gate}.md) | {cell(what_it_gates(root, gate) or 'n/a')} | "
             f"{cell(headline(head))} | {head['status']} | {head['created']} | "
-            f"{head['run']['device']} | {len(receipts)} | {stale_cell(check_gate(root, receipts))} |"
+            f"{head['run']['device']} | {len(receipts)} | {stale} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -261,9 +261,7 @@ def project_root(records_dir: Path) -> Path:
     return Path(records_dir).resolve().parent
 
 
-def render_gate(
-    gate: str, receipts_dir: Path, records_dir: Path, root: Path | None = None
-) -> Path:
+def render_gate(gate: str, receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
     """Rebuild ``<records>/<gate>.md`` from all receipts of ``gate``; return its path.
 
     A gate CI cannot re-run whose implementation files changed in ``root`` (default: the

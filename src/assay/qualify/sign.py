@@ -95,15 +95,11 @@ def check_signature(path: Path, allowed_signers: Path | None) -> Signature | Non
     principals = found.stdout.split()
     if found.returncode != 0 or not principals:
         return Signature(path, None, False, "signature by a key not in the allowed signers")
+    argv = [tool, "-Y", "verify", "-f", str(allowed_signers), "-I", principals[0]]
+    argv += ["-n", NAMESPACE, "-s", str(sig)]
     with path.open("rb") as data:
         done = subprocess.run(
-            [tool, "-Y", "verify", "-f", str(allowed_signers), "-I", principals[0]]
-            + ["-n", NAMESPACE, "-s", str(sig)],
-            stdin=data,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+            argv, stdin=data, capture_output=True, text=True, timeout=60, check=False
         )
     if done.returncode != 0:
         return Signature(path, principals[0], False, "signature does not hold for these bytes")

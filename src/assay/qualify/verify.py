@@ -8,10 +8,10 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.qualify.assemble import check_corrections
-from assay.qualify.gate import file_sha256
-from assay.qualify.receipt import SHA_FIELD, problems_in, receipt_filename, receipt_paths
 from assay.qualify.chain import check_chain
+from assay.qualify.gate import file_sha256
 from assay.qualify.index import index_path, index_text
+from assay.qualify.receipt import SHA_FIELD, problems_in, receipt_filename, receipt_paths
 from assay.qualify.render import GATE_DIR, gates_in, load_gate, record_path, render_text
 from assay.qualify.sign import check_signature
 from assay.qualify.stale import check_gate, mask
