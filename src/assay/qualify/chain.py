@@ -82,10 +82,17 @@ def ensure_ledger(receipts_dir: Path, gate: str) -> bool:
 
 
 def chain_head(receipts_dir: Path, gate: str) -> str | None:
-    """The seal of the newest receipt in the ledger of ``gate`` (None for an empty gate)."""
+    """The seal of the newest receipt in the ledger of ``gate`` (None for an empty gate).
+
+    Without a LEDGER yet, the newest legacy receipt in :func:`legacy_order` (what
+    :func:`ensure_ledger` would list last)."""
     path = ledger_path(receipts_dir, gate)
     if not path.exists():
-        return None
+        from assay.qualify.receipt import read_receipt, receipt_paths
+
+        found = [(p.name, read_receipt(p)) for p in receipt_paths(receipts_dir, gate)]
+        order = legacy_order(found)
+        return order[-1][0] if order else None
     entries, problems = read_ledger(path)
     if problems:
         raise AssayError(problems[0])

@@ -163,7 +163,6 @@ def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
     sealed = receipt
     gate = receipt.get("gate")
     if not problems and isinstance(gate, str) and GATE_NAME.match(gate):
-        chain.ensure_ledger(receipts_dir, gate)  # legacy receipts start the chain
         receipt = {**receipt, chain.BACK_LINK: chain.chain_head(receipts_dir, gate)}
     if not problems:
         sealed = seal(receipt)
@@ -173,6 +172,7 @@ def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
         raise AssayError(
             f"receipt for gate {gate!r} is invalid and was not written: " + "; ".join(problems)
         )
+    chain.ensure_ledger(receipts_dir, sealed["gate"])  # legacy receipts start the chain
     path = Path(receipts_dir) / sealed["gate"] / receipt_filename(sealed)
     write_atomic(path, dump_receipt(sealed), overwrite=False)
     chain.append(receipts_dir, sealed["gate"], sealed[SHA_FIELD], path.name)
