@@ -13,11 +13,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from assay import faultpoints
 from assay.errors import AssayError
 from assay.qualify.receipt import receipt_paths
 
 NAMESPACE = "assay-receipt"
 SIG_SUFFIX = ".sig"
+ACCEPT_ANY = faultpoints.declare(
+    "qualify.sign.accept_any", "a signature is reported good without being checked"
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ def check_signature(path: Path, allowed_signers: Path | None) -> Signature | Non
     sig = sig_path(path)
     if not sig.exists():
         return None
+    if faultpoints.armed(ACCEPT_ANY):
+        return Signature(path, "unchecked", True, "good signature")
     if allowed_signers is None or not Path(allowed_signers).is_file():
         return Signature(path, None, False, "signed, but there is no allowed-signers file")
     tool = ssh_keygen()
