@@ -267,4 +267,11 @@ class Gate:
         try:
             return resolved.relative_to(self._root.resolve()).as_posix()
         except ValueError:
+            pass
+        import assay
+
+        package = Path(assay.__file__).resolve().parent
+        try:  # an installed wheel's file shows as its checkout path, so staleness still works
+            return "src/assay/" + resolved.relative_to(package).as_posix()
+        except ValueError:
             return resolved.as_posix()
