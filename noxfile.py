@@ -96,9 +96,11 @@ def records(session: nox.Session) -> None:
 
 @nox.session(venv_params=VENV_PARAMS)
 def verify(session: nox.Session) -> None:
-    """Check the published receipts (schema, sha256) and that every record matches them."""
+    """Check the published receipts (schema, sha256, ledger chain, signatures) and that every
+    record matches them. Extra args go to assay verify (``-- --stale``: fail on records whose
+    code changed, for the gates CI runs)."""
     install(session)
-    session.run("assay", "verify")
+    session.run("assay", "verify", *session.posargs)
 
 
 @nox.session(name="gates-wheel", venv_params=VENV_PARAMS)
