@@ -3,8 +3,8 @@
 Each row: the gate (linking its record), what it gates (the first paragraph of the gate
 module's docstring, when ``gates/gate_<name>.py`` is under the project root), the headline
 claim (the newest receipt's first claim) with value and threshold, status, date, device,
-receipt count and whether the record is stale. The stale column depends on the working tree,
-so it is wrapped in stale markers that the sync check masks.
+receipt count and whether the record is stale. The stale column and the gate description come
+from the working tree, so they are wrapped in markers that the sync check masks.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def headline(receipt: dict[str, Any]) -> str:
 def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> str:
     """The index Markdown from every gate's receipts (AssayError on an invalid receipt)."""
     from assay.qualify.stale import cell as stale_cell
-    from assay.qualify.stale import check_gate
+    from assay.qualify.stale import check_gate, from_tree
 
     root = root or project_root(records_dir)
     lines = [
@@ -67,8 +67,9 @@ def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) 
         receipts = load_gate(receipts_dir, gate)
         head = newest_first(receipts)[0]
         stale = stale_cell(check_gate(root, receipts))
+        what = from_tree(cell(what_it_gates(root, gate) or "n/a"))
         lines.append(
-            f"| [{cell(gate)}]({gate}.md) | {cell(what_it_gates(root, gate) or 'n/a')} | "
+            f"| [{cell(gate)}]({gate}.md) | {what} | "
             f"{cell(headline(head))} | {head['status']} | {head['created']} | "
             f"{head['run']['device']} | {len(receipts)} | {stale} |"
         )

@@ -178,9 +178,21 @@ def cell(stale: Staleness | None) -> str:
     return f"{STALE_OPEN}{shown}{STALE_CLOSE}"
 
 
-_SPAN = re.compile(re.escape(STALE_OPEN) + r".*?" + re.escape(STALE_CLOSE) + r"(?:\n\n)?", re.S)
+TREE_OPEN = "<!--tree-->"
+TREE_CLOSE = "<!--/tree-->"
+_SPAN = re.compile(
+    rf"(?:{re.escape(STALE_OPEN)}.*?{re.escape(STALE_CLOSE)}(?:\n\n)?"
+    rf"|{re.escape(TREE_OPEN)}.*?{re.escape(TREE_CLOSE)})",
+    re.S,
+)
+
+
+def from_tree(text: str) -> str:
+    """``text`` marked as read from the working tree rather than the receipts (masked)."""
+    return f"{TREE_OPEN}{text}{TREE_CLOSE}"
 
 
 def mask(text: str) -> str:
-    """``text`` with every stale-marked span removed (comparisons independent of the tree)."""
+    """``text`` with every span that depends on the working tree removed (stale banners and
+    cells, text read from gate files), so sync checks compare only what receipts determine."""
     return _SPAN.sub("", text)
