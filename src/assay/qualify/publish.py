@@ -107,6 +107,8 @@ def _publish_gate(
     wheel = wheel_subject()
     if wheel is not None:
         receipt["wheel"] = wheel
+        if isinstance(receipt.get("subject"), dict):  # issue 17's subject, where present
+            receipt["subject"]["source"] = "wheel"
     regressions: list[str] = []
     if options.baseline is not None:
         found = find_baseline(options.baseline, gate)
