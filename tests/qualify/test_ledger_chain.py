@@ -95,3 +95,23 @@ def test_published_receipts_verify_with_their_ledgers():
     for gate_dir in sorted((records / "receipts").iterdir()):
         entries, problems = read_ledger(gate_dir / "LEDGER")
         assert problems == [] and len(entries) == len(list(gate_dir.glob("*.json")))
+
+
+def _write_one(args: tuple[str, int]) -> None:
+    folder, i = args
+    receipt = tamper_cases.synthetic_receipt(f"2026-01-01T00:00:{i:02d}Z", 0.0, "0" * 64)
+    write_receipt(receipt, Path(folder))
+
+
+def test_sessions_writing_one_gate_at_once_keep_one_unbroken_chain(tmp_path):
+    import multiprocessing
+
+    receipts = tmp_path / "receipts"
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        pool.map(_write_one, [(str(receipts), i) for i in range(12)])
+    entries, problems = read_ledger(ledger_path(receipts, "demo"))
+    assert problems == [] and len(entries) == 12
+    from assay.qualify.render import render_all
+
+    render_all(receipts, tmp_path)
+    assert verify_all(receipts, tmp_path) == []

@@ -19,7 +19,10 @@ re-sealed middle receipt (the next back-link names a seal no longer present).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +106,25 @@ def chain_head(receipts_dir: Path, gate: str) -> str | None:
     return entries[-1][0] if entries else None
 
 
+@contextlib.contextmanager
+def locked(receipts_dir: Path, gate: str) -> Iterator[None]:
+    """Hold an exclusive lock on the gate's folder while its chain head is read and extended,
+    so two sessions writing the same gate cannot both link to one head (POSIX flock)."""
+    folder = Path(receipts_dir) / gate
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform: single writer assumed
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def append(receipts_dir: Path, gate: str, sha: str, name: str) -> None:
     """Append one entry to the ledger of ``gate`` (atomic rewrite of the small file)."""
     from assay.qualify.receipt import write_atomic
@@ -127,7 +149,7 @@ def check_chain(gate_dir: Path, receipts: dict[str, dict[str, Any]], files: list
     receipt file name present (valid or not). Checks: the LEDGER exists and parses, lists each
     present file once and only present files, its seals match the files, back-links name the
     entry before, legacy receipts (no back-link) come before every chained one, and ``created``
-    never runs backwards along the ledger.
+    never runs backwards along the legacy part (the back-links order the rest).
     """
     if faultpoints.armed(UNCHAINED):
         return []
@@ -177,13 +199,15 @@ def _link_problems(
     problems = []
     prev_sha = None if previous is None else previous[0]
     prev_receipt = None if previous is None else previous[1]
-    if prev_receipt is not None and receipt["created"] < prev_receipt["created"]:
+    legacy = BACK_LINK not in receipt
+    # time order only binds legacy receipts: concurrent sessions may append out of time order
+    if legacy and prev_receipt is not None and receipt["created"] < prev_receipt["created"]:
         problems.append(
             f"{where}: reordered: created {receipt['created']} before the entry above it "
             f"({prev_receipt['created']})"
         )
-    if BACK_LINK not in receipt:
-        return problems  # legacy receipt: covered by the ledger order alone
+    if legacy:
+        return problems  # covered by the ledger order and time order alone
     link = receipt[BACK_LINK]
     if link == prev_sha:
         return problems

@@ -159,6 +159,21 @@ def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
     """
     from assay.qualify import chain
 
+    sealed = _sealed_or_raise(receipt, receipts_dir)  # nothing touches the disk if invalid
+    gate = sealed["gate"]
+    with chain.locked(receipts_dir, gate):  # another session may append meanwhile
+        sealed = _sealed_or_raise(receipt, receipts_dir)
+        chain.ensure_ledger(receipts_dir, gate)  # legacy receipts start the chain
+        path = Path(receipts_dir) / gate / receipt_filename(sealed)
+        write_atomic(path, dump_receipt(sealed), overwrite=False)
+        chain.append(receipts_dir, gate, sealed[SHA_FIELD], path.name)
+    return path
+
+
+def _sealed_or_raise(receipt: dict[str, Any], receipts_dir: Path) -> dict[str, Any]:
+    """``receipt`` chained onto its gate's current head and sealed; AssayError if invalid."""
+    from assay.qualify import chain
+
     problems = _non_finite(receipt, "receipt")
     sealed = receipt
     gate = receipt.get("gate")
@@ -168,15 +183,11 @@ def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
         sealed = seal(receipt)
         problems = problems_in(sealed)
     if problems:
-        gate = receipt.get("gate", "?")
         raise AssayError(
-            f"receipt for gate {gate!r} is invalid and was not written: " + "; ".join(problems)
+            f"receipt for gate {receipt.get('gate', '?')!r} is invalid and was not written: "
+            + "; ".join(problems)
         )
-    chain.ensure_ledger(receipts_dir, sealed["gate"])  # legacy receipts start the chain
-    path = Path(receipts_dir) / sealed["gate"] / receipt_filename(sealed)
-    write_atomic(path, dump_receipt(sealed), overwrite=False)
-    chain.append(receipts_dir, sealed["gate"], sealed[SHA_FIELD], path.name)
-    return path
+    return sealed
 
 
 def read_receipt(path: Path) -> dict[str, Any]:
