@@ -95,6 +95,11 @@ def run_publish(args: argparse.Namespace) -> int:
     receipts, records = _dirs(args)
     try:
         index = build_site(receipts, records, Path(args.html))
+    except OSError as err:
+        print(
+            f"assay publish: {args.html}: cannot write the site ({err.strerror})", file=sys.stderr
+        )
+        return 2
     except AssayError as err:
         print(f"assay publish: {err}", file=sys.stderr)
         return 2
