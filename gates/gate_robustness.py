@@ -180,3 +180,40 @@ def test_nothing_unpickles(gate):
         "the scanner on `torch.load(f)` and `pickle.loads(b)`",
         len(unsafe_calls("torch.load(f)\npickle.loads(b)\n")),
     )
+
+
+def test_tampered_ledgers_are_detected(gate, tmp_path):
+    import shutil
+
+    import tamper_cases  # gates/tamper_cases.py: an honest ledger and six ways to forge it
+    from assay import faultpoints
+
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen (openssh-client) is not installed: the signature case needs it")
+    gate.uses(
+        str(Path(__file__).with_name("tamper_cases.py")),
+        "assay.qualify.chain",
+        "assay.qualify.sign",
+        "assay.qualify.stale",
+        "assay.qualify.verify",
+    )
+    claim = gate.claim(
+        "ledger.tamper_undetected",
+        "re-sealing, deleting, reordering or inserting a receipt (records re-rendered after), a "
+        "forged signature and a changed implementation file are each reported by verify",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="tamper cases unseen",
+    )
+    unseen = [c for c in tamper_cases.CASES if not tamper_cases.detected(tmp_path / c, c)]
+    claim.measure(len(unseen))
+    gate.note(f"tamper cases: {', '.join(tamper_cases.CASES)}; unseen: {unseen or 'none'}")
+    controls = {
+        "qualify.chain.unchained": ["re-seal", "delete", "reorder", "insert"],
+        "qualify.sign.accept_any": ["forged signature"],
+        "qualify.stale.ignore": ["stale code file"],
+    }
+    for fault, cases in controls.items():
+        with faultpoints.inject(fault):
+            missed = [c for c in cases if not tamper_cases.detected(tmp_path / fault / c, c)]
+        claim.control(f"verify with fault {fault} armed", len(missed))

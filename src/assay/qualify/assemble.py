@@ -26,7 +26,9 @@ def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
     """A declared claim in receipt form: measurement, threshold, verdict, margin, controls."""
     measurement = claim["measurement"] or {"value": None, "unit": claim["unit"]}
     verdict = judge(claim)
+    derived = {"derived": True} if claim.get("derived") else {}
     return {
+        **derived,
         "id": claim["id"],
         "statement": claim["statement"],
         "kind": claim["kind"],
@@ -68,6 +70,8 @@ def plan_figures(gate: str, fragments: list[dict[str, Any]]) -> list[tuple[Path,
                 "caption": fig["caption"],
                 "sha256": sha,
             }
+            if fig.get("derived"):
+                entry["derived"] = True
             if entry not in [e for _, e in planned]:
                 planned.append((source, entry))
     return planned

@@ -1,4 +1,4 @@
-"""``assay render`` and ``assay verify``: argparse wiring for the CLI (src/assay/cli.py)."""
+"""``assay render``, ``verify``, ``sign`` and ``publish``: argparse wiring for src/assay/cli.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 from assay.errors import AssayError
-from assay.qualify.render import render_all
-from assay.qualify.verify import verify_all
+from assay.qualify.render import project_root, render_all
+from assay.qualify.sign import sign_receipts
+from assay.qualify.site import build_site
+from assay.qualify.verify import verify_all, verify_signatures, verify_stale
 
 DEFAULT_RECEIPTS = Path("records/receipts")
 
@@ -39,38 +41,131 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """Print each problem on one line (or JSON); 0 when all is well, 1 when problems exist."""
+    """Print each problem on one line (or JSON); 0 when all is well, 1 when problems exist.
+
+    Signatures are checked whenever a receipt has one; each signer is printed as a note.
+    With ``--stale``, records whose code changed fail for gates CI re-runs and are reported
+    (as notes) for gates that need a device or a quiet machine.
+    """
     receipts, records = _dirs(args)
     problems = verify_all(receipts, records)
+    allowed = Path(args.allowed_signers) if args.allowed_signers else records / "allowed_signers"
+    try:
+        bad_sigs, notes = verify_signatures(receipts, allowed)
+    except AssayError as err:
+        bad_sigs, notes = [str(err)], []
+    problems.extend(bad_sigs)
+    if args.stale:
+        root = Path(args.root) if args.root else project_root(records)
+        try:
+            failing, reported = verify_stale(receipts, root)
+        except AssayError as err:
+            failing, reported = [f"stale check not possible: {err}"], []
+        problems.extend(failing)
+        notes.extend(f"stale (reported, not failing): {r}" for r in reported)
     if args.json:
-        print(json.dumps({"ok": not problems, "problems": problems}, indent=2))
+        print(json.dumps({"ok": not problems, "problems": problems, "notes": notes}, indent=2))
     else:
         for problem in problems:
             print(problem)
+        for note in notes:
+            print(f"note: {note}")
         if not problems:
             print(f"ok: receipts under {receipts} verify and records in {records} match")
     return 1 if problems else 0
 
 
+def run_sign(args: argparse.Namespace) -> int:
+    """Sign every unsigned receipt with an OpenSSH key; 0 on success, 2 on a usage error."""
+    receipts, _ = _dirs(args)
+    try:
+        made = sign_receipts(receipts, Path(args.key), resign=args.resign)
+    except AssayError as err:
+        print(f"assay sign: {err}", file=sys.stderr)
+        return 2
+    for sig in made:
+        print(sig)
+    if not made:
+        print(f"nothing to sign under {receipts}", file=sys.stderr)
+    return 0
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    """Build the static site into ``--html DIR``; 0 on success, 2 on invalid receipts."""
+    receipts, records = _dirs(args)
+    try:
+        index = build_site(receipts, records, Path(args.html))
+    except OSError as err:
+        print(
+            f"assay publish: {args.html}: cannot write the site ({err.strerror})", file=sys.stderr
+        )
+        return 2
+    except AssayError as err:
+        print(f"assay publish: {err}", file=sys.stderr)
+        return 2
+    print(index)
+    return 0
+
+
+def _dir_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--receipts",
+        default=str(DEFAULT_RECEIPTS),
+        metavar="DIR",
+        help="receipts folder (default: records/receipts)",
+    )
+    parser.add_argument(
+        "--records",
+        default=None,
+        metavar="DIR",
+        help="records folder (default: parent of --receipts)",
+    )
+
+
 def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
     """Register ``render`` and ``verify`` on ``subparsers``; each sets ``func`` to a callable
     taking the parsed namespace and returning the exit code."""
+    parsers = {}
     for name, func, summary in (
-        ("render", run_render, "rebuild records/<gate>.md from all receipts"),
-        ("verify", run_verify, "check receipts' schema and sha256 and that records match"),
+        ("render", run_render, "rebuild records/<gate>.md, the ledgers and records/README.md"),
+        (
+            "verify",
+            run_verify,
+            "check receipts' schema, sha256, ledger chain and signatures, and that records match",
+        ),
     ):
         parser = subparsers.add_parser(name, help=summary, description=summary)
-        parser.add_argument(
-            "--receipts",
-            default=str(DEFAULT_RECEIPTS),
-            metavar="DIR",
-            help="receipts folder (default: records/receipts)",
-        )
-        parser.add_argument(
-            "--records",
-            default=None,
-            metavar="DIR",
-            help="records folder (default: parent of --receipts)",
-        )
+        _dir_options(parser)
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         parser.set_defaults(func=func)
+        parsers[name] = parser
+    verify = parsers["verify"]
+    verify.add_argument(
+        "--stale",
+        action="store_true",
+        help="also list records whose implementation or gate files changed: fail for gates "
+        "CI runs, report for gates needing a device or a quiet machine",
+    )
+    verify.add_argument(
+        "--root",
+        default=None,
+        metavar="DIR",
+        help="working tree for --stale (default: parent of the records folder)",
+    )
+    verify.add_argument(
+        "--allowed-signers",
+        default=None,
+        metavar="FILE",
+        help="OpenSSH allowed-signers file (default: <records>/allowed_signers)",
+    )
+    summary = "sign every unsigned receipt with ssh-keygen -Y sign (detached .sig files)"
+    sign = subparsers.add_parser("sign", help=summary, description=summary)
+    _dir_options(sign)
+    sign.add_argument("--key", required=True, metavar="FILE", help="OpenSSH private key")
+    sign.add_argument("--resign", action="store_true", help="replace existing signatures")
+    sign.set_defaults(func=run_sign)
+    summary = "build a static HTML site of the index, records, figures and ledgers"
+    publish = subparsers.add_parser("publish", help=summary, description=summary)
+    _dir_options(publish)
+    publish.add_argument("--html", required=True, metavar="DIR", help="output folder")
+    publish.set_defaults(func=run_publish)

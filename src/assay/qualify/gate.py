@@ -125,9 +125,19 @@ class Gate:
         }
 
     def claim(
-        self, claim_id: str, statement: str, *, kind: str, threshold: Threshold, unit: str = ""
+        self,
+        claim_id: str,
+        statement: str,
+        *,
+        kind: str,
+        threshold: Threshold,
+        unit: str = "",
+        derived: bool = False,
     ) -> Claim:
-        """Declare a claim and return it, to be measured and controlled by the test."""
+        """Declare a claim and return it, to be measured and controlled by the test.
+
+        ``derived=True`` marks a value computed by arithmetic from other measurements; the
+        record labels it as such."""
         claim_id = _text(claim_id, "gate.claim id")
         where = f"claim {claim_id!r}"
         statement = _text(statement, f"{where} statement")
@@ -148,6 +158,8 @@ class Gate:
             "measurement": None,
             "controls": [],
         }
+        if derived:
+            data["derived"] = True
         self._data["claims"].append(data)
         claim = Claim(data, threshold)
         self._claims.append(claim)
@@ -196,8 +208,10 @@ class Gate:
         if text not in self._data["notes"]:
             self._data["notes"].append(text)
 
-    def figure(self, path: str | Path, caption: str) -> None:
-        """Attach a PNG with a caption; copied under ``records/figures/<gate>/`` at session end."""
+    def figure(self, path: str | Path, caption: str, *, derived: bool = False) -> None:
+        """Attach a PNG with a caption; copied under ``records/figures/<gate>/`` at session end.
+
+        ``derived=True`` marks a figure plotted from arithmetic rather than measurements."""
         p = Path(path)
         caption = _text(caption, "gate.figure caption")
         if not p.is_file():
@@ -205,7 +219,10 @@ class Gate:
         with p.open("rb") as handle:
             if handle.read(len(PNG_MAGIC)) != PNG_MAGIC:
                 raise AssayError(f"gate.figure: {p} is not a PNG file")
-        self._data["figures"].append({"source": str(p.resolve()), "caption": caption})
+        entry: dict[str, Any] = {"source": str(p.resolve()), "caption": caption}
+        if derived:
+            entry["derived"] = True
+        self._data["figures"].append(entry)
 
     def correct(self, receipt_sha256: str, claim_id: str, reason: str) -> None:
         """Declare that this receipt corrects claim ``claim_id`` of an earlier receipt.
@@ -249,5 +266,12 @@ class Gate:
         resolved = path.resolve()
         try:
             return resolved.relative_to(self._root.resolve()).as_posix()
+        except ValueError:
+            pass
+        import assay
+
+        package = Path(assay.__file__).resolve().parent
+        try:  # an installed wheel's file shows as its checkout path, so staleness still works
+            return "src/assay/" + resolved.relative_to(package).as_posix()
         except ValueError:
             return resolved.as_posix()

@@ -12,6 +12,7 @@ from assay.errors import AssayError
 from assay.qualify.assemble import build_receipt, check_corrections, duplicate_claims, plan_figures
 from assay.qualify.baseline import compare, find_baseline, no_baseline
 from assay.qualify.environment import describe_code, describe_environment
+from assay.qualify.gate import file_sha256
 from assay.qualify.receipt import (
     problems_in,
     read_receipt,
@@ -33,6 +34,32 @@ class Options:
     device: str
     argv: list[str]
     root: Path
+
+
+WHEEL_ENV = "ASSAY_SUBJECT_WHEEL"
+
+
+def wheel_subject() -> dict[str, str] | None:
+    """``{"filename", "sha256"}`` of the wheel named by $ASSAY_SUBJECT_WHEEL, else None.
+
+    Set by ``nox -s gates-wheel``. The imported ``assay`` must then come from an installed
+    package, not a source checkout (a ``src/assay`` path): AssayError otherwise, so a receipt
+    never claims a wheel it did not exercise.
+    """
+    value = os.environ.get(WHEEL_ENV)
+    if not value:
+        return None
+    import assay
+
+    wheel = Path(value)
+    if not wheel.is_file():
+        raise AssayError(f"${WHEEL_ENV}={value}: no such wheel file")
+    origin = Path(assay.__file__).resolve()
+    if "site-packages" not in origin.parts and "dist-packages" not in origin.parts:
+        raise AssayError(
+            f"${WHEEL_ENV} is set but assay was imported from {origin}, not an installed wheel"
+        )
+    return {"filename": wheel.name, "sha256": file_sha256(wheel)}
 
 
 def _earlier(receipts: Path, gate: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -77,6 +104,11 @@ def _publish_gate(
         },
         created=utc_now(),
     )
+    wheel = wheel_subject()
+    if wheel is not None:
+        receipt["wheel"] = wheel
+        if isinstance(receipt.get("subject"), dict):  # issue 17's subject, where present
+            receipt["subject"]["source"] = "wheel"
     regressions: list[str] = []
     if options.baseline is not None:
         found = find_baseline(options.baseline, gate)
@@ -110,6 +142,7 @@ def publish(
     (invalid receipt, bad correction, regression, render failure), each naming its gate.
     An invalid receipt is never written.
     """
+    from assay.qualify.index import render_index
     from assay.qualify.render import render_gate
 
     by_gate: dict[str, list[dict[str, Any]]] = {}
@@ -131,7 +164,12 @@ def publish(
         written.append(done)
         if options.render:
             try:
-                render_gate(gate, options.receipts, options.records)
+                render_gate(gate, options.receipts, options.records, options.root)
             except AssayError as err:
                 problems.append(f"gate {gate!r}: record not rendered: {err}")
+    if options.render and written:
+        try:
+            render_index(options.receipts, options.records, options.root)
+        except AssayError as err:
+            problems.append(f"index not rendered: {err}")
     return written, problems

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -21,6 +22,7 @@ from assay.qualify.threshold import judge
 
 SCHEMA_ID = "assay.qualification-receipt/1"
 SHA_FIELD = "receipt_sha256"
+GATE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -150,21 +152,42 @@ def dump_receipt(receipt: dict[str, Any]) -> bytes:
 def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
     """Seal, validate and write ``receipt`` under ``<receipts_dir>/<gate>/``; return its path.
 
+    The receipt is chained first: ``previous_receipt_sha256`` is set to the seal of the gate's
+    newest ledger entry (null for a new gate), and the ledger gains this receipt's entry.
+
     An invalid receipt is never written: AssayError lists the problems instead.
     """
+    from assay.qualify import chain
+
+    sealed = _sealed_or_raise(receipt, receipts_dir)  # nothing touches the disk if invalid
+    gate = sealed["gate"]
+    with chain.locked(receipts_dir, gate):  # another session may append meanwhile
+        sealed = _sealed_or_raise(receipt, receipts_dir)
+        chain.ensure_ledger(receipts_dir, gate)  # legacy receipts start the chain
+        path = Path(receipts_dir) / gate / receipt_filename(sealed)
+        write_atomic(path, dump_receipt(sealed), overwrite=False)
+        chain.append(receipts_dir, gate, sealed[SHA_FIELD], path.name)
+    return path
+
+
+def _sealed_or_raise(receipt: dict[str, Any], receipts_dir: Path) -> dict[str, Any]:
+    """``receipt`` chained onto its gate's current head and sealed; AssayError if invalid."""
+    from assay.qualify import chain
+
     problems = _non_finite(receipt, "receipt")
     sealed = receipt
+    gate = receipt.get("gate")
+    if not problems and isinstance(gate, str) and GATE_NAME.match(gate):
+        receipt = {**receipt, chain.BACK_LINK: chain.chain_head(receipts_dir, gate)}
     if not problems:
         sealed = seal(receipt)
         problems = problems_in(sealed)
     if problems:
-        gate = receipt.get("gate", "?")
         raise AssayError(
-            f"receipt for gate {gate!r} is invalid and was not written: " + "; ".join(problems)
+            f"receipt for gate {receipt.get('gate', '?')!r} is invalid and was not written: "
+            + "; ".join(problems)
         )
-    path = Path(receipts_dir) / sealed["gate"] / receipt_filename(sealed)
-    write_atomic(path, dump_receipt(sealed), overwrite=False)
-    return path
+    return sealed
 
 
 def read_receipt(path: Path) -> dict[str, Any]:

@@ -82,6 +82,8 @@ def _measured(claim: dict[str, Any]) -> str:
     if "samples" in m:
         s = m["samples"]
         shown += f" (median of {s['n']}; min {num(s['min'])}, max {num(s['max'])})"
+    if claim.get("derived"):
+        shown += " (derived: arithmetic on measured values, not itself a measurement)"
     return shown
 
 
@@ -193,11 +195,12 @@ def _commit(code: dict[str, Any]) -> str:
     return f"`{code['commit'][:12]}`" + (" (dirty)" if code["dirty"] else "")
 
 
-def render_text(gate: str, receipts: list[dict[str, Any]]) -> str:
+def render_text(gate: str, receipts: list[dict[str, Any]], banner: str = "") -> str:
     """The Markdown record for ``gate`` from its (already validated) receipts.
 
     Deterministic: the same receipts in any order give the same text. The newest receipt is
-    the headline; every receipt appears in the ledger.
+    the headline; every receipt appears in the ledger. ``banner`` (from
+    :func:`assay.qualify.stale.banner`) is placed above the status line.
     """
     if not receipts:
         raise AssayError(f"gate {gate!r}: no receipts to render")
@@ -205,6 +208,7 @@ def render_text(gate: str, receipts: list[dict[str, Any]]) -> str:
     ledger = _Ledger(ordered)
     template = _environment().get_template("record.md.j2")
     return template.render(
+        banner=banner,
         gate=gate,
         head=ordered[0],
         receipts=ordered,
@@ -252,19 +256,40 @@ def record_path(records_dir: Path, gate: str) -> Path:
     return Path(records_dir) / f"{gate}.md"
 
 
-def render_gate(gate: str, receipts_dir: Path, records_dir: Path) -> Path:
-    """Rebuild ``<records>/<gate>.md`` from all receipts of ``gate``; return its path."""
+def project_root(records_dir: Path) -> Path:
+    """The tree staleness is judged against by default: the parent of the records folder."""
+    return Path(records_dir).resolve().parent
+
+
+def render_gate(gate: str, receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
+    """Rebuild ``<records>/<gate>.md`` from all receipts of ``gate``; return its path.
+
+    A gate CI cannot re-run whose implementation files changed in ``root`` (default: the
+    records folder's parent) gets a "stale since <commit>" banner.
+    """
+    from assay.qualify.stale import banner, check_gate
+
+    receipts = load_gate(receipts_dir, gate)
+    shown = banner(check_gate(root or project_root(records_dir), receipts))
     path = record_path(records_dir, gate)
-    write_atomic(
-        path, render_text(gate, load_gate(receipts_dir, gate)).encode("utf-8"), overwrite=True
-    )
+    write_atomic(path, render_text(gate, receipts, shown).encode("utf-8"), overwrite=True)
     return path
 
 
-def render_all(receipts_dir: Path, records_dir: Path) -> list[Path]:
+def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> list[Path]:
     """Rebuild every record from the receipts; return the record paths, sorted by gate.
 
     Raises AssayError naming the file if any receipt is invalid or tampered: a record is
-    never rendered from a receipt that does not verify.
+    never rendered from a receipt that does not verify. Gates without a LEDGER get one
+    (legacy receipts listed by creation time); the index ``README.md`` is rebuilt too.
     """
-    return [render_gate(g, receipts_dir, records_dir) for g in gates_in(receipts_dir)]
+    from assay.qualify.chain import ensure_ledger
+    from assay.qualify.index import render_index
+
+    gates = gates_in(receipts_dir)
+    for g in gates:
+        ensure_ledger(receipts_dir, g)
+    paths = [render_gate(g, receipts_dir, records_dir, root) for g in gates]
+    if gates:
+        render_index(receipts_dir, records_dir, root)
+    return paths

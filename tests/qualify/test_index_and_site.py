@@ -1,0 +1,189 @@
+"""The records index (records/README.md), derived-figure labels, and the static HTML site:
+every page and link resolves, nothing external loads, injected receipt strings stay inert."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from gatekit import TINY_PNG
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "gates"))
+
+import tamper_cases  # noqa: E402
+from assay.cli import main  # noqa: E402
+from assay.qualify.receipt import write_receipt  # noqa: E402
+from assay.qualify.site import build_site  # noqa: E402
+from assay.qualify.verify import verify_all  # noqa: E402
+
+INJECTION = (
+    'ok | forged cell |\n# Forged heading\n<script>alert("pwned")</script> '
+    "[click](javascript:alert(1)) ![x](http://e.vil/x.png) <img src=x onerror=alert(2)> \"'>"
+)
+
+
+def _injected_ledger(root: Path) -> tamper_cases.Ledger:
+    """Three honest receipts, then one whose strings all carry INJECTION, with a derived
+    claim and a derived figure."""
+    ledger = tamper_cases.Ledger(root)
+    figure = ledger.records / "figures" / "demo"
+    figure.mkdir(parents=True)
+    sha = hashlib.sha256(TINY_PNG).hexdigest()
+    (figure / f"plot-{sha[:12]}.png").write_bytes(TINY_PNG)
+    receipt = tamper_cases.synthetic_receipt("2026-01-04T00:00:00Z", 0.0, "0" * 64)
+    receipt["claims"][0]["statement"] = INJECTION
+    receipt["claims"][0]["derived"] = True
+    receipt["claims"][0]["controls"][0]["name"] = INJECTION
+    receipt["notes"] = [INJECTION]
+    receipt["not_tested"] = [{"item": INJECTION, "reason": INJECTION}]
+    receipt["figures"] = [
+        {"path": f"figures/demo/plot-{sha[:12]}.png", "caption": INJECTION, "derived": True}
+    ]
+    receipt["figures"][0]["sha256"] = sha
+    ledger.paths.append(write_receipt(receipt, ledger.receipts))
+    ledger.rerender()
+    return ledger
+
+
+def test_index_lists_every_gate_with_headline_status_device_count_and_staleness(tmp_path):
+    ledger = tamper_cases.Ledger(tmp_path)
+    index = (ledger.records / "README.md").read_text("utf-8")
+    row = next(line for line in index.splitlines() if line.startswith("| [demo](demo.md)"))
+    cells = [c.strip() for c in row.strip("|").split(" | ")]
+    assert cells[2].startswith("diff: 0.0002 max abs (threshold &lt;= 0.001 max abs) pass")
+    assert cells[3:7] == ["pass", "2026-01-03T00:00:00Z", "cpu", "3"]
+    assert "current" in cells[7]
+    assert verify_all(ledger.receipts, ledger.records) == []
+    (ledger.records / "README.md").write_text(index.replace("| 3 |", "| 4 |"), "utf-8")
+    assert any("index out of sync" in p for p in verify_all(ledger.receipts, ledger.records))
+
+
+def test_index_says_what_each_published_gate_gates():
+    index = (ROOT / "records" / "README.md").read_text("utf-8")
+    gates = sorted(p.name for p in (ROOT / "records" / "receipts").iterdir() if p.is_dir())
+    for gate in gates:
+        row = next(line for line in index.splitlines() if line.startswith(f"| [{gate}]"))
+        assert "<!--tree-->n/a<!--/tree-->" not in row and "<!--tree-->" in row, row
+
+
+def test_derived_values_are_labelled_arithmetic_and_injection_stays_inert_in_markdown(
+    tmp_path,
+):
+    ledger = _injected_ledger(tmp_path)
+    record = (ledger.records / "demo.md").read_text("utf-8")
+    assert "0 max abs (derived: arithmetic on measured values, not itself a measurement)" in record
+    assert "(derived: arithmetic on measured values, not itself a measurement)*" in record
+    assert "<script>" not in record and "<img" not in record
+    index = (ledger.records / "README.md").read_text("utf-8")
+    assert "(derived: arithmetic)" in index and "<script>" not in index
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text("utf-8"))
+    return page
+
+
+def _check_site(site: Path) -> list[Path]:
+    """Every href/src of every page resolves to a file in the site; return the pages seen."""
+    pages = sorted(site.glob("*.html"))
+    for page in pages:
+        parsed = _parse(page)
+        for tag, attrs in parsed.tags:
+            assert tag != "script", page
+            assert not any(name.startswith("on") for name in attrs), (page, tag, attrs)
+            for name in ("href", "src"):
+                link = attrs.get(name)
+                if link is None:
+                    continue
+                assert ":" not in link and not link.startswith("/"), (page, link)
+                target = (site / link).resolve()
+                assert target.is_file() and site.resolve() in target.parents, (page, link)
+    return pages
+
+
+def test_site_pages_link_locally_and_injection_stays_inert(tmp_path):
+    ledger = _injected_ledger(tmp_path)
+    site = tmp_path / "site"
+    assert main(["publish", "--receipts", str(ledger.receipts), "--html", str(site)]) == 0
+    pages = _check_site(site)
+    assert [p.name for p in pages] == ["demo.html", "index.html"]
+    demo = _parse(site / "demo.html")
+    shown = "".join(demo.text)
+    assert '<script>alert("pwned")</script>' in shown  # present, as text
+    assert shown.count("(derived: arithmetic on measured values, not itself a measurement)") == 2
+    hrefs = [a.get("href") for t, a in demo.tags if t == "a"]
+    assert "receipts/demo/LEDGER.txt" in hrefs
+    assert sum(1 for h in hrefs if h and h.endswith(".json")) == 4
+    copied = json.loads((site / "receipts/demo" / ledger.paths[3].name).read_text("utf-8"))
+    assert copied["notes"] == [INJECTION]
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if os.environ.get("ASSAY_INSTALL_CHROMIUM") == "1" and shutil.which("apt-get"):
+        subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
+            capture_output=True,
+            timeout=600,
+            check=False,
+        )
+        if shutil.which("chromium"):
+            return shutil.which("chromium") or "chromium"
+    pytest.skip(
+        "headless Chromium is absent (Debian package `chromium`; set ASSAY_INSTALL_CHROMIUM=1 "
+        "to let this test apt-get install it)"
+    )
+
+
+def _headless(chromium: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")},
+    )
+
+
+def test_site_in_headless_chromium(tmp_path):
+    chromium = _chromium()
+    ledger = _injected_ledger(tmp_path)
+    site = tmp_path / "site"
+    index = build_site(ledger.receipts, ledger.records, site)
+    _check_site(site)
+    shot = tmp_path / "index.png"
+    done = _headless(chromium, f"--screenshot={shot}", "--window-size=1280,800", index.as_uri())
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", done.stderr
+    assert shot.stat().st_size > 2000  # a rendered page, not an empty canvas
+    dom = _headless(chromium, "--dump-dom", (site / "demo.html").as_uri()).stdout
+    assert "Gate record: demo" in dom
+    # the browser's DOM holds the injected markup only as text: no element was created
+    assert "&lt;script&gt;alert" in dom and "<script" not in dom.lower()
+    assert "onerror" not in dom.replace("onerror=alert(2)&gt;", "")
+    assert '<img src="x"' not in dom and 'href="javascript' not in dom
