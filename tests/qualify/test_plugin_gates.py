@@ -152,7 +152,7 @@ def test_bad_declarations_fail_at_the_line_that_made_them(gates):
 
 def test_no_render_writes_receipts_only(gates):
     gates.write("quiet", PASSING_GATE.format(value="0"))
-    assert gates.run("--no-render").ret == 0
+    assert gates.run("--gate-no-render").ret == 0
     assert len(gates.receipt_files("quiet")) == 1
     assert not (gates.records / "quiet.md").exists()
 
