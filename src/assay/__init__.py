@@ -30,5 +30,14 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as err:
+            if err.name in ("torch", "numpy", "safetensors", "gguf", "yaml", "tokenizers"):
+                raise AssayError(
+                    f"assay.{name} needs the trainer's dependencies ({err.name} is missing): "
+                    'pip install "assay[train]"'
+                ) from err
+            raise
+        return getattr(module, name)
     raise AttributeError(f"module 'assay' has no attribute {name!r}")

@@ -37,7 +37,7 @@ class GateRun:
     ) -> pytest.RunResult:
         """Run every written gate module, as ``pytest gates/gate_<name>.py --gate-receipts=X`` would."""
         target = receipts or self.receipts
-        argv = ["-p", "no:cacheprovider", "--gate-receipts", str(target), "--gate-device", "cpu"]
+        argv = ["-p", "no:cacheprovider", f"--gate-receipts={target}", "--gate-device=cpu"]
         argv += [*args, *(str(m) for m in self.modules)]
         if subprocess:
             return self.pytester.runpytest_subprocess(*argv)
