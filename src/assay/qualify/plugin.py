@@ -84,15 +84,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _space_form_outside(config: pytest.Config) -> str | None:
+    """The trap of ``--gate-baseline DIR``: pytest picks the rootdir before plugins' options
+    are known, so an existing DIR outside the invocation directory counts as a test path,
+    moves the rootdir (and loses the ini file). The ``=`` form is one token and is safe."""
     args = [str(a) for a in config.invocation_params.args]
+    here = config.invocation_params.dir.resolve()
     for option, value in itertools.pairwise(args):
         if option in DIR_OPTIONS:
-            path = Path(value)
-            path = path if path.is_absolute() else config.invocation_params.dir / path
-            if config.rootpath.resolve() not in [path.resolve(), *path.resolve().parents]:
+            path = (config.invocation_params.dir / value).resolve()
+            if path.exists() and here not in [path, *path.parents]:
                 return (
-                    f"{option} {value}: write {option}={value}; in the space form pytest "
-                    "takes the directory for a test path when it picks the rootdir"
+                    f"{option} {value}: write {option}={value}; in the space form pytest takes "
+                    "the directory for a test path when it picks the rootdir"
                 )
     return None
 
