@@ -137,6 +137,7 @@ class Gate:
         self.nodeid = nodeid
         self._root = rootdir
         self._module_path: Path | None = None
+        self._declared: list[tuple[str, str]] = []  # (claim id, dotted module) from code=
         self._claims: list[Claim] = []
         self._data: dict[str, Any] = {
             "gate": name,
@@ -166,8 +167,9 @@ class Gate:
 
         ``code`` names the implementation this claim exercises (dotted modules or paths); the
         receipt records them, with the gate module itself, as the claim's ``code_files``. A
-        dotted module must already be imported when the claim is declared: a name the test
-        process never loaded is a stale declaration, and raises here.
+        dotted module that the test process has not imported by the end of the test is a
+        stale declaration and errors the test (see :meth:`stale_code`); name code that only
+        a child process runs by path.
         """
         claim_id = _text(claim_id, "gate.claim id")
         where = f"claim {claim_id!r}"
@@ -184,11 +186,8 @@ class Gate:
             code = [code]
         code_files = [self._file_entry(self._module_path)] if self._module_path else []
         for item in code:
-            if isinstance(item, str) and not _is_path(item) and item not in sys.modules:
-                raise AssayError(
-                    f"{where} code: module {item!r} is not imported by this test; a claim lists "
-                    "only code it runs"
-                )
+            if isinstance(item, str) and not _is_path(item):
+                self._declared.append((claim_id, item))
             entry = self._file_entry(self._resolve_module(item))
             if entry not in code_files:
                 code_files.append(entry)
@@ -222,6 +221,16 @@ class Gate:
         """Set the gate module's own file; it heads every claim's ``code_files``."""
         self._module_path = path
         self.uses(path)
+
+    def stale_code(self) -> list[str]:
+        """One line per ``code=`` module that this process never imported: a claim may list
+        only code its test ran, so a renamed, removed or unused module cannot stay listed."""
+        return [
+            f"claim {cid!r} code: module {name!r} was never imported by its test; list only code "
+            "the claim runs (a path for code run in a child process)"
+            for cid, name in self._declared
+            if name not in sys.modules
+        ]
 
     def _file_entry(self, path: Path) -> dict[str, str]:
         return {"path": self._display(path), "sha256": file_sha256(path)}

@@ -164,6 +164,9 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     fragment["order"] = items.index(request.node) if request.node in items else len(items)
     # rides on the teardown report, which xdist serialises to the controller
     request.node.user_properties.append((FRAGMENT_KEY, fragment))
+    stale = g.stale_code()
+    if stale:
+        pytest.fail(f"gate {g.name!r}: " + "; ".join(stale), pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
