@@ -35,7 +35,7 @@ class GateRun:
     def run(
         self, *args: str, receipts: Path | None = None, subprocess: bool = False
     ) -> pytest.RunResult:
-        """Run every written gate module, as ``pytest gates/gate_<name>.py --gate-receipts=X`` would."""
+        """Run every written gate module, as ``pytest gate_<name>.py --gate-receipts=X`` would."""
         target = receipts or self.receipts
         argv = ["-p", "no:cacheprovider", f"--gate-receipts={target}", "--gate-device=cpu"]
         argv += [*args, *(str(m) for m in self.modules)]

@@ -36,7 +36,7 @@ def test_a_bare_number_takes_the_kind_default_and_the_receipt_names_it():
     assert t.to_dict("correctness")["tolerance"] == {"mode": "threshold_scaled", "value": 0.5}
     explicit = Threshold("<=", 1, tolerance=Tolerance.absolute(0.25)).to_dict("performance")
     assert explicit["tolerance"] == {"mode": "absolute", "value": 0.25}
-    with pytest.raises(AssayError, match="Tolerance.mode"):
+    with pytest.raises(AssayError, match=r"Tolerance\.mode"):
         Tolerance("percent", 1)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import random
 
-from assay.qualify import Threshold
-
 import toystats
+
+from assay.qualify import Threshold
 
 SEED = 20261201
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import random
 
+import toystats
+
 from assay.errors import AssayError
 from assay.qualify import Threshold, Tolerance
 from assay.qualify.timing import measure_time
-
-import toystats
 
 N = 2000
 
