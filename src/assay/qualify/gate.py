@@ -102,16 +102,13 @@ class Claim:
         if not numbers:
             raise AssayError(f"{where}: samples is empty; expected at least one number")
         median = statistics.median(numbers)
-        self._data["measurement"] = {
-            "value": median,
-            "unit": unit,
-            "samples": {
-                "n": len(numbers),
-                "min": min(numbers),
-                "median": median,
-                "max": max(numbers),
-            },
-        }
+        samples = {"n": len(numbers), "min": min(numbers), "median": median, "max": max(numbers)}
+        if len(numbers) > 1:  # the spread, as for timings: quartiles, IQR, Tukey outliers
+            q1, _, q3 = statistics.quantiles(numbers, n=4)
+            iqr = q3 - q1
+            outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in numbers)
+            samples.update(q1=q1, q3=q3, iqr=iqr, outliers=outliers)
+        self._data["measurement"] = {"value": median, "unit": unit, "samples": samples}
 
     def control(self, name: str, measured: float) -> None:
         """Record the same check on a deliberately broken subject; it must miss the threshold."""

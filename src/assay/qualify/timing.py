@@ -40,6 +40,14 @@ class Timing:
     warmup_rounds: int
     resolution_ns: int
 
+    @classmethod
+    def from_seconds(cls, seconds: list[float], warmup_rounds: int = 0) -> Timing:
+        """Rounds timed elsewhere (one call each, in seconds), e.g. interleaved benchmark
+        steps, so they get the same statistics and histogram."""
+        if len(seconds) < 1:
+            raise AssayError("Timing.from_seconds: expected at least one round")
+        return cls(tuple(s * 1e9 for s in seconds), 1, warmup_rounds, 1)
+
     def stats(self, scale: float = 1e-9) -> dict[str, Any]:
         """Summary in seconds times ``scale`` (1.0 = s, 1e3 = ms): n, min, q1, median, q3, max,
         iqr, mean, stdev, outliers (rounds beyond 1.5 IQR of the quartiles, Tukey's rule),
