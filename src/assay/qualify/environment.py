@@ -28,9 +28,10 @@ ENV_VARS = (
 )
 
 
-def resolve_device(choice: str) -> str:
-    """``cpu`` or ``cuda`` for a ``--gate-device`` choice; ``auto`` is cuda when the session
-    already imported torch and it sees a GPU (a project without torch never pays its import)."""
+def resolve_device(choice: str | None) -> str:
+    """``cpu`` or ``cuda`` for a ``--gate-device`` choice; ``auto`` (or None: the option was
+    not given) is cuda when the session already imported torch and it sees a GPU, so a
+    project without torch never pays its import."""
     if choice in ("cpu", "cuda"):
         return choice
     torch = sys.modules.get("torch")
