@@ -139,3 +139,15 @@ def test_diff(gate):
     receipts = [json.loads(p.read_text()) for p in gates.receipt_files("tidy")]
     (code,) = [r["code"] for r in receipts if r["claims"][0]["id"] == "d"]
     assert code["dirty"] is True and code["untracked_files"] == 1
+
+
+def test_headline_prefers_the_newest_complete_receipt():
+    from assay.qualify.assemble import headline
+
+    def receipt(created, partial):
+        run = {"partial": True, "partial_reason": "-k"} if partial else {}
+        return {"created": created, "receipt_sha256": created[-1] * 64, "run": run}
+
+    old, new_partial = receipt("2026-01-01T00:00:01Z", False), receipt("2026-01-02T00:00:02Z", True)
+    assert headline([old, new_partial]) is old
+    assert headline([new_partial]) is new_partial  # nothing complete: the partial one, labelled
