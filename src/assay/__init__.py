@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from assay.errors import AssayError
-
-try:
-    __version__ = version("assay")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0"
 
 _LAZY = {
     "Decoder": "assay.model",
@@ -26,8 +20,24 @@ __all__ = ["AssayError", "__version__", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     # torch loads only when the trainer API is used, so the gate plugin stays light.
+    if name == "__version__":  # a metadata scan: paid only by callers that ask for it
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("assay")
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            return "0.0.0"
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as err:
+            if err.name in ("torch", "numpy", "safetensors", "gguf", "yaml", "tokenizers"):
+                raise AssayError(
+                    f"assay.{name} needs the trainer's dependencies ({err.name} is missing): "
+                    'pip install "assay[train]"'
+                ) from err
+            raise
+        return getattr(module, name)
     raise AttributeError(f"module 'assay' has no attribute {name!r}")

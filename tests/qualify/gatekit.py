@@ -35,9 +35,9 @@ class GateRun:
     def run(
         self, *args: str, receipts: Path | None = None, subprocess: bool = False
     ) -> pytest.RunResult:
-        """Run every written gate module, as ``pytest gates/gate_<name>.py --receipts X`` would."""
+        """Run every written gate module, as ``pytest gate_<name>.py --gate-receipts=X`` would."""
         target = receipts or self.receipts
-        argv = ["-p", "no:cacheprovider", "--receipts", str(target), "--gate-device", "cpu"]
+        argv = ["-p", "no:cacheprovider", f"--gate-receipts={target}", "--gate-device=cpu"]
         argv += [*args, *(str(m) for m in self.modules)]
         if subprocess:
             return self.pytester.runpytest_subprocess(*argv)

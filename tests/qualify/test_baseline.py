@@ -14,14 +14,14 @@ def test_speed(gate):
 def _baseline(gates, value: str):
     base = gates.pytester.path / "baseline"
     gates.write("perf", GATE.format(value=value))
-    assert gates.run("--no-render", receipts=base).ret == 0
+    assert gates.run("--gate-no-render", receipts=base).ret == 0
     return base
 
 
 def test_claim_that_passed_in_the_baseline_and_fails_now_fails_the_run(gates):
     base = _baseline(gates, "200")
     gates.write("perf", GATE.format(value="50"))
-    result = gates.run("--baseline", str(base))
+    result = gates.run(f"--gate-baseline={base}")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*gate 'perf' claim 'speed' regressed: passed in the baseline*"])
     receipt = gates.only_receipt("perf")
@@ -31,7 +31,7 @@ def test_claim_that_passed_in_the_baseline_and_fails_now_fails_the_run(gates):
 def test_metric_worse_than_tolerance_fails_even_when_threshold_still_met(gates):
     base = _baseline(gates, "200")
     gates.write("perf", GATE.format(value="150"))
-    result = gates.run("--baseline", str(base))
+    result = gates.run(f"--gate-baseline={base}")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*claim 'speed' regressed: 150 is worse than the baseline 200*"])
     comparison = gates.only_receipt("perf")["baseline"]["comparisons"][0]
@@ -41,7 +41,7 @@ def test_metric_worse_than_tolerance_fails_even_when_threshold_still_met(gates):
 def test_metric_within_tolerance_passes_and_is_recorded(gates):
     base = _baseline(gates, "200")
     gates.write("perf", GATE.format(value="185"))
-    result = gates.run("--baseline", str(base))
+    result = gates.run(f"--gate-baseline={base}")
     assert result.ret == 0, result.stdout.str()
     receipt = gates.only_receipt("perf")
     assert (

@@ -19,7 +19,7 @@ def _main(argv: list[str]) -> int:
 
 def test_verify_exits_zero_when_clean_and_one_with_problems(gates, capsys):
     gates.write("cli", PASSING_GATE.format(value="0"))
-    assert gates.run("--no-render").ret == 0
+    assert gates.run("--gate-no-render").ret == 0
     dirs = ["--receipts", str(gates.receipts), "--records", str(gates.records)]
     assert _main(["verify", *dirs]) == 1  # the record was never rendered
     assert "record missing" in capsys.readouterr().out

@@ -30,7 +30,7 @@ def test_nan_measurement_writes_no_receipt_and_fails_the_run(gates):
 
 def _valid_receipt(gates) -> dict:
     gates.write("ok", PASSING_GATE.format(value="0"))
-    assert gates.run("--no-render").ret == 0
+    assert gates.run("--gate-no-render").ret == 0
     receipt = gates.only_receipt("ok")
     del receipt["receipt_sha256"]
     return receipt

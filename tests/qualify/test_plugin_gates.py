@@ -75,7 +75,9 @@ def test_measurement_outside_threshold_fails_the_declaring_test_only(gates):
     receipt = gates.only_receipt("mixed")
     assert receipt["status"] == "fail"
     by_id = {c["id"]: c for c in receipt["claims"]}
-    assert by_id["good"]["measurement"]["samples"] == {"n": 3, "min": 11, "median": 12, "max": 13}
+    assert by_id["good"]["measurement"]["samples"] == {
+        "n": 3, "min": 11, "median": 12, "max": 13, "q1": 11, "q3": 13, "iqr": 2, "outliers": 0
+    }  # fmt: skip
     assert (by_id["bad"]["verdict"], by_id["bad"]["margin"]) == ("fail", -7)
 
 
@@ -152,7 +154,7 @@ def test_bad_declarations_fail_at_the_line_that_made_them(gates):
 
 def test_no_render_writes_receipts_only(gates):
     gates.write("quiet", PASSING_GATE.format(value="0"))
-    assert gates.run("--no-render").ret == 0
+    assert gates.run("--gate-no-render").ret == 0
     assert len(gates.receipt_files("quiet")) == 1
     assert not (gates.records / "quiet.md").exists()
 

@@ -1,33 +1,38 @@
 """assay.qualify: gates as a pytest plugin, schema-checked receipts and rendered records.
 
-Knows nothing of training; torch is imported only lazily to describe the environment.
+Knows nothing of training and never imports torch. Names load lazily (PEP 562), so importing
+the package, or the pytest plugin inside it, costs no jinja2 or jsonschema import.
 """
 
-from assay.qualify.gate import Claim, Gate
-from assay.qualify.receipt import (
-    SCHEMA_ID,
-    canonical_json,
-    read_receipt,
-    receipt_schema,
-    receipt_sha256,
-    write_receipt,
-)
-from assay.qualify.render import render_all, render_gate, render_text
-from assay.qualify.threshold import Threshold
-from assay.qualify.verify import verify_all
+from __future__ import annotations
 
-__all__ = [
-    "SCHEMA_ID",
-    "Claim",
-    "Gate",
-    "Threshold",
-    "canonical_json",
-    "read_receipt",
-    "receipt_schema",
-    "receipt_sha256",
-    "render_all",
-    "render_gate",
-    "render_text",
-    "verify_all",
-    "write_receipt",
-]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Claim": "assay.qualify.gate",
+    "Gate": "assay.qualify.gate",
+    "Threshold": "assay.qualify.threshold",
+    "Tolerance": "assay.qualify.threshold",
+    "Timing": "assay.qualify.timing",
+    "measure_time": "assay.qualify.timing",
+    "SCHEMA_ID": "assay.qualify.receipt",
+    "canonical_json": "assay.qualify.receipt",
+    "read_receipt": "assay.qualify.receipt",
+    "receipt_schema": "assay.qualify.receipt",
+    "receipt_sha256": "assay.qualify.receipt",
+    "write_receipt": "assay.qualify.receipt",
+    "headline": "assay.qualify.assemble",
+    "render_all": "assay.qualify.render",
+    "render_gate": "assay.qualify.render",
+    "render_text": "assay.qualify.render",
+    "verify_all": "assay.qualify.verify",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'assay.qualify' has no attribute {name!r}")

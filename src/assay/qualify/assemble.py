@@ -38,6 +38,7 @@ def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
         "margin": verdict["margin"],
         "controls": verdict["controls"],
         "test": nodeid,
+        **({"code_files": claim["code_files"]} if claim.get("code_files") else {}),
     }
 
 
@@ -99,16 +100,33 @@ def build_receipt(
     environment: dict[str, Any],
     run: dict[str, Any],
     created: str,
+    subject: dict[str, Any] | None = None,
+    partial: str | None = None,
+    failures: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The unsealed receipt for ``gate`` from its tests' fragments (ordered by node id).
 
     ``run`` supplies argv, nox_session, device; seeds, duration and tests come from the
-    fragments. ``baseline`` is left None for the caller to fill.
+    fragments. ``baseline`` is left None for the caller to fill. ``subject`` is the project
+    under test; ``partial`` says why the run left tests of this gate out (``run.partial``);
+    ``failures`` lists tests that failed or raised, each with its exception line; any makes
+    the status ``fail``.
     """
     ordered = sorted(fragments, key=lambda f: (f.get("order", 0), f["nodeid"]))
     claims = [judged_claim(c, f["nodeid"]) for f in ordered for c in f["claims"]]
     outcomes = [f["outcome"] for f in ordered]
-    return {
+    # a test whose own code passed but whose claim missed fails in pytest; its claim verdict
+    # already speaks for it (fail or inconclusive), so only other failures force ``fail``
+    passed = {f["nodeid"] for f in ordered if f["outcome"] == "passed"}
+    outcomes += [
+        "failed" for x in failures or [] if not (x["when"] == "call" and x["nodeid"] in passed)
+    ]
+    extra_run: dict[str, Any] = {}
+    if partial:
+        extra_run.update(partial=True, partial_reason=partial)
+    if failures:
+        extra_run["failures"] = failures
+    receipt = {
         "schema": SCHEMA_ID,
         "gate": gate,
         "receipt_id": str(uuid.uuid4()),
@@ -127,9 +145,24 @@ def build_receipt(
             "seeds": _unique([s for f in ordered for s in f["seeds"]]),
             "duration_s": round(sum(f["duration_s"] for f in ordered), 6),
             "tests": [{"nodeid": f["nodeid"], "outcome": f["outcome"]} for f in ordered],
+            **extra_run,
         },
         "baseline": None,
     }
+    if subject is not None:
+        receipt["subject"] = subject
+    return receipt
+
+
+def headline(receipts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The receipt a record leads with: the newest complete receipt; the newest partial one
+    only when the gate has no complete receipt. A run with ``-k``, ``--deselect``, node ids
+    or an early stop never replaces a complete run as headline (or as baseline)."""
+    from assay.qualify.receipt import newest_first
+
+    ordered = newest_first(receipts)
+    complete = [r for r in ordered if not r["run"].get("partial")]
+    return (complete or ordered)[0]
 
 
 def check_corrections(receipt: dict[str, Any], earlier: list[dict[str, Any]]) -> list[str]:

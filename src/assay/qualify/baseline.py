@@ -6,8 +6,22 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.qualify.receipt import newest_first, read_receipt
-from assay.qualify.threshold import worse_than
+from assay.qualify.receipt import read_receipt
+from assay.qualify.threshold import tolerance_base, tolerance_of, worse_than
+
+
+def refuse_self_baseline(baseline_dir: Path, receipts_dir: Path) -> str | None:
+    """Why ``baseline_dir`` cannot serve as baseline for a session writing ``receipts_dir``
+    (None when it can): a baseline that is, holds or sits inside the receipts directory would
+    read the receipts this session writes, so a regression run twice compares with itself."""
+    base, out = Path(baseline_dir).resolve(), Path(receipts_dir).resolve()
+    if base == out or base in out.parents or out in base.parents:
+        return (
+            f"--gate-baseline {baseline_dir}: it overlaps --gate-receipts {receipts_dir}, so the "
+            "session would compare with its own receipts; write receipts elsewhere "
+            "(--gate-receipts=DIR) or copy the baseline out first"
+        )
+    return None
 
 
 def find_baseline(baseline_dir: Path, gate: str) -> tuple[Path, dict[str, Any]] | None:
@@ -18,7 +32,7 @@ def find_baseline(baseline_dir: Path, gate: str) -> tuple[Path, dict[str, Any]] 
     """
     root = Path(baseline_dir)
     if not root.is_dir():
-        raise AssayError(f"--baseline {root}: not a directory")
+        raise AssayError(f"--gate-baseline {root}: not a directory")
     found = []
     for path in sorted([*root.glob(f"{gate}/*.json"), *root.glob("*.json")]):
         receipt = read_receipt(path)
@@ -26,20 +40,20 @@ def find_baseline(baseline_dir: Path, gate: str) -> tuple[Path, dict[str, Any]] 
             found.append((path, receipt))
     if not found:
         return None
-    newest = newest_first([r for _, r in found])[0]
+    from assay.qualify.assemble import headline  # a partial receipt is never the baseline
+
+    newest = headline([r for _, r in found])
     return next((p, r) for p, r in found if r is newest)
-
-
-def _change(base: float, value: float) -> float | None:
-    return None if base == 0 else (value - base) / abs(base)
 
 
 def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str) -> dict[str, Any]:
     """The receipt's ``baseline`` object: one comparison per baseline or current claim.
 
     A claim regresses when it passed in the baseline and does not pass now (or is gone), or
-    when its value is worse than the baseline value by more than its own declared relative
-    tolerance (direction from the operator; equality thresholds compare exactly).
+    when its value is worse than the baseline value by more than its declared tolerance.
+    ``change`` and ``tolerance`` share one base (the tolerance mode's), so the record's two
+    columns compare directly: both fractions of the baseline (``relative``), of
+    max(|baseline|, |threshold|) (``threshold_scaled``), or both in the unit (``absolute``).
     """
     gate = baseline["gate"]
     now = {c["id"]: c for c in claims}
@@ -49,32 +63,35 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
         old, new = before.get(cid), now.get(cid)
         old_value = None if old is None else old["measurement"]["value"]
         value = None if new is None else new["measurement"]["value"]
-        tolerance = None if new is None else new["threshold"]["tolerance"]
+        mode, tol = ("relative", None) if new is None else tolerance_of(new["threshold"])
         reasons = []
         lost = new is None or new["verdict"] != "pass"
         if old is not None and old["verdict"] == "pass" and lost:
             now_text = "absent" if new is None else new["verdict"]
             reasons.append(f"passed in the baseline, {now_text} now")
+        change = None
         if new is not None and old_value is not None and value is not None:
-            op = new["threshold"]["op"]
-            tol, bound = new["threshold"]["tolerance"], new["threshold"]["value"]
-            if worse_than(op, tol, old_value, value, bound):
+            op, bound = new["threshold"]["op"], new["threshold"]["value"]
+            base = tolerance_base(mode, old_value, bound)
+            change = None if base == 0 else (value - old_value) / base
+            if worse_than(op, tol, old_value, value, bound, mode):
                 reasons.append(
                     f"{value:g} is worse than the baseline {old_value:g} by more than "
-                    f"the tolerance {new['threshold']['tolerance']:g} ({op})"
+                    f"the {mode} tolerance {tol:g} ({op})"
                 )
-        comparisons.append(
-            {
-                "claim_id": cid,
-                "baseline_verdict": None if old is None else old["verdict"],
-                "verdict": None if new is None else new["verdict"],
-                "baseline_value": old_value,
-                "value": value,
-                "change": None if None in (old_value, value) else _change(old_value, value),
-                "tolerance": tolerance,
-                "regressed": bool(reasons),
-            }
-        )
+        entry = {
+            "claim_id": cid,
+            "baseline_verdict": None if old is None else old["verdict"],
+            "verdict": None if new is None else new["verdict"],
+            "baseline_value": old_value,
+            "value": value,
+            "change": change,
+            "tolerance": tol,
+            "regressed": bool(reasons),
+        }
+        if new is not None:
+            entry["tolerance_mode"] = mode
+        comparisons.append(entry)
         regressions.extend(f"gate {gate!r} claim {cid!r} regressed: {r}" for r in reasons)
     return {
         "source": source,

@@ -1,7 +1,9 @@
 """The box a receipt was measured on: versions, CPU, GPU, relevant variables and code identity.
 
-torch is imported here only lazily (to read its build and resolve ``--gate-device auto``);
-everything degrades to ``None`` when a component is absent.
+Nothing here imports torch on its own: the torch/CUDA/NVML facts are read when the session
+already imported torch (the project under test uses it), or when a project asks for them
+through the ``pytest_gate_environment`` hook (assay's gates/conftest.py does). Everything
+degrades to ``None`` when a component is absent.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,13 +28,14 @@ ENV_VARS = (
 )
 
 
-def resolve_device(choice: str) -> str:
-    """``cpu`` or ``cuda`` for a ``--gate-device`` choice; ``auto`` is cuda when available."""
+def resolve_device(choice: str | None) -> str:
+    """``cpu`` or ``cuda`` for a ``--gate-device`` choice; ``auto`` (or None: the option was
+    not given) is cuda when the session already imported torch and it sees a GPU, so a
+    project without torch never pays its import."""
     if choice in ("cpu", "cuda"):
         return choice
-    try:
-        import torch
-    except ImportError:
+    torch = sys.modules.get("torch")
+    if torch is None:
         return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -53,17 +58,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _torch_facts() -> dict[str, Any]:
+def torch_stack() -> dict[str, Any]:
+    """torch, CUDA, cuDNN, torch threads and (when torch sees CUDA) the NVML GPU facts, as
+    ``pytest_gate_environment`` fields; imports torch. Empty when torch is not installed."""
     try:
         import torch
     except ImportError:
-        return {"torch": None, "cuda": None, "cudnn": None, "torch_threads": None}
+        return {}
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "torch": str(torch.__version__),
         "cuda": torch.version.cuda,
         "cudnn": None if cudnn is None else str(cudnn),
         "torch_threads": torch.get_num_threads(),
+        "gpu": _gpu() if torch.cuda.is_available() else None,
     }
 
 
@@ -112,25 +120,38 @@ def _gpu() -> dict[str, Any] | None:
             pynvml.nvmlShutdown()
 
 
-def describe_environment() -> dict[str, Any]:
-    """The receipt's ``environment`` object; every field present, unknowns as None."""
-    torch_facts = _torch_facts()
-    return {
+TOP_LEVEL = ("torch", "cuda", "cudnn", "bitsandbytes", "transformers", "gpu")
+
+
+def describe_environment(contributions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The receipt's ``environment`` object; every required field present, unknowns as None.
+
+    ``contributions`` are the ``pytest_gate_environment`` hook results: the fields named in
+    ``TOP_LEVEL`` (and ``torch_threads``) fill the standard slots, any other field goes to
+    ``stack`` as text. torch is described without a hook only if it is already imported.
+    """
+    merged: dict[str, Any] = torch_stack() if "torch" in sys.modules else {}
+    for extra in contributions or []:
+        merged.update(extra or {})
+    stack = {
+        k: None if v is None else str(v)
+        for k, v in merged.items()
+        if k not in TOP_LEVEL and k != "torch_threads"
+    }
+    env: dict[str, Any] = {
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "os": platform.platform(),
-        "torch": torch_facts["torch"],
-        "cuda": torch_facts["cuda"],
-        "cudnn": torch_facts["cudnn"],
-        "bitsandbytes": _version("bitsandbytes"),
-        "transformers": _version("transformers"),
+        **{k: merged.get(k) for k in TOP_LEVEL},
         "cpu": {
             "model": _cpu_model(),
             "threads": os.cpu_count(),
-            "torch_threads": torch_facts["torch_threads"],
+            "torch_threads": merged.get("torch_threads"),
         },
-        "gpu": _gpu(),
         "env": {name: os.environ.get(name) for name in ENV_VARS},
     }
+    if stack:
+        env["stack"] = dict(sorted(stack.items()))
+    return env
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -143,17 +164,88 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def tree_state(root: Path) -> dict[str, Any]:
+    """The git state of ``root`` now: commit, whether tracked files differ from it, and the
+    set of untracked paths. Taken before a session writes anything, so the records and
+    receipts it writes cannot make its own receipts dirty."""
+    commit = _git(root, "rev-parse", "HEAD")
+    if not commit:
+        return {"commit": None, "changed": None, "untracked": []}
+    status = _git(root, "status", "--porcelain", "--untracked-files=all") or ""
+    lines = [line for line in status.splitlines() if line.strip()]
+    top = (_git(root, "rev-parse", "--show-toplevel") or str(root)).strip()
+    prefix = Path(top).resolve()
+    untracked = []
+    for line in lines:
+        if line.startswith("?? "):
+            path = (prefix / line[3:].strip().strip('"')).resolve()
+            try:
+                untracked.append(path.relative_to(Path(root).resolve()).as_posix())
+            except ValueError:
+                untracked.append(path.as_posix())
+    return {
+        "commit": commit.strip(),
+        "changed": any(not line.startswith("?? ") for line in lines),
+        "untracked": sorted(untracked),
+    }
+
+
 def describe_code(
-    root: Path, files: list[dict[str, str]], package: str = "assay"
+    root: Path,
+    files: list[dict[str, str]],
+    package: str = "assay",
+    tree: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The receipt's ``code`` object: git commit and dirty flag of ``root`` (None outside git),
-    the installed version of ``package`` and the exercised ``files`` sorted by path."""
-    commit = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    the installed version of ``package`` (the gate plugin's) and the exercised ``files``
+    sorted by path. ``tree`` is :func:`tree_state` taken at session start (taken now if None).
+    Dirty means a tracked file differed from the commit, or a hashed file was untracked
+    (``untracked_files`` counts those); other untracked files do not count."""
+    state = tree if tree is not None else tree_state(root)
     unique = {f["path"]: f for f in files}
-    return {
-        "commit": commit.strip() if commit else None,
-        "dirty": None if status is None else bool(status.strip()),
+    code: dict[str, Any] = {
+        "commit": state["commit"],
+        "dirty": None,
         "package_version": _version(package),
         "files": [unique[p] for p in sorted(unique)],
     }
+    if state["commit"] is not None:
+        untracked = set(state["untracked"])
+        hashed_untracked = sum(p in untracked for p in unique)
+        code["dirty"] = bool(state["changed"]) or hashed_untracked > 0
+        code["untracked_files"] = hashed_untracked
+    return code
+
+
+def _pyproject(root: Path) -> tuple[str | None, str | None]:
+    path = root / "pyproject.toml"
+    if not path.is_file():
+        return None, None
+    text = path.read_text("utf-8", errors="replace")
+    try:
+        import tomllib
+
+        project = tomllib.loads(text).get("project", {})
+        return project.get("name"), project.get("version")
+    except ImportError:  # Python 3.10: read the two keys of [project] by hand
+        section = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+        body = section.group(1) if section else ""
+        found = {k: re.search(rf'^{k}\s*=\s*"([^"]*)"', body, re.M) for k in ("name", "version")}
+        return tuple(m.group(1) if m else None for m in found.values())  # type: ignore[return-value]
+    except ValueError:
+        return None, None
+
+
+def describe_subject(root: Path, override: str | None = None) -> dict[str, Any]:
+    """The project under test, ``{"name", "version", "source"}``: the ini ``gate_project``
+    (``name`` or ``name==version``) when set, else ``[project]`` of the rootdir's
+    pyproject.toml; a version not written there is read from the installed distribution."""
+    if override:
+        name, _, version = override.partition("==")
+        name, version, source = name.strip(), version.strip() or None, "ini gate_project"
+    else:
+        name, version = _pyproject(root)
+        source = "pyproject.toml" if name else "none"
+    if name and version is None:
+        version = _version(name)
+    return {"name": name, "version": version, "source": source}

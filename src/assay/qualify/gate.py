@@ -9,12 +9,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import statistics
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
 from assay.qualify.threshold import KINDS, Threshold
+
+# seconds per unit, for timing measurements recorded in a claim's own time unit
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -43,6 +47,10 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
+def _is_path(item: str | Path) -> bool:
+    return isinstance(item, Path) or "/" in item or item.endswith(".py")
+
+
 class Claim:
     """One claim: a statement, a threshold, one measurement and the controls that must fail it."""
 
@@ -56,9 +64,15 @@ class Claim:
         return self._data["id"]
 
     def measure(
-        self, value: float | None = None, *, samples: Iterable[float] | None = None
+        self,
+        value: float | None = None,
+        *,
+        samples: Iterable[float] | None = None,
+        timing: Any = None,
     ) -> None:
-        """Record the measurement: one ``value``, or repeated ``samples`` (value = median).
+        """Record the measurement: one ``value``, repeated ``samples`` (value = median), or a
+        ``timing`` from :func:`assay.qualify.timing.measure_time` (value = median time per
+        call in the claim's unit, one of s, ms, us, ns; its statistics go in the receipt).
 
         A claim is measured exactly once. NaN is kept as measured; the receipt then fails
         schema validation and is not written, which is the honest outcome.
@@ -66,9 +80,21 @@ class Claim:
         where = f"claim {self.id!r} measure"
         if self._data["measurement"] is not None:
             raise AssayError(f"{where}: already measured; a claim takes one measurement")
-        if (value is None) == (samples is None):
-            raise AssayError(f"{where}: pass exactly one of value or samples=")
+        if sum(x is not None for x in (value, samples, timing)) != 1:
+            raise AssayError(f"{where}: pass exactly one of value, samples= or timing=")
         unit = self._data["unit"]
+        if timing is not None:
+            if unit not in TIME_UNITS:
+                raise AssayError(f"{where}: a timing needs the claim unit s, ms, us or ns")
+            scale = 1.0 / TIME_UNITS[unit]
+            stats = timing.stats(scale)
+            self._data["measurement"] = {
+                "value": stats["median"],
+                "unit": unit,
+                "samples": {k: stats[k] for k in ("n", "min", "median", "max")},
+                "timing": stats,
+            }
+            return
         if samples is None:
             self._data["measurement"] = {"value": _number(value, where), "unit": unit}
             return
@@ -76,16 +102,13 @@ class Claim:
         if not numbers:
             raise AssayError(f"{where}: samples is empty; expected at least one number")
         median = statistics.median(numbers)
-        self._data["measurement"] = {
-            "value": median,
-            "unit": unit,
-            "samples": {
-                "n": len(numbers),
-                "min": min(numbers),
-                "median": median,
-                "max": max(numbers),
-            },
-        }
+        samples = {"n": len(numbers), "min": min(numbers), "median": median, "max": max(numbers)}
+        if len(numbers) > 1:  # the spread, as for timings: quartiles, IQR, Tukey outliers
+            q1, _, q3 = statistics.quantiles(numbers, n=4)
+            iqr = q3 - q1
+            outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in numbers)
+            samples.update(q1=q1, q3=q3, iqr=iqr, outliers=outliers)
+        self._data["measurement"] = {"value": median, "unit": unit, "samples": samples}
 
     def control(self, name: str, measured: float) -> None:
         """Record the same check on a deliberately broken subject; it must miss the threshold."""
@@ -110,9 +133,12 @@ class Gate:
         self.device = device
         self.nodeid = nodeid
         self._root = rootdir
+        self._module_path: Path | None = None
+        self._declared: list[tuple[str, str]] = []  # (claim id, dotted module) from code=
         self._claims: list[Claim] = []
         self._data: dict[str, Any] = {
             "gate": name,
+            "device": device,
             "nodeid": nodeid,
             "claims": [],
             "not_tested": [],
@@ -132,12 +158,18 @@ class Gate:
         kind: str,
         threshold: Threshold,
         unit: str = "",
+        code: Iterable[str | Path] = (),
         derived: bool = False,
     ) -> Claim:
         """Declare a claim and return it, to be measured and controlled by the test.
 
-        ``derived=True`` marks a value computed by arithmetic from other measurements; the
-        record labels it as such."""
+        ``code`` names the implementation this claim exercises (dotted modules or paths); the
+        receipt records them, with the gate module itself, as the claim's ``code_files``. A
+        dotted module that the test process has not imported by the end of the test is a
+        stale declaration and errors the test (see :meth:`stale_code`); name code that only
+        a child process runs by path. ``derived=True`` marks a value computed by arithmetic
+        from other measurements; the record labels it as such.
+        """
         claim_id = _text(claim_id, "gate.claim id")
         where = f"claim {claim_id!r}"
         statement = _text(statement, f"{where} statement")
@@ -149,14 +181,27 @@ class Gate:
             raise AssayError(f"{where} unit: expected a string, got {unit!r}")
         if any(c.id == claim_id for c in self._claims):
             raise AssayError(f"{where}: declared twice in gate {self.name!r}")
+        if isinstance(code, (str, Path)):
+            code = [code]
+        code_files = [self._file_entry(self._module_path)] if self._module_path else []
+        for item in code:
+            if isinstance(item, str) and not _is_path(item):
+                self._declared.append((claim_id, item))
+            entry = self._file_entry(self._resolve_module(item))
+            if entry not in code_files:
+                code_files.append(entry)
+        for entry in code_files:
+            if entry not in self._data["files"]:
+                self._data["files"].append(entry)
         data = {
             "id": claim_id,
             "statement": statement,
             "kind": kind,
             "unit": unit,
-            "threshold": threshold.to_dict(),
+            "threshold": threshold.to_dict(kind),
             "measurement": None,
             "controls": [],
+            "code_files": code_files,
         }
         if derived:
             data["derived"] = True
@@ -166,12 +211,30 @@ class Gate:
         return claim
 
     def uses(self, *modules_or_paths: str | Path) -> None:
-        """Record implementation files exercised (dotted module names or paths) by sha256."""
+        """Record implementation files exercised (dotted module names or paths) by sha256, for
+        the whole gate. Prefer ``gate.claim(..., code=[...])``, which records them per claim."""
         for item in modules_or_paths:
-            path = self._resolve_module(item)
-            entry = {"path": self._display(path), "sha256": file_sha256(path)}
+            entry = self._file_entry(self._resolve_module(item))
             if entry not in self._data["files"]:
                 self._data["files"].append(entry)
+
+    def module(self, path: Path) -> None:
+        """Set the gate module's own file; it heads every claim's ``code_files``."""
+        self._module_path = path
+        self.uses(path)
+
+    def stale_code(self) -> list[str]:
+        """One line per ``code=`` module that this process never imported: a claim may list
+        only code its test ran, so a renamed, removed or unused module cannot stay listed."""
+        return [
+            f"claim {cid!r} code: module {name!r} was never imported by its test; list only code "
+            "the claim runs (a path for code run in a child process)"
+            for cid, name in self._declared
+            if name not in sys.modules
+        ]
+
+    def _file_entry(self, path: Path) -> dict[str, str]:
+        return {"path": self._display(path), "sha256": file_sha256(path)}
 
     def input(self, role: str, path: str | Path) -> None:
         """Record an input file by role, size in bytes and sha256."""
@@ -248,7 +311,7 @@ class Gate:
         return copy.deepcopy(self._data)
 
     def _resolve_module(self, item: str | Path) -> Path:
-        if isinstance(item, Path) or "/" in item or item.endswith(".py"):
+        if isinstance(item, Path) or _is_path(item):
             path = Path(item)
         else:
             try:

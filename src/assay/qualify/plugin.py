@@ -1,12 +1,18 @@
-"""pytest plugin for gates: the ``gate`` fixture, xdist transport and receipts at session end.
+"""pytest plugin for gates: the ``gate`` fixture, its options, and receipts as gates finish.
 
 Registered as the pytest11 entry point ``assay_qualify``. Each test of ``gate_<name>.py``
-declares claims through the fixture; the process that owns the session (the xdist controller,
-or the single process) merges them into one validated receipt per gate and renders records.
+declares claims through the fixture; the declarations ride on the test's teardown report
+(so they cross from xdist workers with it), and the process that owns the session writes a
+gate's validated receipt and renders its record as soon as the gate's last test finishes.
+
+Start-up is cheap on purpose: this module imports only pytest and the standard library. The
+gate declaration code, receipts (jsonschema), records (jinja2) and environment probes load
+on first use, so a session without gate tests pays for none of them.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Generator
@@ -15,86 +21,138 @@ from typing import Any
 
 import pytest
 
-from assay.errors import AssayError
-from assay.qualify.gate import Gate
-from assay.qualify.threshold import explain, judge
-
-FRAGMENTS = pytest.StashKey[list[dict[str, Any]]]()
-PROBLEMS = pytest.StashKey[list[str]]()
-WRITTEN = pytest.StashKey[list[tuple[str, str]]]()
-DEVICE = pytest.StashKey[str]()
-GATE = pytest.StashKey[Gate]()
+GATE = pytest.StashKey[Any]()
 OUTCOME = pytest.StashKey[str]()
-WORKER_KEY = "assay_gate_fragments"
+STATE = pytest.StashKey[Any]()
+FRAGMENT_KEY = "assay_gate_fragment"
 GATE_MODULE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
+DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from assay.qualify import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("assay gates", "assay gates: qualification receipts and records")
-    group.addoption(
-        "--receipts",
-        metavar="DIR",
-        default="records/receipts",
-        help="where receipts are appended, one folder per gate (default: records/receipts)",
+    dirs = (
+        ("receipts", "where receipts are appended, one folder per gate", "records/receipts"),
+        ("records", "where records are rendered (default: parent of the receipts dir)", None),
+        (
+            "baseline",
+            "fail on regression against the newest complete receipt per gate in DIR;"
+            " must not overlap the receipts dir",
+            None,
+        ),
     )
+    for name, text, default in dirs:
+        shown = f" (default: {default})" if default else ""
+        group.addoption(
+            f"--gate-{name}",
+            dest=f"gate_{name}",
+            metavar="DIR",
+            default=None,
+            help=f"{text}{shown}. Write --gate-{name}=DIR: in the space form pytest may take DIR "
+            "for a test path when it picks the rootdir. Ini: gate_" + name,
+        )
+        parser.addini(f"gate_{name}", f"{text} (relative to the ini file)", default=default)
     group.addoption(
-        "--records",
-        metavar="DIR",
-        default=None,
-        help="where records are rendered (default: parent of --receipts)",
-    )
-    group.addoption(
-        "--gate-device",
-        choices=("cpu", "cuda", "auto"),
-        default="auto",
-        help="device gates measure on; auto = cuda when torch sees one",
-    )
-    group.addoption(
-        "--baseline",
-        metavar="DIR",
-        default=None,
-        help="fail on regression against the newest receipt per gate in DIR",
-    )
-    group.addoption(
-        "--no-render",
+        "--gate-no-render",
+        dest="gate_no_render",
         action="store_true",
         default=False,
-        help="write receipts but do not render records",
+        help="write receipts but do not render records (ini: gate_render = false)",
     )
+    parser.addini("gate_render", "render records after writing receipts", type="bool", default=True)
+    group.addoption(
+        "--gate-device",
+        dest="gate_device",
+        choices=("cpu", "cuda", "auto"),
+        default=None,
+        help="device gates measure on; auto = cuda when the session's torch sees one "
+        "(ini: gate_device; default auto)",
+    )
+    parser.addini("gate_device", "device gates measure on: cpu, cuda or auto", default="auto")
+    parser.addini(
+        "gate_project",
+        "the project under test, as name or name==version (default: "
+        "[project] of the rootdir's pyproject.toml)",
+        default="",
+    )
+
+
+def _space_form_outside(config: pytest.Config) -> str | None:
+    """The trap of ``--gate-baseline DIR``: pytest picks the rootdir before plugins' options
+    are known, so an existing DIR outside the invocation directory counts as a test path,
+    moves the rootdir (and loses the ini file). The ``=`` form is one token and is safe."""
+    args = [str(a) for a in config.invocation_params.args]
+    here = config.invocation_params.dir.resolve()
+    for option, value in itertools.pairwise(args):
+        if option in DIR_OPTIONS:
+            path = (config.invocation_params.dir / value).resolve()
+            if path.exists() and here not in [path, *path.parents]:
+                return (
+                    f"{option} {value}: write {option}={value}; in the space form pytest takes "
+                    "the directory for a test path when it picks the rootdir"
+                )
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[FRAGMENTS] = []
-    config.stash[PROBLEMS] = []
-    config.stash[WRITTEN] = []
+    trap = _space_form_outside(config)
+    if trap:
+        raise pytest.UsageError(trap)
+    if config.getoption("gate_baseline", None) or config.getini("gate_baseline"):
+        from assay.qualify.baseline import refuse_self_baseline
+        from assay.qualify.session import setting_dir
+
+        baseline = setting_dir(config, "gate_baseline")
+        receipts = setting_dir(config, "gate_receipts")
+        refusal = refuse_self_baseline(baseline, receipts) if baseline and receipts else None
+        if refusal:
+            raise pytest.UsageError(refusal)
+    if not _is_worker(config):
+        config.pluginmanager.register(_Reports(config), "assay_gate_reports")
 
 
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def _device(config: pytest.Config) -> str:
-    if DEVICE not in config.stash:
-        from assay.qualify.environment import resolve_device
+def _state(config: pytest.Config) -> Any:
+    if STATE not in config.stash:
+        from assay.qualify.session import GateSession
 
-        config.stash[DEVICE] = resolve_device(config.getoption("gate_device"))
-    return config.stash[DEVICE]
+        config.stash[STATE] = GateSession(config)
+    return config.stash[STATE]
+
+
+def _has_gate(nodeids: list[str]) -> bool:
+    return any(GATE_MODULE.match(n.split("::", 1)[0].rsplit("/", 1)[-1]) for n in nodeids)
 
 
 def gate_name(path: Path) -> str:
     """The gate's name from its module file ``gate_<name>.py``; AssayError otherwise."""
     match = GATE_MODULE.match(path.name)
     if match is None:
+        from assay.errors import AssayError
+
         raise AssayError(f"{path}: the gate fixture needs a module named gate_<name>.py")
     return match.group(1)
 
 
 @pytest.fixture
-def gate(request: pytest.FixtureRequest) -> Generator[Gate, None, None]:
+def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     """The declaration surface of one gate test (see docs/gate-api.md)."""
+    from assay.qualify.environment import resolve_device
+    from assay.qualify.gate import Gate
+
     config = request.config
-    g = Gate(gate_name(request.path), _device(config), request.node.nodeid, config.rootpath)
-    g.uses(request.path)  # the gate's own source is part of what was run
+    choice = config.getoption("gate_device", None) or config.getini("gate_device") or "auto"
+    g = Gate(gate_name(request.path), resolve_device(choice), request.node.nodeid, config.rootpath)
+    g.module(request.path)  # the gate's own source is part of what every claim ran
     request.node.stash[GATE] = g
     start = time.perf_counter()
     yield g
@@ -104,7 +162,11 @@ def gate(request: pytest.FixtureRequest) -> Generator[Gate, None, None]:
     # collection order is the same in every xdist worker, so it orders claims stably
     items = request.session.items
     fragment["order"] = items.index(request.node) if request.node in items else len(items)
-    config.stash[FRAGMENTS].append(fragment)
+    # rides on the teardown report, which xdist serialises to the controller
+    request.node.user_properties.append((FRAGMENT_KEY, fragment))
+    stale = g.stale_code()
+    if stale:
+        pytest.fail(f"gate {g.name!r}: " + "; ".join(stale), pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -122,62 +184,67 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         item.stash[OUTCOME] = "failed"
         raise
     item.stash[OUTCOME] = "passed"
-    reasons = []
-    for claim in declared.fragment()["claims"]:
-        reasons.append(explain(claim, judge(claim)))
+    from assay.qualify.threshold import explain, judge
+
+    reasons = [explain(c, judge(c)) for c in declared.fragment()["claims"]]
     reasons = [r for r in reasons if r]
     if reasons:
         pytest.fail(f"gate {declared.name!r}: " + "; ".join(reasons), pytrace=False)
     return result
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items and _has_gate([i.nodeid for i in items]):
+        state = _state(items[0].config)
+        state.deselected = (state.deselected or set()) | {i.nodeid for i in items}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Single process: the collected gate tests; tree state is taken here, before any write."""
+    if _is_worker(session.config):
+        return
+    ids = [item.nodeid for item in session.items]
+    if _has_gate(ids):
+        state = _state(session.config)
+        state.deselected = state.deselected or set()  # deselection is known in this process
+        state.expect(ids)
+
+
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: object) -> None:
-    """xdist controller: collect the fragments a finished worker sent back."""
-    output = getattr(node, "workeroutput", None) or {}
-    node.config.stash[FRAGMENTS].extend(output.get(WORKER_KEY, []))
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist controller: every worker collects the same tests; the first list is enough."""
+    if _has_gate(ids):
+        _state(node.config).expect(list(ids))
 
 
-def _dir(config: pytest.Config, value: str) -> Path:
-    path = Path(value)
-    return path if path.is_absolute() else config.invocation_params.dir / path
+class _Reports:
+    """Registered in the controlling process: reads gate fragments and failures off reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml etc. see the fragment property
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if _has_gate([report.nodeid]):
+            _state(self.config).report(report)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    fragments = config.stash.get(FRAGMENTS, [])
-    if _is_worker(config):
-        config.workeroutput[WORKER_KEY] = fragments  # type: ignore[attr-defined]
+    if _is_worker(config) or STATE not in config.stash:
         return
-    if not fragments:
-        return
-    from assay.qualify.publish import Options, publish
-
-    receipts = _dir(config, config.getoption("receipts"))
-    records_opt = config.getoption("records")
-    baseline_opt = config.getoption("baseline")
-    options = Options(
-        receipts=receipts,
-        records=_dir(config, records_opt) if records_opt else receipts.parent,
-        baseline=_dir(config, baseline_opt) if baseline_opt else None,
-        render=not config.getoption("no_render"),
-        device=_device(config),
-        argv=[str(a) for a in config.invocation_params.args],
-        root=config.rootpath,
-    )
-    written, problems = publish(fragments, options)
-    config.stash[WRITTEN].extend(written)
-    config.stash[PROBLEMS].extend(problems)
-    if problems and session.exitstatus == pytest.ExitCode.OK:
+    state = config.stash[STATE]
+    state.finish()
+    if state.problems and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    written, problems = config.stash.get(WRITTEN, []), config.stash.get(PROBLEMS, [])
-    if not written and not problems:
+    state = config.stash.get(STATE, None)
+    if state is None or (not state.written and not state.problems):
         return
     terminalreporter.section("assay gates")
-    for path, status in written:
+    for path, status in state.written:
         terminalreporter.line(f"receipt ({status}): {path}")
-    for problem in problems:
+    for problem in state.problems:
         terminalreporter.line(f"ERROR {problem}", red=True)

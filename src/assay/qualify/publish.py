@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,12 @@ class Options:
     device: str
     argv: list[str]
     root: Path
+    # gate session facts (plugin/session.py): probed once, tree state taken before any write
+    environment: dict[str, Any] | None = None
+    tree: dict[str, Any] | None = None
+    subject: dict[str, Any] | None = None
+    partial: dict[str, str] = field(default_factory=dict)  # gate -> why the run is partial
+    failures: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # gate -> failures
 
 
 WHEEL_ENV = "ASSAY_SUBJECT_WHEEL"
@@ -95,7 +101,7 @@ def _publish_gate(
         gate,
         fragments,
         figures=[entry for _, entry in planned],
-        code=describe_code(options.root, files),
+        code=describe_code(options.root, files, tree=options.tree),
         environment=environment,
         run={
             "argv": options.argv,
@@ -103,6 +109,9 @@ def _publish_gate(
             "device": options.device,
         },
         created=utc_now(),
+        subject=options.subject,
+        partial=options.partial.get(gate),
+        failures=options.failures.get(gate),
     )
     wheel = wheel_subject()
     if wheel is not None:
@@ -148,7 +157,7 @@ def publish(
     by_gate: dict[str, list[dict[str, Any]]] = {}
     for fragment in fragments:
         by_gate.setdefault(fragment["gate"], []).append(fragment)
-    environment = describe_environment()
+    environment = options.environment or describe_environment()
     written: list[tuple[str, str]] = []
     problems: list[str] = []
     for gate in sorted(by_gate):

@@ -72,7 +72,19 @@ def _day(created: str) -> str:
 def _threshold(claim: dict[str, Any]) -> str:
     t = claim["threshold"]
     unit = f" {claim['measurement']['unit']}" if claim["measurement"]["unit"] else ""
-    return f"{t['op']} {num(t['value'])}{unit} (regression tolerance {pct(t['tolerance'])})"
+    if not isinstance(t["tolerance"], dict):  # receipts from before tolerance modes
+        return f"{t['op']} {num(t['value'])}{unit} (regression tolerance {pct(t['tolerance'])})"
+    mode, value = t["tolerance"]["mode"], t["tolerance"]["value"]
+    shown = f"{num(value)}{unit}" if mode == "absolute" else pct(value)
+    return f"{t['op']} {num(t['value'])}{unit} (regression tolerance {shown} {mode})"
+
+
+def _in_base(comparison: dict[str, Any], field: str) -> str:
+    """Change or Tolerance of a baseline row in the tolerance mode's base."""
+    if comparison.get("tolerance_mode") == "absolute":
+        value = comparison[field]
+        return "n/a" if value is None else f"{value:+.6g}"
+    return pct(comparison[field])
 
 
 def _measured(claim: dict[str, Any]) -> str:
@@ -204,13 +216,16 @@ def render_text(gate: str, receipts: list[dict[str, Any]], banner: str = "") -> 
     """
     if not receipts:
         raise AssayError(f"gate {gate!r}: no receipts to render")
+    from assay.qualify.assemble import headline
+
     ordered = newest_first(receipts)
     ledger = _Ledger(ordered)
     template = _environment().get_template("record.md.j2")
     return template.render(
         banner=banner,
         gate=gate,
-        head=ordered[0],
+        head=headline(ordered),
+        in_base=_in_base,
         receipts=ordered,
         corrections=ledger.correction_rows(),
         counts=_counts,

@@ -13,37 +13,117 @@ KINDS = ("correctness", "memory", "performance")
 VERDICTS = ("pass", "fail", "inconclusive")
 
 
+TOLERANCE_MODES = ("relative", "absolute", "threshold_scaled")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How much worse than a baseline receipt a measurement may be before it regresses.
+
+    ``relative``: a fraction of the baseline value (0.5 = 50 % worse is allowed); the right
+    choice for timings and throughputs. ``absolute``: a distance in the measurement's unit.
+    ``threshold_scaled``: a fraction of max(|baseline|, |threshold|), for error bounds whose
+    baseline sits far below the threshold (0 or 3e-8 against 1e-4) and may drift across builds.
+    """
+
+    mode: str
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.mode not in TOLERANCE_MODES:
+            raise AssayError(
+                f"Tolerance.mode: expected one of {', '.join(TOLERANCE_MODES)}, got {self.mode!r}"
+            )
+        _finite_non_negative("Tolerance.value", self.value)
+
+    @classmethod
+    def relative(cls, value: float) -> Tolerance:
+        """A fraction of the baseline value."""
+        return cls("relative", value)
+
+    @classmethod
+    def absolute(cls, value: float) -> Tolerance:
+        """A distance in the measurement's unit."""
+        return cls("absolute", value)
+
+    @classmethod
+    def threshold_scaled(cls, value: float) -> Tolerance:
+        """A fraction of max(|baseline|, |threshold|)."""
+        return cls("threshold_scaled", value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The receipt form ``{"mode", "value"}``."""
+        return {"mode": self.mode, "value": self.value}
+
+
+def _finite_non_negative(where: str, number: Any) -> None:
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        raise AssayError(f"{where}: expected a number, got {number!r}")
+    if not math.isfinite(number):
+        raise AssayError(f"{where}: expected a finite number, got {number!r}")
+    if number < 0:
+        raise AssayError(f"{where}: expected >= 0, got {number!r}")
+
+
 @dataclass(frozen=True)
 class Threshold:
     """A bound a measurement must meet: ``measured <op> value``.
 
-    ``tolerance`` is the relative regression allowed against a baseline receipt (0.05 = 5 %
-    worse is still acceptable); it never loosens the threshold itself.
+    ``tolerance`` is the regression allowed against a baseline receipt; it never loosens the
+    threshold itself. Pass a :class:`Tolerance` to name its mode; a bare number takes the
+    claim kind's default mode (``relative`` for performance claims, ``threshold_scaled`` for
+    correctness and memory claims), and the receipt always records the mode used.
     """
 
     op: str
     value: float
-    tolerance: float = 0.0
+    tolerance: float | Tolerance = 0.0
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise AssayError(f"Threshold.op: expected one of {' '.join(OPS)}, got {self.op!r}")
-        for field in ("value", "tolerance"):
-            number = getattr(self, field)
-            if isinstance(number, bool) or not isinstance(number, (int, float)):
-                raise AssayError(f"Threshold.{field}: expected a number, got {number!r}")
-            if not math.isfinite(number):
-                raise AssayError(f"Threshold.{field}: expected a finite number, got {number!r}")
-        if self.tolerance < 0:
-            raise AssayError(f"Threshold.tolerance: expected >= 0, got {self.tolerance!r}")
+        number = self.value
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise AssayError(f"Threshold.value: expected a number, got {number!r}")
+        if not math.isfinite(number):
+            raise AssayError(f"Threshold.value: expected a finite number, got {number!r}")
+        if not isinstance(self.tolerance, Tolerance):
+            _finite_non_negative("Threshold.tolerance", self.tolerance)
 
     def met_by(self, measured: float) -> bool:
         """True exactly when ``measured <op> value`` holds; NaN never meets a threshold."""
         return meets(self.op, self.value, measured)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The receipt form: ``{"op", "value", "tolerance"}``."""
-        return {"op": self.op, "value": self.value, "tolerance": self.tolerance}
+    def to_dict(self, kind: str = "correctness") -> dict[str, Any]:
+        """The receipt form ``{"op", "value", "tolerance": {"mode", "value"}}``; a bare-number
+        tolerance takes ``kind``'s default mode."""
+        tol = self.tolerance
+        if not isinstance(tol, Tolerance):
+            tol = Tolerance(default_mode(kind), tol)
+        return {"op": self.op, "value": self.value, "tolerance": tol.to_dict()}
+
+
+def default_mode(kind: str) -> str:
+    """The tolerance mode a bare-number tolerance gets for a claim of ``kind``."""
+    return "relative" if kind == "performance" else "threshold_scaled"
+
+
+def tolerance_of(threshold: dict[str, Any]) -> tuple[str, float]:
+    """(mode, value) of a receipt threshold; receipts written before modes existed hold a bare
+    number, which was always threshold-scaled."""
+    tol = threshold["tolerance"]
+    if isinstance(tol, dict):
+        return tol["mode"], tol["value"]
+    return "threshold_scaled", tol
+
+
+def tolerance_base(mode: str, baseline: float, bound: float) -> float:
+    """What a tolerance of ``mode`` is a fraction of: the unit for ``absolute``."""
+    if mode == "relative":
+        return abs(baseline)
+    if mode == "threshold_scaled":
+        return max(abs(baseline), abs(bound))
+    return 1.0
 
 
 def meets(op: str, bound: float, measured: float) -> bool:
@@ -83,20 +163,24 @@ def lower_is_better(op: str) -> bool | None:
 
 
 def worse_than(
-    op: str, tolerance: float, baseline: float, measured: float, bound: float = 0.0
+    op: str,
+    tolerance: float,
+    baseline: float,
+    measured: float,
+    bound: float = 0.0,
+    mode: str = "threshold_scaled",
 ) -> bool:
-    """True when ``measured`` is worse than ``baseline`` by more than ``tolerance`` (relative).
+    """True when ``measured`` is worse than ``baseline`` by more than the allowed regression.
 
-    Equality thresholds compare exactly: any change from the baseline value is worse. The
-    tolerance scales with the larger of the baseline and the threshold's ``bound``, so a
-    floating-point error far below its bound (0 or 3e-8 against 1e-4, tolerance 0.1) may
-    drift by up to 1e-5 across machines and library builds without counting as a
-    regression; with a zero baseline and a zero bound, no worsening is allowed.
+    The allowance is ``tolerance * tolerance_base(mode, baseline, bound)``: a fraction of the
+    baseline (``relative``), a distance in the unit (``absolute``) or a fraction of
+    max(|baseline|, |bound|) (``threshold_scaled``). Equality thresholds compare exactly. A
+    zero base (a zero baseline, relative) allows no worsening.
     """
     direction = lower_is_better(op)
     if direction is None:
         return measured != baseline
-    allowed = max(abs(baseline), abs(bound)) * tolerance
+    allowed = tolerance_base(mode, baseline, bound) * tolerance
     loss = measured - baseline if direction else baseline - measured
     return loss > allowed
 
