@@ -426,3 +426,123 @@ def test_disable_gives_base_logits_exactly(gate, request, which):
             claim.measure(differing(model(subject.ids), subject.base))
             adapter_modules(model)[-1][1].enable()  # the last adapter left active
             claim.control("one adapter left active", differing(model(subject.ids), subject.base))
+
+
+# --- Round trips through PEFT's own files and loaders, both directions -----------------------
+
+ROUND_TRIP_METHODS = ("lora", "rslora", "dora")
+
+
+def rewrite_folder(folder: Path, how: str) -> None:
+    """Corrupt a PEFT folder on disk the way a wrong writer would.
+
+    ``transpose``: every square q_proj pair stored as (B^T, A^T), shapes still fit;
+    ``scale``: adapter_config.json's use_rslora flipped (alpha/r against alpha/sqrt(r));
+    ``keys``: q_proj's and o_proj's tensors stored under each other's keys (same shapes).
+    """
+    import json
+
+    weights, config = folder / "adapter_model.safetensors", folder / "adapter_config.json"
+    tensors = load_file(weights)
+    if how == "transpose":
+        for key in [k for k in tensors if "q_proj.lora_A" in k]:
+            b_key = key.replace("lora_A", "lora_B")
+            tensors[key], tensors[b_key] = (
+                tensors[b_key].t().contiguous(),
+                tensors[key].t().contiguous(),
+            )
+    elif how == "keys":
+        for key in [k for k in tensors if "q_proj" in k]:
+            other = key.replace("q_proj", "o_proj")
+            if other in tensors and tensors[other].shape == tensors[key].shape:
+                tensors[key], tensors[other] = tensors[other], tensors[key]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    if how == "scale":
+        cfg = json.loads(config.read_text())
+        cfg["use_rslora"] = not cfg["use_rslora"]
+        config.write_text(json.dumps(cfg))
+
+
+def peft_loads_ours(subject: Subject, folder: Path, expected: torch.Tensor) -> float:
+    """Max abs logit error of PeftModel.from_pretrained(transformers model, folder)."""
+    from peft import PeftModel
+
+    twin = PeftModel.from_pretrained(copy.deepcopy(subject.hf), folder).eval()
+    with torch.no_grad():
+        return (twin(input_ids=subject.ids).logits - expected).abs().max().item()
+
+
+def ours_loads_peft(subject: Subject, folder: Path, expected: torch.Tensor) -> float:
+    """Max abs logit error of assay's load_adapter on a folder PEFT wrote. A refused folder
+    (ConfigError) counts as an error as large as the largest reference logit."""
+    try:
+        model = load_adapter(copy.deepcopy(subject.model), folder)
+    except ConfigError:
+        return expected.abs().max().item()
+    with torch.no_grad():
+        return (model(subject.ids) - expected).abs().max().item()
+
+
+@pytest.mark.parametrize("method", ROUND_TRIP_METHODS)
+def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
+    """assay export --format peft -> PeftModel.from_pretrained, and PEFT save_pretrained ->
+    assay's loader: logits equal the writer's, through the real files only."""
+    from peft import LoraConfig, get_peft_model
+
+    from assay.export import export
+
+    gate.uses(*IMPLEMENTATION, "assay.export")
+    gate.seed(SEED, 8)
+    ours = randomize_adapters(qwen2.fresh(method), seed=8)
+    with torch.no_grad():
+        expected = ours(qwen2.ids)
+    out = gate.claim(
+        f"peft_files.assay_to_peft.{method}",
+        f"{method} on tiny qwen2: assay's `export --format peft` folder loaded by PEFT's "
+        "PeftModel.from_pretrained on transformers gives assay's logits",
+        kind="correctness",
+        threshold=PARITY,
+        unit="max abs error",
+    )
+    export(ours, tmp_path / "ours", "peft")
+    out.measure(peft_loads_ours(qwen2, tmp_path / "ours", expected))
+    for how, name in (
+        ("transpose", "q_proj stored as (B^T, A^T)"),
+        ("scale", "use_rslora flipped in adapter_config.json"),
+        ("keys", "q_proj and o_proj tensors under each other's keys"),
+    ):
+        export(ours, tmp_path / how, "peft")
+        rewrite_folder(tmp_path / how, how)
+        out.control(name, peft_loads_ours(qwen2, tmp_path / how, expected))
+
+    torch.manual_seed(9)
+    config = LoraConfig(
+        r=RANK,
+        lora_alpha=ALPHA,
+        target_modules=list(ours.assay_adapter_spec.targets),
+        use_rslora=method == "rslora",
+        use_dora=method == "dora",
+        lora_dropout=0.0,
+        init_lora_weights=False,  # PEFT's own random A and B, so the adapter is not a no-op
+    )
+    theirs = get_peft_model(copy.deepcopy(qwen2.hf), config).eval()
+    with torch.no_grad():
+        reference = theirs(input_ids=qwen2.ids).logits
+    back = gate.claim(
+        f"peft_files.peft_to_assay.{method}",
+        f"{method}: a folder written by PEFT's save_pretrained (PEFT-initialised A and B), "
+        "loaded by assay's load_adapter, gives PEFT's logits",
+        kind="correctness",
+        threshold=PARITY,
+        unit="max abs error",
+    )
+    theirs.save_pretrained(tmp_path / "peft")
+    back.measure(ours_loads_peft(qwen2, tmp_path / "peft", reference))
+    for how, name in (
+        ("transpose", "q_proj stored as (B^T, A^T)"),
+        ("scale", "use_rslora flipped in adapter_config.json"),
+        ("keys", "q_proj and o_proj tensors under each other's keys"),
+    ):
+        theirs.save_pretrained(tmp_path / f"peft-{how}")
+        rewrite_folder(tmp_path / f"peft-{how}", how)
+        back.control(name, ours_loads_peft(qwen2, tmp_path / f"peft-{how}", reference))

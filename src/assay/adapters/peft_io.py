@@ -115,6 +115,11 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     layers = cfg.get("layers_to_transform")
     layers = list(range(num_layers)) if layers is None else layers
     layers = [layers] if isinstance(layers, int) else layers
+    if cfg.get("use_dora") and cfg.get("use_rslora"):
+        # Found by gate-adapters' PEFT round trip: this used to load with alpha/r, silently.
+        raise ConfigError(
+            f"{where}: use_dora with use_rslora is not supported (DoRA scales by alpha/r)"
+        )
     method = "dora" if cfg.get("use_dora") else "rslora" if cfg.get("use_rslora") else "lora"
     spec = AdapterSpec(method, int(cfg["r"]), float(cfg["lora_alpha"]),
                        tuple(_targets(cfg.get("target_modules"), where)),
