@@ -686,3 +686,103 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         "assay writes llama.cpp's rope_freqs tensor, which transformers' GGUF loader ignores "
         "(logits differ by ~2 on tiny llama3); gate-logits reads those files with assay",
     )
+
+
+# --- Properties measured directly, not only through a parity with the defect as control ------
+
+
+def train_steps(model: torch.nn.Module, ids: torch.Tensor, params: dict, steps: int = 4):
+    """AdamW (weight decay 0.1, so a tensor in the optimizer moves even with a zero gradient)
+    over ``params`` for ``steps`` cross-entropy steps; returns the optimizer."""
+    optimizer = torch.optim.AdamW(list(params.values()), lr=1e-2, weight_decay=0.1)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        ce(model(ids), ids).backward()
+        for p in params.values():
+            if p.grad is None:  # a frozen tensor handed to the optimizer anyway
+                p.grad = torch.zeros_like(p)
+        optimizer.step()
+    return optimizer
+
+
+def lora_fa_a_changes(model: torch.nn.Module, ids: torch.Tensor, params: dict) -> int:
+    """Elements of every LoRA-FA A that differ after training, plus A tensors that have
+    optimizer state or sit in a param group."""
+    a_tensors = [a.lora_A for _, a in adapter_modules(model)]
+    before = [a.detach().clone() for a in a_tensors]
+    optimizer = train_steps(model, ids, params)
+    grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    changed = sum(int((a != b).sum()) for a, b in zip(a_tensors, before, strict=True))
+    held = sum(id(a) in grouped or a in optimizer.state for a in a_tensors)
+    return changed + held
+
+
+def base_digests(model: torch.nn.Module) -> dict[str, str]:
+    """sha256 of the raw bytes of every non-adapter tensor (parameters and buffers)."""
+    import hashlib
+
+    out = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if "lora_" in name or "tiny_" in name:
+            continue
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        out[name] = hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+    return out
+
+
+def test_frozen_tensors_do_not_move(gate, qwen2):
+    """LoRA-FA's A: bit-for-bit unchanged after AdamW steps and absent from the optimizer.
+    The frozen base: byte-identical after LoRA training for every storage."""
+    from assay.train.build import trainable_parameters
+
+    gate.uses(*IMPLEMENTATION, "assay.train.build", "assay.storage.linear", "assay.storage.nf4")
+    gate.seed(SEED, 12)
+
+    def subject(method: str, storage: str = "float32") -> torch.nn.Module:
+        model = assay.load(qwen2.path, storage=storage)
+        model = attach(model, method, rank=RANK, alpha=ALPHA, targets="all-linear", seed=SEED)
+        return randomize_adapters(model, seed=12)
+
+    model = subject("lora_fa")
+    count = sum(a.lora_A.numel() for _, a in adapter_modules(model))
+    fa = gate.claim(
+        "lora_fa.a_frozen",
+        f"LoRA-FA on tiny qwen2, 4 AdamW steps (weight decay 0.1) over the trainer's "
+        f"trainable_parameters: all {count:,} elements of every A bit-for-bit unchanged and no A "
+        "in the optimizer (param groups or state)",
+        kind="correctness",
+        threshold=EXACT,
+        unit="changed A elements + A tensors in the optimizer",
+    )
+    fa.measure(lora_fa_a_changes(model, qwen2.ids, trainable_parameters(model)))
+    model = unfreeze_a(subject("lora_fa"))
+    fa.control("A left trainable", lora_fa_a_changes(model, qwen2.ids, trainable_parameters(model)))
+    model = subject("lora_fa")
+    every = {n: p for n, p in model.named_parameters() if "lora_" in n}
+    fa.control(
+        "A handed to the optimizer (zero gradient, weight decay moves it)",
+        lora_fa_a_changes(model, qwen2.ids, every),
+    )
+
+    for storage in ("float32", "bf16", "nf4", "nf4_double_quant"):
+        model = subject("lora", storage)
+        before = base_digests(model)
+        train_steps(model, qwen2.ids, trainable_parameters(model))
+        after = base_digests(model)
+        claim = gate.claim(
+            f"frozen_base.{storage}",
+            f"LoRA on tiny qwen2 over {storage} storage, 4 AdamW steps: all {len(before)} base "
+            "tensors (weights, packed bytes, scales, norms, embeddings) byte-identical after",
+            kind="correctness",
+            threshold=EXACT,
+            unit="changed base tensors",
+        )
+        claim.measure(sum(before[k] != after.get(k) for k in before))
+        model = subject("lora", storage)
+        model.layers[0].input_layernorm.weight.requires_grad_(True)
+        before = base_digests(model)
+        train_steps(model, qwen2.ids, trainable_parameters(model))
+        after = base_digests(model)
+        claim.control(
+            "layers.0.input_layernorm left trainable", sum(before[k] != after[k] for k in before)
+        )
