@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
@@ -152,7 +152,11 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     weights = folder / WEIGHTS
     if not weights.is_file():
         raise ConfigError(f"{weights}: no such file")
-    with safe_open(weights, framework="pt") as handle:
+    try:
+        handle_cm = safe_open(weights, framework="pt")
+    except SafetensorError as error:  # a torn or truncated file
+        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
+    with handle_cm as handle:
         stored = set(handle.keys())
         missing = sorted(set(expected) - stored)
         extra = sorted(stored - set(expected))
