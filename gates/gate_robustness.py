@@ -191,8 +191,8 @@ def test_faults_inside_writes(gate, tmp_path):
     from assay import faultpoints
     from assay.testing.tiny import save_tiny
 
-    gate.uses("assay.atomic", "assay.train.checkpoint", "assay.adapters.peft_io",
-              "assay.export", "assay.model.gguf_export", "assay.model.loader")  # fmt: skip
+    gate.uses("assay.atomic", "assay.train.checkpoint", "assay.adapters.peft_io", "assay.export",
+              "assay.model.gguf_export", "assay.model.loader", "assay.stream.store")  # fmt: skip
     model_dir = save_tiny("qwen2", tmp_path, seed=0, gguf=False)["hf"]
 
     def fresh(tag: str) -> list:
@@ -268,7 +268,8 @@ def test_faults_inside_writes(gate, tmp_path):
     torn = gate.claim(
         "writes.torn_refused",
         f"{len(cases)} torn files (each file of {len(fresh('n'))} kinds cut to a third, GGUF "
-        "included): the product's reader refuses each with a one-line error naming the file",
+        "and the stream disk store included): the product's reader refuses each with a "
+        "one-line error naming the file",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="torn files not refused cleanly",
@@ -286,7 +287,13 @@ def test_faults_inside_writes(gate, tmp_path):
         + "; ".join(f"{k.name}: ...{e[-110:]}" for k, e in [*in_place_refusals, *short_refusals])
     )
     gate.not_tested(
-        "kill and short writes inside GGUF export",
-        "gguf's GGUFWriter writes the bytes itself (assay renames its temp file into place); "
-        "torn GGUF files are covered by writes.torn_refused",
+        "kill and short writes inside GGUF export and the stream disk store",
+        "gguf's GGUFWriter and safetensors' save_file write those bytes themselves (assay "
+        "renames their temp files into place); torn files of both are in writes.torn_refused",
+    )
+    gate.not_tested(
+        "metrics.jsonl and receipts",
+        "metrics.jsonl is appended line by line and a torn last line is dropped on resume "
+        "(Trainer._truncate_metrics); receipts use assay.qualify's own atomic writer, which "
+        "must not import assay.atomic's torch-free but trainer-side fault points",
     )

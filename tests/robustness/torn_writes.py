@@ -111,7 +111,28 @@ def kinds(root: Path, model_dir: Path) -> list[Kind]:
             (delta.flatten() @ ref.flatten() / (ref.flatten() @ ref.flatten())).item()
         )
 
+    from assay.stream.layout import LayerLayout
+    from assay.stream.store import DiskStore
+
+    layers = [{"w": torch.zeros(8, 8), "b": torch.zeros(8)} for _ in range(2)]
+    layouts = [LayerLayout.of(t) for t in layers]
+    cache, key = root / "stream", "0" * 64
+
+    def write_store(version: int) -> None:
+        for tensors in layers:
+            for t in tensors.values():
+                t.fill_(float(version))
+        DiskStore(cache, key, layouts, layers)
+
+    def read_store() -> int:
+        store = DiskStore(cache, key, layouts, None)  # no tensors: read the cache or refuse
+        out = torch.empty(layouts[1].nbytes, dtype=torch.uint8)
+        store.read_into(1, out, non_blocking=False)
+        return _version_of(layouts[1].views(out)["w"][0, 0].item())
+
     return [
+        Kind("stream disk store", write_store, read_store, "layer-0001.safetensors",
+             lambda: sorted((cache / key[:32]).glob("layer-*")), False),
         Kind("checkpoint", write_checkpoint, read_checkpoint, "latest",
              lambda: sorted(p for p in run.rglob("*") if p.is_file())),
         Kind("peft adapter", lambda v: save_adapter(adapted(v), adapter), read_adapter,
