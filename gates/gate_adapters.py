@@ -8,6 +8,13 @@ after one cross-entropy backward are compared. TinyLoRA has no PEFT twin with th
 (PEFT splits sqrt(S) on both sides): it is compared with a float64 dense computation of the
 delta W it promises. Raw values are compared (absolute error): on the prompt used here our
 SmolLM2 logits equal transformers' bitwise, and the base gap is recorded in a note.
+
+Interop is also claimed through the other implementation's own files and loaders, both ways:
+assay's PEFT folder into PeftModel.from_pretrained and PEFT's save_pretrained folder into
+assay's loader; merged safetensors into transformers, merged GGUF into gguf.GGUFReader and
+transformers' GGUF loader. Their controls corrupt the files on disk (transposed pairs, swapped
+keys, a wrong scale) or the writer (fault ``export.gguf.skip_qk_permute``). Frozen tensors are
+measured directly: LoRA-FA's A bit for bit and absent from the optimizer, every base byte.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ Every comparison is streamed X against resident X with the same storage, adapter
 inputs and thread count, so "equal" means torch.equal, not a tolerance. Adapter B matrices (and
 TinyLoRA vectors) are randomized first, so A's gradients are not zero and a swapped weight
 would show. Controls run the same checks through a deliberately recycled slot: a pool that
-skips the wait and the owner check and hands out whichever slot it used last.
+skips the wait and the owner check and hands out whichever slot it used last. A CPU copy engine
+that delays, tears and reorders copies (assay.testing.copies) stands in for an unsynchronised
+CUDA copy stream, so that a missing wait (fault ``stream.pool.skip_wait``) or a busy slot
+overwritten (``stream.pool.reuse_busy_slot``) shows on CPU too.
 """
 
 from __future__ import annotations
