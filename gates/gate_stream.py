@@ -403,8 +403,17 @@ def plot_depth(depths, streamed, resident) -> Path:
     return out
 
 
+# "late": a prefetched copy lands after the next layer has started (a skipped wait reads stale
+# bytes); "early": copies land while the layer that issued them still computes (a busy slot
+# overwritten corrupts that layer).
+PROFILES = {
+    "late": {"min_delay_s": 0.002, "max_delay_s": 0.008},
+    "early": {"min_delay_s": 0.0, "max_delay_s": 0.002},
+}
+
+
 def delayed_mismatches(path, method: str, storage: str, reference, ids, *, buffers: int = 2,
-                       engine_seed: int = 0, fault: str | None = None,
+                       engine_seed: int = 0, profile: str = "late", fault: str | None = None,
                        delaying: bool = True, refused: list | None = None,
                        wrong_forward: list | None = None) -> int:  # fmt: skip
     """Unequal tensors (logits + gradients) of a streamed run against ``reference``.
@@ -421,7 +430,7 @@ def delayed_mismatches(path, method: str, storage: str, reference, ids, *, buffe
     logits, grads = reference
     streamed = StreamedModel(adapted(path, method, storage, {}), buffers=buffers)
     if delaying:
-        streamed.pool.set_copy_engine(DelayingCopies(engine_seed))
+        streamed.pool.set_copy_engine(DelayingCopies(engine_seed, **PROFILES[profile]))
     armed = faultpoints.inject(fault) if fault else contextlib.nullcontext()
     with armed:
         with torch.no_grad():
@@ -450,15 +459,15 @@ def test_delayed_reordered_copies(gate, tmp_path):
     references = {s: forward_backward(adapted(path, *s, {}), ids) for s in subjects}
     total = sum(1 + len(grads) for _, grads in references.values())
     unequal = sum(
-        delayed_mismatches(path, *s, references[s], ids, buffers=buffers, engine_seed=seed)
+        delayed_mismatches(path, *s, references[s], ids, buffers=buffers, profile=profile)
         for s in subjects
         for buffers in (2, 3)
-        for seed in (0, 1)
+        for profile in PROFILES
     )
     claim = gate.claim(
         "delayed_copies.equal",
-        "tiny llama3 (4 layers), LoRA fp32 and DoRA nf4_dq, 2 and 3 buffers, two delay seeds: "
-        "with copies delayed up to 4 ms, torn into 4 chunks and reordered over 3 workers, "
+        "tiny llama3 (4 layers), LoRA fp32 and DoRA nf4_dq, 2 and 3 buffers: with copies "
+        "delayed 2-8 ms or 0-2 ms, torn into 4 chunks and reordered over 3 workers, "
         f"streamed logits and gradients torch.equal resident ({total} tensors per round)",
         kind="correctness",
         threshold=Threshold("==", 0),
@@ -466,13 +475,14 @@ def test_delayed_reordered_copies(gate, tmp_path):
     )
     claim.measure(unequal)
     blind, refused, wrong = {}, {}, {}
-    for fault, name in (
-        ("stream.pool.skip_wait", "no wait for a prefetched copy before use"),
-        ("stream.pool.reuse_busy_slot", "prefetch overwrites the slot a layer computes from"),
-    ):
+    for fault, name, profile in (
+        ("stream.pool.skip_wait", "no wait for a prefetched copy before use", "late"),
+        ("stream.pool.reuse_busy_slot", "prefetch overwrites the slot a layer computes from",
+         "early"),
+    ):  # fmt: skip
         refused[fault], wrong[fault] = [], []
         claim.control(
-            f"{name} ({fault})",
+            f"{name} ({fault}, {profile} copies)",
             sum(
                 delayed_mismatches(
                     path,
@@ -481,6 +491,7 @@ def test_delayed_reordered_copies(gate, tmp_path):
                     ids,
                     fault=fault,
                     engine_seed=seed,
+                    profile=profile,
                     refused=refused[fault],
                     wrong_forward=wrong[fault],
                 )

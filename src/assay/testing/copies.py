@@ -26,18 +26,26 @@ class DelayingCopies:
     """
 
     def __init__(
-        self, seed: int = 0, *, workers: int = 3, max_delay_s: float = 0.004, chunks: int = 4
+        self,
+        seed: int = 0,
+        *,
+        workers: int = 3,
+        min_delay_s: float = 0.002,
+        max_delay_s: float = 0.008,
+        chunks: int = 4,
     ) -> None:
         self.executor = ThreadPoolExecutor(workers, "assay-delayed-copy")
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
-        self.max_delay_s, self.chunks = max_delay_s, chunks
+        # The floor keeps a prefetched copy late even when a layer computes in under a
+        # millisecond, so a read that skips the wait finds stale bytes most of the time.
+        self.min_delay_s, self.max_delay_s, self.chunks = min_delay_s, max_delay_s, chunks
         self.copies = 0
 
     def submit(self, store, layer: int, buffer: torch.Tensor, done: Callable[[], None]) -> Future:
         """Copy ``layer`` into ``buffer`` late and in pieces, then call ``done``."""
         with self.lock:
-            delay = self.rng.uniform(0.0, self.max_delay_s)
+            delay = self.rng.uniform(self.min_delay_s, self.max_delay_s)
             pauses = [self.rng.uniform(0.0, self.max_delay_s / self.chunks)
                       for _ in range(self.chunks)]  # fmt: skip
             self.copies += 1
