@@ -192,7 +192,8 @@ def test_faults_inside_writes(gate, tmp_path):
     from assay.testing.tiny import save_tiny
 
     gate.uses("assay.atomic", "assay.train.checkpoint", "assay.adapters.peft_io", "assay.export",
-              "assay.model.gguf_export", "assay.model.loader", "assay.stream.store")  # fmt: skip
+              "assay.model.gguf_export", "assay.model.loader", "assay.stream.store",
+              "assay.train.loop")  # fmt: skip
     model_dir = save_tiny("qwen2", tmp_path, seed=0, gguf=False)["hf"]
 
     def fresh(tag: str) -> list:
@@ -292,8 +293,49 @@ def test_faults_inside_writes(gate, tmp_path):
         "renames their temp files into place); torn files of both are in writes.torn_refused",
     )
     gate.not_tested(
-        "metrics.jsonl and receipts",
-        "metrics.jsonl is appended line by line and a torn last line is dropped on resume "
-        "(Trainer._truncate_metrics), not measured here; receipts are written by assay.qualify's "
-        "own atomic writer, which these fault points do not reach",
+        "receipts",
+        "receipts are written by assay.qualify's own atomic writer, which these fault points "
+        "do not reach",
+    )
+
+    # metrics.jsonl is appended a line per step: a kill mid-append leaves a torn last line,
+    # which a resume must drop while keeping every complete line up to the checkpoint step.
+    import json
+    import types
+
+    from assay.train.loop import METRICS, Trainer
+
+    def metrics_after_resume(cut: int, reader) -> int:
+        """Complete lines lost (or a refusal, counted as all 6) after resuming at step 5."""
+        run = tmp_path / f"metrics-{cut}-{reader.__name__}"
+        run.mkdir()
+        lines = "".join(json.dumps({"step": i, "loss": 1.0 / i}) + "\n" for i in range(1, 8))
+        cut_at = len(lines) - cut
+        (run / METRICS).write_text(lines[:cut_at])
+        try:
+            reader(types.SimpleNamespace(out_dir=run), 5)
+            kept = [json.loads(x)["step"] for x in (run / METRICS).read_text().splitlines()]
+        except ValueError:
+            return 6
+        return sum(step not in kept for step in range(1, 6)) + sum(step > 5 for step in kept)
+
+    def unguarded(trainer, step: int) -> None:
+        """A resume that parses every line and keeps those up to ``step``."""
+        path = trainer.out_dir / METRICS
+        kept = [x for x in path.read_text().splitlines() if json.loads(x)["step"] <= step]
+        path.write_text("".join(f"{x}\n" for x in kept))
+
+    cuts = (5, 17, 30)  # bytes missing from the end: each tears the 7th line at a new place
+    metrics = gate.claim(
+        "writes.metrics_torn_line",
+        f"metrics.jsonl with its last line torn at {len(cuts)} places, resumed at step 5: every "
+        "complete line of steps 1-5 kept, the torn line and later steps dropped",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="lines wrongly kept or lost",
+    )
+    metrics.measure(sum(metrics_after_resume(c, Trainer._truncate_metrics) for c in cuts))
+    metrics.control(
+        "resume that parses every line (no torn-line guard)",
+        sum(metrics_after_resume(c, unguarded) for c in cuts),
     )
