@@ -122,7 +122,11 @@ def test_smollm2_logits_match_transformers(gate):
         gate.not_tested(
             "CUDA", "this run measured on CPU; run with --gate-device cuda on a GPU box"
         )
-    gate.not_tested("bf16 compute", "parity is claimed for fp32 compute only")
+    gate.not_tested(
+        "bf16 compute on SmolLM2",
+        "bf16 is claimed on the tiny families (test_bf16_compute_upcasts): RMSNorm bitwise, "
+        "attention within 1 bf16 ulp of float64, logits against transformers in bf16",
+    )
     gate.not_tested(
         "Mistral sliding window",
         "tiny prompts are shorter than the 4096-token window, so the window mask never bites",
@@ -179,3 +183,147 @@ def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
             compare(perturb_one_norm(assay.load(paths[fmt])), reference, batches, gate.device)[0],
         )
         gate.note(f"{family} {fmt}: max abs {worst:.3g}, max scaled {scaled:.3g}")
+
+
+BF16_LOGITS = Threshold("<=", 0.007, tolerance=0.1)
+
+
+def _norm_inputs(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The bf16 input every RMSNorm of ``model`` sees in one forward, by module name."""
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        module.register_forward_pre_hook(
+            lambda _m, args, name=name: seen.__setitem__(name, args[0])
+        )
+        for name, module in model.named_modules()
+        if name.endswith("norm")
+    ]
+    with torch.no_grad():
+        model(ids)
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
+def norm_mismatches(model, hf, ids: torch.Tensor) -> tuple[int, int]:
+    """Elements where assay's RMSNorm and transformers' differ on the same bf16 inputs."""
+    bad = total = 0
+    with torch.no_grad():
+        for name, x in _norm_inputs(model, ids).items():
+            ours = model.get_submodule(name)(x)
+            theirs = hf.model.get_submodule(name)(x)
+            bad += int((ours != theirs).sum())
+            total += x.numel()
+    return bad, total
+
+
+def attention_ulps(model, ids: torch.Tensor) -> float:
+    """Worst error of every layer's bf16 attention output (before o_proj) against a float64
+    attention of the same bf16 q, k, v, in units of bf16 spacing at the reference's size."""
+    from assay.model.decoder import apply_rope
+
+    c = model.config
+    b, t = ids.shape
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(key):
+        return lambda _m, args, out: seen.__setitem__(key, args[0] if key == "o" else out)
+
+    worst = 0.0
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    with torch.no_grad():
+        _, rope, _ = model.prepare(ids)
+        for layer in model.layers:
+            attn = layer.self_attn
+            hooks = [
+                getattr(attn, f"{key}_proj").register_forward_hook(keep(key))
+                for key in ("q", "k", "v")
+            ] + [attn.o_proj.register_forward_hook(keep("o"))]
+            model(ids)
+            for hook in hooks:
+                hook.remove()
+            q = seen["q"].view(b, t, c.num_heads, c.head_dim).transpose(1, 2)
+            k = seen["k"].view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+            v = seen["v"].view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            group = c.num_heads // c.num_kv_heads
+            q, k, v = (z.double() for z in (q, k.repeat_interleave(group, 1),
+                                            v.repeat_interleave(group, 1)))  # fmt: skip
+            scores = (q @ k.transpose(-1, -2)) * c.head_dim**-0.5
+            probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)
+            ref = (probs @ v).transpose(1, 2).reshape(b, t, -1)
+            exponent = torch.floor(torch.log2(ref.abs().clamp_min(1e-30)))
+            spacing = torch.finfo(torch.bfloat16).eps * torch.exp2(exponent)
+            worst = max(worst, ((seen["o"].double() - ref).abs() / spacing).max().item())
+    return worst
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama3"])
+def test_bf16_compute_upcasts(gate, family, tmp_path):
+    """bf16 compute on CPU: the fp32 upcasts of RMSNorm and attention are where bf16 differs."""
+    from transformers import AutoModelForCausalLM
+
+    from assay import faultpoints
+    from assay.testing.tiny import save_tiny
+
+    gate.uses(*IMPLEMENTATION, "assay.faultpoints", "assay.testing.tiny")
+    seed = {"qwen2": 0, "llama3": 2}[family]
+    gate.seed(seed)
+    path = save_tiny(family, tmp_path, seed=seed, gguf=False)["hf"]
+    hf = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.bfloat16, attn_implementation="eager"
+    ).eval()
+    ids = torch.from_numpy(np.random.default_rng(seed).integers(0, 320, (2, 96)))
+    model = assay.load(path, dtype=torch.bfloat16)
+    assert model.embed_tokens.weight.dtype == torch.bfloat16
+
+    bad, total = norm_mismatches(model, hf, ids)
+    norm = gate.claim(
+        f"bf16.rmsnorm.{family}",
+        f"tiny {family} in bf16: every RMSNorm equals transformers' bitwise on the bf16 "
+        f"hidden states it sees ({total:,} values)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="unequal values",
+    )
+    norm.measure(bad)
+    with faultpoints.inject("model.rmsnorm.skip_upcast"):
+        norm.control("RMSNorm without the fp32 upcast", norm_mismatches(model, hf, ids)[0])
+
+    attention = gate.claim(
+        f"bf16.attention.{family}",
+        f"tiny {family} in bf16: every layer's attention output is within 1 bf16 ulp of a "
+        "float64 attention over the same bf16 q, k, v (scores and softmax run in fp32)",
+        kind="correctness",
+        threshold=Threshold("<=", 1.0),
+        unit="bf16 ulps",
+    )
+    attention.measure(attention_ulps(model, ids))
+    with faultpoints.inject("model.attention.skip_upcast"):
+        attention.control("scores and softmax in bf16", attention_ulps(model, ids))
+
+    with torch.no_grad():
+        reference = hf(input_ids=ids).logits.float()
+
+        def mean_error() -> float:
+            return (model(ids) - reference).abs().mean().item()
+
+        logits = gate.claim(
+            f"bf16.logits.{family}",
+            f"tiny {family}: assay's bf16 logits against transformers' bf16 (eager attention, "
+            f"fp32 softmax) on {ids.numel()} tokens",
+            kind="correctness",
+            threshold=BF16_LOGITS,
+            unit="mean abs error",
+        )
+        logits.measure(mean_error())
+        with faultpoints.inject("model.rmsnorm.skip_upcast"):
+            logits.control("RMSNorm without the fp32 upcast", mean_error())
+        with faultpoints.inject("model.attention.skip_upcast"):
+            blind = mean_error()
+    gate.note(
+        f"bf16 {family}: with scores and softmax in bf16 the logits' mean error is {blind:.4g} "
+        f"(bound {BF16_LOGITS.value}), so whole-model logits cannot see the attention upcast on "
+        "CPU; the attention claim measures it directly. transformers' eager attention rounds "
+        "q k^T to bf16 before its fp32 softmax, so bf16 logits differ by bf16 noise, not bitwise."
+    )

@@ -118,3 +118,12 @@ def test_nothing_to_save_is_a_config_error(fresh, tmp_path):
         save_adapter(attach(fresh(), "full"), tmp_path)
     with pytest.raises(ConfigError, match="not an adapter folder"):
         load_adapter(fresh(), tmp_path)
+
+
+def test_dora_with_rslora_scaling_is_refused_not_loaded_with_alpha_over_r(fresh, tmp_path):
+    save_adapter(attach(fresh(), "dora", rank=4), tmp_path)
+    (tmp_path / "assay_adapter.json").unlink()  # as PEFT writes it: no assay sidecar
+    path = tmp_path / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "use_rslora": True}))
+    with pytest.raises(ConfigError, match="use_dora with use_rslora is not supported"):
+        load_adapter(fresh(), tmp_path)

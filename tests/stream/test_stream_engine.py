@@ -193,3 +193,33 @@ def test_kept_mode_backward_reads_weights_fetched_again_not_the_forward_slots(ti
     s_grads = torch.autograd.grad(loss, [p for _, p in params])
     for (name, _), g in zip(params, s_grads, strict=True):
         assert torch.equal(grads[name.removeprefix("model.")], g), name
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "keep-activations"])
+def test_delayed_torn_reordered_copies_change_nothing(tiny_models, recompute):
+    from assay.testing.copies import DelayingCopies
+
+    path = tiny_models["qwen2"]["hf"]
+    ids = torch.randint(0, 320, (2, 24), generator=torch.Generator().manual_seed(0))
+    logits, grads = _loss_and_grads(_model(path, "lora", "float32", {}), ids)
+    streamed = StreamedModel(_model(path, "lora", "float32", {}), buffers=2, recompute=recompute)
+    engine = DelayingCopies(seed=1)
+    streamed.pool.set_copy_engine(engine)
+    s_logits, s_grads = _loss_and_grads(streamed, ids)
+    assert engine.copies == streamed.pool.fetches >= 2  # every fetch went through it
+    assert torch.equal(logits, s_logits)
+    assert all(torch.equal(grads[n], s_grads[n]) for n in grads)
+
+
+def test_a_torn_disk_shard_is_rebuilt_or_refused(tiny_models, tmp_path):
+    from assay.stream.store import DiskStore
+
+    path = tiny_models["qwen2"]["hf"]
+    first = StreamedModel(assay.load(path), tier="disk", cache_dir=tmp_path)
+    shard = first.store.directory / "layer-0001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:100])
+    key = first.store.directory.name
+    with pytest.raises(StreamError.__mro__[1], match="no valid stream cache"):
+        DiskStore(tmp_path, key + "0" * 32, first.layouts, None)
+    again = StreamedModel(assay.load(path), tier="disk", cache_dir=tmp_path)
+    assert not again.store.reused  # rebuilt from the model's tensors

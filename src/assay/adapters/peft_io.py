@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from assay.adapter_registry import PEFT_METHODS
@@ -115,6 +115,11 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     layers = cfg.get("layers_to_transform")
     layers = list(range(num_layers)) if layers is None else layers
     layers = [layers] if isinstance(layers, int) else layers
+    if cfg.get("use_dora") and cfg.get("use_rslora"):
+        # Found by gate-adapters' PEFT round trip: this used to load with alpha/r, silently.
+        raise ConfigError(
+            f"{where}: use_dora with use_rslora is not supported (DoRA scales by alpha/r)"
+        )
     method = "dora" if cfg.get("use_dora") else "rslora" if cfg.get("use_rslora") else "lora"
     dropout = float(cfg.get("lora_dropout") or 0.0)
     spec = AdapterSpec(method, int(cfg["r"]), float(cfg["lora_alpha"]),
@@ -149,7 +154,11 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     weights = folder / WEIGHTS
     if not weights.is_file():
         raise ConfigError(f"{weights}: no such file")
-    with safe_open(weights, framework="pt") as handle:
+    try:
+        handle_cm = safe_open(weights, framework="pt")
+    except SafetensorError as error:  # a torn or truncated file
+        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
+    with handle_cm as handle:
         stored = set(handle.keys())
         missing = sorted(set(expected) - stored)
         extra = sorted(stored - set(expected))

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
@@ -64,7 +64,11 @@ def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     weights = folder / WEIGHTS
     if not weights.is_file():
         raise ConfigError(f"{weights}: no such file")
-    with safe_open(weights, framework="pt") as handle, torch.no_grad():
+    try:
+        opened = safe_open(weights, framework="pt")
+    except SafetensorError as error:  # a torn or truncated file
+        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
+    with opened as handle, torch.no_grad():
         stored = set(handle.keys())
         missing, extra = sorted(set(expected) - stored), sorted(stored - set(expected))
         if missing or extra:

@@ -4,18 +4,34 @@ On CUDA a copy stream fills slots and events order the copy against the compute 
 or last read the slot. On CPU a background thread fills them. Either way ``use(i)`` waits for
 layer i's copy, then checks that the slot really holds layer i and raises otherwise: a slot
 recycled too early is an error, never silently wrong numbers.
+
+The CPU copies go through a copy engine (``submit(store, layer, buffer, done) -> Future``).
+The default runs them in order on one thread; gates swap in ``assay.testing.copies``'s
+delaying engine (``set_copy_engine``), which delays, tears and reorders copies so that a
+missing wait or a reused busy slot shows as wrong numbers, as it would on a CUDA copy stream.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
 from assay.errors import AssayError
+from assay.faultpoints import armed, declare
 from assay.stream.layout import LayerLayout
+
+SKIP_WAIT = declare(
+    "stream.pool.skip_wait",
+    "use() reads a prefetched slot without waiting for its copy (the owner check sees only "
+    "the request, as on CUDA where a slot is marked loaded when its copy is issued)",
+)
+REUSE_BUSY = declare(
+    "stream.pool.reuse_busy_slot",
+    "prefetch overwrites the most recently used slot even while a layer computes from it",
+)
 
 
 class StreamError(AssayError):
@@ -35,6 +51,22 @@ class Slot:
         self.last_used = -1
 
 
+class ThreadCopies:
+    """The default CPU copy engine: copies run in issue order on one background thread."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(1, "assay-prefetch")
+
+    def submit(self, store, layer: int, buffer: torch.Tensor, done: Callable[[], None]) -> Future:
+        """Copy ``layer`` from ``store`` into ``buffer``, then call ``done`` (on the worker)."""
+
+        def copy() -> None:
+            store.read_into(layer, buffer, non_blocking=False)
+            done()
+
+        return self.executor.submit(copy)
+
+
 class SlotPool:
     """Device slots sized for the largest layer; ``use(i)`` yields layer i's tensors."""
 
@@ -48,7 +80,7 @@ class SlotPool:
         self.slots = [Slot(k, self.slot_bytes, device) for k in range(buffers)]
         self.cuda = device.type == "cuda"
         self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
-        self.worker = None if self.cuda else ThreadPoolExecutor(1, "assay-prefetch")
+        self.copies = None if self.cuda else ThreadCopies()
         self.clock = 0
         self.fetches = 0
 
@@ -60,7 +92,15 @@ class SlotPool:
     def _holder(self, layer: int) -> Slot | None:
         return next((s for s in self.slots if s.requested == layer), None)
 
+    def set_copy_engine(self, engine) -> None:
+        """Route CPU copies through ``engine`` (an object with ThreadCopies' ``submit``)."""
+        if self.cuda:
+            raise AssayError("a copy engine replaces CPU copies only; CUDA uses a copy stream")
+        self.copies = engine
+
     def _victim(self) -> Slot:
+        if armed(REUSE_BUSY):
+            return max(self.slots, key=lambda s: s.last_used)
         free = [s for s in self.slots if not s.in_use]
         if not free:
             raise StreamError("every stream slot is in use; increase stream.buffers")
@@ -82,12 +122,10 @@ class SlotPool:
                 slot.ready.record(self.copy_stream)
             slot.loaded = layer  # ordered by slot.ready, which every reader waits on
         else:
-            slot.pending = self.worker.submit(self._copy, slot, layer)
+            slot.pending = self.copies.submit(
+                self.store, layer, slot.buffer, lambda: setattr(slot, "loaded", layer)
+            )
         return slot
-
-    def _copy(self, slot: Slot, layer: int) -> None:
-        self.store.read_into(layer, slot.buffer, non_blocking=False)
-        slot.loaded = layer
 
     def _wait(self, slot: Slot) -> None:
         if slot.pending is not None:
@@ -109,9 +147,13 @@ class SlotPool:
 
         Starts prefetching ``next_layer`` into another slot before yielding.
         """
+        # The fault skips only the wait for a copy an earlier call issued (the prefetch that
+        # "must have landed by now"); one issued right here is waited for even then.
+        skip = armed(SKIP_WAIT) and self._holder(layer) is not None
         slot = self.prefetch(layer)
-        self._wait(slot)
-        if slot.loaded != layer or slot.requested != layer:
+        if not skip:
+            self._wait(slot)
+        if (slot.loaded != layer and not skip) or slot.requested != layer:
             raise StreamError(
                 f"stream slot {slot.index} holds layer {slot.loaded}, expected layer {layer}"
             )

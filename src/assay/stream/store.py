@@ -91,7 +91,7 @@ class DiskStore:
         self.directory = root / key[:32]
         self.nbytes = sum(layout.nbytes for layout in layouts)
         manifest = self.directory / "manifest.json"
-        self.reused = self._manifest_matches(manifest, key)
+        self.reused = self._manifest_matches(manifest, key) and self._shards_intact()
         if not self.reused:
             if layers is None:
                 raise AssayError(f"{self.directory}: no valid stream cache and no tensors to write")
@@ -103,6 +103,20 @@ class DiskStore:
             return json.loads(manifest.read_text())["key"] == key
         except (OSError, ValueError, KeyError):
             return False
+
+    def _shards_intact(self) -> bool:
+        """Every shard is present and as long as its header says (a torn one is rewritten)."""
+        try:
+            for i in range(len(self.layouts)):
+                path = self._shard(i)
+                with path.open("rb") as handle:
+                    header_len = int.from_bytes(handle.read(8), "little")
+                    end = json.loads(handle.read(header_len))["block"]["data_offsets"][1]
+                if path.stat().st_size < 8 + header_len + end:
+                    return False
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return False
+        return True
 
     def _shard(self, index: int) -> Path:
         return self.directory / f"layer-{index:04d}.safetensors"
@@ -126,10 +140,15 @@ class DiskStore:
 
     def _map(self, index: int) -> np.memmap:
         path = self._shard(index)
-        with path.open("rb") as handle:
-            header_len = int.from_bytes(handle.read(8), "little")
-            header = json.loads(handle.read(header_len))
-        start, end = header["block"]["data_offsets"]
+        try:
+            with path.open("rb") as handle:
+                header_len = int.from_bytes(handle.read(8), "little")
+                header = json.loads(handle.read(header_len))
+            start, end = header["block"]["data_offsets"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise AssayError(f"{path}: unreadable stream shard ({error})") from None
+        if path.stat().st_size < 8 + header_len + end:
+            raise AssayError(f"{path}: stream shard is truncated (torn write); delete the cache")
         if end - start != self.layouts[index].nbytes:
             raise AssayError(
                 f"{path}: block holds {end - start} bytes, layout needs "
