@@ -266,7 +266,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
     from assay import faultpoints
     from assay.testing.tiny import save_tiny
 
-    gate.uses(*IMPLEMENTATION, "assay.faultpoints", "assay.testing.tiny")
+    gate.uses(*CODE["hf"], "assay.faultpoints", "assay.testing.tiny")
     seed = {"qwen2": 0, "llama3": 2}[family]
     gate.seed(seed)
     path = save_tiny(family, tmp_path, seed=seed, gguf=False)["hf"]

@@ -218,6 +218,8 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
         with faultpoints.inject(fault):
             missed = [c for c in cases if not tamper_cases.detected(tmp_path / fault / c, c)]
         claim.control(f"verify with fault {fault} armed", len(missed))
+
+
 def test_faults_inside_writes(gate, tmp_path):
     """Kills half-way through a file, short writes, and torn files, for every file kind the
     product writes: the last good version survives and a torn file is refused in one line."""
