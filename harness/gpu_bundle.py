@@ -160,9 +160,9 @@ def slim_bitsandbytes(wheel: Path, dest: Path, keep_cuda: tuple[str, ...]) -> di
 def build_assay_wheel(dest: Path) -> Path:
     """assay as a wheel (no deps) built from this tree, so the pytest11 entry point exists."""
     with tempfile.TemporaryDirectory() as tmp:
+        pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-            + ["-w", tmp, str(ROOT)],
+            [*pip, "-w", tmp, str(ROOT)],
             check=True,
             cwd=tmp,
         )
@@ -259,7 +259,11 @@ def build(args: argparse.Namespace) -> int:
             "bitsandbytes_slim": slim,
             "travel_model": travel,
             "files": [
-                {"path": str(p.relative_to(kit)), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+                {
+                    "path": str(p.relative_to(kit)),
+                    "bytes": p.stat().st_size,
+                    "sha256": sha256_file(p),
+                }
                 for p in sorted(kit.rglob("*"))
                 if p.is_file() and p.name != "manifest.json"
             ],
@@ -284,18 +288,28 @@ def build(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python harness/gpu_bundle.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python harness/gpu_bundle.py", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--out", type=Path, default=ROOT / "build" / "gpu-kit", help="kit folder")
     p.add_argument("--wheels-from", type=Path, help="take wheels from DIR instead of pip download")
     p.add_argument("--cache", type=Path, default=ROOT / "build" / "wheel-cache")
-    p.add_argument("--bnb-cuda", nargs="+", default=list(BNB_KEEP_DEFAULT), metavar="VER",
-                   help="CUDA kernel libraries of bitsandbytes to keep (default: 130 132)")
+    p.add_argument(
+        "--bnb-cuda",
+        nargs="+",
+        default=list(BNB_KEEP_DEFAULT),
+        metavar="VER",
+        help="CUDA kernel libraries of bitsandbytes to keep (default: 130 132)",
+    )
     p.add_argument("--keep-full-bnb", action="store_true", help="carry the unslimmed wheel")
     p.add_argument("--no-assay-wheel", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-skeleton", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--skeleton-from", type=Path, help="GGUF to skeletonise (default: SmolLM2)")
-    p.add_argument("--no-fingerprint", action="store_true",
-                   help="skip rebuilding the travel model here to record its sha256")
+    p.add_argument(
+        "--no-fingerprint",
+        action="store_true",
+        help="skip rebuilding the travel model here to record its sha256",
+    )
     p.add_argument("--limit-mib", type=int, default=CARRY_LIMIT // MIB)
     p.add_argument("--check-only", action="store_true", help="re-check an existing kit's size")
     return p

@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m assay.testing.travel SKELETON OUT.gguf [--seed N]``: rebuild on the box."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m assay.testing.travel", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m assay.testing.travel", description=main.__doc__
+    )
     parser.add_argument("skeleton", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--seed", type=int, default=0)
