@@ -237,7 +237,10 @@ def build(args: argparse.Namespace) -> int:
         source = args.wheels_from
         if source is None:
             source = args.cache
-            download_wheels(source)
+            try:
+                wheels = pick_wheels(source)  # a complete cache is reused without the network
+            except BundleError:
+                download_wheels(source)
         wheels = pick_wheels(source)
         slim = None
         for name, wheel in wheels.items():
