@@ -329,7 +329,7 @@ def test_throughput_against_ceiling_and_peft(gate):
             if round_ >= 2:
                 times[name].append(seconds)
 
-    def stalled(seconds: float) -> float:  # control subject: every layer waits on the GPU
+    def stalled() -> float:  # control subject: every layer waits on the GPU
         handles = [
             layer.register_forward_pre_hook(lambda *_: torch.cuda._sleep(50_000_000))
             for layer in subjects["assay"].model.layers
@@ -356,7 +356,7 @@ def test_throughput_against_ceiling_and_peft(gate):
         unit="fraction of ceiling",
     )
     frac.measure(fraction)
-    slow = stalled(median["assay"])
+    slow = stalled()
     frac.control("every layer stalled 50M GPU cycles", flops / slow / 1e12 / ceiling)
     versus = gate.claim(
         "throughput.vs_peft",
