@@ -160,12 +160,10 @@ def slim_bitsandbytes(wheel: Path, dest: Path, keep_cuda: tuple[str, ...]) -> di
 def build_assay_wheel(dest: Path) -> Path:
     """assay as a wheel (no deps) built from this tree, so the pytest11 entry point exists."""
     with tempfile.TemporaryDirectory() as tmp:
-        pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        subprocess.run(
-            [*pip, "-w", tmp, str(ROOT)],
-            check=True,
-            cwd=tmp,
-        )
+        pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp, str(ROOT)]
+        # the installed setuptools first (offline); an isolated build only where it is missing
+        if subprocess.run([*pip, "--no-build-isolation"], cwd=tmp, check=False).returncode:
+            subprocess.run(pip, cwd=tmp, check=True)
         (built,) = Path(tmp).glob("assay-*.whl")
         return Path(shutil.copy2(built, dest / built.name))
 
