@@ -20,7 +20,6 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from assay.qualify import Threshold
 
@@ -198,55 +197,15 @@ def test_nf4_backward_through_recycled_slots(gate):
     )
 
 
-def _stream_pair(layers: int = 6):
-    from assay.adapters import attach
-    from assay.adapters.perturb import randomize_adapters
-    from assay.testing.tiny import smollm2_shaped
-
-    def build():
-        model = attach(
-            smollm2_shaped(layers, seed=1), "lora", rank=8, alpha=16, targets="all-linear"
-        )
-        return randomize_adapters(model, seed=2)
-
-    return build(), build()
-
-
-def _grads_and_logits(runner, params, ids):
-    logits = runner(ids[:, :-1])
-    F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten()).backward()
-    torch.cuda.synchronize()
-    out = [logits.detach().float().cpu(), *(p.grad.detach().float().cpu() for p in params)]
-    for p in params:
-        p.grad = None
-    return out
-
-
-def _relative_error(got, want) -> float:
-    return max(
-        float((g - w).abs().max() / w.abs().max().clamp_min(1e-30))
-        for g, w in zip(got, want, strict=True)
-    )
-
-
 def test_copy_stream_waits_before_slot_reuse(gate):
     needs_cuda(gate, "stream.copy_race")
-    from assay.faultpoints import inject
-    from assay.stream import StreamedModel
+    from assay.bench.stream_race import stream_errors
     from assay.stream.pool import SKIP_WAIT
 
-    gate.uses("assay.stream.pool", "assay.stream.engine", "assay.stream.store")
-    resident, streamed_base = _stream_pair()
-    resident.to("cuda")
-    streamed = StreamedModel(streamed_base, buffers=2, device="cuda")
+    gate.uses("assay.stream.pool", "assay.stream.engine", "assay.bench.stream_race")
     # Stall the compute stream at every layer so the host runs ahead and the copy stream
     # reaches a slot while kernels that read it are still queued: the race has room to show.
-    for layer in streamed_base.layers:
-        layer.register_forward_pre_hook(lambda *_: torch.cuda._sleep(2_000_000))
-    ids = torch.randint(0, 49152, (2, 513), generator=torch.Generator().manual_seed(3)).cuda()
-    want = _grads_and_logits(resident, [p for p in resident.parameters() if p.requires_grad], ids)
-    trainable = [p for p in streamed_base.parameters() if p.requires_grad]
-    gate.note(f"stream store: {streamed.store.describe()}")
+    errors = stream_errors("cuda", stall_cycles=2_000_000, faults=(SKIP_WAIT,))
     claim = gate.claim(
         "stream.copy_race",
         "Streamed logits and LoRA grads (2 slots, copy stream, stalled compute) equal resident",
@@ -254,12 +213,8 @@ def test_copy_stream_waits_before_slot_reuse(gate):
         threshold=Threshold("<=", 1e-5),
         unit="max relative error",
     )
-    claim.measure(_relative_error(_grads_and_logits(streamed, trainable, ids), want))
-    with inject(SKIP_WAIT):
-        broken = _grads_and_logits(streamed, trainable, ids)
-    claim.control(
-        "copy stream does not wait for the slot's last reader", _relative_error(broken, want)
-    )
+    claim.measure(errors["clean"])
+    claim.control("copy stream does not wait for the slot's last reader", errors[SKIP_WAIT])
 
 
 def _perturbed_norm(model):
