@@ -23,6 +23,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+PY=${PYTHON:-$(command -v python3 || command -v python)}
 
 # --- gate option names: the ONE place to switch them (--gate-receipts etc. once they land) ---
 OPT_DEVICE=--gate-device
@@ -73,11 +74,11 @@ say "dry_run=$DRY device=$DEVICE gates: $GATES"
 if [ $DRY = 1 ]; then
     say "building the kit"
     # shellcheck disable=SC2086  # ASSAY_BUNDLE_ARGS: extra options, split on spaces (tests)
-    python harness/gpu_bundle.py --out "$KIT" ${ASSAY_WHEELS_FROM:+--wheels-from "$ASSAY_WHEELS_FROM"} \
+    "$PY" harness/gpu_bundle.py --out "$KIT" ${ASSAY_WHEELS_FROM:+--wheels-from "$ASSAY_WHEELS_FROM"} \
         ${ASSAY_BUNDLE_ARGS:-} \
         || { say "kit build failed or does not fit"; exit 1; }
 fi
-python - "$KIT" <<'EOF' || { say "the kit does not match its manifest"; exit 1; }
+"$PY" - "$KIT" <<'EOF' || { say "the kit does not match its manifest"; exit 1; }
 import hashlib, json, sys
 from pathlib import Path
 kit = Path(sys.argv[1])
@@ -101,21 +102,40 @@ if [ $DRY = 1 ]; then
         TAGS="$TAGS --platform $p"
     done
     # shellcheck disable=SC2086
-    python -m pip install -q --no-deps --no-index --target "$SITE" --python-version 3.12 \
+    "$PY" -m pip install -q --no-deps --no-index --target "$SITE" --python-version 3.12 \
         --implementation cp $TAGS --only-binary=:all: "$KIT"/wheels/*.whl \
         || { say "the carried wheels do not install for cp312"; exit 1; }
     say "wheels install for cp312 manylinux: $(ls "$SITE" | grep -c dist-info) distributions"
     export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
 else
-    python -m pip install -q --no-deps --no-index --target "$SITE" "$KIT"/wheels/*.whl \
+    # Only what the box lacks: a carried wheel of a project the box already has would shadow
+    # it (PYTHONPATH comes before site-packages).
+    WANT=$("$PY" - "$KIT"/wheels/*.whl <<'EOF'
+import importlib.metadata as md, re, sys
+for wheel in sys.argv[1:]:
+    name = re.sub(r"[-_.]+", "-", wheel.rsplit("/", 1)[-1].split("-")[0]).lower()
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        have = None
+    if have is None or name in ("assay", "bitsandbytes", "gguf", "jsonschema"):
+        print(wheel)
+    else:
+        print(f"box has {name} {have}; not installing", file=sys.stderr)
+EOF
+)
+    # shellcheck disable=SC2086
+    "$PY" -m pip install -q --no-deps --no-index --target "$SITE" $WANT \
+        || "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$SITE" $WANT \
         || { say "wheel install failed"; exit 1; }
+    say "installed into $SITE: $(echo $WANT | wc -w) wheels"
     export PYTHONPATH=$ROOT/src:$SITE${PYTHONPATH:+:$PYTHONPATH}
 fi
 
 {
     echo "date: $(date -u +%FT%TZ)"
-    python -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
-    python -c 'import bitsandbytes, gguf, jsonschema; print("bitsandbytes", bitsandbytes.__version__, "gguf ok, jsonschema", jsonschema.__version__)' 2>&1 | tail -1
+    "$PY" -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
+    "$PY" -c 'import bitsandbytes, gguf, jsonschema; print("bitsandbytes", bitsandbytes.__version__, "gguf ok, jsonschema", jsonschema.__version__)' 2>&1 | tail -1
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
     nproc
 } > "$OUTDIR/environment.txt"
@@ -123,9 +143,9 @@ cat "$OUTDIR/environment.txt"
 
 # 3. travelling weights -------------------------------------------------------------------------
 TRAVEL=$WORK/smollm2-travel-seed0.gguf
-python -m assay.testing.travel "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
+"$PY" -m assay.testing.travel "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
     || { say "could not rebuild the travelling weights"; exit 1; }
-python - "$KIT" "$TRAVEL" <<'EOF'
+"$PY" - "$KIT" "$TRAVEL" <<'EOF'
 import hashlib, json, sys
 from pathlib import Path
 want = json.loads((Path(sys.argv[1]) / "manifest.json").read_text())["travel_model"].get("sha256")
@@ -150,7 +170,7 @@ run_gate() {  # run_gate NAME THREADS [CAP]: timeout = what is left of the budge
     begun=$(date +%s)
     say "gate $name: start (timeout ${timeout}s, $threads threads)"
     OMP_NUM_THREADS=$threads timeout -s INT -k 20 "$timeout" \
-        python -m pytest -p no:cacheprovider -q "gates/gate_$name.py" \
+        "$PY" -m pytest -p no:cacheprovider -q "gates/gate_$name.py" \
         "$OPT_DEVICE" "$DEVICE" "$OPT_RECEIPTS" "$OUTDIR/receipts" \
         "$OPT_RECORDS" "$OUTDIR/records" "$OPT_NO_RENDER" > "$OUTDIR/logs/gate_$name.log" 2>&1
     rc=$?
