@@ -161,3 +161,22 @@ def example(session: nox.Session) -> None:
         f"--gate-records={records}", *session.posargs,
     )  # fmt: skip
     session.run("assay", "verify", "--receipts", str(receipts), "--records", str(records))
+
+
+@nox.session(name="gpu-dry-run", venv_params=VENV_PARAMS)
+def gpu_dry_run(session: nox.Session) -> None:
+    """The GPU kit rehearsed on CPU (harness/gpu_qualify.sh --dry-run): kit built and checked
+    against the 64 MiB carry limit, wheels installed for cp312, travelling weights rebuilt and
+    fingerprinted, the gate path run with --gate-device cpu. Output under a session temp dir."""
+    install(session)
+    out = Path(session.create_tmp()) / "gpu-dry-run"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run(
+        "bash",
+        "harness/gpu_qualify.sh",
+        "--dry-run",
+        "--out",
+        str(out),
+        *session.posargs,
+        external=True,
+    )

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from assay.qualify import Threshold
-from assay.testing.real_model import SMOLLM2
+from assay.testing.real_model import smollm2_reference
 
 IMPLEMENTATION = (
     "assay.train.loop",
@@ -83,7 +83,7 @@ def write_config(root: Path, name: str, method: str, storage: str, **extra) -> P
     elif method == "tinylora":
         adapter.update(u=13, r=2, targets=["q_proj", "v_proj"])
     config = {
-        "model": SMOLLM2,
+        "model": smollm2_reference(),
         "storage": storage,
         "adapter": adapter,
         "data": {
@@ -219,7 +219,7 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
             "lora",
             "float32",
             model=str(model),
-            tokenizer=SMOLLM2,
+            tokenizer=smollm2_reference(),
             steps=steps,
             output={"dir": str(tmp_path / name), "save_every": 1},
         )

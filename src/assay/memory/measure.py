@@ -225,7 +225,10 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
     gen = torch.Generator().manual_seed(1)
     rows, seq = plan["micro_batch"], plan["seq_len"]
     batches = [
-        torch.randint(0, config.vocab_size, (rows, seq + 1), generator=gen)
+        # drawn on the CPU generator, then placed where the run is (CUDA under the VRAM harness)
+        torch.randint(0, config.vocab_size, (rows, seq + 1), generator=gen, device="cpu").to(
+            torch.get_default_device()
+        )
         for _ in range(plan["grad_accum"])
     ]
     tokens = rows * seq * plan["grad_accum"]

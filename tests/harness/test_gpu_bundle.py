@@ -1,0 +1,185 @@
+"""harness/gpu_bundle.py: wheel selection, the slim bitsandbytes wheel, the manifest and the
+64 MiB size check, on fake wheels (nothing downloaded). The slow test runs the whole dry run
+of harness/gpu_qualify.sh on them."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bundle():
+    spec = importlib.util.spec_from_file_location("gpu_bundle", ROOT / "harness" / "gpu_bundle.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_bundle = _bundle()
+
+
+def fake_wheel(folder: Path, project: str, tag: str, files: dict[str, bytes]) -> Path:
+    """A minimal installable wheel: the files, METADATA, WHEEL and a RECORD with hashes."""
+    dist = project.replace("-", "_")
+    info = f"{dist}-1.0.dist-info"
+    contents = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: 1.0\n".encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
+    }
+    lines = []
+    for name, data in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(data)}")
+    contents[f"{info}/RECORD"] = ("\n".join([*lines, f"{info}/RECORD,,"]) + "\n").encode()
+    path = folder / f"{dist}-1.0-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as out:
+        for name, data in contents.items():
+            out.writestr(name, data)
+    return path
+
+
+@pytest.fixture
+def wheels(tmp_path: Path) -> Path:
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    for requirement in gpu_bundle.REQUIREMENTS:
+        name = gpu_bundle.requirement_name(requirement)
+        module = name.replace("-", "_")
+        files = {f"{module}/__init__.py": b""}
+        tag = "py3-none-any"
+        if name == "bitsandbytes":
+            tag = "py3-none-manylinux_2_24_x86_64"
+            for lib in ("cpu", "cuda118", "cuda130", "cuda132", "rocm64"):
+                files[f"bitsandbytes/libbitsandbytes_{lib}.so"] = os.urandom(1000)
+        elif name == "rpds-py":
+            tag = "cp312-cp312-manylinux_2_17_x86_64"
+        fake_wheel(folder, name, tag, files)
+    return folder
+
+
+def test_missing_wheel_is_named(wheels: Path):
+    next(wheels.glob("gguf-*.whl")).unlink()
+    with pytest.raises(gpu_bundle.BundleError, match="gguf"):
+        gpu_bundle.pick_wheels(wheels)
+
+
+def test_wrong_python_wheel_is_refused(wheels: Path):
+    next(wheels.glob("rpds_py-*.whl")).rename(
+        wheels / "rpds_py-1.0-cp311-cp311-manylinux_2_17_x86_64.whl"
+    )
+    with pytest.raises(gpu_bundle.BundleError, match="cp312"):
+        gpu_bundle.pick_wheels(wheels)
+
+
+def test_slim_bitsandbytes_keeps_cpu_and_cuda13_with_a_valid_record(wheels: Path, tmp_path: Path):
+    out = tmp_path / "slim"
+    out.mkdir()
+    facts = gpu_bundle.slim_bitsandbytes(next(wheels.glob("bitsandbytes-*.whl")), out, ("130",))
+    assert facts["kept"] == ["libbitsandbytes_cpu.so", "libbitsandbytes_cuda130.so"]
+    assert facts["dropped"] == 3
+    with zipfile.ZipFile(next(out.glob("*.whl"))) as slim:
+        names = set(slim.namelist())
+        record = slim.read("bitsandbytes-1.0.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            name, digest, _ = line.split(",")
+            assert name in names
+            if digest:
+                data = slim.read(name)
+                want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+                assert digest == "sha256=" + want.decode()
+    assert "bitsandbytes/libbitsandbytes_cuda118.so" not in names
+
+
+def test_slim_without_the_cuda_library_is_refused(wheels: Path, tmp_path: Path):
+    with pytest.raises(gpu_bundle.BundleError, match="no CUDA library"):
+        gpu_bundle.slim_bitsandbytes(next(wheels.glob("bitsandbytes-*.whl")), tmp_path, ("999",))
+
+
+def _build(wheels: Path, kit: Path, *extra: str) -> int:
+    return gpu_bundle.main(
+        [
+            "--out",
+            str(kit),
+            "--wheels-from",
+            str(wheels),
+            "--no-assay-wheel",
+            "--no-skeleton",
+            *extra,
+        ]
+    )
+
+
+def test_manifest_lists_every_file_with_its_hash(wheels: Path, tmp_path: Path):
+    kit = tmp_path / "kit"
+    assert _build(wheels, kit) == 0
+    manifest = json.loads((kit / "manifest.json").read_text())
+    on_disk = {str(p.relative_to(kit)) for p in kit.rglob("*.whl")}
+    assert {f["path"] for f in manifest["files"]} == on_disk
+    for entry in manifest["files"]:
+        assert hashlib.sha256((kit / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
+    size = manifest["size"]
+    assert size["total_bytes"] == size["kit_bytes"] + size["tree_bytes"] <= size["limit_bytes"]
+    assert manifest["bitsandbytes_slim"]["kept"][0] == "libbitsandbytes_cpu.so"
+
+
+def test_over_the_carry_limit_fails_with_one_clear_line(wheels: Path, tmp_path: Path, capsys):
+    assert _build(wheels, tmp_path / "kit", "--limit-mib", "1") == 1
+    err = capsys.readouterr().err
+    assert "exceeds the 1 MiB carry limit" in err and "largest:" in err
+
+
+def test_size_report_counts_the_tree(tmp_path: Path):
+    (tmp_path / "blob").write_bytes(b"x" * 1000)
+    sizes, problems = gpu_bundle.size_report(tmp_path, tree=500, limit=2000)
+    assert sizes["total_bytes"] == 1500 and problems == []
+    _, problems = gpu_bundle.size_report(tmp_path, tree=1500, limit=2000)
+    assert len(problems) == 1
+
+
+@pytest.mark.slow
+def test_dry_run_end_to_end(wheels: Path, tmp_path: Path):
+    """The CI dry run's path on fake wheels and a tiny skeleton: kit, cp312 install, travel
+    rebuild and fingerprint, gate-cuda (all not tested on CPU), summary, exit 0."""
+    import assay
+    from assay.model.gguf_export import write_gguf
+    from assay.testing.tiny import llama_config
+
+    model = assay.model.Decoder(llama_config())
+    gguf = write_gguf(
+        tmp_path / "tiny.gguf", model.config, {n: p.detach() for n, p in model.state_dict().items()}
+    )
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "ASSAY_GPU_KIT": str(tmp_path / "kit"),
+        "ASSAY_WHEELS_FROM": str(wheels),
+        "ASSAY_BUNDLE_ARGS": f"--no-assay-wheel --skeleton-from {gguf}",
+    }
+    proc = subprocess.run(
+        ["bash", "harness/gpu_qualify.sh", "--dry-run", "--gates", "cuda", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    log = (out / "gpu_qualify.log").read_text()
+    assert proc.returncode == 0, log
+    assert "matches the manifest" in log
+    assert (out / "summary.tsv").read_text().splitlines()[1].split("\t")[:2] == ["cuda", "0"]
+    (receipt,) = (out / "receipts" / "cuda").glob("*.json")
+    data = json.loads(receipt.read_text())
+    assert data["claims"] == [] and len(data["not_tested"]) == 8
