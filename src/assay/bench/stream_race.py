@@ -3,8 +3,8 @@
 On CUDA the copy stream fills a slot while kernels that read its previous layer may still be
 queued; the pool orders the copy after the slot's release event. Stalling the compute stream
 at every layer (``torch.cuda._sleep``) lets the host run far ahead, so a missing wait (fault
-point ``stream.pool.skip_release_wait``) shows as wrong logits or gradients. On CPU the same function
-compares the threaded prefetch path, where no stall is possible.
+point ``stream.pool.skip_release_wait``) shows as wrong logits or gradients. On CPU the same
+function compares the threaded prefetch path, where no stall is possible.
 """
 
 from __future__ import annotations
