@@ -95,7 +95,7 @@ def _check_fit(config, args: argparse.Namespace) -> None:
         try:
             budget = parse_size(raw)
         except ValueError as exc:
-            raise AssayError(f"--budget: {exc}") from None
+            raise AssayError(f"{args.config}: --budget: {exc}") from None
     elif str(args.device).startswith("cuda"):
         import torch
 
@@ -164,10 +164,11 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
 
 
 def _preflight(config) -> None:
-    """Config checks against the model header, before any weights load."""
-    from assay.train.preflight import check_against_model
+    """Config checks against the model header and the data rows, before any weights load."""
+    from assay.train.preflight import check_against_model, check_rows
 
     check_against_model(config)
+    check_rows(config)
 
 
 def _claim_output(config, args: argparse.Namespace) -> None:

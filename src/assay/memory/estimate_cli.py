@@ -154,7 +154,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     try:
         budget = parse_size(raw)
     except ValueError as exc:
-        raise ConfigError(f"--budget: {exc}") from None
+        raise ConfigError(f"{args.config}: --budget: {exc}") from None
     result = verdict(plan_from_config(config, model_dims(model_path(config))), budget)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))

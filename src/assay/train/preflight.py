@@ -45,3 +45,14 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
             f"{source}: data.seq_len: {config.data.seq_len} exceeds the model's context length "
             f"{context} (valid 2..{context})"
         )
+
+
+def check_rows(config: TrainConfig) -> None:
+    """Parse the train (and eval) rows, so malformed JSONL, lone surrogates and unknown roles
+    are refused (DataError naming file:line) before the model loads. Tokenizing, and the
+    length checks that need it, happen later in ``build_datasets``."""
+    from assay.train.data_rows import read_rows
+
+    for path in (config.data.train, config.data.eval):
+        if path is not None:
+            read_rows(path, config.data.format)
