@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 from corpus_harness import Case
-from corpus_inputs import GOOD_ROWS, _jsonl, base_config
+from corpus_inputs import GOOD_ROWS, TOKENIZER, _jsonl, base_config
 
 # kind -> the issue-16 item it covers (the gate's per-class claims iterate this).
 CLASSES = {
@@ -32,7 +32,16 @@ CLASSES = {
 }
 
 
+# The byte tokenizer (assay.testing.byte_tokenizer) loads in milliseconds where SmolLM2's takes
+# seconds; robust_cases writes it and every config here uses it.
+BYTES_TOKENIZER: list[Path] = []
+
+
 def _write_config(path: Path, config: dict[str, Any]) -> Path:
+    if BYTES_TOKENIZER and config.get("tokenizer") == TOKENIZER:
+        config = {**config, "tokenizer": str(BYTES_TOKENIZER[0])}
+        if config["data"].get("seq_len") == 32:  # bytes are longer than SmolLM2 tokens
+            config["data"] = {**config["data"], "seq_len": 64}
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -600,6 +609,10 @@ def silent_cases(root: Path, model: Path) -> list[Case]:
 
 def robust_cases(root: Path, model: Path) -> list[Case]:
     """Every issue-16 class, under ``root``."""
+    from assay.testing.byte_tokenizer import save_byte_tokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    BYTES_TOKENIZER[:] = [save_byte_tokenizer(root / "bytes.gguf") or root / "bytes.gguf"]
     good = _good_run(root, model)
     return [
         *bounds_cases(root, model),

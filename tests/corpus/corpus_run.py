@@ -1,8 +1,10 @@
-"""Run every corpus case once, in a few forked processes, timing each.
+"""Run every corpus case once, timing each.
 
-The cases are independent (each has its own folder), so they split over ``workers``
-processes; each worker runs its share through :func:`corpus_harness.run_case` in its main
-thread (the hang guard needs it). ``ASSAY_CORPUS_WORKERS=1`` runs them in this process.
+By default (``ASSAY_CORPUS_WORKERS=1``) the cases run in this process, each through
+:func:`corpus_harness.run_case` in the main thread (the hang guard needs it): after the first
+case has paid for the imports, a case that loads the tiny model costs a fraction of a second,
+which a spawned worker would pay again. More workers (spawned: torch is not fork-safe once its
+threads run) help only on an idle multi-core machine.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ def _timed(cases: Sequence[Case]) -> list[tuple[Outcome, float]]:
 
 def run_all(cases: Sequence[Case], workers: int | None = None) -> tuple[list[Outcome], list[float]]:
     """(outcomes, seconds) in the order of ``cases``."""
-    workers = workers or int(os.environ.get("ASSAY_CORPUS_WORKERS", "2"))
+    workers = workers or int(os.environ.get("ASSAY_CORPUS_WORKERS", "1"))
     if workers <= 1:
         pairs = _timed(cases)
     else:
         shares = [list(cases[i::workers]) for i in range(workers)]
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
             results = pool.map(_timed, shares)
         pairs = [None] * len(cases)  # type: ignore[list-item]
         for i, share in enumerate(results):
