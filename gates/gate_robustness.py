@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,13 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "corpus"), str(TESTS / "robustness")]
 
 import crash  # noqa: E402
+import export_faults  # noqa: E402
 import fuzz  # noqa: E402
+import fuzz_loaders  # noqa: E402
 from corpus_harness import judge_message, run_case, run_case_subprocess  # noqa: E402
 from corpus_inputs import INJECTION, injection_record, live_markup  # noqa: E402
+from corpus_robust import CLASSES  # noqa: E402
+from corpus_run import run_all  # noqa: E402
 from generate import build_corpus  # noqa: E402
 from unsafe_scan import scan_tree, unsafe_calls  # noqa: E402
 
@@ -48,9 +53,15 @@ def corpus(tmp_path_factory):
     return build_corpus(tmp_path_factory.mktemp("corpus"))
 
 
-def test_bad_inputs_fail_cleanly(gate, corpus, monkeypatch):
+@pytest.fixture(scope="module")
+def corpus_runs(corpus):
+    """(outcomes, seconds per case) of every corpus case, run once in a few processes."""
+    return run_all(corpus)
+
+
+def test_bad_inputs_fail_cleanly(gate, corpus, corpus_runs, monkeypatch):
     gate.uses(*READERS)
-    outcomes = [run_case(case) for case in corpus]
+    outcomes = list(corpus_runs[0])
     outcomes += [run_case_subprocess(c) for c in corpus if c.name in END_TO_END]
     crashes = sum(o.crashed or o.hung for o in outcomes)
     unclean = [o for o in outcomes if not o.clean]
@@ -376,3 +387,147 @@ def test_faults_inside_writes(gate, tmp_path):
         "resume that parses every line (no torn-line guard)",
         sum(metrics_after_resume(c, unguarded) for c in cuts),
     )
+
+
+ISSUE16_READERS = (
+    "assay.bounded",
+    "assay.train.preflight",
+    "assay.train.checkpoint_check",
+    "assay.train.run_dir",
+    "assay.folder_manifest",
+    "assay.export",
+    "assay.adapters.peft_io",
+    "assay.train.data_rows",
+)
+
+
+def _control_run(cases, fault: str, hang_s: float):
+    """The cases again with ``fault`` armed (the guard removed), cut off after ``hang_s``."""
+    import corpus_harness
+
+    from assay.faultpoints import inject
+
+    previous = corpus_harness.HANG_SECONDS
+    corpus_harness.HANG_SECONDS = hang_s
+    try:
+        with inject(fault):
+            return [run_case(case) for case in cases]
+    finally:
+        corpus_harness.HANG_SECONDS = previous
+
+
+# class -> (fault point that removes its guard, case-name filter) for a product control.
+PRODUCT_CONTROLS = {
+    "bounds": ("bounded.unbounded_aliases", "alias_bomb"),
+    "surrogate": ("data.allow_surrogates", "text_value"),
+}
+
+
+def test_issue16_classes_refused_per_class(gate, corpus, corpus_runs):
+    gate.uses(*ISSUE16_READERS)
+    outcomes = corpus_runs[0]
+    for kind, label in CLASSES.items():
+        mine = [o for o in outcomes if o.case.kind == kind]
+        claim = gate.claim(
+            f"corpus.{kind}",
+            f"issue 16 item {label}: each of {len(mine)} cases exits 2 with one stderr line "
+            "naming the file and the field, row or offset, no traceback, nothing on stdout, "
+            "no file changed (a class with no cases counts as one failure)",
+            kind="correctness",
+            threshold=Threshold("==", 0),
+            unit="cases not clean",
+        )
+        claim.measure(sum(not o.clean for o in mine) + (0 if mine else 1))
+        stripped = [
+            judge_message(
+                o.case, o.code, o.stderr.replace(str(o.case.file), "F").replace(o.case.where, "W")
+            )
+            for o in mine
+        ]
+        claim.control(
+            "the same error lines with the file and the field or offset removed",
+            sum(bool(p) for p in stripped),
+        )
+        if kind in PRODUCT_CONTROLS:
+            fault, pick = PRODUCT_CONTROLS[kind]
+            broken = _control_run([o.case for o in mine if pick in o.case.name], fault, 4.0)
+            claim.control(
+                f"the {pick} cases with fault {fault} armed (guard removed)",
+                sum(not o.clean for o in broken),
+            )
+        bad = [f"{o.case.name}: {o.problems}" for o in mine if not o.clean]
+        gate.note(f"{kind}: {len(mine)} cases, not clean: {bad or 'none'}")
+    gate.note(f"corpus total: {len(corpus)} cases")
+
+
+def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
+    gate.uses("assay.bounded", "assay.train.config_schema", "assay.train.data_rows")
+    gate.seed(31, 32, 33)
+    n = 150
+    config = fuzz_loaders.fuzz_config_loader(tmp_path / "config", n, 31)
+    rows = fuzz_loaders.fuzz_jsonl_reader(tmp_path / "rows", n, 32)
+    claim = gate.claim(
+        "fuzz.loaders",
+        f"{n} Hypothesis train configs of the valid shape with hostile values (NaN, infinities, "
+        "integers past 2**63, lone surrogates, deep nesting, alias chains) and {n} JSONL files "
+        "of TRL rows with hostile values: each loads, or raises the loader's one-line error; "
+        "a loaded row holds only encodable text and finite numbers",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="other exceptions",
+    )
+    claim.measure(config.unexpected + rows.unexpected)
+    gate.note(f"fuzz config: {config.examples} examples, samples {config.samples or 'none'}")
+    gate.note(f"fuzz jsonl: {rows.examples} examples, samples {rows.samples or 'none'}")
+    from assay.faultpoints import inject
+
+    with inject("data.allow_surrogates"):
+        control = fuzz_loaders.fuzz_jsonl_reader(tmp_path / "rows-control", n, 32)
+    claim.control("the JSONL examples with the lone-surrogate check removed", control.unexpected)
+
+    bounds = {o.case.name: s for o, s in zip(*corpus_runs, strict=True) if o.case.kind == "bounds"}
+    worst_case = max(bounds, key=bounds.get)
+    worst = max(config.worst_s, rows.worst_s, bounds[worst_case])
+    timing = gate.claim(
+        "load.worst_case_s",
+        f"the slowest of those loads and of the hostile-size corpus cases (alias bombs, a "
+        f"config past 1 MiB, nesting past the depth cap, a JSONL line past its cap) answers "
+        f"within {fuzz_loaders.LOAD_BOUND_S:g} s",
+        kind="performance",
+        threshold=Threshold("<=", fuzz_loaders.LOAD_BOUND_S),
+        unit="s",
+    )
+    timing.measure(worst)
+    gate.note(
+        f"worst load: config fuzz {config.worst_s:.3f} s, jsonl fuzz {rows.worst_s:.3f} s, "
+        f"corpus {worst_case} {bounds[worst_case]:.3f} s"
+    )
+    bomb = next(c for c in corpus_runs[0] if c.case.name == "bounds.alias_bomb_targets").case
+    started = time.perf_counter()
+    _control_run([bomb], "bounded.unbounded_aliases", fuzz_loaders.LOAD_BOUND_S + 1)
+    timing.control(
+        "the alias-bomb config with alias counting removed (cut off 1 s past the bound)",
+        time.perf_counter() - started,
+    )
+
+
+def test_export_complete_or_absent_under_faults(gate, tmp_path):
+    gate.uses("assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io")
+    gate.seed(41, 42)
+    kills = export_faults.kill_trials(tmp_path / "out", kills=8, seed=41)
+    faults = export_faults.fault_trials(tmp_path / "faults")
+    claim = gate.claim(
+        "export.complete_or_absent",
+        f"{kills.kills} kill -9s at random fsync/rename events of a process exporting PEFT "
+        "adapters in a loop (--force over the last), plus a read-only destination and a full "
+        "disk: the folder is always one whole export (manifest verifies, config and weights "
+        "from the same step) or absent, never mixed",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="mixed or lost folders",
+    )
+    claim.measure(kills.mixed + sum(faults.values()))
+    gate.note(f"export kills: {kills}; write faults (1 = lost): {faults}")
+    naive = export_faults.kill_trials(tmp_path / "naive", kills=6, seed=42, in_place=True)
+    claim.control("an export written straight into --out (fault export.in_place)", naive.mixed)
+    gate.note(f"in-place control: {naive}")

@@ -18,13 +18,14 @@ import crash  # noqa: E402
 import fuzz  # noqa: E402
 from corpus_harness import Case, judge_message, run_case, run_case_subprocess  # noqa: E402
 from corpus_inputs import INJECTION, injection_record, live_markup  # noqa: E402
+from corpus_robust import CLASSES  # noqa: E402
 from generate import build_corpus  # noqa: E402
 
 from assay.errors import ModelFileError  # noqa: E402
 from assay.model.gguf_header import _Cursor, read_header  # noqa: E402
 from assay.model.safetensors import check_safetensors_header  # noqa: E402
 
-KINDS = {"gguf", "safetensors", "jsonl", "yaml", "checkpoint", "receipt"}
+KINDS = {"gguf", "safetensors", "jsonl", "yaml", "checkpoint", "receipt"} | set(CLASSES)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def corpus(tmp_path_factory) -> list[Case]:
 
 @pytest.mark.slow
 def test_corpus_covers_every_format(corpus):
-    assert len(corpus) >= 40
+    assert len(corpus) >= 120
     assert {case.kind for case in corpus} == KINDS
 
 

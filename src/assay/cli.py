@@ -12,6 +12,7 @@ from typing import Any
 
 from assay.adapter_registry import help_text as adapter_methods_help
 from assay.errors import AssayError
+from assay.load_status import load_status
 
 EXIT_USAGE = 2
 STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
@@ -23,9 +24,10 @@ def _model_info(args: argparse.Namespace) -> dict[str, Any]:
 
     source = open_source(args.model)
     started = time.perf_counter()
-    model, fingerprint = load_stored(
-        args.model, storage=args.storage, quantize_embeddings_too=args.quantize_embeddings
-    )
+    with load_status(f"{args.model} ({args.storage})"):
+        model, fingerprint = load_stored(
+            args.model, storage=args.storage, quantize_embeddings_too=args.quantize_embeddings
+        )
     info: dict[str, Any] = {
         "path": str(args.model),
         "format": "safetensors" if Path(args.model).is_dir() else "gguf",
@@ -91,7 +93,10 @@ def _check_fit(config, args: argparse.Namespace) -> None:
 
     raw = args.budget if args.budget is not None else config.budget
     if raw is not None:
-        budget = parse_size(raw)
+        try:
+            budget = parse_size(raw)
+        except ValueError as exc:
+            raise AssayError(f"{args.config}: --budget: {exc}") from None
     elif str(args.device).startswith("cuda"):
         import torch
 
@@ -145,6 +150,8 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
     try:
         args.device = context.device
         _check_fit(config, args)
+        if context.is_main:
+            _claim_output(config, args)
         progress = not (args.json or args.no_progress)
         trainer = DistributedTrainer(config, context, progress=progress)
         if args.resume:
@@ -157,16 +164,35 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _preflight(config) -> None:
+    """Config checks against the model header and the data rows, before any weights load."""
+    from assay.train.preflight import check_against_model, check_rows
+
+    check_against_model(config)
+    check_rows(config)
+
+
+def _claim_output(config, args: argparse.Namespace) -> None:
+    """Refuse a run dir that holds a run unless --resume/--overwrite (main process only)."""
+    from assay.train.run_dir import claim_run_dir
+
+    claim_run_dir(Path(config.output.dir), str(args.config), resume=bool(args.resume),
+                  overwrite=args.overwrite)  # fmt: skip
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from assay.distributed.context import launched
     from assay.train.config import load_train_config
     from assay.train.loop import Trainer
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
+    _preflight(config)
     if launched():
         return _train_distributed(config, args)
     _check_fit(config, args)
-    trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
+    _claim_output(config, args)
+    with load_status("model and data", enabled=not args.no_progress):
+        trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
     if args.resume:
         trainer.resume(args.resume)
     _print_summary(trainer.train(stop_at=args.stop_at), args.json)
@@ -179,7 +205,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from assay.train.loop import Trainer
 
     config = load_train_config(args.config)
-    trainer = Trainer(config, device=args.device, progress=False)
+    _preflight(config)
+    with load_status("model and data"):
+        trainer = Trainer(config, device=args.device, progress=False)
     if args.checkpoint:
         load_checkpoint(args.checkpoint, fingerprints=None).restore(trainer.params, rng=False)
     if args.data:
@@ -205,7 +233,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from assay.export import export
+    from assay.export import check_destination, export
     from assay.train.build import build_model, trainable_parameters
     from assay.train.checkpoint import load_checkpoint
     from assay.train.config import load_train_config
@@ -217,12 +245,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not config_path.is_file():
         raise AssayError(f"{config_path}: no run config; pass --config CONFIG.yaml")
     config = load_train_config(config_path)
-    _, base = build_model(config)
+    _preflight(config)
+    out_dir = Path(args.out)
+    check_destination(out_dir, force=args.force)
+    with load_status("model"):
+        _, base = build_model(config)
     checkpoint = load_checkpoint(checkpoint_dir)
     if checkpoint.fingerprints["model"] != base.fingerprint.canonical_sha256:
         raise AssayError(f"{checkpoint.path}: was trained on another model than {config.model}")
     checkpoint.restore(trainable_parameters(base), rng=False)
-    out = export(base, args.out, args.format, gguf_type=args.gguf_type)
+    out = export(base, out_dir, args.format, gguf_type=args.gguf_type, force=args.force)
     result = {"checkpoint": str(checkpoint.path), "format": args.format, "out": str(out)}
     print(json.dumps(result) if args.json else f"wrote {out} ({args.format})")
     return 0
@@ -271,6 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STEP",
         help="stop after this step (checkpointed there); --resume continues",
     )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete an existing run in output.dir and start again (default: refuse it)",
+    )
     train.add_argument("--device", default="cpu", help="compute device (default cpu)")
     train.add_argument(
         "--budget",
@@ -308,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exporter.add_argument("--out", required=True, help="output folder (peft, safetensors) or file")
     exporter.add_argument("--gguf-type", choices=("F32", "F16"), default="F32")
+    exporter.add_argument(
+        "--force", action="store_true", help="replace a non-empty --out (default: refuse it)"
+    )
     exporter.add_argument("--config", help="train config (default: the run dir's config.yaml)")
     exporter.add_argument("--json", action="store_true")
     exporter.set_defaults(func=cmd_export)

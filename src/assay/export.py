@@ -11,6 +11,7 @@ fp32 rounding away from computing W x + s B(A x) separately); F16 files round ea
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -20,9 +21,13 @@ from torch import nn
 from assay.adapters.base import AdapterLinear, dense_weight
 from assay.adapters.files import write_json_atomic, write_safetensors_atomic
 from assay.adapters.io import save_adapter
+from assay.atomic import staged_directory
 from assay.errors import ConfigError
+from assay.faultpoints import armed, declare
+from assay.folder_manifest import write_manifest
 
 FORMATS = ("peft", "safetensors", "gguf")
+IN_PLACE = declare("export.in_place", "an export writes straight into --out, unstaged")
 _HF_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
 
@@ -129,12 +134,49 @@ def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return save_adapter(model, out)
 
 
+def check_destination(out: str | os.PathLike[str], *, force: bool = False) -> None:
+    """ConfigError when ``out`` is a non-empty folder or an existing file and not ``force``."""
+    target = Path(out)
+    if force or not (target.exists() or target.is_symlink()):
+        return
+    if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+        return
+    raise ConfigError(
+        f"{target}: export destination is not empty (pass --force to replace it whole)"
+    )
+
+
 def export(
-    model: nn.Module, out: str | os.PathLike[str], format: str, *, gguf_type: str = "F32"
+    model: nn.Module,
+    out: str | os.PathLike[str],
+    format: str,
+    *,
+    gguf_type: str = "F32",
+    force: bool = False,
 ) -> Path:
-    """CLI entry: ``format`` is peft, safetensors or gguf."""
+    """CLI entry: ``format`` is peft, safetensors or gguf.
+
+    Guarantees: a folder export (peft, safetensors) is written into a staging folder beside
+    ``out`` with a sha256 manifest (``assay_manifest.json``) and renamed into place whole, so
+    after a kill, a full disk or a refused write ``out`` is the complete new folder, the old
+    one, or absent: never a mix. A non-empty ``out`` is refused unless ``force``. GGUF is one
+    file written through a temporary name.
+    """
     if format not in FORMATS:
         raise ConfigError(f"export --format {format!r}; expected one of {', '.join(FORMATS)}")
-    if format == "peft":
-        return export_adapter(model, out)
-    return export_merged(model, out, format=format, gguf_type=gguf_type)
+    check_destination(out, force=force)
+    target = Path(out)
+    if format == "gguf":
+        return export_merged(model, target, format=format, gguf_type=gguf_type)
+    staging_context = (
+        contextlib.nullcontext(target)  # the control's defect: no staging folder
+        if armed(IN_PLACE)
+        else staged_directory(target, replace=target.exists())
+    )
+    with staging_context as staging:
+        if format == "peft":
+            export_adapter(model, staging)
+        else:
+            export_merged(model, staging, format=format, gguf_type=gguf_type)
+        write_manifest(staging, format)
+    return target

@@ -96,10 +96,34 @@ def judge_message(case: Case, code: int | None, stderr: str) -> list[str]:
     return problems
 
 
+def load_adapter_main(argv: list[str]) -> int:
+    """``load-adapter MODEL FOLDER``: the Python API ``load_adapter`` on a fresh model, with
+    the CLI's contract (an AssayError is one stderr line and exit 2)."""
+    from assay import load
+    from assay.adapters import load_adapter
+    from assay.errors import AssayError
+
+    try:
+        load_adapter(load(argv[0]), argv[1])
+    except AssayError as err:
+        print(f"assay: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def corpus_main(argv: list[str]) -> int:
+    """``assay.cli.main``, or :func:`load_adapter_main` for ``load-adapter`` cases."""
+    if argv and argv[0] == "load-adapter":
+        return load_adapter_main(argv[1:])
+    from assay.cli import main
+
+    return main(argv)
+
+
 def run_case(case: Case, main: Callable[[list[str]], int] | None = None) -> Outcome:
-    """Run ``case`` in this process through ``main`` (default ``assay.cli.main``)."""
+    """Run ``case`` in this process through ``main`` (default :func:`corpus_main`)."""
     if main is None:
-        from assay.cli import main
+        main = corpus_main
     before = snapshot(case.watch)
     err, out = io.StringIO(), io.StringIO()
     code: int | None = None

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from corpus_harness import Case
 from corpus_inputs import checkpoint_cases, config_cases, data_cases, receipt_cases
 from corpus_models import gguf_cases, safetensors_cases
+from corpus_robust import robust_cases
 
 # The GGUF tokenizer vocabulary, so the tiny model trains with the SmolLM2 tokenizer.
 VOCAB = 49152
@@ -33,6 +34,7 @@ def build_corpus(root: Path) -> list[Case]:
         *config_cases(root, trainable),
         *checkpoint_cases(root, trainable),
         *receipt_cases(root),
+        *robust_cases(root / "issue16", trainable),
     ]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,23 @@ def write_safetensors_atomic(
 
 
 def read_json(path: Path) -> Any:
+    """The JSON in ``path`` (size-capped); ConfigError naming the file if absent or invalid."""
+    from assay.bounded import read_json_file
     from assay.errors import ConfigError
 
+    return read_json_file(path, ConfigError)
+
+
+def spec_from_json(data: Any, where: Path):
+    """An AdapterSpec from its saved dict; ConfigError naming ``where`` and the key if not."""
+    from assay.adapters.attach import AdapterSpec
+    from assay.errors import ConfigError
+
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: spec: expected an object")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from None
+        return AdapterSpec.from_dict(data)
+    except KeyError as exc:
+        raise ConfigError(f"{where}: spec.{exc.args[0]}: required key is missing") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: spec: {exc}") from None

@@ -10,6 +10,7 @@ own spec; PEFT ignores that file, and a folder without it loads as lora, rslora 
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,15 @@ from torch import nn
 
 from assay.adapter_registry import PEFT_METHODS
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
-from assay.adapters.files import read_json, write_json_atomic, write_safetensors_atomic
+from assay.adapters.files import (
+    read_json,
+    spec_from_json,
+    write_json_atomic,
+    write_safetensors_atomic,
+)
 from assay.adapters.inject import GROUPS, PARENT
 from assay.errors import ConfigError
+from assay.folder_manifest import verify_manifest
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -101,10 +108,48 @@ def _targets(value: Any, where: Path) -> list[str]:
     return names
 
 
+# key -> (accepted JSON types, required); bool is excluded from int/float explicitly below.
+_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    "peft_type": ((str,), True),
+    "r": ((int,), True),
+    "lora_alpha": ((int, float), True),
+    "target_modules": ((list, str), True),
+    "layers_to_transform": ((list, int, type(None)), False),
+    "use_rslora": ((bool,), False),
+    "use_dora": ((bool,), False),
+}
+
+
+def _check_types(cfg: dict[str, Any], where: Path) -> None:
+    """ConfigError naming the file and key for a missing key or a wrong-typed value."""
+    for key, (types, required) in _TYPES.items():
+        if key not in cfg:
+            if required:
+                raise ConfigError(f"{where}: {key}: required key is missing")
+            continue
+        value = cfg[key]
+        numeric = int in types or float in types
+        if not isinstance(value, types) or (numeric and isinstance(value, bool)):
+            names = " or ".join(t.__name__ for t in types).replace("NoneType", "null")
+            raise ConfigError(f"{where}: {key}: expected {names}, got {value!r}")
+    if cfg["r"] < 1:
+        raise ConfigError(f"{where}: r: must be >= 1, got {cfg['r']}")
+    if not math.isfinite(cfg["lora_alpha"]) or cfg["lora_alpha"] <= 0:
+        raise ConfigError(f"{where}: lora_alpha: must be a finite number > 0")
+    layers = cfg.get("layers_to_transform")
+    items = layers if isinstance(layers, list) else [] if layers is None else [layers]
+    if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in items):
+        raise ConfigError(f"{where}: layers_to_transform: expected non-negative integers")
+
+
 def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     """The AdapterSpec a PEFT folder describes (the assay sidecar wins where present)."""
+    verify_manifest(folder)
     where = folder / CONFIG
     cfg = read_json(where)
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{where}: expected a JSON object of LoraConfig fields")
+    _check_types(cfg, where)
     if cfg.get("peft_type") != "LORA":
         raise ConfigError(f"{where}: peft_type {cfg.get('peft_type')!r}; expected 'LORA'")
     for field, neutral in (("bias", "none"), ("fan_in_fan_out", False), ("rank_pattern", {}),
@@ -128,7 +173,8 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
                        {"dropout": dropout} if dropout else {})  # fmt: skip
     sidecar = folder / SIDECAR
     if sidecar.is_file():
-        ours = AdapterSpec.from_dict(read_json(sidecar)["spec"])
+        side = read_json(sidecar)
+        ours = spec_from_json(side.get("spec") if isinstance(side, dict) else None, sidecar)
         if (ours.rank, ours.alpha, set(ours.targets), set(ours.layers)) != (
             spec.rank,
             spec.alpha,

@@ -16,8 +16,14 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
-from assay.adapters.files import read_json, write_json_atomic, write_safetensors_atomic
+from assay.adapters.files import (
+    read_json,
+    spec_from_json,
+    write_json_atomic,
+    write_safetensors_atomic,
+)
 from assay.errors import ConfigError
+from assay.folder_manifest import verify_manifest
 
 CONFIG = "tinylora_config.json"
 WEIGHTS = "tinylora_model.safetensors"
@@ -54,10 +60,12 @@ def save_tinylora(model: nn.Module, out: str | os.PathLike[str]) -> Path:
 def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     """Attach and fill a tinylora adapter from ``path``; every key and shape is checked."""
     folder = Path(path)
+    verify_manifest(folder)
     config = read_json(folder / CONFIG)
-    if config.get("format") != FORMAT:
-        raise ConfigError(f"{folder / CONFIG}: format {config.get('format')!r}; need {FORMAT!r}")
-    spec = AdapterSpec.from_dict(config["spec"])
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        got = config.get("format") if isinstance(config, dict) else config
+        raise ConfigError(f"{folder / CONFIG}: format {got!r}; need {FORMAT!r}")
+    spec = spec_from_json(config.get("spec"), folder / CONFIG)
     attach(model, "tinylora", rank=spec.rank, alpha=spec.alpha, targets=list(spec.targets),
            layers=spec.layers, seed=spec.seed, **spec.options)  # fmt: skip
     expected = tinylora_state(model, spec)

@@ -27,7 +27,10 @@ def model_dims(path: Path) -> Dims:
     from assay.model.config import config_from_gguf, config_from_hf
 
     if path.is_dir():
-        hf = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        from assay.bounded import read_json_file
+        from assay.errors import ModelFileError
+
+        hf = read_json_file(path / "config.json", ModelFileError)
         config = config_from_hf(hf, str(path / "config.json"))
     else:
         from assay.model.gguf_header import read_header
@@ -148,7 +151,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     raw = args.budget if args.budget is not None else config.budget
     if raw is None:
         raise ConfigError(f"{args.config}: no budget: pass --budget (e.g. 4GiB) or set budget")
-    budget = parse_size(raw)
+    try:
+        budget = parse_size(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{args.config}: --budget: {exc}") from None
     result = verdict(plan_from_config(config, model_dims(model_path(config))), budget)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
+from assay.bounded import read_json_file
 from assay.errors import ModelFileError
 from assay.model.config import ModelConfig, config_from_hf
 
@@ -100,10 +101,9 @@ class SafetensorsSource:
         config_path = directory / "config.json"
         if not config_path.is_file():
             raise ModelFileError(f"{directory}: no config.json beside the safetensors")
-        try:
-            hf = json.loads(config_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            raise ModelFileError(f"{config_path}: not valid JSON ({err})") from None
+        hf = read_json_file(config_path, ModelFileError)  # size-capped, one-line errors
+        if not isinstance(hf, dict):
+            raise ModelFileError(f"{config_path}: expected a JSON object of model settings")
         try:
             self.config: ModelConfig = config_from_hf(hf, str(config_path))
         except (ValueError, TypeError, KeyError, AttributeError) as err:  # mistyped fields
@@ -137,8 +137,8 @@ class SafetensorsSource:
         index = directory / "model.safetensors.index.json"
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+                weight_map = read_json_file(index, ModelFileError)["weight_map"]
+            except (KeyError, TypeError) as err:
                 raise ModelFileError(f"{index}: not a valid shard index ({err})") from None
             files = sorted({directory / name for name in weight_map.values()})
             for file in files:

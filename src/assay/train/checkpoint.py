@@ -42,6 +42,7 @@ from assay.atomic import (
     staged_directory,
     write_synced,
 )
+from assay.bounded import JSON_BYTES, InputTooLarge, read_capped
 from assay.train.checkpoint_state import (
     CheckpointError,
     capture_rng,
@@ -224,7 +225,9 @@ def _verified(directory: Path, manifest: Mapping[str, Any]) -> dict[str, bytes]:
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     try:
-        manifest = json.loads(path.read_bytes())
+        manifest = json.loads(read_capped(path, JSON_BYTES, "checkpoint manifest"))
+    except InputTooLarge as exc:
+        raise CheckpointError(str(exc)) from None
     except FileNotFoundError as exc:
         raise CheckpointError(f"{path}: missing (not a complete checkpoint)") from exc
     except (OSError, ValueError) as exc:

@@ -239,7 +239,8 @@ def parse_size(value: int | str) -> int:
         return value
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
     if match is None or match.group(2) not in _UNITS:
-        raise ValueError(f"{value!r} is not a size such as 4GiB")
+        units = ", ".join(u for u in _UNITS if u)
+        raise ValueError(f"{value!r} is not a size such as 4GiB (units: {units}, or bytes)")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
@@ -254,7 +255,16 @@ def resolve_reference(reference: str, field: str, source: str) -> Path:
     if not reference.startswith("pkg:"):
         return Path(reference)
     module, _, rest = reference[4:].partition("/")
-    spec = importlib.util.find_spec(module) if module else None
+    parts = rest.replace("\\", "/").split("/")
+    if not rest or rest.startswith("/") or ".." in parts or ":" in rest or "." in module[:1]:
+        raise ConfigError(
+            f"{source}: {field}: {reference!r} must name a file inside the package "
+            "(pkg:<module>/<file>, no '..', no absolute or drive part)"
+        )
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):  # a dotted name whose parent is missing, or empty parts
+        spec = None
     if spec is None or spec.origin is None:
         raise ConfigError(f"{source}: {field}: package {module!r} is not installed")
     return Path(os.path.dirname(spec.origin)) / rest

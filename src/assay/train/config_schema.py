@@ -19,6 +19,14 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
+from assay.bounded import (
+    CONFIG_BYTES,
+    InputTooLarge,
+    lone_surrogate,
+    non_finite,
+    read_capped,
+    yaml_document,
+)
 from assay.errors import ConfigError
 
 _FLOAT = re.compile(
@@ -60,13 +68,18 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping
 def read_yaml(path: Path) -> dict[str, Any]:
     """The YAML mapping in ``path``; ConfigError (file, line) for unreadable or invalid YAML."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, CONFIG_BYTES, "config file").decode("utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: no such config file") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config ({exc})") from exc
+    except InputTooLarge as exc:
+        raise ConfigError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror or exc})") from exc
     try:
-        data = yaml.load(text, Loader=_Loader)  # _Loader derives from SafeLoader
+        # _Loader derives from SafeLoader; aliases are counted before they are expanded.
+        data = yaml_document(text, _Loader, path, ConfigError)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -76,6 +89,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{path}: expected a mapping of config keys, the file is {kind}")
+    bad = lone_surrogate(data)
+    if bad is not None:
+        raise ConfigError(f"{path}: {bad}: lone surrogate escape is not text")
     return data
 
 
@@ -160,7 +176,14 @@ def _rank(error: ValidationError) -> tuple[int, list[str]]:
 
 
 def check_schema(data: dict[str, Any], source: Path) -> None:
-    """Raise ConfigError naming ``source`` and the first (most telling) schema violation."""
+    """Raise ConfigError naming ``source`` and the first (most telling) schema violation.
+
+    NaN and infinities are refused first, anywhere: JSON Schema bounds compare false against
+    NaN only by accident, and ``.inf`` passes every ``minimum``.
+    """
+    bad = non_finite(data)
+    if bad is not None:
+        raise ConfigError(f"{source}: {bad}: must be a finite number, got NaN or infinity")
     errors = sorted(validator().iter_errors(data), key=_rank)
     if errors:
         raise ConfigError(f"{source}: {describe(errors[0])}")

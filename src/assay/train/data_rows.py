@@ -18,12 +18,17 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from assay.bounded import JSONL_BYTES, JSONL_LINE_BYTES, InputTooLarge, lone_surrogate, read_capped
 from assay.errors import AssayError
+from assay.faultpoints import armed, declare
 
 FORMATS = ("text", "prompt_completion", "messages", "preference", "kto")
+# The roles a chat template renders; anything else (a typo such as "asistant") is refused
+# rather than trained as an unscored or mis-rendered turn.
+ROLES = ("system", "user", "assistant")
+ALLOW_SURROGATES = declare("data.allow_surrogates", "rows with lone surrogate escapes pass")
 
 
 class DataError(AssayError):
@@ -78,6 +83,11 @@ def check_messages(value: Any, field: str, where: str) -> None:
             if not isinstance(message.get(key), str):
                 got = type(message.get(key)).__name__ if key in message else "nothing"
                 raise DataError(f"{where}: {field}[{i}].{key} must be a string, got {got}")
+        if message["role"] not in ROLES:
+            raise DataError(
+                f"{where}: {field}[{i}].role {message['role']!r} is not a known role "
+                f"(expected {', '.join(ROLES)})"
+            )
 
 
 def _check_text_or_messages(data: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
@@ -126,13 +136,18 @@ def read_rows(path: str | os.PathLike[str], fmt: str = "auto") -> RowFile:
     """
     source = os.fspath(path)
     try:
-        raw = Path(source).read_bytes()
+        raw = read_capped(source, JSONL_BYTES, "data file")
+    except InputTooLarge as exc:
+        raise DataError(str(exc)) from None
     except OSError as exc:
         raise DataError(f"{source}: cannot read data file ({exc.strerror or exc})") from exc
     rows: list[Row] = []
     chosen = None if fmt == "auto" else fmt
     for number, line in enumerate(raw.split(b"\n"), start=1):
         where = f"{source}:{number}"
+        if len(line) > JSONL_LINE_BYTES:
+            raise DataError(f"{where}: line is {len(line):,} bytes; the limit is "
+                            f"{JSONL_LINE_BYTES:,}")  # fmt: skip
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -147,6 +162,9 @@ def read_rows(path: str | os.PathLike[str], fmt: str = "auto") -> RowFile:
             raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
         if not isinstance(data, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        bad = None if armed(ALLOW_SURROGATES) else lone_surrogate(data)
+        if bad is not None:
+            raise DataError(f"{where}: {bad}: lone surrogate escape (\\ud800-\\udfff) is not text")
         if chosen is None:
             chosen = detect_format(set(data))
             if chosen is None:

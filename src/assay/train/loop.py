@@ -38,9 +38,11 @@ from assay.train.build import (
     trainable_parameters,
 )
 from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from assay.train.checkpoint_check import check_restorable
 from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
+from assay.train.run_dir import not_started
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.yaml"
@@ -105,7 +107,23 @@ class Trainer:
         Refuses (naming which) when the config, dataset or model fingerprint differs.
         ``rng``/``optimizer`` False exist for the gate's controls, which must then diverge.
         """
+        if not_started(path):
+            # Killed before its first checkpoint: nothing to restore; start clean at step 0.
+            self.step = 0
+            if self.is_main:
+                self._truncate_metrics(0)
+            return 0
         checkpoint = load_checkpoint(path, fingerprints=self.fingerprints)
+        check_restorable(
+            checkpoint,
+            params=self.params,
+            dataset_size=len(self.train_data),
+            rows_per_step=self.config.batch.micro_batch * self.config.batch.grad_accum,
+            seed=self.config.seed,
+            lr=self.config.optim.lr,
+            groups=len(self.optimizer.param_groups),
+            steps=self.config.steps,
+        )
         self._restore(checkpoint, optimizer=optimizer, rng=rng)
         self.scheduler.load_state_dict(checkpoint.scheduler_state)
         self.batches = self._batches(Cursor.from_dict(checkpoint.cursor))

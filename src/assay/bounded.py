@@ -1,0 +1,214 @@
+"""Bounded reads: every config, JSON and JSONL input has a size cap and a linear-time parse.
+
+A loader that reads a hostile file must answer quickly, so each one reads through here:
+
+- :func:`read_capped` refuses a file larger than its cap before reading it whole (one line
+  naming the file, the size and the cap);
+- :func:`loads_json` parses JSON with the depth error and lone-surrogate escapes turned into
+  one-line errors (``\\ud800`` decodes to a str that no UTF-8 encoder or tokenizer accepts);
+- :func:`count_expanded` counts the nodes a YAML document would have after its aliases are
+  expanded, without expanding them, so an alias bomb is refused before construction.
+
+The caps are far above any real config or row (a config is a few hundred bytes; the caps are
+in the megabytes), and the time a capped input takes to parse is measured by gate-robustness.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from assay.errors import AssayError
+from assay.faultpoints import armed, declare
+
+CONFIG_BYTES = 1 << 20  # a YAML train config or a small JSON sidecar
+JSON_BYTES = 16 << 20  # manifests, adapter configs, receipts
+JSONL_BYTES = 4 << 30  # a data file: read line by line, each line capped below
+JSONL_LINE_BYTES = 16 << 20
+YAML_NODES = 2_000  # nodes after alias expansion; a real config has about a hundred
+UNBOUNDED_ALIASES = declare("bounded.unbounded_aliases", "YAML aliases are expanded uncounted")
+
+
+class InputTooLarge(AssayError):
+    """A file is larger than the cap its reader allows."""
+
+
+def read_capped(path: str | os.PathLike[str], cap: int, what: str) -> bytes:
+    """The bytes of ``path``; InputTooLarge (one line) when it is larger than ``cap``.
+
+    OSError from opening or reading propagates unchanged (the CLI prints it on one line).
+    """
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > cap:
+            raise InputTooLarge(f"{path}: {what} is {size:,} bytes; the limit is {cap:,} bytes")
+        data = handle.read(cap + 1)
+    if len(data) > cap:  # grew while reading, or a special file with no size
+        raise InputTooLarge(f"{path}: {what} is over the limit of {cap:,} bytes")
+    return data
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """The dotted path of the first string in ``value`` holding a lone surrogate, else None."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "(value)"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and lone_surrogate(key) is not None:
+                    return f"{where}.{key!r}" if where else repr(key)
+                stack.append((f"{where}.{key}" if where else str(key), child))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", child) for i, child in enumerate(item))
+    return None
+
+
+def non_finite(value: Any, where: str = "") -> str | None:
+    """The dotted path of the first NaN or infinite float in ``value``, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(value)"
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found = non_finite(child, f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, child in enumerate(value):
+            found = non_finite(child, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def loads_json(text: str | bytes, where: str, error: type[AssayError] = AssayError) -> Any:
+    """Parse JSON; ``error`` (one line starting with ``where``) for invalid JSON, nesting too
+    deep, NaN/Infinity literals or a lone surrogate escape such as ``\\ud800``."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        msg = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        raise error(f"{where}: invalid JSON ({msg})") from None
+    except RecursionError:
+        raise error(f"{where}: invalid JSON (nested too deeply)") from None
+    except ValueError as exc:
+        raise error(f"{where}: invalid JSON ({exc})") from None
+    bad = lone_surrogate(data)
+    if bad is not None:
+        raise error(f"{where}: {bad}: lone surrogate escape (\\ud800-\\udfff) is not text")
+    return data
+
+
+def read_json_file(
+    path: str | os.PathLike[str], error: type[AssayError], cap: int = JSON_BYTES
+) -> Any:
+    """:func:`loads_json` of a capped file; a missing file is ``error`` naming it."""
+    try:
+        raw = read_capped(path, cap, "JSON file")
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except InputTooLarge as exc:
+        raise error(str(exc)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: invalid UTF-8 at byte {exc.start}") from None
+    return loads_json(text, str(path), error)
+
+
+def count_expanded(node: yaml.Node, cap: int) -> int:
+    """Nodes in the document under ``node`` with every alias expanded, counted up to ``cap``.
+
+    Shared subtrees (what aliases produce) are counted once per use but walked once, so the
+    count is linear in the composed graph even for a billion-laughs document. Returns a value
+    above ``cap`` as soon as the count passes it.
+    """
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(item: yaml.Node) -> int:
+        key = id(item)
+        if key in memo:
+            return memo[key]
+        if key in active:  # a recursive alias: infinite when expanded
+            return cap + 1
+        active.add(key)
+        total = 1
+        if isinstance(item, yaml.SequenceNode):
+            children = item.value
+        elif isinstance(item, yaml.MappingNode):
+            children = [part for pair in item.value for part in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > cap:
+                break
+        active.discard(key)
+        memo[key] = total
+        return total
+
+    return size(node)
+
+
+YAML_DEPTH = 64  # nesting levels; a real config has three
+
+
+class DepthLimit(Exception):
+    """Raised by the composer past :data:`YAML_DEPTH` levels (caught in yaml_document)."""
+
+
+def depth_limited(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
+    """A subclass of ``loader`` whose composer refuses nesting past :data:`YAML_DEPTH`, so a
+    hostile ``[[[[...`` stops after 64 levels instead of at Python's recursion limit."""
+
+    class Limited(loader):  # type: ignore[misc,valid-type]
+        _depth = 0
+
+        def compose_node(self, parent, index):
+            self._depth += 1
+            try:
+                if self._depth > YAML_DEPTH:
+                    raise DepthLimit
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    return Limited
+
+
+def yaml_document(text: str, loader: type[yaml.SafeLoader], path: Path, error: type[AssayError]):
+    """Compose, bound and construct the one YAML document in ``text``.
+
+    Refuses (``error`` naming ``path``) a document whose alias expansion would exceed
+    :data:`YAML_NODES` nodes, or one nested too deeply for the parser.
+    """
+    instance = depth_limited(loader)(text)
+    try:
+        node = instance.get_single_node()
+        if node is None:
+            return None
+        nodes = 0 if armed(UNBOUNDED_ALIASES) else count_expanded(node, YAML_NODES)
+        if nodes > YAML_NODES:
+            raise error(
+                f"{path}: YAML aliases expand to over {YAML_NODES:,} nodes "
+                "(an alias bomb?); write the values out or use fewer aliases"
+            )
+        return instance.construct_document(node)
+    except (RecursionError, DepthLimit):
+        raise error(f"{path}: invalid YAML (nested deeper than {YAML_DEPTH} levels)") from None
+    finally:
+        instance.dispose()

@@ -1,0 +1,58 @@
+"""Checks of a train config against the model's header, before any weight is decoded.
+
+``load_train_config`` cannot see the model; these checks can, and they read only the GGUF
+header or the safetensors ``config.json`` and headers, so a config that names a layer the
+model lacks, or a sequence longer than its context, is refused in well under a second,
+naming the config file, the field and the valid range.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from assay.errors import ConfigError
+from assay.model.config import ModelConfig
+from assay.train.config import TrainConfig, model_path
+
+
+def model_config(config: TrainConfig) -> ModelConfig:
+    """The model's config from its header (ModelFileError names the model file if broken)."""
+    from assay.model.loader import open_source
+
+    return open_source(model_path(config)).config
+
+
+def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -> None:
+    """ConfigError (config file, field, valid range) for settings the model cannot honour:
+
+    - ``adapter.layers`` entries outside 0..num_layers-1;
+    - ``data.seq_len`` beyond the model's context length (``max_position_embeddings``);
+      positions past it were never trained and RoPE scaling does not cover them.
+    """
+    model = model if model is not None else model_config(config)
+    source = Path(config.source)
+    layers = config.adapter.layers
+    if layers is not None:
+        outside = [i for i in layers if not 0 <= i < model.num_layers]
+        if outside:
+            raise ConfigError(
+                f"{source}: adapter.layers: {outside[0]} is not a layer of the model "
+                f"(valid 0..{model.num_layers - 1}, it has {model.num_layers} layers)"
+            )
+    context = model.max_position_embeddings
+    if config.data.seq_len > context:
+        raise ConfigError(
+            f"{source}: data.seq_len: {config.data.seq_len} exceeds the model's context length "
+            f"{context} (valid 2..{context})"
+        )
+
+
+def check_rows(config: TrainConfig) -> None:
+    """Parse the train (and eval) rows, so malformed JSONL, lone surrogates and unknown roles
+    are refused (DataError naming file:line) before the model loads. Tokenizing, and the
+    length checks that need it, happen later in ``build_datasets``."""
+    from assay.train.data_rows import read_rows
+
+    for path in (config.data.train, config.data.eval):
+        if path is not None:
+            read_rows(path, config.data.format)

@@ -1,0 +1,143 @@
+"""Every shell command in README.md's ``bash`` blocks is run, or allowlisted with a reason.
+
+Each block runs as one bash script (``set -e``) in a scratch copy of ``examples/``, with
+``assay`` bound to this tree's ``python -m assay.cli``. A small table shortens commands that
+would take minutes (fewer steps on the real model); everything else runs as written, so a
+README command that stops working fails here. A README line that is neither run nor
+allowlisted fails too, so new commands cannot slip past the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+# Commands not run here, by prefix, each with why.
+NOT_RUN = {
+    "python -m pip install": "installs packages (no network at test time)",
+    "pip install": "installs packages (no network at test time)",
+    "nox ": "runs whole sessions (the suite, gates, lint): the integrator's CI runs them",
+    "torchrun ": "multi-process launch on a placeholder config.yaml; tests/distributed runs it",
+    "pytest": "would run this suite recursively",
+    "python harness/bench_step.py": "a minutes-long benchmark; gate-throughput runs it",
+    "assay render": "rewrites the tree's records/; tests/qualify covers render on copies",
+    "assay verify": "checks the published records/; tests/qualify covers verify on copies",
+}
+
+# Substitutions that keep a command short; the README's meaning is unchanged (the example
+# config is also shortened in the scratch copy, see _workspace). Whole commands first, then
+# substrings.
+SHORTEN_COMMANDS = {
+    "assay train examples/smollm2-lora.yaml": "assay train examples/smollm2-lora.yaml --stop-at 2",
+}
+SHORTEN = {"--stop-at 4": "--stop-at 3"}
+
+# Blocks whose commands load the real model: slow.
+SLOW_MARKERS = ("assay info", "assay train", "assay eval", "assay export")
+
+
+def shell_blocks(text: str) -> list[tuple[int, list[str]]]:
+    """(first line number, command lines) of every ```bash block, comments stripped."""
+    blocks, current, start = [], None, 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if current is None and line.strip() == "```bash":
+            current, start = [], number + 1
+        elif current is not None and line.strip() == "```":
+            blocks.append((start, current))
+            current = None
+        elif current is not None:
+            command = re.sub(r"\s+#\s.*$", "", line).rstrip()
+            if command and not command.lstrip().startswith("#"):
+                current.append(command)
+    return blocks
+
+
+def skip_reason(command: str) -> str | None:
+    """Why ``command`` is not run, or None to run it."""
+    return next((why for prefix, why in NOT_RUN.items() if command.startswith(prefix)), None)
+
+
+def _workspace(tmp_path: Path) -> Path:
+    """A scratch copy of examples/ with the LoRA example shortened to 4 steps of 64 tokens."""
+    work = tmp_path / "work"
+    shutil.copytree(ROOT / "examples", work / "examples", ignore=shutil.ignore_patterns("runs"))
+    config = work / "examples" / "smollm2-lora.yaml"
+    text = config.read_text()
+    for old, new in (("steps: 8", "steps: 4"), ("seq_len: 256", "seq_len: 64"),
+                     ("save_every: 4", "save_every: 1"), ("warmup_steps: 2", "warmup_steps: 1"),
+                     ("chunk_size: 256", "chunk_size: 64")):  # fmt: skip
+        assert old in text, f"the example config no longer has {old!r}; update test_readme"
+        text = text.replace(old, new)
+    config.write_text(text)
+    return work
+
+
+BLOCKS = shell_blocks(README.read_text(encoding="utf-8"))
+MODEL_LINE = next(c for _, b in BLOCKS for c in b if c.startswith("MODEL="))
+
+
+def _params():
+    for start, commands in BLOCKS:
+        runnable = [c for c in commands if skip_reason(c) is None]
+        if not runnable or runnable == [MODEL_LINE]:
+            continue
+        slow = any(c.startswith(SLOW_MARKERS) for c in runnable)
+        marks = [pytest.mark.slow] if slow else []
+        yield pytest.param(start, runnable, marks=marks, id=f"README.md:{start}")
+
+
+def test_every_readme_command_is_run_or_allowlisted():
+    commands = [c for _, block in BLOCKS for c in block]
+    assert len(commands) >= 20, "README.md lost its command blocks?"
+    ran = [c for _, block in _params_plain() for c in block]
+    for command in commands:
+        assert command in ran or skip_reason(command) or command == MODEL_LINE, command
+
+
+def _params_plain():
+    return [(p.values[0], p.values[1]) for p in _params()]
+
+
+@pytest.mark.parametrize(("start", "commands"), list(_params()))
+def test_readme_block_runs(tmp_path, start, commands):
+    work = _workspace(tmp_path)
+    lines = []
+    for command in commands:
+        command = SHORTEN_COMMANDS.get(command, command)
+        for old, new in SHORTEN.items():
+            command = command.replace(old, new)
+        lines.append(command)
+    uses_model = any("$MODEL" in c for c in lines)
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            f'assay() {{ "{sys.executable}" -m assay.cli "$@"; }}',
+            *([MODEL_LINE] if uses_model else []),
+            *lines,
+        ]
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "ASSAY_PROGRESS": "0"}
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    estimate_refusal = "--budget 200MiB" in lines[-1] and done.returncode == 1
+    assert done.returncode == 0 or estimate_refusal, (
+        f"README.md:{start} failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    )
+    if "assay export" in script:
+        assert (work / "adapter" / "assay_manifest.json").is_file()

@@ -1,0 +1,58 @@
+"""Config checks against the model header, before any weight loads."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from assay.errors import ConfigError
+from assay.testing.text_run import save_text_run
+from assay.train.config import load_train_config
+from assay.train.data_rows import DataError, read_rows
+from assay.train.preflight import check_against_model, check_rows
+
+
+@pytest.fixture
+def config_with(tmp_path):
+    keys = save_text_run(tmp_path / "ws", seed=0)
+
+    def make(**changes):
+        body = {**keys, "steps": 1, "adapter": {"rank": 2}}
+        for section, value in changes.items():
+            body[section] = {**body.get(section, {}), **value}
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(body))
+        return load_train_config(path)
+
+    return make
+
+
+def test_a_layer_the_model_lacks_names_the_field_and_range(config_with):
+    config = config_with(adapter={"rank": 2, "layers": [30]})
+    with pytest.raises(ConfigError, match=r"c\.yaml: adapter\.layers: 30 .*valid 0\.\.1"):
+        check_against_model(config)
+    check_against_model(config_with(adapter={"rank": 2, "layers": [1]}))
+
+
+def test_seq_len_past_the_context_length_is_refused(config_with):
+    with pytest.raises(ConfigError, match=r"data\.seq_len: 4096 exceeds .* context length 512"):
+        check_against_model(config_with(data={"seq_len": 4096}))
+    check_against_model(config_with(data={"seq_len": 512}))
+
+
+def test_rows_are_read_before_the_model(config_with, tmp_path):
+    config = config_with()
+    (tmp_path / "ws" / "train.jsonl").write_text('{"text": "a\\ud800"}\n')
+    with pytest.raises(DataError, match=r"train\.jsonl:1: text: lone surrogate"):
+        check_rows(config)
+
+
+@pytest.mark.parametrize("role", ["asistant", "robot", ""])
+def test_unknown_roles_are_refused_naming_line_and_role(tmp_path, role):
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        '{"messages": [{"role": "user", "content": "a"}, '
+        f'{{"role": "{role}", "content": "b"}}]}}\n'
+    )
+    with pytest.raises(DataError, match=rf"m\.jsonl:1: messages\[1\]\.role '{role}'"):
+        read_rows(path)
