@@ -109,8 +109,15 @@ class _FullDisk:
 
 @contextlib.contextmanager
 def full_disk() -> Iterator[None]:
-    """Every file opened for writing fails mid-write with ENOSPC."""
-    real_open, real_fdopen = builtins.open, os.fdopen
+    """Every file opened for writing fails mid-write with ENOSPC, whether it is written through
+    a file object or through raw ``os.write`` (as ``assay.atomic.write_all`` does)."""
+    real_open, real_fdopen, real_write = builtins.open, os.fdopen, os.write
+
+    def raw_write(fd: int, data) -> int:
+        if fd <= 2:  # the test's own stdout and stderr
+            return real_write(fd, data)
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     def opener(real: Callable):
         def inner(*args, **kwargs):
@@ -123,6 +130,7 @@ def full_disk() -> Iterator[None]:
     with (
         mock.patch("builtins.open", opener(real_open)),
         mock.patch("os.fdopen", opener(real_fdopen)),
+        mock.patch("os.write", raw_write),
     ):
         yield
 
