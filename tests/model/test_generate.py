@@ -58,8 +58,9 @@ def test_one_prompt_alone_matches_transformers(tiny_models, family):
     path = tiny_models[family]["hf"]
     hf, ours = _hf(path), assay.load(path)
     for prompt in _prompts(seed=8):
-        assert list(generate(ours, [prompt], max_new_tokens=NEW, eos_id=None)[0].tokens) == (
-            _hf_generate(hf, [prompt])[0]
+        assert (
+            list(generate(ours, [prompt], max_new_tokens=NEW, eos_id=None)[0].tokens)
+            == (_hf_generate(hf, [prompt])[0])
         )
 
 
@@ -124,15 +125,27 @@ def test_adapter_generation_matches_peft(tiny_models, tmp_path):
     assert got != [list(g.tokens) for g in plain]  # the adapter changes what is generated
 
 
-def test_a_dropped_cache_update_is_caught(tiny_models, monkeypatch):
-    """Control for the parity tests: a cache that forgets the new keys decodes differently."""
+def test_a_stale_cache_is_caught(tiny_models, monkeypatch):
+    """Control for the parity tests: a cache that appends a stale value instead of the new one
+    decodes differently. (Positions that count the left padding would not be caught, and need
+    not be: rotary attention depends on position differences only, and pads are masked.)"""
     from assay.model.cache import LayerCache
 
     path = tiny_models["llama3"]["hf"]
     prompts = _prompts()
-    monkeypatch.setattr(LayerCache, "extend", lambda self, k, v: (k, v))
-    broken = generate(assay.load(path), prompts, max_new_tokens=NEW, eos_id=None)
-    assert [list(g.tokens) for g in broken] != _hf_generate(_hf(path), prompts)
+    want = _hf_generate(_hf(path), prompts)
+    model = assay.load(path)
+
+    def stale(self, k, v):
+        if self.keys is not None:
+            v = self.values[:, :, -1:]
+        return original(self, k, v)
+
+    original = LayerCache.extend
+    with monkeypatch.context() as patch:
+        patch.setattr(LayerCache, "extend", stale)
+        broken = generate(model, prompts, max_new_tokens=NEW, eos_id=None)
+    assert [list(g.tokens) for g in broken] != want
 
 
 def test_bad_requests_are_one_line_errors(tiny_models):
