@@ -15,13 +15,14 @@ from pathlib import Path
 
 from assay.atomic import atomic_write_bytes
 
-# Short, common, lower-case English nouns: each is one or two SmolLM2 tokens after a space.
-WORDS = (
+# Short, common, lower-case English nouns: each is one SmolLM2 token after a space.
+_WORD_TEXT = (
     "apple bird boat bread chair cloud coin desk door drum egg farm fish flag fork frog "
     "glass goat hat horse house king lamp leaf lion map milk moon mouse nest oil owl "
     "paper pen pig rain ring river road rock rope salt sand ship shoe snow sock star "
     "stone sun table tent tree wall water wheel wind wolf"
-).split()
+)
+WORDS = tuple(_WORD_TEXT.split())
 SEED = 1919
 
 
