@@ -70,6 +70,7 @@ class Run:
     """One trained (or untouched) model and how it scored."""
 
     trainer: Trainer
+    moved: float  # largest change of any trainable from its initial value
     answers: list[str]
     score: float
     cpu_s: float
@@ -82,18 +83,26 @@ def split() -> Split:
 
 
 def _config(tmp: Path, name: str, train: Path, **over) -> Trainer:
+    """A Trainer for SmolLM2 on ``train``. ``lr=0.0``: the schema refuses lr 0 in a config,
+    so the control builds with LR and then zeroes the optimizer's and the schedule's lr."""
+    lr = over.pop("lr", LR)
     config = {
         "model": str(smollm2_path()),
         "adapter": ADAPTER,
         "data": {"train": str(train), "seq_len": 32},
-        "optim": {"lr": over.pop("lr", LR)},
+        "optim": {"lr": lr or LR},
         "batch": {"micro_batch": 8 if over.get("loss") is None else 4},
         "steps": over.pop("steps", SFT_STEPS),
         "seed": over.pop("seed", 0),
         "output": {"dir": str(tmp / name)},
         **over,
     }
-    return Trainer(train_config_from_dict(config, tmp / f"{name}.yaml"), progress=False)
+    trainer = Trainer(train_config_from_dict(config, tmp / f"{name}.yaml"), progress=False)
+    if lr == 0.0:
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = 0.0
+        trainer.scheduler.base_lrs = [0.0] * len(trainer.scheduler.base_lrs)
+    return trainer
 
 
 def answers(trainer: Trainer, split: Split) -> list[str]:
@@ -113,11 +122,14 @@ def expected(split: Split) -> list[str]:
 def train(tmp: Path, name: str, rows_file: Path, split: Split, **over) -> Run:
     cpu, wall = time.process_time(), time.perf_counter()
     trainer = _config(tmp, name, rows_file, **over)
+    start = {n: p.detach().clone() for n, p in trainer.params.items()}
     for _ in range(trainer.config.steps):
         trainer.train_step()
     got = answers(trainer, split)
+    moved = max(float((p.detach() - start[n]).abs().max()) for n, p in trainer.params.items())
     return Run(
         trainer,
+        moved,
         got,
         grader.score(got, expected(split)),
         time.process_time() - cpu,
@@ -305,6 +317,10 @@ def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
     gate.note(
         "per run CPU seconds (wall seconds on a shared machine), load + train + decode: "
         + ", ".join(f"{k} {r.cpu_s:.0f} ({r.wall_s:.0f})" for k, r in runs.items())
+    )
+    gate.note(
+        "largest change of any trainable over the run: "
+        + ", ".join(f"{k} {r.moved:.3g}" for k, r in runs.items())
     )
     gate.note(
         f"base model answers (first 3): {base_answers[:3]!r}; fp32 trained: "
