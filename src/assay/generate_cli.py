@@ -1,9 +1,9 @@
 """``assay generate``: greedy continuations of prompts from a model, a config, or a run.
 
 MODEL_OR_CONFIG is a GGUF file, an HF safetensors directory, or a train config (YAML). With
-``--checkpoint`` the run's trainables are restored onto the config's model (the config
-defaults to the run directory's ``config.yaml``). Prompts are decoded together as one
-left-padded batch with a KV cache; each stops at eos or after ``--max-new-tokens``.
+--checkpoint the run's trainables are restored onto the config's model (the config
+defaults to the run directory's config.yaml). Prompts are decoded together as one
+left-padded batch with a KV cache; each stops at eos or after --max-new-tokens.
 """
 
 from __future__ import annotations
