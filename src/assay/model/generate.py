@@ -33,7 +33,8 @@ class Generation:
 
 
 def _decoder(model: nn.Module) -> nn.Module:
-    """The Decoder itself (a StreamedModel or wrapper exposes it as ``base``/``module``)."""
+    """The Decoder itself, or the one a wrapper (DDP: ``module``) holds; a StreamedModel is
+    refused: decode with its resident Decoder instead."""
     for attribute in ("base", "module"):
         inner = getattr(model, attribute, None)
         if isinstance(inner, nn.Module) and hasattr(inner, "forward_cached"):
