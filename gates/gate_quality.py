@@ -6,7 +6,8 @@ pair never occurs in training. The prompt does not state the rule, so the base m
 know it. The scorer (assay.testing.grader) is gated first, with stubs, then the trained model
 is scored by greedy decoding (assay.model.generate, KV cache) on the held-out pairs.
 
-Long: ``nox -s gates`` leaves it out; ``nox -s gate-quality`` runs it (about 4 CPU-minutes, one thread).
+Long: ``nox -s gates`` leaves it out; ``nox -s gate-quality`` runs it (about 4 CPU-minutes on
+one thread).
 """
 
 from __future__ import annotations
