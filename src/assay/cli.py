@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     from assay.memory.estimate_cli import add_estimate
 
     add_estimate(sub)
+    from assay.generate_cli import add_generate
+
+    add_generate(sub)
     return parser
 
 

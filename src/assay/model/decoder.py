@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from assay.faultpoints import armed, declare
+from assay.model.cache import KVCache, LayerCache, cached_attention_mask
 from assay.model.config import ModelConfig
 
 # Controls for gate-logits' bf16 claims: the fp32 upcasts below only change numbers in bf16.
@@ -95,8 +96,14 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(config.q_size, h, bias=False)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor | None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
+        """With ``cache``, x holds only the new positions: their keys and values are appended
+        and the queries attend over the whole cached run (``mask`` must then be explicit)."""
         c = self.config
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)
@@ -104,6 +111,8 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.extend(k, v)
         group = c.num_heads // c.num_kv_heads
         if group > 1:
             k = k.repeat_interleave(group, dim=1)
@@ -146,9 +155,13 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor | None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, mask)
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -225,3 +238,26 @@ class Decoder(nn.Module):
         position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return self.lm_head(self.hidden_states(input_ids, attention_mask, position_ids)).float()
+
+    def forward_cached(
+        self,
+        input_ids: torch.Tensor,
+        cache: KVCache,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        """fp32 logits [B, T, vocab] of the T new positions in ``input_ids``, appending their
+        keys and values to ``cache``.
+
+        ``attention_mask`` [B, cache.length + T] covers every position so far (1 = real
+        token); ``position_ids`` [B, T] are the new positions' rotary positions. Inference
+        only: the training forward above never takes this path.
+        """
+        x = self.embed_tokens(input_ids)
+        t = input_ids.shape[1]
+        rope = rope_tables(self.config, position_ids, x.dtype)
+        mask = cached_attention_mask(self.config, cache.length, t, attention_mask, x.device)
+        for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
+            x = layer(x, rope, mask, layer_cache)
+        cache.length += t
+        return self.lm_head(self.norm(x)).float()

@@ -1,0 +1,121 @@
+"""``assay generate``: greedy continuations of prompts from a model, a config, or a run.
+
+MODEL_OR_CONFIG is a GGUF file, an HF safetensors directory, or a train config (YAML). With
+--checkpoint the run's trainables are restored onto the config's model (the config
+defaults to the run directory's config.yaml). Prompts are decoded together as one
+left-padded batch with a KV cache; each stops at eos or after --max-new-tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+
+STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
+
+
+def _is_config(path: Path) -> bool:
+    return path.suffix in (".yaml", ".yml")
+
+
+def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
+    from assay.train.build import build_model, build_tokenizer, trainable_parameters
+    from assay.train.checkpoint import load_checkpoint
+    from assay.train.config import load_train_config
+
+    config = load_train_config(config_path)
+    _, base = build_model(config)
+    if checkpoint is not None:
+        saved = load_checkpoint(checkpoint)
+        if saved.fingerprints["model"] != base.fingerprint.canonical_sha256:
+            raise AssayError(f"{saved.path}: was trained on another model than {config.model}")
+        saved.restore(trainable_parameters(base), rng=False)
+    return base, build_tokenizer(config)
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(Decoder, Tokenizer) for the command line's source."""
+    from assay.train.loop import RUN_CONFIG
+
+    source = Path(args.model)
+    if not source.exists():
+        raise AssayError(f"{source}: no such model, directory or config")
+    if args.checkpoint is not None:
+        run = Path(args.checkpoint)
+        run_dir = run if (run / "latest").exists() else run.parent
+        config = source if _is_config(source) else run_dir / RUN_CONFIG
+        if not config.is_file():
+            raise AssayError(f"{config}: no run config for --checkpoint; pass a config YAML")
+        return _from_config(config, args.checkpoint)
+    if _is_config(source):
+        return _from_config(source, None)
+    import assay
+    from assay.model.tokenizer import load_tokenizer
+
+    tokenizer_source = args.tokenizer or source
+    if Path(tokenizer_source).is_dir():
+        raise AssayError(f"{source}: a safetensors directory has no GGUF tokenizer; --tokenizer")
+    return assay.load(source, storage=args.storage), load_tokenizer(tokenizer_source)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from assay.model.generate import generate
+
+    if args.max_new_tokens < 0:
+        raise AssayError(f"--max-new-tokens {args.max_new_tokens}: expected 0 or more")
+    if any(not p for p in args.prompt):
+        raise AssayError("--prompt: a prompt is empty")
+    model, tok = _load(args)
+    texts = args.prompt
+    if args.chat:
+        texts = [
+            tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+            for p in texts
+        ]
+    prompts = [tok.encode(t, add_special_tokens=True) for t in texts]
+    pad = next((i for i in (tok.pad_id, tok.eos_id, 0) if i is not None), 0)
+    results = generate(
+        model, prompts, max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, pad_id=pad
+    )
+    rows = [
+        {"prompt": p, "completion": tok.decode(r.tokens), "tokens": list(r.tokens), "stop": r.stop}
+        for p, r in zip(args.prompt, results, strict=True)
+    ]
+    if args.json:
+        print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
+    else:
+        for row in rows:
+            print(
+                row["completion"]
+                if len(rows) == 1
+                else f"{row['prompt']!r} -> {row['completion']!r}"
+            )
+    return 0
+
+
+def add_generate(sub: argparse._SubParsersAction) -> None:
+    """Register ``generate`` on the ``assay`` subcommand parser."""
+    parser = sub.add_parser(
+        "generate",
+        help="greedy continuations of prompts (KV cache), from a model, config or run",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    parser.add_argument("model", metavar="MODEL_OR_CONFIG", help="GGUF file, HF dir or config YAML")
+    parser.add_argument("--prompt", action="append", required=True,
+                        help="a prompt (repeat for a batch)")  # fmt: skip
+    parser.add_argument(
+        "--checkpoint", metavar="RUN", help="run dir (follows 'latest') or step dir"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
+                        help="stop after N new tokens (default 64)")  # fmt: skip
+    parser.add_argument("--storage", choices=STORAGES, default="float32",
+                        help="frozen storage for a model file (a config sets its own)")  # fmt: skip
+    parser.add_argument("--tokenizer", metavar="GGUF", help="tokenizer GGUF (default: the model)")
+    parser.add_argument("--chat", action="store_true",
+                        help="wrap each prompt as a user turn in the chat template")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=cmd_generate)

@@ -1,0 +1,99 @@
+"""The quality gate's task: swap two words. Generated here, from a fixed seed, by our own code.
+
+A prompt ``Input: cat river\nOutput:`` asks for `` river cat``. Nothing in the prompt says
+what to do, so a base model cannot know the rule (it tends to copy or continue the list); a
+LoRA fine-tune learns it in a few hundred rows, and held-out pairs (no unordered pair of them is
+in training) show whether it learned the rule rather than the rows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from assay.atomic import atomic_write_bytes
+
+# Short, common, lower-case English nouns: each is one SmolLM2 token after a space.
+_WORD_TEXT = (
+    "apple bird boat bread chair cloud coin desk door drum egg farm fish flag fork frog "
+    "glass goat hat horse house king lamp leaf lion map milk moon mouse nest oil owl "
+    "paper pen pig rain ring river road rock rope salt sand ship shoe snow sock star "
+    "stone sun table tent tree wall water wheel wind wolf"
+)
+WORDS = tuple(_WORD_TEXT.split())
+SEED = 1919
+
+
+@dataclass(frozen=True)
+class Item:
+    """One task item: the two words, the prompt and the one correct answer."""
+
+    first: str
+    second: str
+
+    @property
+    def prompt(self) -> str:
+        return f"Input: {self.first} {self.second}\nOutput:"
+
+    @property
+    def answer(self) -> str:
+        return f"{self.second} {self.first}"
+
+    @property
+    def unswapped(self) -> str:
+        """The most tempting wrong answer: the input copied."""
+        return f"{self.first} {self.second}"
+
+
+@dataclass(frozen=True)
+class Split:
+    train: tuple[Item, ...]
+    held_out: tuple[Item, ...]
+
+
+def make_split(train: int = 256, held_out: int = 48, seed: int = SEED) -> Split:
+    """``train`` and ``held_out`` items from ``seed``; guarantees that no held-out item shares
+    its unordered word pair with a training item, and that no pair repeats."""
+    rng = random.Random(seed)
+    pairs = [(a, b) for a in WORDS for b in WORDS if a < b]
+    rng.shuffle(pairs)
+    chosen = pairs[: train + held_out]
+    items = [Item(a, b) if rng.random() < 0.5 else Item(b, a) for a, b in chosen]
+    return Split(tuple(items[:train]), tuple(items[train:]))
+
+
+def shuffled_targets(items: tuple[Item, ...], seed: int = SEED) -> list[tuple[str, str]]:
+    """(prompt, completion) rows whose completions are a derangement of the right answers:
+    the control that keeps format and vocabulary but breaks the input-to-output relation."""
+    rng = random.Random(seed + 1)
+    order = list(range(len(items)))
+    while True:
+        rng.shuffle(order)
+        if all(i != j for i, j in enumerate(order)):
+            break
+    return [(item.prompt, " " + items[j].answer) for item, j in zip(items, order, strict=True)]
+
+
+def sft_rows(items: tuple[Item, ...]) -> list[tuple[str, str]]:
+    return [(item.prompt, " " + item.answer) for item in items]
+
+
+def write_sft(path: Path, rows: list[tuple[str, str]]) -> Path:
+    """prompt_completion JSONL, written atomically."""
+    text = "".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rows)
+    atomic_write_bytes(path, text.encode())
+    return path
+
+
+def write_preference(path: Path, items: tuple[Item, ...], *, swap: bool = False) -> Path:
+    """preference JSONL: chosen = the swap, rejected = the copy (``swap`` flips them)."""
+    lines = []
+    for item in items:
+        chosen, rejected = " " + item.answer, " " + item.unswapped
+        if swap:
+            chosen, rejected = rejected, chosen
+        lines.append(json.dumps({"prompt": item.prompt, "chosen": chosen, "rejected": rejected}))
+    atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode())
+    return path
