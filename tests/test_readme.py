@@ -31,6 +31,19 @@ NOT_RUN = {
     "python harness/bench_step.py": "a minutes-long benchmark; gate-throughput runs it",
     "assay render": "rewrites the tree's records/; tests/qualify covers render on copies",
     "assay verify": "checks the published records/; tests/qualify covers verify on copies",
+    "assay sign": "needs an ssh signing key; tests/qualify/test_signatures.py signs with a "
+    "throwaway key",
+    "assay publish": "reads the tree's records/; tests/qualify/test_index_and_site.py builds and "
+    "browses a site",
+    "assay generate config.yaml": "placeholder config and run dir; tests/test_generate_cli.py "
+    "generates from a trained run",
+    "assay generate model_dir/": "placeholder model dir; tests/test_generate_cli.py decodes "
+    "batches from a safetensors dir",
+    "python harness/gpu_bundle.py": "downloads cp312 wheels; nox -s gpu-dry-run (in CI) builds "
+    "the kit",
+    "bash harness/gpu_qualify.sh": "runs on the GPU box; nox -s gpu-dry-run rehearses it on CPU",
+    "python harness/gpu_import.py": "placeholder folder; tests/qualify/test_gpu_import.py "
+    "imports returned receipts",
 }
 
 # Substitutions that keep a command short; the README's meaning is unchanged (the example
@@ -42,7 +55,7 @@ SHORTEN_COMMANDS = {
 SHORTEN = {"--stop-at 4": "--stop-at 3"}
 
 # Blocks whose commands load the real model: slow.
-SLOW_MARKERS = ("assay info", "assay train", "assay eval", "assay export")
+SLOW_MARKERS = ("assay info", "assay train", "assay eval", "assay export", "assay generate")
 
 
 def shell_blocks(text: str) -> list[tuple[int, list[str]]]:
