@@ -103,6 +103,7 @@ def _codec_claim(gate, inputs, device: str) -> None:
     )
 
 
+@pytest.mark.xdist_group("nf4-codec")  # shares a module fixture: one worker
 def test_codec_is_bit_exact(gate, codec_inputs):
     gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
     gate.input("model", smollm2_path())
@@ -156,6 +157,7 @@ def roundtrip_ratio(weight: torch.Tensor, decoded: torch.Tensor, enc: ref.Encode
     return float(ratio.max())
 
 
+@pytest.mark.xdist_group("nf4-codec")  # shares a module fixture: one worker
 def test_roundtrip_within_half_spacing(gate, codec_inputs):
     gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
     claim = gate.claim(
@@ -267,6 +269,7 @@ def scaled_stores(model, factor: float, layers: slice) -> list[tuple[torch.Tenso
     return saved
 
 
+@pytest.mark.xdist_group("nf4-model")  # shares a module fixture: one worker
 def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
     model, _ = nf4_load
     gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers")
@@ -321,6 +324,7 @@ def bytes_per_parameter(model) -> float:
     return owned_bytes(model)["packed_base_bytes"] / packed_parameter_count(model)
 
 
+@pytest.mark.xdist_group("nf4-model")  # shares a module fixture: one worker
 def test_storage_bytes_and_load_peak(gate, nf4_load):
     model, peak = nf4_load
     gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading")
