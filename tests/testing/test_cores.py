@@ -30,8 +30,9 @@ def test_a_worker_sets_torch_and_its_children(monkeypatch):
     import torch
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    for name in cores.THREAD_VARIABLES:  # set first, so that undo restores what was there
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
     monkeypatch.setattr(cores, "available_cores", lambda: 4)
     before = torch.get_num_threads()
     try:
