@@ -73,7 +73,8 @@ def gates(session: nox.Session) -> None:
     """Every gate but the timing and long ones (nox -s gate-throughput, nox -s gate-quality run
     those alone); receipts to records/receipts, records rendered. Extra args go to pytest."""
     ignored = [f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)]
-    _run_gates(session, ["gates", *ignored])
+    # Two workers; tests marked xdist_group share a module fixture and stay on one worker.
+    _run_gates(session, ["-n", "2", "--dist", "loadgroup", "gates", *ignored])
 
 
 def _gate_session(name: str) -> None:

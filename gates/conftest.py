@@ -1,4 +1,5 @@
-"""assay's gates run on torch: describe its stack in every receipt through the plugin's hook.
+"""Gate-wide pytest setup. assay's gates run on torch: its stack goes into every receipt through
+the plugin's hook, and xdist workers share the cores instead of oversubscribing them.
 
 The gate plugin probes nothing heavy on its own (a project without torch never imports it);
 assay declares here that its project under test uses torch, CUDA, bitsandbytes and
@@ -11,6 +12,8 @@ from importlib import metadata
 from typing import Any
 
 import pytest
+
+from assay.testing.cores import share_cores_among_xdist_workers
 
 
 def _version(dist: str) -> str | None:
@@ -28,3 +31,7 @@ def pytest_gate_environment(config: pytest.Config) -> dict[str, Any]:
         "bitsandbytes": _version("bitsandbytes"),
         "transformers": _version("transformers"),
     }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    share_cores_among_xdist_workers()

@@ -94,6 +94,11 @@ class Subject:
         return attach(model, method, rank=RANK, alpha=ALPHA, targets=targets, seed=seed, **options)
 
 
+# Every smollm2 test shares one module-scoped Subject (an assay load and a transformers load):
+# under `--dist loadgroup` they run on one xdist worker, which pays for it once.
+WHICH = [pytest.param("smollm2", marks=pytest.mark.xdist_group("adapters-smollm2")), "qwen2"]
+
+
 @pytest.fixture(scope="module")
 def smollm2() -> Subject:
     from assay.model.tokenizer import load_tokenizer
@@ -210,7 +215,7 @@ def attach_norm(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)
-@pytest.mark.parametrize("which", ["smollm2", "qwen2"])
+@pytest.mark.parametrize("which", WHICH)
 def test_adapter_math_equals_peft(gate, request, which, method):
     subject: Subject = request.getfixturevalue(which)
     gate.uses(*IMPLEMENTATION, "assay.adapters.perturb")
@@ -317,7 +322,7 @@ def transposed_mix(model: torch.nn.Module) -> torch.nn.Module:
 TINY_THRESHOLD = Threshold("<=", 1e-4, tolerance=0.1)
 
 
-@pytest.mark.parametrize("which", ["smollm2", "qwen2"])
+@pytest.mark.parametrize("which", WHICH)
 def test_tinylora_delta_is_the_promised_dense_update(gate, request, which):
     subject: Subject = request.getfixturevalue(which)
     gate.uses(*IMPLEMENTATION, "assay.adapters.perturb")
@@ -401,7 +406,7 @@ def differing(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((a != b).sum().item())
 
 
-@pytest.mark.parametrize("which", ["smollm2", "qwen2"])
+@pytest.mark.parametrize("which", WHICH)
 def test_fresh_adapters_are_exact_no_ops(gate, request, which):
     subject: Subject = request.getfixturevalue(which)
     gate.uses(*IMPLEMENTATION)
@@ -427,7 +432,7 @@ def test_fresh_adapters_are_exact_no_ops(gate, request, which):
             claim.control(name, differing(model(subject.ids), subject.base))
 
 
-@pytest.mark.parametrize("which", ["smollm2", "qwen2"])
+@pytest.mark.parametrize("which", WHICH)
 def test_disable_gives_base_logits_exactly(gate, request, which):
     subject: Subject = request.getfixturevalue(which)
     gate.uses(*IMPLEMENTATION)

@@ -103,6 +103,7 @@ def _codec_claim(gate, inputs, device: str) -> None:
     )
 
 
+@pytest.mark.xdist_group("nf4-codec")  # shares a module fixture: one worker
 def test_codec_is_bit_exact(gate, codec_inputs):
     gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
     gate.input("model", smollm2_path())
@@ -156,6 +157,7 @@ def roundtrip_ratio(weight: torch.Tensor, decoded: torch.Tensor, enc: ref.Encode
     return float(ratio.max())
 
 
+@pytest.mark.xdist_group("nf4-codec")  # shares a module fixture: one worker
 def test_roundtrip_within_half_spacing(gate, codec_inputs):
     gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
     claim = gate.claim(
@@ -179,9 +181,11 @@ def test_roundtrip_within_half_spacing(gate, codec_inputs):
     claim.control("reference decoder that skips the nested offset", control)
 
 
-def live_bytes() -> int:
-    """Bytes of every live torch tensor storage (once each) and every numpy array owning data."""
-    gc.collect()
+def live_bytes(generation: int = 2) -> int:
+    """Bytes of every live torch tensor storage (once each) and every numpy array owning data,
+    after ``gc.collect(generation)``. A younger generation only ever leaves garbage counted as
+    live, so a sample can read high, never low."""
+    gc.collect(generation)
     seen: set[tuple[str, int]] = set()
     total = 0
     with warnings.catch_warnings():
@@ -208,7 +212,9 @@ class PeakCensus:
     def __init__(self) -> None:
         self.baseline = live_bytes()
         self.samples: list[int] = []
-        self.handle = register_storage_hook(lambda *_: self.samples.append(live_bytes()))
+        # Samples collect generations 0-1 only: a full collection per sample cost ~40 s of this
+        # gate's CPU time (0.3 s each with transformers imported, 60 per load, two loads).
+        self.handle = register_storage_hook(lambda *_: self.samples.append(live_bytes(1)))
 
     def stop(self) -> int:
         self.handle.remove()
@@ -267,6 +273,7 @@ def scaled_stores(model, factor: float, layers: slice) -> list[tuple[torch.Tenso
     return saved
 
 
+@pytest.mark.xdist_group("nf4-model")  # shares a module fixture: one worker
 def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
     model, _ = nf4_load
     gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers")
@@ -321,6 +328,7 @@ def bytes_per_parameter(model) -> float:
     return owned_bytes(model)["packed_base_bytes"] / packed_parameter_count(model)
 
 
+@pytest.mark.xdist_group("nf4-model")  # shares a module fixture: one worker
 def test_storage_bytes_and_load_peak(gate, nf4_load):
     model, peak = nf4_load
     gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading")

@@ -9,6 +9,13 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist workers share the cores instead of oversubscribing them (assay.testing.cores)."""
+    from assay.testing.cores import share_cores_among_xdist_workers
+
+    share_cores_among_xdist_workers()
+
+
 def smollm2_gguf() -> Path:
     """The bundled SmolLM2 GGUF. A missing package fails the test rather than skipping it, so
     CI cannot go green without it."""
