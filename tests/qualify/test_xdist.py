@@ -21,3 +21,16 @@ def test_two_workers_write_exactly_one_receipt_per_gate_with_all_claims(gates):
     assert [c["id"] for c in right["claims"]] == [f"claim_r{i}" for i in range(3)]
     assert left["status"] == right["status"] == "pass"
     assert (gates.records / "left.md").is_file() and (gates.records / "right.md").is_file()
+
+
+def test_loadgroup_suffixes_do_not_reach_receipts(gates):
+    grouped = "import pytest\n\n" + "\n".join(
+        "@pytest.mark.xdist_group('shared')\n" + CLAIMS.format(n=f"g{i}").lstrip() for i in range(3)
+    )
+    gates.write("grouped", grouped)
+    result = gates.run("-n", "2", "--dist", "loadgroup", subprocess=True)
+    assert result.ret == 0, result.stdout.str()
+    receipt = gates.only_receipt("grouped")
+    tests = [c["test"] for c in receipt["claims"]] + [t["nodeid"] for t in receipt["run"]["tests"]]
+    assert len(tests) == 6 and not any("@" in t for t in tests), tests
+    assert receipt["status"] == "pass"

@@ -148,10 +148,12 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     """The declaration surface of one gate test (see docs/gate-api.md)."""
     from assay.qualify.environment import resolve_device
     from assay.qualify.gate import Gate
+    from assay.qualify.session import plain_nodeid
 
     config = request.config
     choice = config.getoption("gate_device", None) or config.getini("gate_device") or "auto"
-    g = Gate(gate_name(request.path), resolve_device(choice), request.node.nodeid, config.rootpath)
+    nodeid = plain_nodeid(request.node.nodeid)
+    g = Gate(gate_name(request.path), resolve_device(choice), nodeid, config.rootpath)
     g.module(request.path)  # the gate's own source is part of what every claim ran
     request.node.stash[GATE] = g
     start = time.perf_counter()

@@ -17,6 +17,15 @@ import pytest
 GATE_FILE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
 
 
+XDIST_GROUP = re.compile(r"@[^\]/:@]+$")
+
+
+def plain_nodeid(nodeid: str) -> str:
+    """``nodeid`` without the ``@group`` suffix pytest-xdist's ``--dist loadgroup`` appends, so
+    receipts name a test the same way whichever scheduler ran it."""
+    return XDIST_GROUP.sub("", nodeid)
+
+
 def gate_of(nodeid: str) -> str | None:
     """The gate a test node id belongs to (``gate_<name>.py`` module), or None."""
     match = GATE_FILE.match(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
@@ -75,7 +84,7 @@ class GateSession:
         if self.expected is not None:
             return
         self.expected = {}
-        for nodeid in nodeids:
+        for nodeid in map(plain_nodeid, nodeids):
             gate = gate_of(nodeid)
             if gate is not None:
                 self.expected.setdefault(gate, set()).add(nodeid)
@@ -93,12 +102,13 @@ class GateSession:
             if key == "assay_gate_fragment":
                 report.user_properties.remove((key, value))
                 self.fragments.setdefault(gate, []).append(value)
+        nodeid = plain_nodeid(report.nodeid)
         if report.failed:
             self.failures.setdefault(gate, []).append(
-                {"nodeid": report.nodeid, "when": report.when, "message": exception_line(report)}
+                {"nodeid": nodeid, "when": report.when, "message": exception_line(report)}
             )
         if report.when == "teardown":
-            self.done.setdefault(gate, set()).add(report.nodeid)
+            self.done.setdefault(gate, set()).add(nodeid)
             expected = (self.expected or {}).get(gate)
             if expected is not None and expected <= self.done[gate]:
                 self.publish(gate)
