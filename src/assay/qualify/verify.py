@@ -6,10 +6,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+from assay.faultpoints import armed, declare
 from assay.qualify.assemble import check_corrections
 from assay.qualify.gate import file_sha256
 from assay.qualify.receipt import SHA_FIELD, problems_in, receipt_filename, receipt_paths
 from assay.qualify.render import GATE_DIR, record_path, render_text
+
+NEWEST_ONLY = declare(
+    "qualify.verify.newest_receipt_only",
+    "verify checks only the newest receipt of a gate",
+)
+RECORD_UNCHECKED = declare(
+    "qualify.verify.record_not_compared",
+    "verify does not compare a record with a fresh render",
+)
 
 RECORD_MARK = "# Gate record: "
 
@@ -49,7 +59,8 @@ def verify_gate(gate: str, receipts_dir: Path, records_dir: Path) -> list[str]:
     """Problems for one gate's receipts and its record, one line each naming the file."""
     problems: list[str] = []
     valid: list[tuple[Path, dict[str, Any]]] = []
-    for path in receipt_paths(receipts_dir, gate):
+    paths = receipt_paths(receipts_dir, gate)
+    for path in paths[-1:] if armed(NEWEST_ONLY) else paths:
         receipt, found = _check_file(path, gate)
         problems.extend(found)
         if receipt is not None:
@@ -61,7 +72,11 @@ def verify_gate(gate: str, receipts_dir: Path, records_dir: Path) -> list[str]:
     record = record_path(records_dir, gate)
     if not record.is_file():
         problems.append(f"{record}: record missing for gate {gate!r} (run `assay render`)")
-    elif receipts and record.read_text("utf-8") != render_text(gate, receipts):
+    elif (
+        receipts
+        and not armed(RECORD_UNCHECKED)
+        and record.read_text("utf-8") != render_text(gate, receipts)
+    ):
         problems.append(f"{record}: record out of sync with its receipts (run `assay render`)")
     return problems
 

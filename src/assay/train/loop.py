@@ -26,6 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
+from assay.faultpoints import armed, declare
 from assay.train.build import (
     NEFTune,
     build_datasets,
@@ -40,6 +41,11 @@ from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
+
+SCHED_LOST = declare(
+    "train.loop.scheduler_not_restored",
+    "resume leaves the learning-rate schedule at step 0",
+)
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.yaml"
@@ -105,7 +111,8 @@ class Trainer:
         """
         checkpoint = load_checkpoint(path, fingerprints=self.fingerprints)
         self._restore(checkpoint, optimizer=optimizer, rng=rng)
-        self.scheduler.load_state_dict(checkpoint.scheduler_state)
+        if not armed(SCHED_LOST):
+            self.scheduler.load_state_dict(checkpoint.scheduler_state)
         self.batches = self._batches(Cursor.from_dict(checkpoint.cursor))
         self.step = checkpoint.step
         if self.is_main:
