@@ -24,7 +24,7 @@ import pytest
 
 from assay.qualify import Threshold
 from assay.testing.mutants import MUTANTS, declared_fault_points
-from assay.testing.mutation import classify, run_mutants, run_pytest
+from assay.testing.mutation import classify, mutmut_score, run_mutants, run_pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = Path(
@@ -147,8 +147,11 @@ def test_mutmut_score_per_package(gate):
             threshold=Threshold(">=", MUTMUT_FLOOR),
             unit="(killed + timeout) / tested",
         )
-        claim.measure(row["score"])
-        claim.control("the same count with no mutant killed (tests not run)", 0.0)
+        counts = mutmut_score(row["exit_codes"])  # recomputed from every mutant's exit code
+        assert counts["score"] == row["score"], f"{package}: summary score disagrees with its codes"
+        claim.measure(counts["score"])
+        unrun = mutmut_score(dict.fromkeys(row["exit_codes"], 0))
+        claim.control("the same mutants with every exit code read as survived", unrun["score"])
         gate.note(
             f"mutmut {package}: {row['killed']} killed, {row['survived']} survived, "
             f"{row['timeout']} timeout, {row['not_checked']} not checked of {row['total']}; "

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from assay.testing.mutation import mutmut_score as score
+
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = ROOT / "records" / "mutation" / "mutmut-summary.json"
 
@@ -61,30 +63,6 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("tests/stream",),
     ),
 }
-
-# mutmut 3.8's exit-code meanings (mutmut.stats.status_by_exit_code), the ones we count.
-KILLED = {1, 3}
-SURVIVED = {0}
-TIMEOUT = {36, -24, 24, 152, 255}
-
-
-def score(exit_codes: dict[str, int | None]) -> dict[str, object]:
-    """Counts and score from mutmut's per-mutant exit codes (None: not checked)."""
-    killed = sum(c in KILLED for c in exit_codes.values())
-    survived = sum(c in SURVIVED for c in exit_codes.values())
-    timeout = sum(c in TIMEOUT for c in exit_codes.values())
-    not_checked = sum(c is None for c in exit_codes.values())
-    other = len(exit_codes) - killed - survived - timeout - not_checked
-    tested = killed + survived + timeout
-    return {
-        "killed": killed,
-        "survived": survived,
-        "timeout": timeout,
-        "not_checked": not_checked,
-        "other": other,
-        "total": len(exit_codes),
-        "score": round((killed + timeout) / tested, 4) if tested else 0.0,
-    }
 
 
 def _config(modules: tuple[str, ...], tests: tuple[str, ...]) -> str:

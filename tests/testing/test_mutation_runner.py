@@ -82,3 +82,12 @@ def test_a_killer_selects_its_parameters_and_whole_files():
     assert len(covered(outcomes, "t.py")) == 3
     assert not clean_killers(PytestRun(0, 0.0, outcomes, ""), ["t.py::a"])
     assert clean_killers(PytestRun(0, 0.0, outcomes, ""), ["t.py::ab"])
+
+
+def test_mutmut_score_counts_timeouts_as_killed_and_leaves_unchecked_out():
+    codes = {"a": 1, "b": 0, "c": 36, "d": None, "e": 33, "f": 3}
+    counts = mutmut_score(codes)
+    assert (counts["killed"], counts["survived"], counts["timeout"]) == (2, 1, 1)
+    assert (counts["not_checked"], counts["other"], counts["total"]) == (1, 1, 6)
+    assert counts["score"] == 0.75
+    assert mutmut_score({})["score"] == 0.0

@@ -149,3 +149,32 @@ def run_mutants(
 
     with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         return list(pool.map(one, mutants))
+
+
+# mutmut 3.8's exit-code meanings (mutmut.stats.status_by_exit_code), the ones counted here.
+MUTMUT_KILLED = frozenset({1, 3})
+MUTMUT_SURVIVED = frozenset({0})
+MUTMUT_TIMEOUT = frozenset({36, -24, 24, 152, 255})
+
+
+def mutmut_score(exit_codes: dict[str, int | None]) -> dict[str, float | int]:
+    """Counts and score from mutmut's per-mutant exit codes (None: not checked).
+
+    score = (killed + timeout) / (killed + survived + timeout), mutmut's own definition;
+    mutants not checked, without tests, skipped or suspicious are counted apart, not scored.
+    """
+    codes = list(exit_codes.values())
+    killed = sum(c in MUTMUT_KILLED for c in codes)
+    survived = sum(c in MUTMUT_SURVIVED for c in codes)
+    timeout = sum(c in MUTMUT_TIMEOUT for c in codes)
+    not_checked = sum(c is None for c in codes)
+    tested = killed + survived + timeout
+    return {
+        "killed": killed,
+        "survived": survived,
+        "timeout": timeout,
+        "not_checked": not_checked,
+        "other": len(codes) - tested - not_checked,
+        "total": len(codes),
+        "score": round((killed + timeout) / tested, 4) if tested else 0.0,
+    }
