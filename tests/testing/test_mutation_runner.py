@@ -11,6 +11,7 @@ from assay.testing.mutation import (
     classify,
     clean_killers,
     covered,
+    mutmut_score,
     run_mutants,
     run_pytest,
 )
