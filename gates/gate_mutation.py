@@ -41,6 +41,11 @@ def _selected() -> list:
     return [m for m in MUTANTS if not wanted or m.name in wanted]
 
 
+def _progress(result) -> None:
+    # Seen with `pytest -s`: one line per mutant as it finishes.
+    print(f"[mutant] {result.verdict:8} {result.wall_s:6.1f}s {result.name}", flush=True)
+
+
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     """Clean run over every killer, then each countable mutant with its fault armed."""
@@ -59,6 +64,7 @@ def campaign(tmp_path_factory):
         scratch=scratch,
         clean=clean,
         jobs=jobs,
+        on_result=_progress,
     )
     return {
         "chosen": chosen,

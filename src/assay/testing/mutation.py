@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,14 +138,19 @@ def run_mutants(
     scratch: Path,
     clean: PytestRun,
     jobs: int = 2,
+    on_result: Callable[[MutantResult], None] | None = None,
 ) -> list[MutantResult]:
-    """Run each ``(fault name, killers, budget_s)`` with its fault armed, ``jobs`` at a time."""
+    """Run each ``(fault name, killers, budget_s)`` with its fault armed, ``jobs`` at a time;
+    ``on_result`` sees each result as it finishes (progress)."""
 
     def one(item: tuple[str, Sequence[str], float]) -> MutantResult:
         name, killers, budget = item
         run = run_pytest(killers, faults=name, root=root, scratch=scratch, timeout_s=budget)
         verdict = classify(run, clean_killers(clean, killers))
-        return MutantResult(name, verdict, run.wall_s, run.returncode, run.tail)
+        result = MutantResult(name, verdict, run.wall_s, run.returncode, run.tail)
+        if on_result is not None:
+            on_result(result)
+        return result
 
     with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         return list(pool.map(one, mutants))
