@@ -35,7 +35,7 @@ DEQUANT_DTYPE = declare(
 )
 GATHER_ORDER = declare(
     "storage.nf4.gather_order",
-    "row lookup returns the unique sorted rows, not rows in index order",
+    "row lookup returns the rows in sorted index order, not in the order asked",
 )
 
 BLOCKSIZE = 64
@@ -177,8 +177,8 @@ class NF4Weight(nn.Module):
         else:
             scales = self.absmax[blocks]
         dense = self._decode(packed, scales, (unique.numel(), cols), dtype, self.nf4_code)
-        if armed(GATHER_ORDER) and dense.shape[0] == index.numel():
-            return dense.reshape(*index.shape, cols)
+        if armed(GATHER_ORDER):
+            inverse = inverse.sort().values
         return dense[inverse].reshape(*index.shape, cols)
 
     def workspace_bytes(self, tile_rows: int) -> int:

@@ -64,7 +64,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("storage.nf4.nested_offset_dropped", (_NF4_CODEC,)),
     Mutant("storage.nf4.dequant_dtype", (_NF4_CODEC,)),
     Mutant("storage.nf4.gather_order", (_NF4_CODEC,)),
-    Mutant("storage.linear.tile_bias_offset", (_FL + "test_tiles_bound_the_decoded_workspace",)),
+    Mutant(
+        "storage.linear.tile_bias_offset",
+        ("tests/storage/test_tiled_bias.py::test_tiled_forward_adds_each_tiles_own_bias_rows",),
+    ),
     Mutant(
         "storage.linear.backward_skips_last_tile",
         (_FL + "test_tiles_bound_the_decoded_workspace",),
