@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,8 +88,9 @@ def run_package(name: str, max_children: int, timeout_s: float) -> dict[str, obj
             ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__")
         )
         text = (ROOT / "pyproject.toml").read_text("utf-8")
-        head = text.split("\n[tool.mutmut]")[0]
-        (work / "pyproject.toml").write_text(head + _config(modules, tests), "utf-8")
+        # Drop the checkout's own [tool.mutmut] section (up to the next table) and add ours.
+        rest = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
+        (work / "pyproject.toml").write_text(rest + _config(modules, tests), "utf-8")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAY_FAULTS")}
         env.setdefault("OMP_NUM_THREADS", "1")
         start = time.perf_counter()
