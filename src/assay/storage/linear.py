@@ -48,9 +48,10 @@ class _TiledMatmul(torch.autograd.Function):
             out = F.linear(x, store.rows(0, rows, x.dtype, tensors), bias)
         else:
             out = x.new_empty(*x.shape[:-1], rows)
+            misplaced = armed(TILE_BIAS)
             for start in range(0, rows, tile):
                 stop = min(start + tile, rows)
-                first = 0 if armed(TILE_BIAS) else start
+                first = 0 if misplaced else start
                 part = bias[first : first + stop - start] if bias is not None else None
                 out[..., start:stop] = F.linear(x, store.rows(start, stop, x.dtype, tensors), part)
         ctx.save_for_backward(*tensors)
