@@ -83,10 +83,9 @@ def run_package(name: str, max_children: int, timeout_s: float) -> dict[str, obj
     modules, tests = SCOPES[name]
     with tempfile.TemporaryDirectory(prefix=f"mutmut-{name}-") as tmp:
         work = Path(tmp)
-        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copytree(
-            ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__")
-        )
+        # The whole tree (tests read examples/, gates/, schemas/), less history and outputs.
+        skip = shutil.ignore_patterns(".git", ".nox", "records", "mutants", "__pycache__")
+        shutil.copytree(ROOT, work, ignore=skip, dirs_exist_ok=True)
         text = (ROOT / "pyproject.toml").read_text("utf-8")
         # Drop the checkout's own [tool.mutmut] section (up to the next table) and add ours.
         rest = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
@@ -107,7 +106,7 @@ def run_package(name: str, max_children: int, timeout_s: float) -> dict[str, obj
             codes.update(json.loads(meta.read_text("utf-8")).get("exit_code_by_key", {}))
     row = {"modules": list(modules), "tests": list(tests), **score(codes), "wall_s": round(wall)}
     row["exit_codes"] = dict(sorted(codes.items()))
-    if not codes:
+    if not codes or all(c is None for c in codes.values()):
         row["error"] = log[-800:]
     return row
 
