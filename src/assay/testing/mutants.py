@@ -107,13 +107,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("train.losses.mask_ignored", (_CE_EQUAL,)),
     Mutant("train.losses.chunk_drops_row", (_CE_EQUAL,)),
     Mutant("train.losses.divisor_all_tokens", (_CE_EQUAL,)),
-    Mutant("train.losses.fused_grad_unscaled", (_CE_EQUAL,)),
+    Mutant(
+        "train.losses.fused_grad_unscaled",
+        (
+            "tests/train/test_chunked_ce_frozen_head.py::test_frozen_head_hidden_gradient_equals_full_ce",
+        ),
+    ),
     Mutant("train.losses.head_grad_dropped", (_CE_EQUAL,)),
     Mutant("train.data.labels_unshifted", (_DA + "test_labels_are_the_next_token",)),
-    Mutant(
-        "train.data.mask_unshifted",
-        (_DA + "test_prompt_completion_scores_only_the_completion_and_its_eos",),
-    ),
+    Mutant("train.data.mask_unshifted", (_DA + "test_labels_are_the_next_token",)),
     Mutant(
         "train.data.cursor_off_by_one",
         (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
@@ -143,7 +145,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "train.preference.kto_z_not_detached",
         (_PR + "test_kto_reference_point_is_clamped_and_detached",),
     ),
-    Mutant("train.preference.ipo_summed", (_PR + "test_chosen_and_rejected_run_as_one_batch",)),
+    Mutant(
+        "train.preference.ipo_summed",
+        ("tests/train/test_preference_averaging.py::test_ipo_orpo_simpo_average_and_dpo_kto_sum",),
+    ),
     Mutant(
         "train.objective.reference_not_disabled",
         (_PR + "test_reference_is_the_model_with_adapters_disabled",),
