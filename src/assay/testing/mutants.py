@@ -167,7 +167,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("train.checkpoint.rng_not_restored", (_RESUME,)),
     Mutant(
         "train.checkpoint.cursor_unverified",
-        (_CK + "test_damaged_checkpoint_is_a_one_line_error_naming_the_file",),
+        (
+            "tests/train/test_checkpoint_files_verified.py::test_a_flipped_bit_in_any_file_is_refused_naming_it",
+        ),
     ),
     Mutant("train.checkpoint_state.adam_step_lost", (_RESUME,)),
     Mutant(
