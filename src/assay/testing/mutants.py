@@ -51,6 +51,7 @@ _CK = "tests/train/test_checkpoint.py::"
 _LP = "tests/train/test_loop.py::"
 _SE = "tests/stream/test_stream_engine.py::"
 _PD = "tests/memory/test_predict.py"
+_PT = "tests/memory/test_predict_trainables.py::"
 
 _NF4_CODEC = _FL + "test_nf4_decode_matches_bitsandbytes_by_rows_and_gather"
 _PEFT_BOTH = _PF + "test_peft_loads_our_adapter_with_equal_logits_and_gradients"
@@ -182,7 +183,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("stream.engine.backward_stale_input", (_STREAM_BITWISE,)),
     Mutant(
         "stream.engine.prefetch_wrong_layer",
-        (_SE + "test_kept_mode_fetches_each_layer_once_per_pass_and_never_recomputes",),
+        ("tests/stream/test_prefetch_order.py::test_forward_fetches_every_layer_once",),
+        status="equivalent",
+        reason="performance only: the pool fetches any layer it lacks when the layer is used, so "
+        "a wrong prefetch changes neither numbers nor the fetch count (measured: one fetch per "
+        "layer with and without it); only copy/compute overlap is lost, which a timing gate "
+        "(gate-stream on CUDA) sees, not a CPU unit test",
     ),
     Mutant(
         "stream.engine.cache_key_ignores_bytes",
@@ -195,11 +201,13 @@ MUTANTS: tuple[Mutant, ...] = (
     # qualify (no torch)
     Mutant(
         "qualify.receipt.hash_skips_claims",
-        ("tests/qualify/test_canonical_sha.py::test_receipt_sha_changes_with_any_value",),
+        ("tests/qualify/test_verify.py::test_tampered_receipt_is_caught_naming_the_file",),
     ),
     Mutant(
         "qualify.receipt.controls_not_judged",
-        ("tests/qualify/test_invalid_receipts.py",),
+        (
+            "tests/qualify/test_verify_every_receipt.py::test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught",
+        ),
     ),
     Mutant(
         "qualify.threshold.controls_ignored",
@@ -207,7 +215,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "qualify.verify.newest_receipt_only",
-        ("tests/qualify/test_verify.py::test_tampered_receipt_is_caught_naming_the_file",),
+        (
+            "tests/qualify/test_verify_every_receipt.py::test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught",
+        ),
     ),
     Mutant(
         "qualify.verify.record_not_compared",
@@ -216,9 +226,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     # memory prediction (no torch)
-    Mutant("memory.predict.optimizer_term_dropped", (_PD,)),
+    Mutant(
+        "memory.predict.optimizer_term_dropped",
+        (_PT + "test_adamw_moments_are_twice_the_gradients_plus_a_step_per_tensor",),
+    ),
     Mutant("memory.predict.preference_rows_single", (_PD + "::test_preference_doubles_the_rows",)),
-    Mutant("memory.predict.lora_fa_counts_a", (_PD,)),
+    Mutant("memory.predict.lora_fa_counts_a", (_PT + "test_lora_fa_trains_b_only",)),
 )
 
 TABLE: dict[str, Mutant] = {m.name: m for m in MUTANTS}
