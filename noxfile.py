@@ -1,5 +1,5 @@
 """nox sessions: tests, lint, gates, gate-<name> (one per gates/gate_<name>.py), records, verify,
-bench.
+bench, mutants.
 
 Torch: on a machine without an NVIDIA GPU each session installs the CPU wheel
 ``torch==2.13.0``. On a GPU box (``nvidia-smi`` on PATH) the session's virtualenv sees the system
@@ -21,8 +21,9 @@ GATES = sorted(p.stem.removeprefix("gate_") for p in (ROOT / "gates").glob("gate
 # Timing gates need a quiet machine to themselves: `gates` (and CI, which runs it on 2 shared
 # workers) leaves them out; run them alone with `nox -s gate-<name>`.
 TIMING_GATES = ("throughput",)
-# Long gates train the real model for minutes: also left out of `gates`; `nox -s gate-quality`.
-LONG_GATES = ("quality",)
+# Long gates train the real model for minutes (gate-quality) or run many child interpreters
+# (gate-mutation: one per curated mutant): also left out of `gates`; `nox -s gate-<name>`.
+LONG_GATES = ("quality", "mutation")
 CPU_TORCH = "torch==2.13.0"
 
 nox.options.sessions = ["lint", "tests"]
@@ -70,8 +71,9 @@ def _run_gates(session: nox.Session, paths: list[str]) -> None:
 
 @nox.session(venv_params=VENV_PARAMS)
 def gates(session: nox.Session) -> None:
-    """Every gate but the timing and long ones (nox -s gate-throughput, nox -s gate-quality run
-    those alone); receipts to records/receipts, records rendered. Extra args go to pytest."""
+    """Every gate but the timing and long ones (nox -s gate-throughput, gate-quality and
+    gate-mutation run those alone); receipts to records/receipts, records rendered. Extra args
+    go to pytest."""
     ignored = [f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)]
     # Two workers; tests marked xdist_group share a module fixture and stay on one worker.
     _run_gates(session, ["-n", "2", "--dist", "loadgroup", "gates", *ignored])
@@ -183,3 +185,13 @@ def gpu_dry_run(session: nox.Session) -> None:
         *session.posargs,
         external=True,
     )
+
+
+@nox.session(venv_params=VENV_PARAMS)
+def mutants(session: nox.Session) -> None:
+    """mutmut 3 over the core packages (each with its own test selection, bounded per package),
+    summary to records/mutation/mutmut-summary.json for gate-mutation. Args: package names,
+    --max-children N, --timeout S (per package)."""
+    install(session)
+    session.install("mutmut>=3.8,<4")
+    session.run("python", "harness/mutmut_run.py", *session.posargs)

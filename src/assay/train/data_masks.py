@@ -24,8 +24,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from assay.faultpoints import armed, declare
 from assay.model.tokenizer import Tokenizer
 from assay.train.data_rows import DataError, Row
+
+FIRST_SCORED = declare(
+    "train.data_masks.first_token_scored",
+    "the first token (which has no prefix) is marked as scored",
+)
+PROMPT_SCORED = declare(
+    "train.data_masks.prompt_scored",
+    "completion-only masking scores the prompt too",
+)
+NO_EOS = declare(
+    "train.data_masks.text_without_eos",
+    "text rows are not terminated with EOS, so EOS is never learned",
+)
 
 MASKS = ("all", "completion_only")
 
@@ -89,7 +103,7 @@ class RowEncoder:
         data = row.data
         if self.fmt == "text":
             ids = self.tok.encode(data["text"], add_special_tokens=True)
-            if not self._adds_eos():  # the file's flag already appended it otherwise
+            if not self._adds_eos() and not armed(NO_EOS):  # else the file's flag appended it
                 ids = ids + self._eos
             return Example(row.line, (self._finish([(ids, True)], where),))
         if self.fmt == "messages":
@@ -121,7 +135,7 @@ class RowEncoder:
         """Prompt (unscored) then completion (scored), as strings or as messages."""
         if isinstance(prompt, str):
             return [
-                (self._bos + self.tok.encode(prompt), False),
+                (self._bos + self.tok.encode(prompt), armed(PROMPT_SCORED)),
                 (self.tok.encode(completion) + self._eos, True),
             ]
         head = self._render(prompt, where, gen=True)
@@ -175,7 +189,7 @@ class RowEncoder:
         for piece, is_completion in segments:
             ids.extend(piece)
             scored.extend([is_completion or self.mask == "all"] * len(piece))
-        if scored:
+        if scored and not armed(FIRST_SCORED):
             scored[0] = False
         label = f" ({part})" if part else ""
         truncated = False

@@ -26,6 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
+from assay.faultpoints import armed, declare
 from assay.train.build import (
     NEFTune,
     build_datasets,
@@ -43,6 +44,11 @@ from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
 from assay.train.run_dir import not_started
+
+SCHED_LOST = declare(
+    "train.loop.scheduler_not_restored",
+    "resume leaves the learning-rate schedule at step 0",
+)
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.yaml"
@@ -125,7 +131,8 @@ class Trainer:
             steps=self.config.steps,
         )
         self._restore(checkpoint, optimizer=optimizer, rng=rng)
-        self.scheduler.load_state_dict(checkpoint.scheduler_state)
+        if not armed(SCHED_LOST):
+            self.scheduler.load_state_dict(checkpoint.scheduler_state)
         self.batches = self._batches(Cursor.from_dict(checkpoint.cursor))
         self.step = checkpoint.step
         if self.is_main:

@@ -1,0 +1,246 @@
+"""The curated mutants: every named fault point, the tests that must kill it, and a time budget.
+
+Each entry says which pytest node ids must fail when the fault is armed (``ASSAY_FAULTS=name``)
+and pass when it is not. ``status`` is ``killed`` (expected to be killed), ``equivalent`` (no
+observable behaviour changes; ``reason`` gives the argument) or ``cuda`` (only reachable on a
+CUDA device). ``gates/gate_mutation.py`` runs them; ``tests/test_mutants.py`` checks that every
+declared fault point has an entry here and every entry names a declared fault point.
+
+A fault point's name is ``<module under assay>.<defect>``, so the module that declares it is
+found from the name alone (``storage.nf4.nibble_order`` lives in ``assay.storage.nf4``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+STATUSES = ("killed", "equivalent", "cuda")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One curated mutant: a fault point and the node ids that must kill it."""
+
+    name: str
+    killers: tuple[str, ...]
+    budget_s: float = 150.0
+    status: str = "killed"
+    reason: str = ""
+
+    @property
+    def module(self) -> str:
+        """The module that declares this fault point."""
+        return "assay." + self.name.rsplit(".", 1)[0]
+
+    @property
+    def counted(self) -> bool:
+        """Whether the mutant counts toward the kill rate (not equivalent, reachable on CPU)."""
+        return self.status == "killed"
+
+
+_FL = "tests/storage/test_frozen_linear.py::"
+_AT = "tests/adapters/test_attach.py::"
+_PF = "tests/adapters/test_peft_format.py::"
+_TL = "tests/adapters/test_tinylora.py::"
+_MG = "tests/adapters/test_adapter_merge.py::test_merge_then_unmerge"
+_CE = "tests/train/test_losses.py::"
+_DA = "tests/train/test_train_data.py::"
+_PR = "tests/train/test_preference.py::"
+_CK = "tests/train/test_checkpoint.py::"
+_LP = "tests/train/test_loop.py::"
+_SE = "tests/stream/test_stream_engine.py::"
+_PD = "tests/memory/test_predict.py"
+_PT = "tests/memory/test_predict_trainables.py::"
+
+_NF4_CODEC = _FL + "test_nf4_decode_matches_bitsandbytes_by_rows_and_gather"
+_PEFT_BOTH = _PF + "test_peft_loads_our_adapter_with_equal_logits_and_gradients"
+_CE_EQUAL = _CE + "test_chunked_ce_equals_full_ce"
+_RESUME = _CK + "test_adamw_resume_is_bit_exact"
+_STREAM_BITWISE = _SE + "test_streamed_matches_resident_bitwise"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # storage
+    Mutant("storage.nf4.nibble_order", (_NF4_CODEC,)),
+    Mutant("storage.nf4.nested_offset_dropped", (_NF4_CODEC,)),
+    Mutant("storage.nf4.dequant_dtype", (_NF4_CODEC,)),
+    Mutant("storage.nf4.gather_order", (_NF4_CODEC,)),
+    Mutant(
+        "storage.linear.tile_bias_offset",
+        ("tests/storage/test_tiled_bias.py::test_tiled_forward_adds_each_tiles_own_bias_rows",),
+    ),
+    Mutant(
+        "storage.linear.backward_skips_last_tile",
+        (_FL + "test_tiles_bound_the_decoded_workspace",),
+    ),
+    Mutant(
+        "storage.apply.bf16_kept_fp32", (_FL + "test_bf16_stores_bf16_and_computes_in_input_dtype",)
+    ),
+    # adapters
+    Mutant("adapters.lora.rslora_scale", (_AT + "test_scaling_rules",)),
+    Mutant("adapters.lora.lora_scale_sqrt", (_AT + "test_scaling_rules",)),
+    Mutant("adapters.lora.fa_a_trainable", (_AT + "test_only_adapter_tensors_train",)),
+    Mutant("adapters.lora.b_nonzero_init", (_AT + "test_lora_a_is_kaiming_uniform_and_b_is_zero",)),
+    Mutant("adapters.lora.forward_unscaled", (_MG,)),
+    Mutant("adapters.dora.norm_not_detached", (_PEFT_BOTH,)),
+    Mutant("adapters.dora.norm_axis", (_PEFT_BOTH,)),
+    Mutant("adapters.dora.bias_rescaled", (_PEFT_BOTH,)),
+    Mutant(
+        "adapters.tinylora.basis_without_sigma", (_TL + "test_delta_is_u_sigma_mix_v_transpose",)
+    ),
+    Mutant(
+        "adapters.tinylora.projection_variance",
+        (_TL + "test_projection_entries_have_variance_one_over_r",),
+    ),
+    Mutant(
+        "adapters.attach.tinylora_not_shared",
+        (_TL + "test_sharing_global_is_one_vector_per_target_is_many",),
+    ),
+    Mutant(
+        "adapters.peft_io.key_layout",
+        (_PEFT_BOTH, _PF + "test_a_peft_saved_adapter_loads_into_assay"),
+    ),
+    Mutant("adapters.peft_io.rslora_flag", (_PEFT_BOTH,)),
+    Mutant("adapters.base.merge_sign", (_MG,)),
+    Mutant("adapters.base.unmerge_sign", (_MG,)),
+    Mutant("adapters.base.disable_ignored", (_AT + "test_disable_gives_base_logits_exactly",)),
+    # train: losses, data, preference, objective
+    Mutant("train.losses.mask_ignored", (_CE_EQUAL,)),
+    Mutant("train.losses.chunk_drops_row", (_CE_EQUAL,)),
+    Mutant("train.losses.divisor_all_tokens", (_CE_EQUAL,)),
+    Mutant(
+        "train.losses.fused_grad_unscaled",
+        (
+            "tests/train/test_chunked_ce_frozen_head.py::test_frozen_head_hidden_gradient_equals_full_ce",
+        ),
+    ),
+    Mutant("train.losses.head_grad_dropped", (_CE_EQUAL,)),
+    Mutant("train.data.labels_unshifted", (_DA + "test_labels_are_the_next_token",)),
+    Mutant("train.data.mask_unshifted", (_DA + "test_labels_are_the_next_token",)),
+    Mutant(
+        "train.data.cursor_off_by_one",
+        (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
+    ),
+    Mutant(
+        "train.data.epoch_order_repeats",
+        (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
+    ),
+    Mutant(
+        "train.data_masks.first_token_scored",
+        (_DA + "test_text_rows_score_every_token_after_the_first_including_eos",),
+    ),
+    Mutant(
+        "train.data_masks.prompt_scored",
+        (_DA + "test_prompt_completion_scores_only_the_completion_and_its_eos",),
+    ),
+    Mutant(
+        "train.data_masks.text_without_eos",
+        (_DA + "test_text_rows_score_every_token_after_the_first_including_eos",),
+    ),
+    Mutant("train.preference.dpo_beta_sign", (_PR + "test_dpo_variants_at_known_points",)),
+    Mutant(
+        "train.preference.token_logp_grad_sign",
+        (_PR + "test_chunked_token_logps_equal_log_softmax_values_and_gradients",),
+    ),
+    Mutant(
+        "train.preference.kto_z_not_detached",
+        (_PR + "test_kto_reference_point_is_clamped_and_detached",),
+    ),
+    Mutant(
+        "train.preference.ipo_summed",
+        ("tests/train/test_preference_averaging.py::test_ipo_orpo_simpo_average_and_dpo_kto_sum",),
+    ),
+    Mutant(
+        "train.objective.reference_not_disabled",
+        (_PR + "test_reference_is_the_model_with_adapters_disabled",),
+    ),
+    Mutant(
+        "train.objective.accumulation_not_divided",
+        (_PR + "test_accumulation_divides_by_micro_batches",),
+    ),
+    Mutant(
+        "train.objective.ce_micro_normalised",
+        (_LP + "test_accumulating_four_micro_batches_equals_a_batch_of_four",),
+        budget_s=240.0,
+    ),
+    # checkpoint and resume
+    Mutant("train.checkpoint.optimizer_not_restored", (_RESUME,)),
+    Mutant("train.checkpoint.rng_not_restored", (_RESUME,)),
+    Mutant(
+        "train.checkpoint.cursor_unverified",
+        (
+            "tests/train/test_checkpoint_files_verified.py::test_a_flipped_bit_in_any_file_is_refused_naming_it",
+        ),
+    ),
+    Mutant("train.checkpoint_state.adam_step_lost", (_RESUME,)),
+    Mutant(
+        "train.loop.scheduler_not_restored",
+        (_LP + "test_resume_in_a_fresh_trainer_is_bitwise_exact",),
+        budget_s=240.0,
+    ),
+    # streaming
+    Mutant("stream.engine.resident_grads_dropped", (_STREAM_BITWISE,)),
+    Mutant("stream.engine.backward_stale_input", (_STREAM_BITWISE,)),
+    Mutant(
+        "stream.engine.prefetch_wrong_layer",
+        ("tests/stream/test_prefetch_order.py::test_forward_fetches_every_layer_once",),
+        status="equivalent",
+        reason="performance only: the pool fetches any layer it lacks when the layer is used, so "
+        "a wrong prefetch changes neither numbers nor the fetch count (measured: one fetch per "
+        "layer with and without it); only copy/compute overlap is lost, which a timing gate "
+        "(gate-stream on CUDA) sees, not a CPU unit test",
+    ),
+    Mutant(
+        "stream.engine.cache_key_ignores_bytes",
+        (_SE + "test_disk_tier_keys_on_content",),
+    ),
+    Mutant(
+        "stream.kept.unpack_wrong_layer",
+        (_SE + "test_kept_mode_matches_recompute_mode_over_two_optimizer_steps",),
+    ),
+    # qualify (no torch)
+    Mutant(
+        "qualify.receipt.hash_skips_claims",
+        ("tests/qualify/test_verify.py::test_tampered_receipt_is_caught_naming_the_file",),
+    ),
+    Mutant(
+        "qualify.receipt.controls_not_judged",
+        (
+            "tests/qualify/test_verify_every_receipt.py::test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught",
+        ),
+    ),
+    Mutant(
+        "qualify.threshold.controls_ignored",
+        ("tests/qualify/test_threshold.py::test_verdict_passes_only_with_failing_controls",),
+    ),
+    Mutant(
+        "qualify.verify.newest_receipt_only",
+        (
+            "tests/qualify/test_verify_every_receipt.py::test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught",
+        ),
+    ),
+    Mutant(
+        "qualify.verify.record_not_compared",
+        (
+            "tests/qualify/test_verify.py::test_record_out_of_sync_is_caught_and_render_all_repairs_it",
+        ),
+    ),
+    # memory prediction (no torch)
+    Mutant(
+        "memory.predict.optimizer_term_dropped",
+        (_PT + "test_adamw_moments_are_twice_the_gradients_plus_a_step_per_tensor",),
+    ),
+    Mutant("memory.predict.preference_rows_single", (_PD + "::test_preference_doubles_the_rows",)),
+    Mutant("memory.predict.lora_fa_counts_a", (_PT + "test_lora_fa_trains_b_only",)),
+)
+
+TABLE: dict[str, Mutant] = {m.name: m for m in MUTANTS}
+
+
+def declared_fault_points() -> dict[str, str]:
+    """Import every module the table names and return the fault-point catalog (name -> defect)."""
+    from assay import faultpoints
+
+    for module in sorted({m.module for m in MUTANTS}):
+        importlib.import_module(module)
+    return dict(faultpoints.CATALOG)
