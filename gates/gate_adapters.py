@@ -13,7 +13,7 @@ Interop is also claimed through the other implementation's own files and loaders
 assay's PEFT folder into PeftModel.from_pretrained and PEFT's save_pretrained folder into
 assay's loader; merged safetensors into transformers, merged GGUF into gguf.GGUFReader and
 transformers' GGUF loader. Their controls corrupt the files on disk (transposed pairs, swapped
-keys, a wrong scale) or the writer (fault ``export.gguf.skip_qk_permute``). Frozen tensors are
+keys, a wrong scale) or the writer (fault ``model.gguf_export.skip_qk_permute``). Frozen tensors are
 measured directly: LoRA-FA's A bit for bit and absent from the optimizer, every base byte.
 """
 
@@ -599,10 +599,10 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         bad = write_gguf(tmp_path / f"{how}.gguf", adapted.config, corrupt_tensors(tensors, how))
         reader.control(name, reader_mismatches(bad, tensors))
         loader.control(name, transformers_error(tmp_path, qwen2.ids, m_expected, bad.name))
-    with faultpoints.inject("export.gguf.skip_qk_permute"):
+    with faultpoints.inject("model.gguf_export.skip_qk_permute"):
         bad = export_merged(adapted, tmp_path / "unpermuted.gguf", format="gguf")
     loader.control(
-        "Q/K rows not permuted (export.gguf.skip_qk_permute)",
+        "Q/K rows not permuted (model.gguf_export.skip_qk_permute)",
         transformers_error(tmp_path, qwen2.ids, m_expected, bad.name),
     )
     with torch.no_grad():

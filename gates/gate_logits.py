@@ -287,7 +287,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         unit="unequal values",
     )
     norm.measure(bad)
-    with faultpoints.inject("model.rmsnorm.skip_upcast"):
+    with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):
         norm.control("RMSNorm without the fp32 upcast", norm_mismatches(model, hf, ids)[0])
 
     attention = gate.claim(
@@ -299,7 +299,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         unit="bf16 ulps",
     )
     attention.measure(attention_ulps(model, ids))
-    with faultpoints.inject("model.attention.skip_upcast"):
+    with faultpoints.inject("model.decoder.attention_skip_upcast"):
         attention.control("scores and softmax in bf16", attention_ulps(model, ids))
 
     with torch.no_grad():
@@ -317,9 +317,9 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
             unit="mean abs error",
         )
         logits.measure(mean_error())
-        with faultpoints.inject("model.rmsnorm.skip_upcast"):
+        with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):
             logits.control("RMSNorm without the fp32 upcast", mean_error())
-        with faultpoints.inject("model.attention.skip_upcast"):
+        with faultpoints.inject("model.decoder.attention_skip_upcast"):
             blind = mean_error()
     gate.note(
         f"bf16 {family}: with scores and softmax in bf16 the logits' mean error is {blind:.4g} "

@@ -419,7 +419,7 @@ def _control_run(cases, fault: str, hang_s: float):
 # class -> (fault point that removes its guard, case-name filter) for a product control.
 PRODUCT_CONTROLS = {
     "bounds": ("bounded.unbounded_aliases", "alias_bomb"),
-    "surrogate": ("data.allow_surrogates", "text_value"),
+    "surrogate": ("train.data_rows.allow_surrogates", "text_value"),
 }
 
 
@@ -481,7 +481,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
     gate.note(f"fuzz jsonl: {rows.examples} examples, samples {rows.samples or 'none'}")
     from assay.faultpoints import inject
 
-    with inject("data.allow_surrogates"):
+    with inject("train.data_rows.allow_surrogates"):
         control = fuzz_loaders.fuzz_jsonl_reader(tmp_path / "rows-control", n, 32)
     claim.control("the JSONL examples with the lone-surrogate check removed", control.unexpected)
 

@@ -18,10 +18,10 @@ from assay.model.config import ModelConfig
 
 # Controls for gate-logits' bf16 claims: the fp32 upcasts below only change numbers in bf16.
 SKIP_NORM_UPCAST = declare(
-    "model.rmsnorm.skip_upcast", "RMSNorm computes mean(x^2) and rsqrt in the input dtype"
+    "model.decoder.rmsnorm_skip_upcast", "RMSNorm computes mean(x^2) and rsqrt in the input dtype"
 )
 SKIP_ATTENTION_UPCAST = declare(
-    "model.attention.skip_upcast", "attention scores and softmax run in the input dtype"
+    "model.decoder.attention_skip_upcast", "attention scores and softmax run in the input dtype"
 )
 
 

@@ -20,7 +20,7 @@ from assay.errors import AssayError
 from assay.model.cache import KVCache
 
 SAMPLE = faultpoints.declare(
-    "generate.sample", "the next token is sampled from the softmax instead of the argmax"
+    "model.generate.sample", "the next token is sampled from the softmax instead of the argmax"
 )
 
 

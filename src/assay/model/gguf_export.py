@@ -20,7 +20,8 @@ from assay.model.gguf import gguf_name, permute_qk
 # Control for gate-adapters: the file must load in another implementation (transformers'
 # GGUF loader), not only in assay's own reader.
 SKIP_QK_PERMUTE = declare(
-    "export.gguf.skip_qk_permute", "llama GGUF files are written without the Q/K row permutation"
+    "model.gguf_export.skip_qk_permute",
+    "llama GGUF files are written without the Q/K row permutation",
 )
 
 _TYPES = {

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from assay import faultpoints
 
 RAW = faultpoints.declare(
-    "grader.raw_compare", "answers compared verbatim: no whitespace, case or punctuation fixes"
+    "testing.grader.raw_compare",
+    "answers compared verbatim: no whitespace, case or punctuation fixes",
 )
 PREFIX = faultpoints.declare(
-    "grader.prefix_match", "an answer matches when the expected text starts with it (so '' does)"
+    "testing.grader.prefix_match",
+    "an answer matches when the expected text starts with it (so '' does)",
 )
 
 _TRAILING = ".!?,;:"

@@ -232,6 +232,95 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant("memory.predict.preference_rows_single", (_PD + "::test_preference_doubles_the_rows",)),
     Mutant("memory.predict.lora_fa_counts_a", (_PT + "test_lora_fa_trains_b_only",)),
+    # writes, bounded inputs, export, generation, the grader and the ledger (merged later)
+    Mutant(
+        "atomic.in_place",
+        ("tests/test_robustness.py::test_read_only_dir_and_full_disk_keep_the_last_good_state",),
+    ),
+    Mutant(
+        "atomic.ignore_short_write",
+        (),
+        status="equivalent",
+        reason="alone it changes nothing: os.write on a regular Linux file takes every byte; "
+        "gate-robustness arms it with atomic.short_write and catches it (3 files wrong)",
+    ),
+    Mutant(
+        "atomic.short_write",
+        (),
+        status="equivalent",
+        reason="not a defect but the environment a correct writer must survive (a legal short "
+        "write); the product loops over it, so nothing observable changes",
+    ),
+    Mutant(
+        "atomic.kill_mid_write",
+        (),
+        status="equivalent",
+        reason="not a defect but a crash injected mid-write; gate-robustness shows the last good "
+        "file survives it, so the product's behaviour is unchanged by design",
+    ),
+    Mutant(
+        "bounded.unbounded_aliases",
+        ("tests/test_bounded.py::test_alias_expansion_is_counted_without_expanding",),
+    ),
+    Mutant(
+        "train.data_rows.allow_surrogates",
+        ("tests/train/test_preflight.py::test_rows_are_read_before_the_model",),
+    ),
+    Mutant(
+        "export.in_place",
+        ("tests/test_export_protection.py::test_export_faults_leave_the_old_folder",),
+    ),
+    Mutant(
+        "model.gguf_export.skip_qk_permute",
+        ("tests/test_export.py::test_merged_gguf_f32_and_f16[llama3]",),
+    ),
+    Mutant(
+        "model.decoder.rmsnorm_skip_upcast",
+        ("gates/gate_logits.py::test_bf16_compute_upcasts[qwen2]",),
+    ),
+    Mutant(
+        "model.decoder.attention_skip_upcast",
+        ("gates/gate_logits.py::test_bf16_compute_upcasts[qwen2]",),
+    ),
+    Mutant(
+        "model.generate.sample",
+        ("tests/model/test_generate.py::test_one_prompt_alone_matches_transformers",),
+    ),
+    Mutant(
+        "testing.grader.raw_compare",
+        ("tests/testing/test_grader.py::test_formatting_variants_are_accepted",),
+    ),
+    Mutant(
+        "testing.grader.prefix_match",
+        ("tests/testing/test_grader.py::test_near_misses_and_refusals_are_rejected",),
+    ),
+    Mutant(
+        "stream.pool.skip_wait",
+        ("tests/stream/test_stream_engine.py::test_delayed_torn_reordered_copies_change_nothing",),
+    ),
+    Mutant(
+        "stream.pool.reuse_busy_slot",
+        ("tests/stream/test_stream_engine.py::test_delayed_torn_reordered_copies_change_nothing",),
+    ),
+    Mutant(
+        "stream.pool.skip_release_wait",
+        (),
+        status="cuda",
+        reason="the release-event wait exists only on the CUDA copy stream; gate-cuda's "
+        "stream.copy_race claim is its killer on a GPU box",
+    ),
+    Mutant(
+        "qualify.chain.unchained",
+        ("tests/qualify/test_ledger_chain.py::test_tampered_ledger_is_reported_after_a_rerender",),
+    ),
+    Mutant(
+        "qualify.sign.accept_any",
+        ("tests/qualify/test_signatures.py::test_forged_signatures_are_reported",),
+    ),
+    Mutant(
+        "qualify.stale.ignore",
+        ("tests/qualify/test_stale.py::test_changed_gate_file_is_stale",),
+    ),
 )
 
 TABLE: dict[str, Mutant] = {m.name: m for m in MUTANTS}

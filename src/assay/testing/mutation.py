@@ -31,11 +31,9 @@ def gate_options(scratch: Path) -> list[str]:
     """Options that keep any gate run by a killer from writing under records/ (one place, so a
     rename of the plugin's options is a one-line change here)."""
     return [
-        "--receipts",
-        str(scratch / "receipts"),
-        "--records",
-        str(scratch / "records"),
-        "--no-render",
+        f"--gate-receipts={scratch / 'receipts'}",
+        f"--gate-records={scratch / 'records'}",
+        "--gate-no-render",
     ]
 
 

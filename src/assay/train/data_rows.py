@@ -28,7 +28,9 @@ FORMATS = ("text", "prompt_completion", "messages", "preference", "kto")
 # The roles a chat template renders; anything else (a typo such as "asistant") is refused
 # rather than trained as an unscored or mis-rendered turn.
 ROLES = ("system", "user", "assistant")
-ALLOW_SURROGATES = declare("data.allow_surrogates", "rows with lone surrogate escapes pass")
+ALLOW_SURROGATES = declare(
+    "train.data_rows.allow_surrogates", "rows with lone surrogate escapes pass"
+)
 
 
 class DataError(AssayError):
