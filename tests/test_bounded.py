@@ -73,3 +73,14 @@ def test_walkers_name_the_first_bad_path():
     assert non_finite({"a": {"b": [1.0, float("inf")]}}) == "a.b[1]"
     assert non_finite({"a": 1e308}) is None
     assert lone_surrogate({"x": {"y": "ok", "z": "\udc00"}}) == "x.z"
+
+
+def test_a_modest_alias_blowup_is_refused_not_just_a_bomb(tmp_path):
+    """Ten thousand nodes from four short lines: cheap to expand, so only the count stops it."""
+    levels = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 4)
+    )
+    path = tmp_path / "blowup.yaml"
+    path.write_text(levels)
+    with pytest.raises(ConfigError, match=r"blowup\.yaml: YAML aliases expand to over 2,000"):
+        read_yaml(path)

@@ -235,7 +235,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # writes, bounded inputs, export, generation, the grader and the ledger (merged later)
     Mutant(
         "atomic.in_place",
-        ("tests/test_robustness.py::test_read_only_dir_and_full_disk_keep_the_last_good_state",),
+        ("gates/gate_robustness.py::test_faults_inside_writes",),
     ),
     Mutant(
         "atomic.ignore_short_write",
@@ -260,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "bounded.unbounded_aliases",
-        ("tests/test_bounded.py::test_alias_expansion_is_counted_without_expanding",),
+        ("tests/test_bounded.py::test_a_modest_alias_blowup_is_refused_not_just_a_bomb",),
     ),
     Mutant(
         "train.data_rows.allow_surrogates",
@@ -268,7 +268,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "export.in_place",
-        ("tests/test_export_protection.py::test_export_faults_leave_the_old_folder",),
+        ("tests/test_export_protection.py::test_a_non_empty_destination_is_refused_unless_forced",),
     ),
     Mutant(
         "model.gguf_export.skip_qk_permute",
