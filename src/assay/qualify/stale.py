@@ -7,7 +7,8 @@ gone). Per claim, the files are the claim's ``code_files`` when present, else th
 Gates that need a device or a quiet machine cannot be re-run by CI, so for them staleness is
 reported without failing. A gate says so with a module-level ``GATE_NEEDS = "device"`` or
 ``GATE_NEEDS = "quiet-machine"`` in its file (read with ``ast``, never imported); a gate named
-in the noxfile's ``TIMING_GATES`` tuple, or whose newest receipt ran on CUDA, counts too.
+in the noxfile's ``TIMING_GATES`` or ``LONG_GATES`` tuple (left out of CI's gate run), or
+whose newest receipt ran on CUDA, counts too.
 """
 
 from __future__ import annotations
@@ -64,14 +65,19 @@ class Staleness:
 
 
 def gate_needs(root: Path, gate: str, receipt: dict[str, Any] | None = None) -> str | None:
-    """``device`` or ``quiet-machine`` when CI cannot re-run ``gate``; None when it can."""
+    """``device``, ``quiet-machine`` or ``long-run`` when CI does not re-run ``gate``; None when
+    it does."""
     source = Path(root) / "gates" / f"gate_{gate}.py"
     found = _assigned(source, "GATE_NEEDS")
     if isinstance(found, str):
         return found
-    timing = _assigned(Path(root) / "noxfile.py", "TIMING_GATES")
+    noxfile = Path(root) / "noxfile.py"
+    timing = _assigned(noxfile, "TIMING_GATES")
     if isinstance(timing, (tuple, list)) and gate in timing:
         return "quiet-machine"
+    long_running = _assigned(noxfile, "LONG_GATES")
+    if isinstance(long_running, (tuple, list)) and gate in long_running:
+        return "long-run"
     if receipt is not None and receipt["run"]["device"] == "cuda":
         return "device"
     return None
