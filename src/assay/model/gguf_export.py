@@ -57,6 +57,18 @@ def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
             writer.add_uint32(f"tokenizer.ggml.{key}", int(value))
 
 
+def finish_gguf(writer: Any, tmp: Path, target: Path) -> None:
+    """Write what ``writer`` (a ``gguf.GGUFWriter`` on ``tmp``) has queued, fsync ``tmp`` and
+    rename it to ``target``: a reader sees the old file or the whole new one."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    fsync_file(tmp)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
 def write_gguf(
     path: str | os.PathLike[str],
     config: ModelConfig,
@@ -104,13 +116,7 @@ def write_gguf(
                 writer.add_tensor(gguf_name(name), values.astype(np.float32))
             else:
                 writer.add_tensor(gguf_name(name), values.astype(np_dtype), raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        fsync_file(tmp)
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
+        finish_gguf(writer, tmp, target)
     finally:
         if tmp.exists():
             tmp.unlink()

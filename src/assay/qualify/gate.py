@@ -125,6 +125,22 @@ class Claim:
         return None if m is None else m["value"]
 
 
+def blank_fragment(gate: str, nodeid: str) -> dict[str, Any]:
+    """What one test declares about ``gate``, before it declares anything."""
+    return {
+        "gate": gate,
+        "nodeid": nodeid,
+        "claims": [],
+        "not_tested": [],
+        "inputs": [],
+        "figures": [],
+        "notes": [],
+        "seeds": [],
+        "files": [],
+        "corrects": [],
+    }
+
+
 class Gate:
     """What one test of gate ``name`` declares; created per test by the ``gate`` fixture."""
 
@@ -136,19 +152,7 @@ class Gate:
         self._module_path: Path | None = None
         self._declared: list[tuple[str, str]] = []  # (claim id, dotted module) from code=
         self._claims: list[Claim] = []
-        self._data: dict[str, Any] = {
-            "gate": name,
-            "device": device,
-            "nodeid": nodeid,
-            "claims": [],
-            "not_tested": [],
-            "inputs": [],
-            "figures": [],
-            "notes": [],
-            "seeds": [],
-            "files": [],
-            "corrects": [],
-        }
+        self._data: dict[str, Any] = {"device": device, **blank_fragment(name, nodeid)}
 
     def claim(
         self,

@@ -189,18 +189,6 @@ def render_enabled(config: pytest.Config) -> bool:
 
 
 def _empty_fragment(gate: str, nodeid: str) -> dict[str, Any]:
-    return {
-        "gate": gate,
-        "nodeid": nodeid,
-        "claims": [],
-        "not_tested": [],
-        "inputs": [],
-        "figures": [],
-        "notes": [],
-        "seeds": [],
-        "files": [],
-        "corrects": [],
-        "outcome": "error",
-        "duration_s": 0.0,
-        "order": 1 << 30,
-    }
+    from assay.qualify.gate import blank_fragment
+
+    return {**blank_fragment(gate, nodeid), "outcome": "error", "duration_s": 0.0, "order": 1 << 30}

@@ -22,6 +22,7 @@ import numpy as np
 
 from assay.atomic import fsync_file
 from assay.errors import AssayError
+from assay.model.gguf_export import finish_gguf
 
 SKELETON_FORMAT = "assay.gguf-skeleton/1"
 # Values a random SmolLM2-sized decoder keeps finite and non-degenerate with: init-scale weights,
@@ -139,12 +140,7 @@ def write_travel_model(skeleton: dict[str, Any], path: Path, *, seed: int = 0) -
             else:
                 packed = quants.quantize(values, qtype)
                 writer.add_tensor(spec["name"], packed, raw_dtype=qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        fsync_file(tmp)
-        os.replace(tmp, target)
+        finish_gguf(writer, tmp, target)
     finally:
         if tmp.exists():
             tmp.unlink()
