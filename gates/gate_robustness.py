@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from assay.qualify import Threshold
+from assay.qualify import Threshold, Tolerance
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "corpus"), str(TESTS / "robustness")]
@@ -494,7 +494,11 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
         f"config past 1 MiB, nesting past the depth cap, a JSONL line past its cap) answers "
         f"within {fuzz_loaders.LOAD_BOUND_S:g} s",
         kind="performance",
-        threshold=Threshold("<=", fuzz_loaders.LOAD_BOUND_S),
+        # wall time on a shared machine: regression means drifting a tenth of the bound, not
+        # any slowdown of a 0.2 s measurement
+        threshold=Threshold(
+            "<=", fuzz_loaders.LOAD_BOUND_S, tolerance=Tolerance.threshold_scaled(0.1)
+        ),
         unit="s",
     )
     timing.measure(worst)
