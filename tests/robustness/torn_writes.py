@@ -83,17 +83,17 @@ def kinds(root: Path, model_dir: Path) -> list[Kind]:
     def write_merged(version: int) -> None:
         export_merged(adapted(version), merged, format="safetensors")
 
+    def version_in(path: Path, projection: str) -> int:
+        """B was filled with v, so the projection's merged weight moves with v: recover v from
+        its change against the base, in units of the version-1 change."""
+        weight = getattr(assay.load(path).layers[0].self_attn, projection).weight
+        plain = getattr(base.layers[0].self_attn, projection).weight
+        ref = getattr(adapted(1).layers[0].self_attn, projection).merged_weight() - plain
+        delta = (weight - plain).flatten()
+        return _version_of((delta @ ref.flatten() / (ref.flatten() @ ref.flatten())).item())
+
     def read_merged() -> int:
-        model = assay.load(merged)
-        # B filled with v: q_proj's merged weight moves with v; recover v from the change.
-        delta = model.layers[0].self_attn.q_proj.weight - base.layers[0].self_attn.q_proj.weight
-        unit = adapted(1)
-        ref = (
-            unit.layers[0].self_attn.q_proj.merged_weight() - base.layers[0].self_attn.q_proj.weight
-        )
-        return _version_of(
-            (delta.flatten() @ ref.flatten() / (ref.flatten() @ ref.flatten())).item()
-        )
+        return version_in(merged, "q_proj")
 
     gguf_path = root / "model.gguf"
 
@@ -101,15 +101,7 @@ def kinds(root: Path, model_dir: Path) -> list[Kind]:
         export_merged(adapted(version), gguf_path, format="gguf")
 
     def read_gguf() -> int:
-        model = assay.load(gguf_path)
-        delta = model.layers[0].self_attn.v_proj.weight - base.layers[0].self_attn.v_proj.weight
-        unit = adapted(1)
-        ref = (
-            unit.layers[0].self_attn.v_proj.merged_weight() - base.layers[0].self_attn.v_proj.weight
-        )
-        return _version_of(
-            (delta.flatten() @ ref.flatten() / (ref.flatten() @ ref.flatten())).item()
-        )
+        return version_in(gguf_path, "v_proj")
 
     from assay.stream.layout import LayerLayout
     from assay.stream.store import DiskStore
