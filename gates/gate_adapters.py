@@ -53,22 +53,28 @@ ALL_METHODS = ("full", *PEFT_METHODS, "tinylora")
 RANK, ALPHA, SEED = 8, 16, 0
 PARITY = Threshold("<=", 1e-5, tolerance=0.1)
 EXACT = Threshold("==", 0)
-IMPLEMENTATION = tuple(
-    f"assay.adapters.{m}"
-    for m in (
-        "base",
-        "lora",
-        "dora",
-        "tinylora",
-        "inject",
-        "attach",
-        "control",
-        "peft_io",
-        "tinylora_io",
-        "io",
-        "files",
-    )
-)
+# What each claim runs, by method: attach and the wrapper it builds (import-checked per claim).
+ATTACHING = ("assay.adapters.attach", "assay.adapters.inject", "assay.adapters.base")
+METHOD_CODE = {
+    "full": (),
+    "lora": ("assay.adapters.lora",),
+    "rslora": ("assay.adapters.lora",),
+    "lora_fa": ("assay.adapters.lora",),
+    "dora": ("assay.adapters.lora", "assay.adapters.dora"),
+    "tinylora": ("assay.adapters.tinylora",),
+}
+FILES_CODE = ("assay.adapters.io", "assay.adapters.files")
+
+
+def code(method: str, *more: str) -> tuple[str, ...]:
+    """The modules a claim about ``method`` runs: attaching, the method's wrapper, ``more``."""
+    return (*ATTACHING, *METHOD_CODE[method], *more)
+
+
+def files_code(method: str, *more: str) -> tuple[str, ...]:
+    """``code(method)`` plus the adapter file format the method saves to."""
+    fmt = "assay.adapters.tinylora_io" if method == "tinylora" else "assay.adapters.peft_io"
+    return code(method, *FILES_CODE, fmt, *more)
 
 
 class Subject:
@@ -218,7 +224,6 @@ def attach_norm(model: torch.nn.Module) -> torch.nn.Module:
 @pytest.mark.parametrize("which", WHICH)
 def test_adapter_math_equals_peft(gate, request, which, method):
     subject: Subject = request.getfixturevalue(which)
-    gate.uses(*IMPLEMENTATION, "assay.adapters.perturb")
     gate.input(
         "model", subject.path if subject.path.is_file() else subject.path / "model.safetensors"
     )
@@ -240,6 +245,7 @@ def test_adapter_math_equals_peft(gate, request, which, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
+        code=code(method, "assay.adapters.perturb"),
     )
     claim.measure(max(logit_error, grad_error))
     claim.control(
@@ -325,7 +331,6 @@ TINY_THRESHOLD = Threshold("<=", 1e-4, tolerance=0.1)
 @pytest.mark.parametrize("which", WHICH)
 def test_tinylora_delta_is_the_promised_dense_update(gate, request, which):
     subject: Subject = request.getfixturevalue(which)
-    gate.uses(*IMPLEMENTATION, "assay.adapters.perturb")
     gate.seed(SEED, 3)
     options = {"u": 13, "r": 2, "sharing": "per_target"}
     # SVD of every SmolLM2 projection costs minutes on 2 cores: three layers' attention there.
@@ -342,6 +347,7 @@ def test_tinylora_delta_is_the_promised_dense_update(gate, request, which):
         kind="correctness",
         threshold=TINY_THRESHOLD,
         unit="max relative error",
+        code=code("tinylora", "assay.adapters.perturb"),
     )
     claim.measure(tinylora_error(model, top))
     for name, broken in (
@@ -381,7 +387,6 @@ def damage(folder: Path, how: str) -> None:
 
 @pytest.mark.parametrize("method", [*PEFT_METHODS, "tinylora"])
 def test_save_and_load_restore_bitwise(gate, qwen2, tmp_path, method):
-    gate.uses(*IMPLEMENTATION)
     gate.seed(SEED, 4)
     saved = randomize_adapters(qwen2.fresh(method), seed=4)
     save_adapter(saved, tmp_path / "ok")
@@ -393,6 +398,7 @@ def test_save_and_load_restore_bitwise(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=EXACT,
         unit="tensors not restored",
+        code=files_code(method, "assay.adapters.perturb"),
     )
     claim.measure(restore_mismatches(qwen2, saved, tmp_path / "ok"))
     for how, name in (("drop", "save drops one tensor"), ("ulp", "one saved value one ulp off")):
@@ -409,7 +415,6 @@ def differing(a: torch.Tensor, b: torch.Tensor) -> int:
 @pytest.mark.parametrize("which", WHICH)
 def test_fresh_adapters_are_exact_no_ops(gate, request, which):
     subject: Subject = request.getfixturevalue(which)
-    gate.uses(*IMPLEMENTATION)
     for method in ALL_METHODS:
         model = subject.fresh(method)
         claim = gate.claim(
@@ -418,6 +423,7 @@ def test_fresh_adapters_are_exact_no_ops(gate, request, which):
             kind="correctness",
             threshold=EXACT,
             unit="logits not bitwise equal",
+            code=code(method),
         )
         with torch.no_grad():
             claim.measure(differing(model(subject.ids), subject.base))
@@ -435,7 +441,6 @@ def test_fresh_adapters_are_exact_no_ops(gate, request, which):
 @pytest.mark.parametrize("which", WHICH)
 def test_disable_gives_base_logits_exactly(gate, request, which):
     subject: Subject = request.getfixturevalue(which)
-    gate.uses(*IMPLEMENTATION)
     for method in (*PEFT_METHODS, "tinylora"):
         model = randomize_adapters(subject.fresh(method), seed=5)
         claim = gate.claim(
@@ -445,6 +450,7 @@ def test_disable_gives_base_logits_exactly(gate, request, which):
             kind="correctness",
             threshold=EXACT,
             unit="logits not bitwise equal",
+            code=code(method, "assay.adapters.control", "assay.adapters.perturb"),
         )
         with torch.no_grad(), disabled(model):
             claim.measure(differing(model(subject.ids), subject.base))
@@ -465,7 +471,6 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
 
     from assay.export import export
 
-    gate.uses(*IMPLEMENTATION, "assay.export")
     gate.seed(SEED, 8)
     ours = randomize_adapters(qwen2.fresh(method), seed=8)
     with torch.no_grad():
@@ -477,6 +482,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
+        code=files_code(method, "assay.export", "assay.folder_manifest"),
     )
     export(ours, tmp_path / "ours", "peft")
     out.measure(peft_loads_ours(qwen2, tmp_path / "ours", expected))
@@ -509,6 +515,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
+        code=files_code(method),
     )
     theirs.save_pretrained(tmp_path / "peft")
     back.measure(ours_loads_peft(qwen2, tmp_path / "peft", reference))
@@ -524,7 +531,13 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
 
 # --- Merged exports read back by transformers and the gguf package ---------------------------
 
-EXPORT = Threshold("<=", 1e-4, tolerance=0.1)  # export.py: F32 merges are within 1e-4
+EXPORT = Threshold("<=", 1e-4, tolerance=0.1)
+STORAGE_CODE = {
+    "float32": ("assay.storage.linear", "assay.storage.dense"),
+    "bf16": ("assay.storage.linear", "assay.storage.dense"),
+    "nf4": ("assay.storage.linear", "assay.storage.nf4"),
+    "nf4_double_quant": ("assay.storage.linear", "assay.storage.nf4"),
+}  # export.py: F32 merges are within 1e-4
 
 
 def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
@@ -536,7 +549,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
     from assay.model.gguf_export import write_gguf
     from assay.testing.tiny import save_tiny
 
-    gate.uses(*IMPLEMENTATION, "assay.export", "assay.model.gguf_export")
+    merged = (*code("lora", "assay.adapters.control"), "assay.export")
     gate.seed(SEED, 10, 11)
     ours = randomize_adapters(qwen2.fresh("lora"), seed=10)
     with torch.no_grad():
@@ -549,6 +562,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         kind="correctness",
         threshold=EXPORT,
         unit="max abs error",
+        code=(*merged, "assay.model.safetensors"),
     )
     st.measure(transformers_error(folder, qwen2.ids, expected))
     weights = load_file(folder / "model.safetensors")
@@ -582,6 +596,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         kind="correctness",
         threshold=EXACT,
         unit="tensors unequal or missing",
+        code=(*merged, "assay.model.gguf_export"),
     )
     reader.measure(reader_mismatches(path, tensors))
     loader = gate.claim(
@@ -590,6 +605,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         kind="correctness",
         threshold=EXPORT,
         unit="max abs error",
+        code=(*merged, "assay.model.gguf_export"),
     )
     loader.measure(transformers_error(tmp_path, qwen2.ids, m_expected, gguf_file=path.name))
     for how, name in (
@@ -627,7 +643,6 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
     The frozen base: byte-identical after LoRA training for every storage."""
     from assay.train.build import trainable_parameters
 
-    gate.uses(*IMPLEMENTATION, "assay.train.build", "assay.storage.linear", "assay.storage.nf4")
     gate.seed(SEED, 12)
 
     def subject(method: str, storage: str = "float32") -> torch.nn.Module:
@@ -645,6 +660,7 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
         kind="correctness",
         threshold=EXACT,
         unit="changed A elements + A tensors in the optimizer",
+        code=code("lora_fa", "assay.train.build"),
     )
     fa.measure(lora_fa_a_changes(model, qwen2.ids, trainable_parameters(model)))
     model = unfreeze_a(subject("lora_fa"))
@@ -668,6 +684,7 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
             kind="correctness",
             threshold=EXACT,
             unit="changed base tensors",
+            code=code("lora", "assay.train.build", *STORAGE_CODE[storage]),
         )
         claim.measure(sum(before[k] != after.get(k) for k in before))
         model = subject("lora", storage)

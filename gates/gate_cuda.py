@@ -94,7 +94,6 @@ def test_peak_vram_matches_prediction(gate):
     from assay.bench.cuda_peaks import measure
     from assay.memory.predict import predict, with_changes
 
-    gate.uses("assay.memory.predict", "assay.memory.measure", "assay.bench.cuda_peaks")
     plans = _plans()
     frozen = {rid: predict(plan, scope="cuda-allocated").total for rid, plan in plans}
     digest = hashlib.sha256(json.dumps(frozen, sort_keys=True).encode()).hexdigest()
@@ -114,6 +113,7 @@ def test_peak_vram_matches_prediction(gate):
         kind="memory",
         threshold=Threshold("<=", 0.15, tolerance=0.2),
         unit="max |measured/predicted - 1|",
+        code=["assay.memory.predict", "assay.memory.measure", "assay.bench.cuda_peaks"],
     )
     claim.measure(_worst_miss([frozen[r] for r in ids], [measured[r] for r in ids]))
     halved = [
@@ -130,7 +130,6 @@ def test_streamed_peak_independent_of_depth(gate):
     needs_cuda(gate, "vram.streamed_depth")
     from assay.bench.cuda_peaks import measure
 
-    gate.uses("assay.stream.engine", "assay.stream.pool", "assay.bench.cuda_peaks")
     shallow, deep = 4, 16
 
     def per_layer_growth(streamed: bool) -> float:
@@ -151,6 +150,7 @@ def test_streamed_peak_independent_of_depth(gate):
         kind="memory",
         threshold=Threshold("<=", 0.10, tolerance=0.5),
         unit="growth per layer / layer base bytes",
+        code=["assay.stream.engine", "assay.stream.pool", "assay.bench.cuda_peaks"],
     )
     claim.measure(per_layer_growth(True))
     claim.control("resident base on the device", per_layer_growth(False))
@@ -160,7 +160,6 @@ def test_pinned_host_memory_is_counted(gate):
     needs_cuda(gate, "host.pinned_counted")
     from assay.memory.host import arena_delta
 
-    gate.uses("assay.memory.host", "assay.stream.store")
     size = 512 << 20
     pageable = arena_delta(size, pinned=False)
     pinned = arena_delta(size, pinned=True)
@@ -171,6 +170,7 @@ def test_pinned_host_memory_is_counted(gate):
         kind="memory",
         threshold=Threshold(">=", 0.95, tolerance=0.05),
         unit="counted / arena bytes",
+        code=["assay.memory.host", "assay.stream.store"],
     )
     claim.measure(pinned.anon_plus_shmem_ratio)
     claim.control("accounting that reads RssAnon only", pinned.anon_only_ratio)
@@ -180,7 +180,6 @@ def test_nf4_backward_through_recycled_slots(gate):
     needs_cuda(gate, "nf4.slot_recycling")
     from assay.bench.slot_recycling import slot_grad_error
 
-    gate.uses("assay.bench.slot_recycling", "bitsandbytes.autograd._functions")
     gate.seed(0)
     claim = gate.claim(
         "nf4.slot_recycling",
@@ -189,6 +188,7 @@ def test_nf4_backward_through_recycled_slots(gate):
         kind="correctness",
         threshold=Threshold("<=", 1e-6),
         unit="max |dgrad| / max |grad|",
+        code=["assay.bench.slot_recycling", "bitsandbytes.autograd._functions"],
     )
     claim.measure(slot_grad_error("cuda", "refetch"))
     claim.control(
@@ -202,7 +202,6 @@ def test_copy_stream_waits_before_slot_reuse(gate):
     from assay.bench.stream_race import stream_errors
     from assay.stream.pool import SKIP_RELEASE_WAIT
 
-    gate.uses("assay.stream.pool", "assay.stream.engine", "assay.bench.stream_race")
     # Stall the compute stream at every layer so the host runs ahead and the copy stream
     # reaches a slot while kernels that read it are still queued: the race has room to show.
     errors = stream_errors("cuda", stall_cycles=2_000_000, faults=(SKIP_RELEASE_WAIT,))
@@ -212,6 +211,7 @@ def test_copy_stream_waits_before_slot_reuse(gate):
         kind="correctness",
         threshold=Threshold("<=", 1e-5),
         unit="max relative error",
+        code=["assay.stream.pool", "assay.stream.engine", "assay.bench.stream_race"],
     )
     claim.measure(errors["clean"])
     claim.control("copy stream does not wait for the slot's last reader", errors[SKIP_RELEASE_WAIT])
@@ -231,7 +231,6 @@ def test_bf16_parity_with_transformers(gate):
 
     path = smollm2_path()
     gate.input("model", path)
-    gate.uses("assay.model.decoder", "assay.model.gguf")
     ids = torch.randint(0, 49152, (2, 256), generator=torch.Generator().manual_seed(4)).cuda()
     hf = hf_model(path).to("cuda").eval()
     with torch.no_grad():
@@ -252,6 +251,7 @@ def test_bf16_parity_with_transformers(gate):
         kind="correctness",
         threshold=Threshold("<=", 1.5, tolerance=0.2),
         unit="error / transformers bf16 error",
+        code=["assay.model.decoder", "assay.model.gguf"],
     )
     claim.measure(assay_error(assay.load(path)) / reference)
     claim.control(
@@ -269,7 +269,6 @@ def test_throughput_against_ceiling_and_peft(gate):
 
     path = smollm2_path()
     gate.input("model", path)
-    gate.uses("assay.bench.subjects", "assay.bench.step", "assay.bench.device")
     batch, seq, steps = 4, 1024, 6
     subjects = build_subjects(["assay", "peft"], path, assay_loss="chunked_ce")
     for subject in subjects.values():
@@ -309,6 +308,7 @@ def test_throughput_against_ceiling_and_peft(gate):
         kind="performance",
         threshold=Threshold(">=", 0.15, tolerance=0.2),
         unit="fraction of ceiling",
+        code=["assay.bench.subjects", "assay.bench.step", "assay.bench.device"],
     )
     frac.measure(fraction)
     slow = stalled()
@@ -319,6 +319,7 @@ def test_throughput_against_ceiling_and_peft(gate):
         kind="performance",
         threshold=Threshold("<=", 1.1, tolerance=0.2),
         unit="assay / peft step time",
+        code=["assay.bench.subjects", "assay.bench.step", "assay.bench.device"],
     )
     versus.measure(median["assay"] / median["peft"])
     versus.control("every layer stalled 50M GPU cycles", slow / median["peft"])

@@ -36,7 +36,7 @@ IMPLEMENTATION = (
     "assay.train.checkpoint",
     "assay.cli",
     str(CHILD),
-)
+)  # run by the ranks and the single process (children): checked against what they imported
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TIMEOUT_S = 300
 
@@ -107,6 +107,7 @@ def _run(args: list[str], what: str) -> float:
 
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory) -> dict:
+    from assay.qualify.child_imports import recording
     from assay.qualify.environment import resolve_device
     from assay.testing.text_run import save_text_run
 
@@ -119,13 +120,14 @@ def runs(request, tmp_path_factory) -> dict:
     (root / "spec.json").write_text(json.dumps(spec, indent=2))
     out = root / "out"
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}"]
-    seconds = {
-        "ranks": _run(
-            [*launcher, str(CHILD), "ranks", str(root / "spec.json"), str(out)],
-            f"torchrun {WORLD} ranks",
-        ),
-        "single": _run([str(CHILD), "single", str(root / "spec.json"), str(out)], "single"),
-    }
+    with recording() as imported:  # what the ranks ran is what the claims name as code
+        seconds = {
+            "ranks": _run(
+                [*launcher, str(CHILD), "ranks", str(root / "spec.json"), str(out)],
+                f"torchrun {WORLD} ranks",
+            ),
+            "single": _run([str(CHILD), "single", str(root / "spec.json"), str(out)], "single"),
+        }
     ranks = [json.loads((out / f"ranks-rank{r}.json").read_text()) for r in range(WORLD)]
     single = json.loads((out / "single-rank0.json").read_text())
     return {
@@ -136,6 +138,7 @@ def runs(request, tmp_path_factory) -> dict:
         "spec": spec,
         "device": device,
         "root": root,
+        "imported": imported,
     }
 
 
@@ -176,7 +179,7 @@ def update_size(runs: dict) -> float:
 
 
 def _declare(gate, runs: dict) -> None:
-    gate.uses(*IMPLEMENTATION)
+    gate.child_imports(runs["imported"])
     gate.seed(1, 3)
     root = runs["root"]
     gate.input("tiny model", root / "model" / "model.safetensors")
@@ -201,7 +204,13 @@ _BOUNDS_NOTE = (
 
 
 def agreement_claim(
-    gate, runs: dict, claim_id: str, text: str, measured: tuple, controls: list[tuple[str, str]]
+    gate,
+    runs: dict,
+    claim_id: str,
+    text: str,
+    measured: tuple,
+    controls: list[tuple[str, str]],
+    code: tuple[str, ...] = IMPLEMENTATION,
 ) -> None:
     """A claim that run ``measured`` = (run, "param" or "grad", bound) agrees with the one-process
     reference on every rank; each control (label, run) is measured the same way."""
@@ -212,6 +221,7 @@ def agreement_claim(
         kind="correctness",
         threshold=Threshold("<=", bound, tolerance=0.1),
         unit="max abs",
+        code=code,
     )
     claim.measure(over_ranks(runs, run, prefix))
     for label, control_run in controls:
@@ -260,7 +270,6 @@ def test_ddp_one_update_equals_one_process_over_the_union(gate, runs):
 
 def test_ddp_composes_with_streaming(gate, runs):
     _declare(gate, runs)
-    gate.uses("assay.stream.engine")
     agreement_claim(
         gate,
         runs,
@@ -270,6 +279,7 @@ def test_ddp_composes_with_streaming(gate, runs):
         "process's over the union of the rows, on every rank",
         ("stream", "param", PARAM_BOUND),
         [("the ranks skip the gradient all-reduce", "stream_skip")],
+        code=(*IMPLEMENTATION, "assay.stream.engine"),
     )
     gate.note(
         "DDP wraps the streamed model itself: its reducer hooks the resident adapter "
@@ -303,6 +313,7 @@ def test_fsdp_holds_one_share_of_the_base_per_rank(gate, runs):
         kind="memory",
         threshold=Threshold("==", 0, tolerance=0.0),
         unit="bytes off total/world (worst)",
+        code=[*IMPLEMENTATION, "assay.distributed.wrap"],
     )
     claim.measure(measured)
     claim.control(
@@ -350,7 +361,6 @@ def test_fsdp_one_update_equals_one_process(gate, runs):
 
 def test_checkpoint_from_two_ranks_resumes_on_one(gate, runs):
     _declare(gate, runs)
-    gate.uses("assay.train.checkpoint_state", "assay.distributed.state")
     rank0, single = runs["ranks"][0], runs["single"]
     ws2 = rank0["resume.ws2_continuation"]
 
@@ -367,6 +377,7 @@ def test_checkpoint_from_two_ranks_resumes_on_one(gate, runs):
         kind="correctness",
         threshold=Threshold("<=", LOSS_BOUND, tolerance=0.1),
         unit="max abs (loss)",
+        code=[*IMPLEMENTATION, "assay.train.checkpoint_state"],
     )
     claim.measure(gap(single["resume.ws1_continuation"]))
     claim.control("resume with a fresh optimizer state", gap(single["resume.fresh_optimizer"]))

@@ -266,7 +266,6 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
     from assay import faultpoints
     from assay.testing.tiny import save_tiny
 
-    gate.uses(*CODE["hf"], "assay.faultpoints", "assay.testing.tiny")
     seed = {"qwen2": 0, "llama3": 2}[family]
     gate.seed(seed)
     path = save_tiny(family, tmp_path, seed=seed, gguf=False)["hf"]
@@ -285,6 +284,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal values",
+        code=[*CODE["hf"], "assay.faultpoints", "assay.testing.tiny"],
     )
     norm.measure(bad)
     with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):
@@ -297,6 +297,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         kind="correctness",
         threshold=Threshold("<=", 1.0),
         unit="bf16 ulps",
+        code=[*CODE["hf"], "assay.faultpoints", "assay.testing.tiny"],
     )
     attention.measure(attention_ulps(model, ids))
     with faultpoints.inject("model.decoder.attention_skip_upcast"):
@@ -315,6 +316,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
             kind="correctness",
             threshold=BF16_LOGITS,
             unit="mean abs error",
+            code=[*CODE["hf"], "assay.faultpoints", "assay.testing.tiny"],
         )
         logits.measure(mean_error())
         with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):

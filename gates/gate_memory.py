@@ -98,16 +98,6 @@ def summary(predicted: list[int], measured: list[int], budgets: list[int]) -> di
 
 
 def test_cohort_prospective(gate, tmp_path):
-    gate.uses(
-        "assay.memory.predict",
-        "assay.memory.measure",
-        "assay.train.peak",
-        "assay.train.losses",
-        "assay.model.decoder",
-        "assay.stream.engine",
-        "assay.storage.linear",
-        "assay.storage.nf4",
-    )
     gate.seed(0, 1)
     cohort = load_cohort()
     gate.input("cohort", COHORT)
@@ -129,6 +119,16 @@ def test_cohort_prospective(gate, tmp_path):
         kind="memory",
         threshold=Threshold("<=", 5.0, tolerance=0.1),
         unit="% max |error|",
+        code=[
+            "assay.memory.predict",
+            "assay.memory.measure",
+            "assay.train.peak",
+            "assay.train.losses",
+            "assay.model.decoder",
+            "assay.stream.engine",
+            "assay.storage.linear",
+            "assay.storage.nf4",
+        ],
     )
     within.measure(round(got["max_abs"], 3))
     within.control("predictor without its logits term", round(bad["max_abs"], 3))
@@ -138,6 +138,16 @@ def test_cohort_prospective(gate, tmp_path):
         kind="memory",
         threshold=Threshold("<=", 2.0, tolerance=0.1),
         unit="% under",
+        code=[
+            "assay.memory.predict",
+            "assay.memory.measure",
+            "assay.train.peak",
+            "assay.train.losses",
+            "assay.model.decoder",
+            "assay.stream.engine",
+            "assay.storage.linear",
+            "assay.storage.nf4",
+        ],
     )
     under.measure(round(got["worst_under"], 3))
     under.control("predictor without its logits term", round(bad["worst_under"], 3))
@@ -148,6 +158,16 @@ def test_cohort_prospective(gate, tmp_path):
         kind="memory",
         threshold=Threshold("==", 0),
         unit="wrong decisions",
+        code=[
+            "assay.memory.predict",
+            "assay.memory.measure",
+            "assay.train.peak",
+            "assay.train.losses",
+            "assay.model.decoder",
+            "assay.stream.engine",
+            "assay.storage.linear",
+            "assay.storage.nf4",
+        ],
     )
     wrong.measure(got["false_feasible"] + got["false_infeasible"])
     wrong.control(

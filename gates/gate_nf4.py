@@ -95,6 +95,7 @@ def _codec_claim(gate, inputs, device: str) -> None:
         kind="correctness",
         threshold=Threshold(">=", len(inputs)),
         unit="tensors bit-exact",
+        code=["nf4_reference"],  # bitsandbytes against the reference: no assay code
     )
     claim.measure(sum(codec_matches(w, device) for _, w in inputs))
     claim.control(
@@ -105,7 +106,6 @@ def _codec_claim(gate, inputs, device: str) -> None:
 
 @pytest.mark.xdist_group("nf4-codec")  # shares a module fixture: one worker
 def test_codec_is_bit_exact(gate, codec_inputs):
-    gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
     gate.input("model", smollm2_path())
     gate.seed(0)
     gate.note(f"bitsandbytes {bitsandbytes.__version__}; torch {torch.__version__}")
@@ -159,7 +159,6 @@ def roundtrip_ratio(weight: torch.Tensor, decoded: torch.Tensor, enc: ref.Encode
 
 @pytest.mark.xdist_group("nf4-codec")  # shares a module fixture: one worker
 def test_roundtrip_within_half_spacing(gate, codec_inputs):
-    gate.uses(*IMPLEMENTATION, "gates/nf4_reference.py")
     claim = gate.claim(
         "roundtrip.half_spacing",
         "every dequantized element (nf4_double_quant) is within half the local NF4 code "
@@ -167,6 +166,7 @@ def test_roundtrip_within_half_spacing(gate, codec_inputs):
         kind="correctness",
         threshold=Threshold("<=", 1.0, tolerance=0.001),
         unit="max error / allowed",
+        code=[*IMPLEMENTATION, "nf4_reference"],
     )
     worst, control = 0.0, 0.0
     for _, weight in codec_inputs:
@@ -276,7 +276,6 @@ def scaled_stores(model, factor: float, layers: slice) -> list[tuple[torch.Tenso
 @pytest.mark.xdist_group("nf4-model")  # shares a module fixture: one worker
 def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
     model, _ = nf4_load
-    gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers")
     gate.input("model", smollm2_path())
     tokenizer, hf_model = hf_bnb_reference(smollm2_path())
     diff, top1 = agreement(logits_pairs(model, hf_model, tokenizer))
@@ -287,6 +286,7 @@ def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
         kind="correctness",
         threshold=Threshold("<=", 1e-3, tolerance=0.1),
         unit="max abs logit",
+        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers"],
     )
     logits.measure(diff)
     top = gate.claim(
@@ -295,6 +295,7 @@ def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
         kind="correctness",
         threshold=Threshold(">=", 1.0),
         unit="fraction of positions",
+        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers"],
     )
     top.measure(top1)
     undo = scaled_stores(model, 1 + 2**-8, slice(0, 1))
@@ -331,7 +332,6 @@ def bytes_per_parameter(model) -> float:
 @pytest.mark.xdist_group("nf4-model")  # shares a module fixture: one worker
 def test_storage_bytes_and_load_peak(gate, nf4_load):
     model, peak = nf4_load
-    gate.uses(*IMPLEMENTATION, "assay.model.loader", "assay.loading")
     gate.input("model", smollm2_path())
     per_param = gate.claim(
         "storage.bytes_per_param",
@@ -339,6 +339,7 @@ def test_storage_bytes_and_load_peak(gate, nf4_load):
         kind="memory",
         threshold=Threshold("<=", 0.52),
         unit="bytes/param",
+        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading"],
     )
     per_param.measure(bytes_per_parameter(model))
     per_param.control(
@@ -369,6 +370,7 @@ def test_storage_bytes_and_load_peak(gate, nf4_load):
         kind="memory",
         threshold=Threshold("<=", bound, tolerance=0.01),
         unit="bytes",
+        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading"],
     )
     peak_claim.measure(peak)
     gc.collect()

@@ -133,7 +133,6 @@ def inputs(spec, seed):
 
 @pytest.mark.parametrize("spec", LOSSES, ids=[s[0] for s in LOSSES])
 def test_loss_and_gradients_match_the_formula(gate, tiny, spec):
-    gate.uses(*IMPLEMENTATION, "assay.train.data")
     gate.seed(3, 21)
     name, kind = spec[0], spec[1]
     model, reference = adapted(tiny), assay.load(tiny)  # reference: no adapters attached
@@ -151,6 +150,7 @@ def test_loss_and_gradients_match_the_formula(gate, tiny, spec):
         kind="correctness",
         threshold=Threshold("<=", TOL, tolerance=0.1),
         unit="relative error",
+        code=[*IMPLEMENTATION, "assay.train.data"],
     )
     claim.measure(loss_err)
     grad_claim = gate.claim(
@@ -160,6 +160,7 @@ def test_loss_and_gradients_match_the_formula(gate, tiny, spec):
         kind="correctness",
         threshold=Threshold("<=", TOL, tolerance=0.1),
         unit="max relative error",
+        code=[*IMPLEMENTATION, "assay.train.data"],
     )
     grad_claim.measure(relative(grads, want_grads))
     bad_loss, bad_grads = product(model, model, spec, swapped(batch))
@@ -192,7 +193,6 @@ def unequal(a: tuple, b: tuple) -> int:
 def test_streamed_equals_resident(gate, tiny, spec):
     from assay.stream import StreamedModel
 
-    gate.uses(*IMPLEMENTATION, "assay.stream.engine")
     name = spec[0]
     batch = inputs(spec, 5)[0]
     bad_total = total = 0
@@ -221,6 +221,7 @@ def test_streamed_equals_resident(gate, tiny, spec):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal tensors",
+        code=[*IMPLEMENTATION, "assay.stream.engine"],
     )
     claim.measure(bad_total)
     claim.control("streamed backward run with the adapters disabled", controls)
@@ -238,7 +239,6 @@ def static_bytes(*models) -> int:
 def test_dpo_peak_against_sft(gate):
     from assay.train.peak import measure_peak
 
-    gate.uses(*IMPLEMENTATION, "assay.train.peak", "assay.train.losses")
     gate.seed(0, 7)
     model = randomize_adapters(
         attach(smollm2_shaped(4), "lora", rank=8, alpha=16, targets="attention"), seed=0
@@ -282,6 +282,7 @@ def test_dpo_peak_against_sft(gate):
         kind="memory",
         threshold=Threshold("<=", 1.10, tolerance=0.02),
         unit="x",
+        code=[*IMPLEMENTATION, "assay.train.peak", "assay.train.losses"],
     )
     claim.measure(dpo / sft)
     claim.control("DPO from full-vocabulary logits (log_softmax over [N, T, V])", full / sft)
@@ -305,6 +306,7 @@ def test_dpo_peak_against_sft(gate):
         kind="memory",
         threshold=Threshold("<=", 1.10, tolerance=0.02),
         unit="x",
+        code=[*IMPLEMENTATION, "assay.train.peak", "assay.train.losses"],
     )
     total.measure((static + dpo) / (static + sft))
     total.control(
@@ -335,7 +337,6 @@ def test_dpo_training_raises_the_margin(gate, tmp_path):
     from assay.train.loop import Trainer
 
     data = EXAMPLES / "data" / "preference.jsonl"
-    gate.uses(*IMPLEMENTATION, "assay.train.loop")
     gate.input("data", data)
     gate.input("tokenizer", smollm2_path())
     gate.seed(2)
@@ -392,6 +393,7 @@ def test_dpo_training_raises_the_margin(gate, tmp_path):
         kind="correctness",
         threshold=Threshold(">=", 1.0, tolerance=0.1),
         unit="beta-scaled nats",
+        code=[*IMPLEMENTATION, "assay.train.loop"],
     )
     claim.measure(after["rewards/margins"] - good.margins_before["rewards/margins"])
     claim.control(

@@ -172,7 +172,6 @@ def _near_misses(answer: str) -> list[str]:
 
 
 def test_the_scorer_is_gated(gate, split):
-    gate.uses("assay.testing.grader", "assay.testing.swap_task")
     gate.seed(SEED)
     want = expected(split)
     n = len(want)
@@ -186,6 +185,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 1.0),
         unit="exact match",
+        code=["assay.testing.grader", "assay.testing.swap_task"],
     )
     claim.measure(grader.score(perfect, want))
     with faultpoints.inject(grader.RAW):
@@ -197,6 +197,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 0.0),
         unit="exact match",
+        code=["assay.testing.grader", "assay.testing.swap_task"],
     )
     claim.measure(grader.score(wrong, want))
     claim.control("the perfect stub, same grader", grader.score(perfect, want))
@@ -206,6 +207,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 0.0),
         unit="exact match",
+        code=["assay.testing.grader", "assay.testing.swap_task"],
     )
     claim.measure(grader.score(refusing, want))
     with faultpoints.inject(grader.PREFIX):
@@ -219,6 +221,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 1.0),
         unit="accepted fraction",
+        code=["assay.testing.grader", "assay.testing.swap_task"],
     )
     claim.measure(grader.score([v for v, _ in variants], [w for _, w in variants]))
     with faultpoints.inject(grader.RAW):
@@ -234,6 +237,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 0.0),
         unit="accepted fraction",
+        code=["assay.testing.grader", "assay.testing.swap_task"],
     )
     claim.measure(grader.score([m for m, _ in misses], [w for _, w in misses]))
     with faultpoints.inject(grader.PREFIX):
@@ -245,7 +249,6 @@ def test_the_scorer_is_gated(gate, split):
 
 # -- supervised fine-tuning ----------------------------------------------------------------
 def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
-    gate.uses(*IMPLEMENTATION, "assay.stream.engine", "assay.storage.nf4")
     gate.input("model", smollm2_path())
     gate.seed(SEED, 0, 1)
     data = write_sft(tmp_path / "train.jsonl", sft_rows(split.train))
@@ -265,6 +268,7 @@ def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="differing answers",
+        code=[*IMPLEMENTATION, "assay.stream.engine", "assay.storage.nf4"],
     )
     claim.measure(sum(a != b for a, b in zip(again, fp32.answers, strict=True)))
     torch.manual_seed(1)
@@ -288,6 +292,7 @@ def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
         kind="correctness",
         threshold=Threshold(">=", TARGET, tolerance=0.05),
         unit="exact match",
+        code=[*IMPLEMENTATION, "assay.stream.engine", "assay.storage.nf4"],
     )
     claim.measure(fp32.score)
     claim.control("the untrained base model", base_score)
@@ -315,6 +320,7 @@ def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
             kind="correctness",
             threshold=Threshold("<=", noise),
             unit="|score - fp32 score|",
+            code=[*IMPLEMENTATION, "assay.stream.engine", "assay.storage.nf4"],
         )
         claim.measure(abs(run.score - fp32.score))
         claim.control("the lr 0 run in its place", abs(lr0.score - fp32.score))
@@ -367,7 +373,6 @@ def preference_accuracy(trainer: Trainer, split: Split) -> float:
 
 
 def test_dpo_raises_held_out_preference_accuracy(gate, split, tmp_path):
-    gate.uses(*IMPLEMENTATION, "assay.train.preference")
     gate.input("model", smollm2_path())
     gate.seed(SEED, 0)
     pairs = write_preference(tmp_path / "pairs.jsonl", split.train)
@@ -394,6 +399,7 @@ def test_dpo_raises_held_out_preference_accuracy(gate, split, tmp_path):
         kind="correctness",
         threshold=Threshold(">=", PREF_TARGET, tolerance=0.05),
         unit="accuracy",
+        code=[*IMPLEMENTATION, "assay.train.preference"],
     )
     claim.measure(results["dpo"][0])
     claim.control("the untrained base model", results["base"][0])

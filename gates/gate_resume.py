@@ -128,7 +128,6 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize(("method", "storage"), COMBOS)
 def test_exact_resume_in_a_new_process(gate, root, method, storage):
-    gate.uses(*IMPLEMENTATION)
     name = f"{method}-{storage}"
     straight = train(write_config(root, f"{name}-straight", method, storage))
     split_config = write_config(root, f"{name}-split", method, storage)
@@ -143,6 +142,7 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="differing items",
+        code=[*IMPLEMENTATION],
     )
     losses_differ = int(first["losses"] + second["losses"] != straight["losses"])
     mismatched = differences(root / f"{name}-straight" / final, root / f"{name}-split" / final)
@@ -188,7 +188,6 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
 
 
 def test_held_out_loss_before_and_after(gate, root):
-    gate.uses(*IMPLEMENTATION)
     config = write_config(root, "heldout", "lora", "float32")
     before = json.loads(run(["-m", "assay.cli", "eval", str(config), "--json"]).stdout)
     after = train(config)
@@ -206,7 +205,6 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
     from assay.testing.tiny import save_tiny
     from assay.train.checkpoint import load_checkpoint
 
-    gate.uses(*IMPLEMENTATION)
     model = save_tiny("llama3", tmp_path, seed=1, gguf=False, vocab_size=49152)["hf"]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXT))
     (tmp_path / "eval.jsonl").write_text((tmp_path / "train.jsonl").read_text())
@@ -261,6 +259,7 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="failures",
+        code=[*IMPLEMENTATION],
     )
     claim.measure(unloadable + wrong_end)
     gate.note(f"checkpoint step after each kill: {steps_seen}")
@@ -288,7 +287,6 @@ def test_rng_streams_restore_exactly(gate):
 
     from assay.train.checkpoint_state import capture_rng, restore_rng
 
-    gate.uses("assay.train.checkpoint_state")
     gate.seed(1, 2, 3)
     streams = {
         "torch": lambda: torch.rand(8).tolist(),
@@ -317,6 +315,7 @@ def test_rng_streams_restore_exactly(gate):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="streams with different draws",
+        code=["assay.train.checkpoint_state"],
     )
     claim.measure(differing())
     for stream in streams:

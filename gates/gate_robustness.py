@@ -32,6 +32,17 @@ from unsafe_scan import scan_tree, unsafe_calls  # noqa: E402
 from assay.model.gguf_header import _Cursor, read_header  # noqa: E402
 from assay.model.safetensors import check_safetensors_header  # noqa: E402
 
+# every writer whose files the write-fault claims tear, cut short or kill mid-write
+WRITE_CODE = (
+    "assay.atomic",
+    "assay.train.checkpoint",
+    "assay.adapters.peft_io",
+    "assay.export",
+    "assay.model.gguf_export",
+    "assay.model.loader",
+    "assay.stream.store",
+    "assay.train.loop",
+)
 READERS = (
     "assay.model.gguf_header",
     "assay.model.gguf",
@@ -60,7 +71,6 @@ def corpus_runs(corpus):
 
 
 def test_bad_inputs_fail_cleanly(gate, corpus, corpus_runs, monkeypatch):
-    gate.uses(*READERS)
     outcomes = list(corpus_runs[0])
     outcomes += [run_case_subprocess(c) for c in corpus if c.name in END_TO_END]
     crashes = sum(o.crashed or o.hung for o in outcomes)
@@ -74,6 +84,7 @@ def test_bad_inputs_fail_cleanly(gate, corpus, corpus_runs, monkeypatch):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="cases not clean",
+        code=[*READERS],
     )
     claim.measure(len(unclean))
     gate.note(
@@ -100,7 +111,6 @@ def test_bad_inputs_fail_cleanly(gate, corpus, corpus_runs, monkeypatch):
 
 
 def test_markdown_injection_renders_inert(gate, tmp_path):
-    gate.uses("assay.qualify.render", "assay.qualify.receipt")
     _, record = injection_record(tmp_path)
     claim = gate.claim(
         "receipt.injection_inert",
@@ -109,13 +119,13 @@ def test_markdown_injection_renders_inert(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="live markup kinds",
+        code=["assay.qualify.render", "assay.qualify.receipt"],
     )
     claim.measure(len(live_markup(record)) + int("Forged heading" not in record))
     claim.control("the same string pasted into a record unescaped", len(live_markup(INJECTION)))
 
 
 def test_header_parsers_survive_fuzzing(gate, tmp_path, monkeypatch):
-    gate.uses("assay.model.gguf_header", "assay.model.safetensors")
     gate.seed(11, 12)
     n = 400
     gguf = fuzz.fuzz(read_header, fuzz.valid_gguf(), tmp_path / "f.gguf", n, 11)
@@ -128,6 +138,7 @@ def test_header_parsers_survive_fuzzing(gate, tmp_path, monkeypatch):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="other exceptions or hangs",
+        code=["assay.model.gguf_header", "assay.model.safetensors"],
     )
     claim.measure(fuzz.unexpected(gguf) + fuzz.unexpected(st))
     gate.note(f"fuzz outcomes: gguf {gguf}; safetensors {st}")
@@ -141,7 +152,6 @@ def test_header_parsers_survive_fuzzing(gate, tmp_path, monkeypatch):
 
 
 def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
-    gate.uses("assay.atomic", "assay.train.checkpoint", "assay.qualify.receipt")
     gate.seed(21, 22, 23)
     reports = [
         crash.kill_trials("checkpoint", tmp_path / "ckpt", kills=10, seed=21),
@@ -158,6 +168,7 @@ def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="states lost",
+        code=["assay.atomic", "assay.train.checkpoint", "assay.qualify.receipt"],
     )
     claim.measure(lost)
     for r in reports:
@@ -177,7 +188,6 @@ def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
 
 def test_nothing_unpickles(gate):
     src = Path(__file__).resolve().parents[1] / "src"
-    gate.uses(str(TESTS / "robustness" / "unsafe_scan.py"))
     claim = gate.claim(
         "load.no_pickle",
         "no pickle load/loads, no torch.load without weights_only=True and no numpy "
@@ -185,6 +195,7 @@ def test_nothing_unpickles(gate):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unsafe calls",
+        code=[str(TESTS / "robustness" / "unsafe_scan.py")],
     )
     found = scan_tree(src)
     claim.measure(len(found))
@@ -202,13 +213,6 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
 
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (openssh-client) is not installed: the signature case needs it")
-    gate.uses(
-        str(Path(__file__).with_name("tamper_cases.py")),
-        "assay.qualify.chain",
-        "assay.qualify.sign",
-        "assay.qualify.stale",
-        "assay.qualify.verify",
-    )
     claim = gate.claim(
         "ledger.tamper_undetected",
         "re-sealing, deleting, reordering or inserting a receipt (records re-rendered after), a "
@@ -216,6 +220,13 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="tamper cases unseen",
+        code=[
+            str(Path(__file__).with_name("tamper_cases.py")),
+            "assay.qualify.chain",
+            "assay.qualify.sign",
+            "assay.qualify.stale",
+            "assay.qualify.verify",
+        ],
     )
     unseen = [c for c in tamper_cases.CASES if not tamper_cases.detected(tmp_path / c, c)]
     claim.measure(len(unseen))
@@ -239,9 +250,6 @@ def test_faults_inside_writes(gate, tmp_path):
     from assay import faultpoints
     from assay.testing.tiny import save_tiny
 
-    gate.uses("assay.atomic", "assay.train.checkpoint", "assay.adapters.peft_io", "assay.export",
-              "assay.model.gguf_export", "assay.model.loader", "assay.stream.store",
-              "assay.train.loop")  # fmt: skip
     model_dir = save_tiny("qwen2", tmp_path, seed=0, gguf=False)["hf"]
 
     def fresh(tag: str) -> list:
@@ -268,6 +276,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="kinds not reading the last good version",
+        code=WRITE_CODE,
     )
     measured, _ = after_kill({})
     kill.measure(measured)
@@ -296,6 +305,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="kinds not reading what was written",
+        code=WRITE_CODE,
     )
     short.measure(after_short({"atomic.short_write": "7"})[0])
     control, short_refusals = after_short(
@@ -322,6 +332,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="torn files not refused cleanly",
+        code=WRITE_CODE,
     )
     unclean = [(p, e) for p, e, _ in cases if not torn_writes.clean_refusal(e, p)]
     torn.measure(len(unclean))
@@ -381,6 +392,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="lines wrongly kept or lost",
+        code=WRITE_CODE,
     )
     metrics.measure(sum(metrics_after_resume(c, Trainer._truncate_metrics) for c in cuts))
     metrics.control(
@@ -424,7 +436,6 @@ PRODUCT_CONTROLS = {
 
 
 def test_issue16_classes_refused_per_class(gate, corpus, corpus_runs):
-    gate.uses(*ISSUE16_READERS)
     outcomes = corpus_runs[0]
     for kind, label in CLASSES.items():
         mine = [o for o in outcomes if o.case.kind == kind]
@@ -436,6 +447,7 @@ def test_issue16_classes_refused_per_class(gate, corpus, corpus_runs):
             kind="correctness",
             threshold=Threshold("==", 0),
             unit="cases not clean",
+            code=[*ISSUE16_READERS],
         )
         claim.measure(sum(not o.clean for o in mine) + (0 if mine else 1))
         stripped = [
@@ -461,7 +473,6 @@ def test_issue16_classes_refused_per_class(gate, corpus, corpus_runs):
 
 
 def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
-    gate.uses("assay.bounded", "assay.train.config_schema", "assay.train.data_rows")
     gate.seed(31, 32, 33)
     n = 150
     config = fuzz_loaders.fuzz_config_loader(tmp_path / "config", n, 31)
@@ -475,6 +486,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="other exceptions",
+        code=["assay.bounded", "assay.train.config_schema", "assay.train.data_rows"],
     )
     claim.measure(config.unexpected + rows.unexpected)
     gate.note(f"fuzz config: {config.examples} examples, samples {config.samples or 'none'}")
@@ -500,6 +512,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
             "<=", fuzz_loaders.LOAD_BOUND_S, tolerance=Tolerance.threshold_scaled(0.1)
         ),
         unit="s",
+        code=["assay.bounded", "assay.train.config_schema", "assay.train.data_rows"],
     )
     timing.measure(worst)
     gate.note(
@@ -516,7 +529,6 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
 
 
 def test_export_complete_or_absent_under_faults(gate, tmp_path):
-    gate.uses("assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io")
     gate.seed(41, 42)
     kills = export_faults.kill_trials(tmp_path / "out", kills=8, seed=41)
     faults = export_faults.fault_trials(tmp_path / "faults")
@@ -529,6 +541,7 @@ def test_export_complete_or_absent_under_faults(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="mixed or lost folders",
+        code=["assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io"],
     )
     claim.measure(kills.mixed + sum(faults.values()))
     gate.note(f"export kills: {kills}; write faults (1 = lost): {faults}")

@@ -100,7 +100,6 @@ def mismatches(a: dict, b: dict) -> int:
 
 def test_smollm2_streamed_equals_resident(gate):
     path = smollm2_path()
-    gate.uses(*IMPLEMENTATION)
     gate.input("model", path)
     gate.seed(0, 3)
     ids = torch.randint(0, 49152, (1, 48), generator=torch.Generator().manual_seed(0))
@@ -118,6 +117,7 @@ def test_smollm2_streamed_equals_resident(gate):
             kind="correctness",
             threshold=Threshold("==", 0),
             unit="unequal logits",
+            code=[*IMPLEMENTATION],
         )
         fwd.measure(int((logits != s_logits).sum()))
         bad = recycled(
@@ -136,6 +136,7 @@ def test_smollm2_streamed_equals_resident(gate):
             kind="correctness",
             threshold=Threshold("==", 0),
             unit=f"unequal of {n} gradients",
+            code=[*IMPLEMENTATION],
         )
         bwd.measure(mismatches(grads, s_grads))
         bad = recycled(
@@ -162,9 +163,6 @@ def test_smollm2_streamed_equals_resident(gate):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_tiny_families_every_method_and_storage(gate, family, tiny_paths):
-    gate.uses(
-        *IMPLEMENTATION, "assay.adapters.lora", "assay.adapters.dora", "assay.adapters.tinylora"
-    )
     path = tiny_paths[family]
     ids = torch.randint(0, 320, (2, 32), generator=torch.Generator().manual_seed(1))
     unequal_logits = unequal_grads = total_grads = combos = 0
@@ -188,6 +186,12 @@ def test_tiny_families_every_method_and_storage(gate, family, tiny_paths):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal tensors",
+        code=[
+            *IMPLEMENTATION,
+            "assay.adapters.lora",
+            "assay.adapters.dora",
+            "assay.adapters.tinylora",
+        ],
     )
     claim.measure(unequal_logits + unequal_grads)
     logits, grads = forward_backward(adapted(path, "dora", "nf4_double_quant", {}), ids)
@@ -220,7 +224,6 @@ def loss_curve(model, steps: int, ids: torch.Tensor) -> list[float]:
 
 
 def test_twenty_step_curves_and_invariance(gate, tiny_paths, tmp_path):
-    gate.uses(*IMPLEMENTATION)
     path = tiny_paths["llama3"]
     ids = torch.randint(0, 320, (4, 32), generator=torch.Generator().manual_seed(2))
     resident = loss_curve(adapted(path, "lora", "nf4", {}), 20, ids)
@@ -241,6 +244,7 @@ def test_twenty_step_curves_and_invariance(gate, tiny_paths, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal losses",
+        code=[*IMPLEMENTATION],
     )
     claim.measure(
         sum(c != r for curve in curves.values() for c, r in zip(curve, resident, strict=True))
@@ -254,7 +258,6 @@ def test_twenty_step_curves_and_invariance(gate, tiny_paths, tmp_path):
 def test_streaming_really_ran(gate, tmp_path):
     from assay.testing.tiny import save_tiny
 
-    gate.uses(*IMPLEMENTATION)
     path = save_tiny("qwen2", tmp_path, seed=4, gguf=False, num_hidden_layers=6)["hf"]
     ids = torch.randint(0, 320, (1, 16), generator=torch.Generator().manual_seed(4))
     streamed = StreamedModel(
@@ -268,6 +271,7 @@ def test_streaming_really_ran(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="zero A gradients",
+        code=[*IMPLEMENTATION],
     )
     vacuous.measure(sum(int(g.abs().sum() == 0) for g in a_grads))
     fresh = attach(assay.load(path), "lora", rank=4, alpha=8, targets="all-linear")
@@ -294,6 +298,7 @@ def test_streaming_really_ran(gate, tmp_path):
         kind="memory",
         threshold=Threshold("<=", 1.0),
         unit="x (buffers x largest layer)",
+        code=[*IMPLEMENTATION],
     )
     claim.measure(held / (2 * largest))
     claim.control(
@@ -344,7 +349,6 @@ def device_peak(layers: int, streamed: bool, ids: torch.Tensor) -> int:
 
 
 def test_depth_independence(gate):
-    gate.uses(*IMPLEMENTATION, "assay.train.peak")
     depths = (4, 8, 16, 32)
     ids = torch.randint(0, 49152, (1, 64), generator=torch.Generator().manual_seed(5))
     streamed = {d: device_peak(d, True, ids) for d in depths}
@@ -356,6 +360,7 @@ def test_depth_independence(gate):
         kind="memory",
         threshold=Threshold("<=", 1.10, tolerance=0.02),
         unit="x",
+        code=[*IMPLEMENTATION, "assay.train.peak"],
     )
     claim.measure(streamed[32] / streamed[4])
     claim.control("resident model, same measurement", resident[32] / resident[4])
@@ -451,7 +456,6 @@ def test_delayed_reordered_copies(gate, tmp_path):
     from assay.testing.copies); a missing wait or a reused busy slot then shows."""
     from assay.testing.tiny import save_tiny
 
-    gate.uses(*IMPLEMENTATION, "assay.testing.copies", "assay.faultpoints")
     gate.seed(6, 7)
     path = save_tiny("llama3", tmp_path, seed=6, gguf=False, num_hidden_layers=4)["hf"]
     ids = torch.randint(0, 320, (2, 24), generator=torch.Generator().manual_seed(7))
@@ -472,6 +476,7 @@ def test_delayed_reordered_copies(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal tensors",
+        code=[*IMPLEMENTATION, "assay.testing.copies", "assay.faultpoints"],
     )
     claim.measure(unequal)
     blind, refused, wrong = {}, {}, {}

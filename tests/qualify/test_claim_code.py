@@ -28,3 +28,42 @@ def test_a_module_the_test_never_imported_is_a_stale_declaration(gates):
     result = gates.run()
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*module 'xml.dom.minidom' was never imported by its test*"])
+
+
+CHILD = """
+import subprocess, sys
+
+def test_c(gate):
+    c = gate.claim("c", "holds", kind="correctness", threshold=Threshold("<=", 1),
+                   code=["childonly"])
+    script = "{report}import childonly"
+    subprocess.run([sys.executable, "-c", script], check=True)
+    c.measure(0)
+    c.control("broken", 2)
+"""
+REPORTS = "from assay.qualify.child_imports import report_at_exit; report_at_exit(); "
+
+
+def test_a_module_only_a_child_process_imported_counts_when_the_child_reports(gates):
+    gates.pytester.makepyfile(childonly="VALUE = 1\n")
+    gates.write("child", CHILD.replace("{report}", REPORTS))
+    result = gates.run(subprocess=True)
+    assert result.ret == 0, result.stdout.str()
+    paths = [f["path"] for f in gates.only_receipt("child")["claims"][0]["code_files"]]
+    assert paths == ["gate_child.py", "childonly.py"]
+
+
+def test_a_child_that_does_not_report_leaves_its_module_stale(gates):
+    gates.pytester.makepyfile(childonly="VALUE = 1\n")
+    gates.write("silent", CHILD.replace("{report}", ""))
+    result = gates.run(subprocess=True)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*module 'childonly' was never imported by its test*"])
+
+
+def test_gate_uses_is_import_checked_too(gates):
+    gates.write("uses", CODE.format(code="[]").replace("    import json.decoder\n",
+                                                       "    gate.uses('xml.dom.minidom')\n"))
+    result = gates.run()
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*gate.uses: module 'xml.dom.minidom' was never imported*"])

@@ -105,6 +105,16 @@ def test_per_gate_receipts_under_xdist(gates):
     assert "partial" not in gates.only_receipt("xb")["run"]
 
 
+def test_xdist_marks_partial_only_the_gate_that_lost_tests_to_deselection(gates):
+    gates.write("ka", TWO.format(one=0))
+    gates.write("kb", PASSING_GATE.format(value="1e-4"))
+    result = gates.run("-n", "2", "-k", "not test_two", subprocess=True)
+    assert result.ret == 0, result.stdout.str()
+    lost = gates.only_receipt("ka")["run"]
+    assert lost["partial"] is True and "-k 'not test_two'" in lost["partial_reason"]
+    assert "partial" not in gates.only_receipt("kb")["run"]  # -k removed none of its tests
+
+
 def _git(root, *args):
     subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
 

@@ -150,7 +150,9 @@ class Gate:
         self.nodeid = nodeid
         self._root = rootdir
         self._module_path: Path | None = None
-        self._declared: list[tuple[str, str]] = []  # (claim id, dotted module) from code=
+        # (claim id, or "" for gate.uses; dotted module): each must have been imported
+        self._declared: list[tuple[str, str]] = []
+        self._child_imports: set[str] = set()
         self._claims: list[Claim] = []
         self._data: dict[str, Any] = {"device": device, **blank_fragment(name, nodeid)}
 
@@ -169,10 +171,10 @@ class Gate:
 
         ``code`` names the implementation this claim exercises (dotted modules or paths); the
         receipt records them, with the gate module itself, as the claim's ``code_files``. A
-        dotted module that the test process has not imported by the end of the test is a
-        stale declaration and errors the test (see :meth:`stale_code`); name code that only
-        a child process runs by path. ``derived=True`` marks a value computed by arithmetic
-        from other measurements; the record labels it as such.
+        dotted module that neither the test process nor any child process it started (see
+        :mod:`assay.qualify.child_imports`) had imported by the end of the test is a stale
+        declaration and errors the test (see :meth:`stale_code`). ``derived=True`` marks a
+        value computed by arithmetic from other measurements; the record labels it as such.
         """
         claim_id = _text(claim_id, "gate.claim id")
         where = f"claim {claim_id!r}"
@@ -216,8 +218,11 @@ class Gate:
 
     def uses(self, *modules_or_paths: str | Path) -> None:
         """Record implementation files exercised (dotted module names or paths) by sha256, for
-        the whole gate. Prefer ``gate.claim(..., code=[...])``, which records them per claim."""
+        the whole gate, import-checked like ``code=``. Prefer ``gate.claim(..., code=[...])``,
+        which records them per claim."""
         for item in modules_or_paths:
+            if isinstance(item, str) and not _is_path(item):
+                self._declared.append(("", item))
             entry = self._file_entry(self._resolve_module(item))
             if entry not in self._data["files"]:
                 self._data["files"].append(entry)
@@ -227,14 +232,19 @@ class Gate:
         self._module_path = path
         self.uses(path)
 
+    def child_imports(self, modules: Iterable[str]) -> None:
+        """Count ``modules`` as imported by this test: what its child processes reported."""
+        self._child_imports.update(modules)
+
     def stale_code(self) -> list[str]:
-        """One line per ``code=`` module that this process never imported: a claim may list
-        only code its test ran, so a renamed, removed or unused module cannot stay listed."""
+        """One line per declared module that neither this process nor a reporting child ever
+        imported: a claim may list only code its test ran, so a renamed, removed or unused
+        module cannot stay listed."""
         return [
-            f"claim {cid!r} code: module {name!r} was never imported by its test; list only code "
-            "the claim runs (a path for code run in a child process)"
+            f"{f'claim {cid!r} code' if cid else 'gate.uses'}: module {name!r} was never "
+            "imported by its test; list only code the claim runs"
             for cid, name in self._declared
-            if name not in sys.modules
+            if name not in sys.modules and name not in self._child_imports
         ]
 
     def _file_entry(self, path: Path) -> dict[str, str]:

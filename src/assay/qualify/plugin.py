@@ -157,7 +157,11 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     g.module(request.path)  # the gate's own source is part of what every claim ran
     request.node.stash[GATE] = g
     start = time.perf_counter()
-    yield g
+    from assay.qualify.child_imports import recording
+
+    with recording() as reported:
+        yield g
+    g.child_imports(reported)
     fragment = g.fragment()
     fragment["outcome"] = request.node.stash.get(OUTCOME, "error")
     fragment["duration_s"] = time.perf_counter() - start
@@ -202,14 +206,34 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Single process: the collected gate tests; tree state is taken here, before any write."""
+    """Single process: the collected gate tests; tree state is taken here, before any write.
+
+    An xdist worker instead tags each gate test with what ``-k``/``-m``/``--deselect`` removed
+    from its gate: only workers collect, and the tag rides on every report to the controller.
+    """
     if _is_worker(session.config):
+        if _has_gate([item.nodeid for item in session.items]):
+            _tag_deselected(session.items, _state(session.config).deselected or set())
         return
     ids = [item.nodeid for item in session.items]
     if _has_gate(ids):
         state = _state(session.config)
         state.deselected = state.deselected or set()  # deselection is known in this process
         state.expect(ids)
+
+
+def _tag_deselected(items: list[pytest.Item], deselected: set[str]) -> None:
+    from assay.qualify.session import DESELECTED_KEY, gate_of
+
+    per_gate: dict[str, list[str]] = {}
+    for nodeid in deselected:
+        gate = gate_of(nodeid)
+        if gate is not None:
+            per_gate.setdefault(gate, []).append(nodeid)
+    for item in items:
+        gate = gate_of(item.nodeid)
+        if gate is not None:
+            item.user_properties.append((DESELECTED_KEY, sorted(per_gate.get(gate, []))))
 
 
 @pytest.hookimpl(optionalhook=True)

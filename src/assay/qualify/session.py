@@ -18,6 +18,8 @@ GATE_FILE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
 
 
 XDIST_GROUP = re.compile(r"@[^\]/:@]+$")
+# user property an xdist worker puts on each gate test: the node ids deselected from its gate
+DESELECTED_KEY = "assay_gate_deselected"
 
 
 def plain_nodeid(nodeid: str) -> str:
@@ -102,6 +104,9 @@ class GateSession:
             if key == "assay_gate_fragment":
                 report.user_properties.remove((key, value))
                 self.fragments.setdefault(gate, []).append(value)
+            elif key == DESELECTED_KEY:  # from an xdist worker, which saw the deselection
+                report.user_properties.remove((key, value))
+                self.deselected = (self.deselected or set()) | set(value)
         nodeid = plain_nodeid(report.nodeid)
         if report.failed:
             self.failures.setdefault(gate, []).append(
