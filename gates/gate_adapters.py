@@ -20,12 +20,9 @@ measured directly: LoRA-FA's A bit for bit and absent from the optimizer, every 
 from __future__ import annotations
 
 import copy
-import types
-from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 import assay
@@ -40,18 +37,35 @@ from adapter_files import (
     train_steps,
     transformers_error,
 )
+from adapter_parity import (
+    ALPHA,
+    PARITY,
+    RANK,
+    SEED,
+    Subject,
+    attach_norm,
+    compare,
+    damage,
+    differing,
+    peft_twin,
+    restore_mismatches,
+    run_ours,
+    run_twin,
+    sqrt_split,
+    swap_scale,
+    tinylora_error,
+    top_singular_values,
+    transposed_mix,
+    unfreeze_a,
+)
 from assay import faultpoints
-from assay.adapters import adapter_modules, attach, disabled, load_adapter, save_adapter
-from assay.adapters.lora import lora_scaling
+from assay.adapters import adapter_modules, attach, disabled, save_adapter
 from assay.adapters.perturb import randomize_adapters
-from assay.errors import ConfigError
 from assay.qualify import Threshold
 from assay.testing.real_model import smollm2_path
 
 PEFT_METHODS = ("lora", "rslora", "lora_fa", "dora")
 ALL_METHODS = ("full", *PEFT_METHODS, "tinylora")
-RANK, ALPHA, SEED = 8, 16, 0
-PARITY = Threshold("<=", 1e-5, tolerance=0.1)
 EXACT = Threshold("==", 0)
 # What each claim runs, by method: attach and the wrapper it builds (import-checked per claim).
 ATTACHING = ("assay.adapters.attach", "assay.adapters.inject", "assay.adapters.base")
@@ -67,37 +81,15 @@ FILES_CODE = ("assay.adapters.io", "assay.adapters.files")
 
 
 def code(method: str, *more: str) -> tuple[str, ...]:
-    """The modules a claim about ``method`` runs: attaching, the method's wrapper, ``more``."""
-    return (*ATTACHING, *METHOD_CODE[method], *more)
+    """The modules a claim about ``method`` runs: attaching, the method's wrapper, ``more``, and
+    the gate's own measuring helpers."""
+    return (*ATTACHING, *METHOD_CODE[method], *more, "adapter_parity")
 
 
 def files_code(method: str, *more: str) -> tuple[str, ...]:
     """``code(method)`` plus the adapter file format the method saves to."""
     fmt = "assay.adapters.tinylora_io" if method == "tinylora" else "assay.adapters.peft_io"
     return code(method, *FILES_CODE, fmt, *more)
-
-
-class Subject:
-    """One model, loaded once: assay's decoder, transformers' twin, token ids, base logits."""
-
-    def __init__(self, name: str, path: Path, ids: torch.Tensor, targets: str) -> None:
-        from transformers import AutoModelForCausalLM
-
-        self.name, self.path, self.ids, self.targets = name, path, ids, targets
-        self.model = assay.load(path)
-        kwargs = {"gguf_file": path.name} if path.suffix == ".gguf" else {}
-        directory = path.parent if path.suffix == ".gguf" else path
-        self.hf = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs)
-        with torch.no_grad():
-            self.base = self.model(ids)
-            self.hf_base = self.hf(input_ids=ids).logits
-
-    def fresh(self, method: str, seed: int = SEED, **options) -> torch.nn.Module:
-        model = copy.deepcopy(self.model)
-        targets = self.targets
-        if method == "tinylora" and self.name == "smollm2":
-            targets = "attention"  # an SVD per projection: MLP ones cost minutes on 2 cores
-        return attach(model, method, rank=RANK, alpha=ALPHA, targets=targets, seed=seed, **options)
 
 
 # Every smollm2 test shares one module-scoped Subject (an assay load and a transformers load):
@@ -122,102 +114,6 @@ def qwen2(tmp_path_factory) -> Subject:
     paths = save_tiny("qwen2", tmp_path_factory.mktemp("qwen2"), seed=0, gguf=False)
     ids = torch.randint(0, 320, (2, 48), generator=torch.Generator().manual_seed(1))
     return Subject("qwen2", paths["hf"], ids, "all-linear")
-
-
-def ce(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-
-
-def peft_twin(subject: Subject, ours: torch.nn.Module, method: str):
-    """PEFT on a copy of the transformers model, holding exactly our adapter tensors."""
-    from peft import LoraConfig, get_peft_model
-
-    spec = ours.assay_adapter_spec
-    config = LoraConfig(
-        r=RANK,
-        lora_alpha=ALPHA,
-        target_modules=list(spec.targets),
-        use_rslora=method == "rslora",
-        use_dora=method == "dora",
-        lora_dropout=0.0,
-    )
-    twin = get_peft_model(copy.deepcopy(subject.hf), config)
-    params = dict(twin.named_parameters())
-    with torch.no_grad():
-        for name, adapter in adapter_modules(ours):
-            for tensor, value in adapter.named_parameters(recurse=False):
-                target = params[f"base_model.model.model.{name}.{tensor}.default.weight"]
-                target.copy_(value)
-                target.requires_grad_(value.requires_grad)  # LoRA-FA: A frozen on both sides
-    return twin
-
-
-def run_ours(ours: torch.nn.Module, ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    logits = ours(ids)
-    ce(logits, ids).backward()
-    grads = {
-        f"{n}.{t}": p.grad
-        for n, a in adapter_modules(ours)
-        for t, p in a.named_parameters(recurse=False)
-        if p.requires_grad
-    }
-    return logits.detach(), grads
-
-
-def run_twin(twin, ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    logits = twin(input_ids=ids).logits
-    ce(logits, ids).backward()
-    grads = {
-        n.removeprefix("base_model.model.model.").replace(".default.weight", ""): p.grad
-        for n, p in twin.named_parameters()
-        if p.requires_grad
-    }
-    return logits.detach(), grads
-
-
-def compare(ours, theirs) -> tuple[float, float, int, int]:
-    """(logit error, worst gradient error, tensors within PARITY, tensors compared).
-
-    A tensor trainable on one side only is compared with a zero gradient on the other.
-    """
-    (logits, grads), (ref_logits, ref_grads) = ours, theirs
-    errors = []
-    for key in grads.keys() | ref_grads.keys():
-        mine, ref = grads.get(key), ref_grads.get(key)
-        mine = torch.zeros_like(ref) if mine is None else mine
-        ref = torch.zeros_like(mine) if ref is None else ref
-        errors.append((mine - ref).abs().max().item())
-    within = sum(e <= PARITY.value for e in errors)
-    return (logits - ref_logits).abs().max().item(), max(errors), within, len(errors)
-
-
-def swap_scale(model: torch.nn.Module) -> torch.nn.Module:
-    """rsLoRA's alpha/sqrt(r) where alpha/r belongs, and the other way round."""
-    for _, adapter in adapter_modules(model):
-        other = "lora" if adapter.method == "rslora" else "rslora"
-        adapter.scaling = lora_scaling(other, adapter.rank, adapter.alpha)
-    return model
-
-
-def unfreeze_a(model: torch.nn.Module) -> torch.nn.Module:
-    """LoRA-FA with A trainable, i.e. plain LoRA where only B should learn."""
-    for _, adapter in adapter_modules(model):
-        adapter.lora_A.requires_grad_(True)
-    return model
-
-
-def attach_norm(model: torch.nn.Module) -> torch.nn.Module:
-    """DoRA with the row norm left in the autograd graph (PEFT and the paper detach it)."""
-
-    def weight_norm(self):
-        from assay.adapters import dense_weight
-
-        update = self.lora_B @ self.lora_A
-        return torch.linalg.norm(dense_weight(self.base) + self.scaling * update, dim=1)
-
-    for _, adapter in adapter_modules(model):
-        adapter.weight_norm = types.MethodType(weight_norm, adapter)
-    return model
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)
@@ -267,64 +163,6 @@ def test_adapter_math_equals_peft(gate, request, which, method):
     assert within == count
 
 
-def top_singular_values(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Each target's leading singular values in fp64: the reference, computed once."""
-    from assay.adapters import dense_weight
-
-    return {
-        name: torch.linalg.svdvals(dense_weight(a.base).double())[: a.r]
-        for name, a in adapter_modules(model)
-    }
-
-
-def tinylora_error(model: torch.nn.Module, top: dict[str, torch.Tensor]) -> float:
-    """Worst relative error over targets of (a) the forward against x dW^T, dW = U S (sum v_i
-    P_i) V^T in fp64, and (b) (U, S, V^T) as W's truncated SVD: S against fp64 singular values,
-    W V = U S, and U, V orthonormal (checks that hold whatever the singular-value gaps)."""
-    from assay.adapters import dense_weight
-
-    generator = torch.Generator().manual_seed(2)
-    worst = 0.0
-    for name, adapter in adapter_modules(model):
-        weight = dense_weight(adapter.base).double()
-        u, s, vt = (adapter.tiny_U.double(), adapter.tiny_S.double(), adapter.tiny_V.double())
-        eye = torch.eye(adapter.r, dtype=torch.float64)
-        svd_error = max(
-            ((s - top[name]).abs().max() / top[name][0]).item(),
-            ((weight @ vt.T - u * s).abs().max() / top[name][0]).item(),
-            (u.T @ u - eye).abs().max().item(),
-            (vt @ vt.T - eye).abs().max().item(),
-        )
-        mix = torch.einsum("u,uij->ij", adapter.tiny_v.double(), adapter.tiny_P.double())
-        delta = (u * s) @ mix @ vt
-        x = torch.randn(3, adapter.in_features, generator=generator)
-        with torch.no_grad():
-            got = (adapter(x) - adapter.base(x)).double()
-        expected = x.double() @ delta.T
-        forward = ((got - expected).abs().max() / expected.abs().max()).item()
-        worst = max(worst, svd_error, forward)
-    return worst
-
-
-@torch.no_grad()
-def sqrt_split(model: torch.nn.Module) -> torch.nn.Module:
-    """PEFT's basis instead of the paper's: sqrt(S) on both sides of the mix."""
-    for _, adapter in adapter_modules(model):
-        root = adapter.tiny_S.sqrt()
-        adapter.tiny_U.mul_(root / adapter.tiny_S)
-        adapter.tiny_V.mul_(root[:, None])
-    return model
-
-
-def transposed_mix(model: torch.nn.Module) -> torch.nn.Module:
-    """sum v_i P_i^T where sum v_i P_i is promised."""
-    for _, adapter in adapter_modules(model):
-        adapter.mixing = types.MethodType(
-            lambda self: torch.einsum("u,uji->ij", self.tiny_v, self.tiny_P), adapter
-        )
-    return model
-
-
 TINY_THRESHOLD = Threshold("<=", 1e-4, tolerance=0.1)
 
 
@@ -357,34 +195,6 @@ def test_tinylora_delta_is_the_promised_dense_update(gate, request, which):
         claim.control(name, tinylora_error(broken(copy.deepcopy(model)), top))
 
 
-def restore_mismatches(subject: Subject, saved: torch.nn.Module, folder: Path) -> int:
-    """Tensors (adapter params and buffers, plus the logits) not bitwise equal after a reload;
-    a refused load restores nothing, so every tensor counts."""
-    state = {k: v for k, v in saved.state_dict().items() if "lora_" in k or "tiny_" in k}
-    try:
-        loaded = load_adapter(copy.deepcopy(subject.model), folder)
-    except ConfigError:
-        return len(state) + 1
-    back = loaded.state_dict()
-    bad = sum(k not in back or not torch.equal(v, back[k]) for k, v in state.items())
-    with torch.no_grad():
-        bad += not torch.equal(saved(subject.ids), loaded(subject.ids))
-    return bad
-
-
-def damage(folder: Path, how: str) -> None:
-    weights = next(folder.glob("*.safetensors"))
-    tensors = load_file(weights)
-    key = sorted(tensors)[-1]
-    if how == "drop":
-        del tensors[key]
-    else:  # one value one ulp away
-        flat = tensors[key].flatten()
-        flat[0] = torch.nextafter(flat[0], flat[0] + 1)
-        tensors[key] = flat.reshape(tensors[key].shape)
-    save_file(tensors, weights)
-
-
 @pytest.mark.parametrize("method", [*PEFT_METHODS, "tinylora"])
 def test_save_and_load_restore_bitwise(gate, qwen2, tmp_path, method):
     gate.seed(SEED, 4)
@@ -405,11 +215,6 @@ def test_save_and_load_restore_bitwise(gate, qwen2, tmp_path, method):
         save_adapter(saved, tmp_path / how)
         damage(tmp_path / how, how)
         claim.control(name, restore_mismatches(qwen2, saved, tmp_path / how))
-
-
-def differing(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Elements that are not bitwise equal (torch.equal, counted)."""
-    return int((a != b).sum().item())
 
 
 @pytest.mark.parametrize("which", WHICH)
@@ -482,7 +287,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
-        code=files_code(method, "assay.export", "assay.folder_manifest"),
+        code=files_code(method, "assay.export", "assay.folder_manifest", "adapter_files"),
     )
     export(ours, tmp_path / "ours", "peft")
     out.measure(peft_loads_ours(qwen2, tmp_path / "ours", expected))
@@ -515,7 +320,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
-        code=files_code(method),
+        code=files_code(method, "adapter_files"),
     )
     theirs.save_pretrained(tmp_path / "peft")
     back.measure(ours_loads_peft(qwen2, tmp_path / "peft", reference))
@@ -549,7 +354,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
     from assay.model.gguf_export import write_gguf
     from assay.testing.tiny import save_tiny
 
-    merged = (*code("lora", "assay.adapters.control"), "assay.export")
+    merged = (*code("lora", "assay.adapters.control"), "assay.export", "adapter_files")
     gate.seed(SEED, 10, 11)
     ours = randomize_adapters(qwen2.fresh("lora"), seed=10)
     with torch.no_grad():
@@ -660,7 +465,7 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
         kind="correctness",
         threshold=EXACT,
         unit="changed A elements + A tensors in the optimizer",
-        code=code("lora_fa", "assay.train.build"),
+        code=code("lora_fa", "assay.train.build", "adapter_files"),
     )
     fa.measure(lora_fa_a_changes(model, qwen2.ids, trainable_parameters(model)))
     model = unfreeze_a(subject("lora_fa"))
@@ -684,7 +489,7 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
             kind="correctness",
             threshold=EXACT,
             unit="changed base tensors",
-            code=code("lora", "assay.train.build", *STORAGE_CODE[storage]),
+            code=code("lora", "assay.train.build", *STORAGE_CODE[storage], "adapter_files"),
         )
         claim.measure(sum(before[k] != after.get(k) for k in before))
         model = subject("lora", storage)

@@ -36,7 +36,12 @@ from preference_reference import (
     pair_batch,
 )
 
-IMPLEMENTATION = ("assay.train.preference", "assay.train.objective", "assay.adapters.control")
+IMPLEMENTATION = (
+    "assay.train.preference",
+    "assay.train.objective",
+    "assay.adapters.control",
+    "preference_reference",
+)
 # (claim suffix, loss type, dpo variant, label smoothing)
 LOSSES = (
     ("dpo", "dpo", "sigmoid", 0.0),

@@ -43,6 +43,7 @@ WRITE_CODE = (
     "assay.stream.store",
     "assay.train.loop",
 )
+EXPORT_CODE = ("assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io")
 READERS = (
     "assay.model.gguf_header",
     "assay.model.gguf",
@@ -84,7 +85,7 @@ def test_bad_inputs_fail_cleanly(gate, corpus, corpus_runs, monkeypatch):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="cases not clean",
-        code=[*READERS],
+        code=[*READERS, "corpus_harness", "corpus_run", "generate"],
     )
     claim.measure(len(unclean))
     gate.note(
@@ -119,7 +120,7 @@ def test_markdown_injection_renders_inert(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="live markup kinds",
-        code=["assay.qualify.render", "assay.qualify.receipt"],
+        code=["assay.qualify.render", "assay.qualify.receipt", "corpus_inputs"],
     )
     claim.measure(len(live_markup(record)) + int("Forged heading" not in record))
     claim.control("the same string pasted into a record unescaped", len(live_markup(INJECTION)))
@@ -138,7 +139,7 @@ def test_header_parsers_survive_fuzzing(gate, tmp_path, monkeypatch):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="other exceptions or hangs",
-        code=["assay.model.gguf_header", "assay.model.safetensors"],
+        code=["assay.model.gguf_header", "assay.model.safetensors", "fuzz"],
     )
     claim.measure(fuzz.unexpected(gguf) + fuzz.unexpected(st))
     gate.note(f"fuzz outcomes: gguf {gguf}; safetensors {st}")
@@ -168,7 +169,7 @@ def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="states lost",
-        code=["assay.atomic", "assay.train.checkpoint", "assay.qualify.receipt"],
+        code=["assay.atomic", "assay.train.checkpoint", "assay.qualify.receipt", "crash"],
     )
     claim.measure(lost)
     for r in reports:
@@ -276,7 +277,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="kinds not reading the last good version",
-        code=WRITE_CODE,
+        code=[*WRITE_CODE, "torn_writes"],
     )
     measured, _ = after_kill({})
     kill.measure(measured)
@@ -305,7 +306,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="kinds not reading what was written",
-        code=WRITE_CODE,
+        code=[*WRITE_CODE, "torn_writes"],
     )
     short.measure(after_short({"atomic.short_write": "7"})[0])
     control, short_refusals = after_short(
@@ -332,7 +333,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="torn files not refused cleanly",
-        code=WRITE_CODE,
+        code=[*WRITE_CODE, "torn_writes"],
     )
     unclean = [(p, e) for p, e, _ in cases if not torn_writes.clean_refusal(e, p)]
     torn.measure(len(unclean))
@@ -392,7 +393,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="lines wrongly kept or lost",
-        code=WRITE_CODE,
+        code=[*WRITE_CODE, "torn_writes"],
     )
     metrics.measure(sum(metrics_after_resume(c, Trainer._truncate_metrics) for c in cuts))
     metrics.control(
@@ -447,7 +448,7 @@ def test_issue16_classes_refused_per_class(gate, corpus, corpus_runs):
             kind="correctness",
             threshold=Threshold("==", 0),
             unit="cases not clean",
-            code=[*ISSUE16_READERS],
+            code=[*ISSUE16_READERS, "corpus_robust", "corpus_run"],
         )
         claim.measure(sum(not o.clean for o in mine) + (0 if mine else 1))
         stripped = [
@@ -486,7 +487,12 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="other exceptions",
-        code=["assay.bounded", "assay.train.config_schema", "assay.train.data_rows"],
+        code=[
+            "assay.bounded",
+            "assay.train.config_schema",
+            "assay.train.data_rows",
+            "fuzz_loaders",
+        ],
     )
     claim.measure(config.unexpected + rows.unexpected)
     gate.note(f"fuzz config: {config.examples} examples, samples {config.samples or 'none'}")
@@ -512,7 +518,12 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
             "<=", fuzz_loaders.LOAD_BOUND_S, tolerance=Tolerance.threshold_scaled(0.1)
         ),
         unit="s",
-        code=["assay.bounded", "assay.train.config_schema", "assay.train.data_rows"],
+        code=[
+            "assay.bounded",
+            "assay.train.config_schema",
+            "assay.train.data_rows",
+            "fuzz_loaders",
+        ],
     )
     timing.measure(worst)
     gate.note(
@@ -541,7 +552,7 @@ def test_export_complete_or_absent_under_faults(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="mixed or lost folders",
-        code=["assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io"],
+        code=[*EXPORT_CODE, "export_faults"],
     )
     claim.measure(kills.mixed + sum(faults.values()))
     gate.note(f"export kills: {kills}; write faults (1 = lost): {faults}")

@@ -67,3 +67,23 @@ def test_gate_uses_is_import_checked_too(gates):
     result = gates.run()
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*gate.uses: module 'xml.dom.minidom' was never imported*"])
+
+
+MAIN = """
+import subprocess, sys
+
+def test_m(gate):
+    c = gate.claim("m", "holds", kind="correctness", threshold=Threshold("<=", 1),
+                   code=["childmain"])
+    subprocess.run([sys.executable, "-m", "childmain"], check=True)
+    c.measure(0)
+    c.control("broken", 2)
+"""
+
+
+def test_a_module_a_child_ran_with_dash_m_counts_under_its_own_name(gates):
+    # `python -m childmain` runs it as __main__; the report names it childmain
+    gates.pytester.makepyfile(childmain=REPORTS.replace("; ", "\n") + "\n")
+    gates.write("main", MAIN)
+    result = gates.run(subprocess=True)
+    assert result.ret == 0, result.stdout.str()

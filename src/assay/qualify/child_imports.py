@@ -48,11 +48,14 @@ def report_at_exit() -> None:
 def _write(directory: Path) -> None:
     if not directory.is_dir():  # the test that started us has finished and cleaned up
         return
-    names = sorted(name for name in list(sys.modules) if isinstance(name, str))
+    names = {name for name in list(sys.modules) if isinstance(name, str)}
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:  # `python -m pkg.mod` runs pkg.mod under __main__
+        names.add(spec.name)
     # temp file then rename: the reader never sees half a list
     fd, temp = tempfile.mkstemp(dir=directory, prefix=".imports-", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(names, handle)
+        json.dump(sorted(names), handle)
     os.replace(temp, directory / f"imports-{os.getpid()}.json")
 
 
