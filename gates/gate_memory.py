@@ -28,6 +28,17 @@ from assay.memory.predict import Plan, predict
 from assay.qualify import Threshold
 
 COHORT = Path(__file__).with_name("memory_cohort.yaml")
+# the predictor, and what the measuring child runs for a cohort row (reported at its exit)
+COHORT_CODE = (
+    "assay.memory.predict",
+    "assay.memory.measure",
+    "assay.train.peak",
+    "assay.train.losses",
+    "assay.model.decoder",
+    "assay.stream.engine",
+    "assay.storage.linear",
+    "assay.storage.nf4",
+)
 SCHEMA = Path(__file__).parents[1] / "src" / "assay" / "schemas" / "cohort.schema.json"
 MiB = 2**20
 
@@ -119,16 +130,7 @@ def test_cohort_prospective(gate, tmp_path):
         kind="memory",
         threshold=Threshold("<=", 5.0, tolerance=0.1),
         unit="% max |error|",
-        code=[
-            "assay.memory.predict",
-            "assay.memory.measure",
-            "assay.train.peak",
-            "assay.train.losses",
-            "assay.model.decoder",
-            "assay.stream.engine",
-            "assay.storage.linear",
-            "assay.storage.nf4",
-        ],
+        code=COHORT_CODE,
     )
     within.measure(round(got["max_abs"], 3))
     within.control("predictor without its logits term", round(bad["max_abs"], 3))
@@ -138,16 +140,7 @@ def test_cohort_prospective(gate, tmp_path):
         kind="memory",
         threshold=Threshold("<=", 2.0, tolerance=0.1),
         unit="% under",
-        code=[
-            "assay.memory.predict",
-            "assay.memory.measure",
-            "assay.train.peak",
-            "assay.train.losses",
-            "assay.model.decoder",
-            "assay.stream.engine",
-            "assay.storage.linear",
-            "assay.storage.nf4",
-        ],
+        code=COHORT_CODE,
     )
     under.measure(round(got["worst_under"], 3))
     under.control("predictor without its logits term", round(bad["worst_under"], 3))
@@ -158,16 +151,7 @@ def test_cohort_prospective(gate, tmp_path):
         kind="memory",
         threshold=Threshold("==", 0),
         unit="wrong decisions",
-        code=[
-            "assay.memory.predict",
-            "assay.memory.measure",
-            "assay.train.peak",
-            "assay.train.losses",
-            "assay.model.decoder",
-            "assay.stream.engine",
-            "assay.storage.linear",
-            "assay.storage.nf4",
-        ],
+        code=COHORT_CODE,
     )
     wrong.measure(got["false_feasible"] + got["false_infeasible"])
     wrong.control(

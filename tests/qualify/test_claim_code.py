@@ -62,8 +62,12 @@ def test_a_child_that_does_not_report_leaves_its_module_stale(gates):
 
 
 def test_gate_uses_is_import_checked_too(gates):
-    gates.write("uses", CODE.format(code="[]").replace("    import json.decoder\n",
-                                                       "    gate.uses('xml.dom.minidom')\n"))
+    gates.write(
+        "uses",
+        CODE.format(code="[]").replace(
+            "    import json.decoder\n", "    gate.uses('xml.dom.minidom')\n"
+        ),
+    )
     result = gates.run()
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*gate.uses: module 'xml.dom.minidom' was never imported*"])
