@@ -189,9 +189,11 @@ def gpu_dry_run(session: nox.Session) -> None:
 
 @nox.session(venv_params=VENV_PARAMS)
 def mutants(session: nox.Session) -> None:
-    """mutmut 3 over the core packages (each with its own test selection, bounded per package),
-    summary to records/mutation/mutmut-summary.json for gate-mutation. Args: package names,
-    --max-children N, --timeout S (per package)."""
+    """mutmut 3 over the core packages, each with its own test selection, scored on a seeded
+    uniform sample of its mutants with a 95% Wilson interval; summary to
+    records/mutation/mutmut-summary.json for gate-mutation. Args: package names,
+    --max-children N (default 1), --sample K (100), --seed S, --batch B (20),
+    --cap SECONDS (720, per package)."""
     install(session)
     session.install("mutmut>=3.8,<4")
     session.run("python", "harness/mutmut_run.py", *session.posargs)

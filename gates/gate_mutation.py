@@ -5,8 +5,14 @@ Each curated mutant is a named fault point (``assay.faultpoints``) armed in a ch
 over its killing node ids (``assay.testing.mutants``). A mutant counts as killed only when its
 killers fail with the fault armed and pass without it. Controls: the same runner with no fault
 armed (it must report no kills), and the runner with its clean-run check removed, fed a subject
-whose test always fails (it must then report a false kill). The mutmut scores are read from
-``records/mutation/mutmut-summary.json``; a package missing there is written as not tested.
+whose test always fails (it must then report a false kill).
+
+The mutmut scores are read from ``records/mutation/mutmut-summary.json`` (``nox -s mutants``):
+per package, the score over a seeded uniform sample of its mutants, with a 95% Wilson interval.
+The gate re-derives each row (the sample from seed and population, the counts and interval from
+the exit codes) and fails on a mismatch. A package missing there, whose run failed, whose
+mutated modules changed since the run, or with fewer than 20 sampled mutants tested, is written
+as not tested. Control: the same sample with every exit code read as survived must fail.
 
 Long: about 60 child interpreters. ``nox -s gates`` leaves this gate out (like the timing gates);
 run it alone with ``nox -s gate-mutation``. ``ASSAY_MUTATION_JOBS`` sets how many run at once
@@ -15,6 +21,7 @@ run it alone with ``nox -s gate-mutation``. ``ASSAY_MUTATION_JOBS`` sets how man
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -24,7 +31,14 @@ import pytest
 
 from assay.qualify import Threshold
 from assay.testing.mutants import MUTANTS, declared_fault_points
-from assay.testing.mutation import classify, mutmut_score, run_mutants, run_pytest
+from assay.testing.mutation import (
+    classify,
+    mutmut_score,
+    run_mutants,
+    run_pytest,
+    sample_order,
+    wilson_interval,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = Path(
@@ -33,7 +47,10 @@ SUMMARY = Path(
 CORE_PACKAGES = ("storage", "adapters", "train", "stream", "qualify")
 KILL_RATE = 0.90
 MUTMUT_FLOOR = 0.50  # a package whose tests miss half of the operator mutants is not gated
+MUTMUT_MIN_SAMPLE = 20  # fewer tested mutants give an interval too wide to gate on
 RUNNER = ("assay.faultpoints", "assay.testing.mutants", "assay.testing.mutation")
+# mutmut ran in child processes: its harness is named by path.
+MUTMUT_CODE = ("assay.testing.mutation", str(ROOT / "harness/mutmut_run.py"))
 
 
 def _selected() -> list:
@@ -77,7 +94,6 @@ def campaign(tmp_path_factory):
 
 def test_curated_mutants_are_killed(gate, campaign):
     chosen, results, clean = campaign["chosen"], campaign["results"], campaign["clean"]
-    gate.uses(*RUNNER, *sorted({m.module for m in chosen}))
     catalog = declared_fault_points()
     counted = [m for m in chosen if m.counted]
     killed = [r for r in results if r.verdict == "killed"]
@@ -90,6 +106,7 @@ def test_curated_mutants_are_killed(gate, campaign):
         kind="correctness",
         threshold=Threshold(">=", KILL_RATE),
         unit="killed / non-equivalent",
+        code=[*RUNNER, *sorted({m.module for m in chosen})],
     )
     claim.measure(len(killed) / max(len(counted), 1))
     claim.control(
@@ -119,7 +136,6 @@ def _always_failing_subject(root: Path) -> str:
 
 
 def test_runner_kills_only_against_a_clean_run(gate, tmp_path):
-    gate.uses(*RUNNER)
     node = _always_failing_subject(tmp_path)
     args = {"root": tmp_path, "scratch": tmp_path, "timeout_s": 120}
     clean = run_pytest([node], faults="", **args)
@@ -130,13 +146,44 @@ def test_runner_kills_only_against_a_clean_run(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="kills",
+        code=RUNNER,
     )
     claim.measure(int(classify(armed, clean.outcomes.get(node) == "PASSED") == "killed"))
     claim.control("the runner without its clean-run check", int(classify(armed, True) == "killed"))
 
 
+def _changed(hashes: dict[str, str]) -> list[str]:
+    """Paths whose file is gone or differs from the sha256 the mutmut run recorded."""
+    return [
+        path
+        for path, sha in sorted(hashes.items())
+        if not (ROOT / path).is_file()
+        or hashlib.sha256((ROOT / path).read_bytes()).hexdigest() != sha
+    ]
+
+
+def _check_row(package: str, row: dict) -> dict:
+    """Re-derive a package row from its raw data; a mismatch means a hand-edited or broken
+    summary and fails the test. Returns the recomputed counts."""
+    population, sampled = row["population_names"], row["sampled"]
+    assert len(population) == row["population"] == len(set(population)), package
+    # The sample must be the prefix of the seeded order that the harness runs: a hand-picked or
+    # reordered set of mutants does not match it.
+    order = sample_order(population, row["seed"])
+    assert set(sampled) == set(order[: len(sampled)]), f"{package}: not the seeded sample"
+    stems = tuple(
+        m.removeprefix("src/").removesuffix(".py").replace("/", ".") + "." for m in row["modules"]
+    )
+    assert all(n.startswith(stems) for n in population), f"{package}: mutants of other modules"
+    counts = mutmut_score(sampled)  # recomputed from every sampled mutant's exit code
+    for key in ("killed", "survived", "timeout", "no_tests", "tested", "score"):
+        assert counts[key] == row[key], f"{package}: summary {key} disagrees with its exit codes"
+    interval = wilson_interval(counts["killed"] + counts["timeout"], counts["tested"])
+    assert list(interval) == row["wilson95"], f"{package}: summary interval disagrees"
+    return counts
+
+
 def test_mutmut_score_per_package(gate):
-    gate.uses(*RUNNER)
     if not SUMMARY.is_file():
         for package in CORE_PACKAGES:
             gate.not_tested(f"mutmut.{package}", f"{SUMMARY.name} absent: run `nox -s mutants`")
@@ -144,27 +191,56 @@ def test_mutmut_score_per_package(gate):
     gate.input("mutmut summary", SUMMARY)
     summary = json.loads(SUMMARY.read_text("utf-8"))
     packages = summary["packages"]
-    for package, row in sorted(packages.items()):
+    for package in CORE_PACKAGES:
+        row = packages.get(package)
+        item = f"mutmut.{package}"
+        if row is None:
+            gate.not_tested(item, f"not in {SUMMARY.name}: run `nox -s mutants -- {package}`")
+            continue
+        if row.get("error"):
+            gate.not_tested(item, f"the mutmut run failed: {row['error'][-300:]}")
+            continue
+        counts = _check_row(package, row)
+        changed = _changed(row["sources_sha256"])
+        if changed:
+            gate.not_tested(
+                item,
+                f"stale: {', '.join(changed)} changed since the mutmut run; rerun "
+                f"`nox -s mutants -- {package}`",
+            )
+            continue
+        n, population = counts["tested"], row["population"]
+        if n < MUTMUT_MIN_SAMPLE:
+            gate.not_tested(
+                item,
+                f"only {n} sampled mutants tested (of {len(row['sampled'])} run, "
+                f"{population} generated); at least {MUTMUT_MIN_SAMPLE} are needed for a score",
+            )
+            continue
+        gate.seed(row["seed"])
+        modules = ", ".join(Path(m).stem for m in row["modules"])
         claim = gate.claim(
-            f"mutmut.{package}",
-            f"mutmut {summary['tool_version']} score of {package} "
-            f"({', '.join(row['modules'])}) is at least {MUTMUT_FLOOR:.0%}",
+            item,
+            f"mutmut {summary['tool_version']} score of {package} ({modules}) over a seeded "
+            f"uniform sample of {n} of its {population} mutants is at least {MUTMUT_FLOOR:.0%}",
             kind="correctness",
             threshold=Threshold(">=", MUTMUT_FLOOR),
-            unit="(killed + timeout) / tested",
+            unit="(killed + timeout) / tested, sampled mutants",
+            code=[*MUTMUT_CODE, *(str(ROOT / m) for m in row["modules"])],
         )
-        counts = mutmut_score(row["exit_codes"])  # recomputed from every mutant's exit code
-        assert counts["score"] == row["score"], f"{package}: summary score disagrees with its codes"
         claim.measure(counts["score"])
-        unrun = mutmut_score(dict.fromkeys(row["exit_codes"], 0))
-        claim.control("the same mutants with every exit code read as survived", unrun["score"])
-        gate.note(
-            f"mutmut {package}: {row['killed']} killed, {row['survived']} survived, "
-            f"{row['timeout']} timeout, {row['not_checked']} not checked of {row['total']}; "
-            f"tests: {', '.join(row['tests'])}"
+        unrun = mutmut_score(dict.fromkeys(row["sampled"], 0))
+        claim.control(
+            "the same sampled mutants with every exit code read as survived", unrun["score"]
         )
-    for package in CORE_PACKAGES:
-        if package not in packages:
-            gate.not_tested(
-                f"mutmut.{package}", "not in the committed mutmut run: " + summary["scope"]
-            )
+        low, high = row["wilson95"]
+        gate.note(
+            f"mutmut {package}: {counts['killed']} killed, {counts['survived']} survived, "
+            f"{counts['timeout']} timeout, {counts['no_tests']} reached by no selected test "
+            f"(counted as not killed), {counts['other']} other (segfault/suspicious, left out) "
+            f"of {len(row['sampled'])} sampled from {population} (seed {row['seed']}); score "
+            f"{counts['score']:.3f}, 95% Wilson interval [{low:.3f}, {high:.3f}]; "
+            f"{row['wall_s']} s; tests: {', '.join(row['tests'])}"
+        )
+        if _changed(row["tests_sha256"]):
+            gate.note(f"mutmut {package}: its selected tests changed since the run")

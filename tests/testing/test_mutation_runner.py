@@ -86,9 +86,11 @@ def test_a_killer_selects_its_parameters_and_whole_files():
 
 
 def test_mutmut_score_counts_timeouts_as_killed_and_leaves_unchecked_out():
-    codes = {"a": 1, "b": 0, "c": 36, "d": None, "e": 33, "f": 3}
+    codes = {"a": 1, "b": 0, "c": 36, "d": None, "e": 33, "f": 3, "g": -11}
     counts = mutmut_score(codes)
     assert (counts["killed"], counts["survived"], counts["timeout"]) == (2, 1, 1)
-    assert (counts["not_checked"], counts["other"], counts["total"]) == (1, 1, 6)
-    assert counts["score"] == 0.75
+    # "no tests" is a mutant the selected tests let through: tested, not killed.
+    assert (counts["no_tests"], counts["tested"]) == (1, 5)
+    assert (counts["not_checked"], counts["other"], counts["total"]) == (1, 1, 7)
+    assert counts["score"] == 0.6
     assert mutmut_score({})["score"] == 0.0

@@ -10,7 +10,9 @@ the node ids (usage error, nothing collected), also not counted as killed.
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -158,26 +160,63 @@ def run_mutants(
 MUTMUT_KILLED = frozenset({1, 3})
 MUTMUT_SURVIVED = frozenset({0})
 MUTMUT_TIMEOUT = frozenset({36, -24, 24, 152, 255})
+MUTMUT_NO_TESTS = frozenset({5, 33})
 
 
 def mutmut_score(exit_codes: dict[str, int | None]) -> dict[str, float | int]:
     """Counts and score from mutmut's per-mutant exit codes (None: not checked).
 
-    score = (killed + timeout) / (killed + survived + timeout), mutmut's own definition;
-    mutants not checked, without tests, skipped or suspicious are counted apart, not scored.
+    score = (killed + timeout) / (killed + survived + timeout + no_tests). A mutant that no
+    selected test reaches ("no tests") counts as not killed, as in mutmut's own badge: the
+    selected tests let it through. Not checked, skipped, suspicious and segfault are counted
+    apart (``not_checked``, ``other``) and left out of the score.
     """
     codes = list(exit_codes.values())
     killed = sum(c in MUTMUT_KILLED for c in codes)
     survived = sum(c in MUTMUT_SURVIVED for c in codes)
     timeout = sum(c in MUTMUT_TIMEOUT for c in codes)
+    no_tests = sum(c in MUTMUT_NO_TESTS for c in codes)
     not_checked = sum(c is None for c in codes)
-    tested = killed + survived + timeout
+    tested = killed + survived + timeout + no_tests
     return {
         "killed": killed,
         "survived": survived,
         "timeout": timeout,
+        "no_tests": no_tests,
         "not_checked": not_checked,
         "other": len(codes) - tested - not_checked,
+        "tested": tested,
         "total": len(codes),
         "score": round((killed + timeout) / tested, 4) if tested else 0.0,
     }
+
+
+def sample_order(population: Iterable[str], seed: int) -> list[str]:
+    """The mutant names in a seeded uniformly random order, the same for the same set and seed.
+
+    Sorting first makes the order independent of how the names were listed. Every prefix of
+    the result is a uniform random sample without replacement of the population, so a run
+    that stops early (a time cap) still leaves an unbiased sample: the prefix it finished.
+    """
+    names = sorted(set(population))
+    random.Random(seed).shuffle(names)
+    return names
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a proportion ``successes / n`` (z = 1.96: 95%).
+
+    Unlike the normal approximation it stays within [0, 1] and is usable for small n and for
+    proportions near 0 or 1. It treats the sample as drawn with replacement, so for a sample
+    taken without replacement from a finite population it is slightly conservative (wider).
+    n = 0 gives (0, 1): no information.
+    """
+    if not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval: need 0 <= successes <= n, got {successes}, {n}")
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, round(centre - half, 4)), min(1.0, round(centre + half, 4)))
