@@ -170,7 +170,7 @@ def test_pinned_host_memory_is_counted(gate):
         kind="memory",
         threshold=Threshold(">=", 0.95, tolerance=0.05),
         unit="counted / arena bytes",
-        code=["assay.memory.host", "assay.stream.store"],
+        code=["assay.memory.host"],
     )
     claim.measure(pinned.anon_plus_shmem_ratio)
     claim.control("accounting that reads RssAnon only", pinned.anon_only_ratio)
