@@ -6,7 +6,6 @@ The corpus is generated in the session (tests/corpus/generate.py) from a fresh t
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -248,26 +247,12 @@ def test_faults_inside_writes(gate, tmp_path):
     product writes: the last good version survives and a torn file is refused in one line."""
     import torn_writes
 
-    from assay import faultpoints
     from assay.testing.tiny import save_tiny
 
     model_dir = save_tiny("qwen2", tmp_path, seed=0, gguf=False)["hf"]
 
     def fresh(tag: str) -> list:
         return torn_writes.kinds(tmp_path / tag, model_dir)
-
-    def after_kill(faults: dict) -> tuple[int, list]:
-        wrong, refusals = 0, []
-        for kind in (k for k in fresh("kill-" + "-".join(faults)) if k.through_atomic):
-            kind.write(1)
-            died = torn_writes.killed_write(
-                kind, 2, {**faults, "atomic.kill_mid_write": kind.target}
-            )
-            version, error = torn_writes.read_outcome(kind)
-            wrong += (not died) or version != 1
-            if error is not None:
-                refusals.append((kind, error))
-        return wrong, refusals
 
     total = len([k for k in fresh("count") if k.through_atomic])
     kill = gate.claim(
@@ -279,25 +264,12 @@ def test_faults_inside_writes(gate, tmp_path):
         unit="kinds not reading the last good version",
         code=[*WRITE_CODE, "torn_writes"],
     )
-    measured, _ = after_kill({})
+    measured, _ = torn_writes.after_kill(fresh("kill"), {})
     kill.measure(measured)
-    control, in_place_refusals = after_kill({"atomic.in_place": "1"})
+    control, in_place_refusals = torn_writes.after_kill(
+        fresh("kill-in-place"), {"atomic.in_place": "1"}
+    )
     kill.control("written in place, without temp + rename (atomic.in_place)", control)
-
-    def after_short(faults: dict) -> tuple[int, list]:
-        wrong, refusals = 0, []
-        with contextlib.ExitStack() as stack:
-            for name, setting in faults.items():
-                stack.enter_context(faultpoints.inject(name, setting))
-            for kind in (k for k in fresh("short-" + "-".join(faults)) if k.through_atomic):
-                with faultpoints.inject("atomic.short_write", "0"):
-                    kind.write(1)
-                kind.write(2)
-                version, error = torn_writes.read_outcome(kind)
-                wrong += version != 2
-                if error is not None:
-                    refusals.append((kind, error))
-        return wrong, refusals
 
     short = gate.claim(
         "writes.short_writes",
@@ -308,23 +280,13 @@ def test_faults_inside_writes(gate, tmp_path):
         unit="kinds not reading what was written",
         code=[*WRITE_CODE, "torn_writes"],
     )
-    short.measure(after_short({"atomic.short_write": "7"})[0])
-    control, short_refusals = after_short(
-        {"atomic.short_write": "7", "atomic.ignore_short_write": "1"}
+    short.measure(torn_writes.after_short(fresh("short"), {"atomic.short_write": "7"})[0])
+    control, short_refusals = torn_writes.after_short(
+        fresh("short-ignored"), {"atomic.short_write": "7", "atomic.ignore_short_write": "1"}
     )
     short.control("one short write trusted (atomic.ignore_short_write)", control)
 
-    cases = []  # (kind, torn path, product reader's error)
-    for kind in fresh("torn"):
-        kind.write(1)
-        for path in kind.files():
-            data = path.read_bytes()
-            path.write_bytes(data[: max(1, len(data) // 3)])
-            version, error = torn_writes.read_outcome(kind)
-            cases.append((path, error if version is None else "read a torn file"))
-            naive = torn_writes.naive_read(path)
-            cases[-1] += (naive,)
-            path.write_bytes(data)
+    cases = torn_writes.torn_cases(fresh("torn"))
     torn = gate.claim(
         "writes.torn_refused",
         f"{len(cases)} torn files (each file of {len(fresh('n'))} kinds cut to a third, GGUF "
@@ -358,8 +320,10 @@ def test_faults_inside_writes(gate, tmp_path):
         "do not reach",
     )
 
-    # metrics.jsonl is appended a line per step: a kill mid-append leaves a torn last line,
-    # which a resume must drop while keeping every complete line up to the checkpoint step.
+
+def test_torn_metrics_line_dropped_on_resume(gate, tmp_path):
+    """metrics.jsonl is appended a line per step: a kill mid-append leaves a torn last line,
+    which a resume must drop while keeping every complete line up to the checkpoint step."""
     import json
     import types
 
@@ -393,7 +357,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="lines wrongly kept or lost",
-        code=[*WRITE_CODE, "torn_writes"],
+        code=["assay.train.loop"],
     )
     metrics.measure(sum(metrics_after_resume(c, Trainer._truncate_metrics) for c in cuts))
     metrics.control(

@@ -200,3 +200,52 @@ def naive_read(path: Path) -> str | None:
     except Exception as error:
         return f"UNCLEAN {type(error).__name__}: {error}"
     return None
+
+
+def after_kill(kinds_: list[Kind], faults: dict[str, str]) -> tuple[int, list]:
+    """Write version 1 of each atomic kind, then SIGKILL a child half-way through writing
+    version 2 with ``faults`` armed. Returns (kinds not dying or not reading version 1, the
+    product reader's refusals as (kind, error))."""
+    wrong, refusals = 0, []
+    for kind in (k for k in kinds_ if k.through_atomic):
+        kind.write(1)
+        died = killed_write(kind, 2, {**faults, "atomic.kill_mid_write": kind.target})
+        version, error = read_outcome(kind)
+        wrong += (not died) or version != 1
+        if error is not None:
+            refusals.append((kind, error))
+    return wrong, refusals
+
+
+def after_short(kinds_: list[Kind], faults: dict[str, str]) -> tuple[int, list]:
+    """Write version 1 of each atomic kind whole (``atomic.short_write=0`` lifts any limit),
+    then version 2 with ``faults`` armed. Returns (kinds not reading version 2, the product
+    reader's refusals as (kind, error))."""
+    wrong, refusals = 0, []
+    with contextlib.ExitStack() as stack:
+        for name, setting in faults.items():
+            stack.enter_context(faultpoints.inject(name, setting))
+        for kind in (k for k in kinds_ if k.through_atomic):
+            with faultpoints.inject("atomic.short_write", "0"):
+                kind.write(1)
+            kind.write(2)
+            version, error = read_outcome(kind)
+            wrong += version != 2
+            if error is not None:
+                refusals.append((kind, error))
+    return wrong, refusals
+
+
+def torn_cases(kinds_: list[Kind]) -> list[tuple[Path, str | None, str | None]]:
+    """Each file of each kind cut to a third, in turn: (path, the product reader's error or
+    "read a torn file", the format library's own error). The file is restored after each."""
+    cases = []
+    for kind in kinds_:
+        kind.write(1)
+        for path in kind.files():
+            data = path.read_bytes()
+            path.write_bytes(data[: max(1, len(data) // 3)])
+            version, error = read_outcome(kind)
+            cases.append((path, error if version is None else "read a torn file", naive_read(path)))
+            path.write_bytes(data)
+    return cases
