@@ -24,6 +24,7 @@ import torch
 from assay.qualify import Threshold
 
 NO_CUDA = "no CUDA device: run harness/gpu_qualify.sh (--gate-device cuda) on a GPU box"
+BENCH_CODE = ("assay.bench.subjects", "assay.bench.step", "assay.bench.device")
 
 # Frozen before any row is measured: resident, checkpointed, NF4, chunked loss; long rows at
 # seq 6144, where Soup's predictor missed by 0.787x.
@@ -308,7 +309,7 @@ def test_throughput_against_ceiling_and_peft(gate):
         kind="performance",
         threshold=Threshold(">=", 0.15, tolerance=0.2),
         unit="fraction of ceiling",
-        code=["assay.bench.subjects", "assay.bench.step", "assay.bench.device"],
+        code=BENCH_CODE,
     )
     frac.measure(fraction)
     slow = stalled()
@@ -319,7 +320,7 @@ def test_throughput_against_ceiling_and_peft(gate):
         kind="performance",
         threshold=Threshold("<=", 1.1, tolerance=0.2),
         unit="assay / peft step time",
-        code=["assay.bench.subjects", "assay.bench.step", "assay.bench.device"],
+        code=BENCH_CODE,
     )
     versus.measure(median["assay"] / median["peft"])
     versus.control("every layer stalled 50M GPU cycles", slow / median["peft"])

@@ -107,7 +107,6 @@ def _run(args: list[str], what: str) -> float:
 
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory) -> dict:
-    from assay.qualify.child_imports import recording
     from assay.qualify.environment import resolve_device
     from assay.testing.text_run import save_text_run
 
@@ -120,14 +119,13 @@ def runs(request, tmp_path_factory) -> dict:
     (root / "spec.json").write_text(json.dumps(spec, indent=2))
     out = root / "out"
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}"]
-    with recording() as imported:  # what the ranks ran is what the claims name as code
-        seconds = {
-            "ranks": _run(
-                [*launcher, str(CHILD), "ranks", str(root / "spec.json"), str(out)],
-                f"torchrun {WORLD} ranks",
-            ),
-            "single": _run([str(CHILD), "single", str(root / "spec.json"), str(out)], "single"),
-        }
+    seconds = {
+        "ranks": _run(
+            [*launcher, str(CHILD), "ranks", str(root / "spec.json"), str(out)],
+            f"torchrun {WORLD} ranks",
+        ),
+        "single": _run([str(CHILD), "single", str(root / "spec.json"), str(out)], "single"),
+    }
     ranks = [json.loads((out / f"ranks-rank{r}.json").read_text()) for r in range(WORLD)]
     single = json.loads((out / "single-rank0.json").read_text())
     return {
@@ -138,7 +136,6 @@ def runs(request, tmp_path_factory) -> dict:
         "spec": spec,
         "device": device,
         "root": root,
-        "imported": imported,
     }
 
 
@@ -179,7 +176,6 @@ def update_size(runs: dict) -> float:
 
 
 def _declare(gate, runs: dict) -> None:
-    gate.child_imports(runs["imported"])
     gate.seed(1, 3)
     root = runs["root"]
     gate.input("tiny model", root / "model" / "model.safetensors")

@@ -28,6 +28,7 @@ CODE = {
     "gguf": (*DECODER, "assay.model.gguf", "assay.model.gguf_header"),
     "hf": (*DECODER, "assay.model.safetensors"),
 }
+UPCAST_CODE = (*CODE["hf"], "assay.faultpoints", "assay.testing.tiny")  # bf16 on tiny models
 PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):\n    if n < 2:\n        return n",
@@ -284,7 +285,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal values",
-        code=[*CODE["hf"], "assay.faultpoints", "assay.testing.tiny"],
+        code=UPCAST_CODE,
     )
     norm.measure(bad)
     with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):
@@ -297,7 +298,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         kind="correctness",
         threshold=Threshold("<=", 1.0),
         unit="bf16 ulps",
-        code=[*CODE["hf"], "assay.faultpoints", "assay.testing.tiny"],
+        code=UPCAST_CODE,
     )
     attention.measure(attention_ulps(model, ids))
     with faultpoints.inject("model.decoder.attention_skip_upcast"):
@@ -316,7 +317,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
             kind="correctness",
             threshold=BF16_LOGITS,
             unit="mean abs error",
-            code=[*CODE["hf"], "assay.faultpoints", "assay.testing.tiny"],
+            code=UPCAST_CODE,
         )
         logits.measure(mean_error())
         with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):

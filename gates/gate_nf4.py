@@ -35,6 +35,7 @@ IMPLEMENTATION = (
     "assay.storage.apply",
     "assay.memory.accounting",
 )
+MODEL_CODE = (*IMPLEMENTATION, "assay.model.loader", "assay.loading")  # a whole model loaded
 PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 PROMPTS = (
     "The capital of France is",
@@ -286,7 +287,7 @@ def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
         kind="correctness",
         threshold=Threshold("<=", 1e-3, tolerance=0.1),
         unit="max abs logit",
-        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers"],
+        code=[*MODEL_CODE, "assay.testing.peers"],
     )
     logits.measure(diff)
     top = gate.claim(
@@ -295,7 +296,7 @@ def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
         kind="correctness",
         threshold=Threshold(">=", 1.0),
         unit="fraction of positions",
-        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading", "assay.testing.peers"],
+        code=[*MODEL_CODE, "assay.testing.peers"],
     )
     top.measure(top1)
     undo = scaled_stores(model, 1 + 2**-8, slice(0, 1))
@@ -339,7 +340,7 @@ def test_storage_bytes_and_load_peak(gate, nf4_load):
         kind="memory",
         threshold=Threshold("<=", 0.52),
         unit="bytes/param",
-        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading"],
+        code=MODEL_CODE,
     )
     per_param.measure(bytes_per_parameter(model))
     per_param.control(
@@ -370,7 +371,7 @@ def test_storage_bytes_and_load_peak(gate, nf4_load):
         kind="memory",
         threshold=Threshold("<=", bound, tolerance=0.01),
         unit="bytes",
-        code=[*IMPLEMENTATION, "assay.model.loader", "assay.loading"],
+        code=MODEL_CODE,
     )
     peak_claim.measure(peak)
     gc.collect()

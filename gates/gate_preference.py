@@ -42,6 +42,8 @@ IMPLEMENTATION = (
     "assay.adapters.control",
     "preference_reference",
 )
+FORMULA_CODE = (*IMPLEMENTATION, "assay.train.data")
+PEAK_CODE = (*IMPLEMENTATION, "assay.train.peak", "assay.train.losses")
 # (claim suffix, loss type, dpo variant, label smoothing)
 LOSSES = (
     ("dpo", "dpo", "sigmoid", 0.0),
@@ -155,7 +157,7 @@ def test_loss_and_gradients_match_the_formula(gate, tiny, spec):
         kind="correctness",
         threshold=Threshold("<=", TOL, tolerance=0.1),
         unit="relative error",
-        code=[*IMPLEMENTATION, "assay.train.data"],
+        code=FORMULA_CODE,
     )
     claim.measure(loss_err)
     grad_claim = gate.claim(
@@ -165,7 +167,7 @@ def test_loss_and_gradients_match_the_formula(gate, tiny, spec):
         kind="correctness",
         threshold=Threshold("<=", TOL, tolerance=0.1),
         unit="max relative error",
-        code=[*IMPLEMENTATION, "assay.train.data"],
+        code=FORMULA_CODE,
     )
     grad_claim.measure(relative(grads, want_grads))
     bad_loss, bad_grads = product(model, model, spec, swapped(batch))
@@ -287,7 +289,7 @@ def test_dpo_peak_against_sft(gate):
         kind="memory",
         threshold=Threshold("<=", 1.10, tolerance=0.02),
         unit="x",
-        code=[*IMPLEMENTATION, "assay.train.peak", "assay.train.losses"],
+        code=PEAK_CODE,
     )
     claim.measure(dpo / sft)
     claim.control("DPO from full-vocabulary logits (log_softmax over [N, T, V])", full / sft)
@@ -311,7 +313,7 @@ def test_dpo_peak_against_sft(gate):
         kind="memory",
         threshold=Threshold("<=", 1.10, tolerance=0.02),
         unit="x",
-        code=[*IMPLEMENTATION, "assay.train.peak", "assay.train.losses"],
+        code=PEAK_CODE,
     )
     total.measure((static + dpo) / (static + sft))
     total.control(

@@ -37,9 +37,9 @@ from assay.testing.swap_task import (
 from assay.train.config import train_config_from_dict
 from assay.train.loop import Trainer
 
+SCORER_CODE = ("assay.testing.swap_task", "assay.testing.grader")
 IMPLEMENTATION = (
-    "assay.testing.swap_task",
-    "assay.testing.grader",
+    *SCORER_CODE,
     "assay.model.generate",
     "assay.model.cache",
     "assay.model.decoder",
@@ -185,7 +185,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 1.0),
         unit="exact match",
-        code=["assay.testing.grader", "assay.testing.swap_task"],
+        code=SCORER_CODE,
     )
     claim.measure(grader.score(perfect, want))
     with faultpoints.inject(grader.RAW):
@@ -197,7 +197,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 0.0),
         unit="exact match",
-        code=["assay.testing.grader", "assay.testing.swap_task"],
+        code=SCORER_CODE,
     )
     claim.measure(grader.score(wrong, want))
     claim.control("the perfect stub, same grader", grader.score(perfect, want))
@@ -207,7 +207,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 0.0),
         unit="exact match",
-        code=["assay.testing.grader", "assay.testing.swap_task"],
+        code=SCORER_CODE,
     )
     claim.measure(grader.score(refusing, want))
     with faultpoints.inject(grader.PREFIX):
@@ -221,7 +221,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 1.0),
         unit="accepted fraction",
-        code=["assay.testing.grader", "assay.testing.swap_task"],
+        code=SCORER_CODE,
     )
     claim.measure(grader.score([v for v, _ in variants], [w for _, w in variants]))
     with faultpoints.inject(grader.RAW):
@@ -237,7 +237,7 @@ def test_the_scorer_is_gated(gate, split):
         kind="correctness",
         threshold=Threshold("==", 0.0),
         unit="accepted fraction",
-        code=["assay.testing.grader", "assay.testing.swap_task"],
+        code=SCORER_CODE,
     )
     claim.measure(grader.score([m for m, _ in misses], [w for _, w in misses]))
     with faultpoints.inject(grader.PREFIX):

@@ -142,7 +142,7 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="differing items",
-        code=[*IMPLEMENTATION],
+        code=IMPLEMENTATION,
     )
     losses_differ = int(first["losses"] + second["losses"] != straight["losses"])
     mismatched = differences(root / f"{name}-straight" / final, root / f"{name}-split" / final)
@@ -259,7 +259,7 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="failures",
-        code=[*IMPLEMENTATION],
+        code=IMPLEMENTATION,
     )
     claim.measure(unloadable + wrong_end)
     gate.note(f"checkpoint step after each kill: {steps_seen}")

@@ -31,7 +31,8 @@ from unsafe_scan import scan_tree, unsafe_calls  # noqa: E402
 from assay.model.gguf_header import _Cursor, read_header  # noqa: E402
 from assay.model.safetensors import check_safetensors_header  # noqa: E402
 
-# every writer whose files the write-fault claims tear, cut short or kill mid-write
+# every writer whose files the write-fault claims tear, cut short or kill mid-write, and the
+# trials that do it
 WRITE_CODE = (
     "assay.atomic",
     "assay.train.checkpoint",
@@ -41,6 +42,7 @@ WRITE_CODE = (
     "assay.model.loader",
     "assay.stream.store",
     "assay.train.loop",
+    "torn_writes",
 )
 EXPORT_CODE = ("assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io")
 READERS = (
@@ -262,7 +264,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="kinds not reading the last good version",
-        code=[*WRITE_CODE, "torn_writes"],
+        code=WRITE_CODE,
     )
     measured, _ = torn_writes.after_kill(fresh("kill"), {})
     kill.measure(measured)
@@ -278,7 +280,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="kinds not reading what was written",
-        code=[*WRITE_CODE, "torn_writes"],
+        code=WRITE_CODE,
     )
     short.measure(torn_writes.after_short(fresh("short"), {"atomic.short_write": "7"})[0])
     control, short_refusals = torn_writes.after_short(
@@ -295,7 +297,7 @@ def test_faults_inside_writes(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="torn files not refused cleanly",
-        code=[*WRITE_CODE, "torn_writes"],
+        code=WRITE_CODE,
     )
     unclean = [(p, e) for p, e, _ in cases if not torn_writes.clean_refusal(e, p)]
     torn.measure(len(unclean))

@@ -117,7 +117,7 @@ def test_smollm2_streamed_equals_resident(gate):
             kind="correctness",
             threshold=Threshold("==", 0),
             unit="unequal logits",
-            code=[*IMPLEMENTATION],
+            code=IMPLEMENTATION,
         )
         fwd.measure(int((logits != s_logits).sum()))
         bad = recycled(
@@ -136,7 +136,7 @@ def test_smollm2_streamed_equals_resident(gate):
             kind="correctness",
             threshold=Threshold("==", 0),
             unit=f"unequal of {n} gradients",
-            code=[*IMPLEMENTATION],
+            code=IMPLEMENTATION,
         )
         bwd.measure(mismatches(grads, s_grads))
         bad = recycled(
@@ -244,7 +244,7 @@ def test_twenty_step_curves_and_invariance(gate, tiny_paths, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal losses",
-        code=[*IMPLEMENTATION],
+        code=IMPLEMENTATION,
     )
     claim.measure(
         sum(c != r for curve in curves.values() for c, r in zip(curve, resident, strict=True))
@@ -271,7 +271,7 @@ def test_streaming_really_ran(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="zero A gradients",
-        code=[*IMPLEMENTATION],
+        code=IMPLEMENTATION,
     )
     vacuous.measure(sum(int(g.abs().sum() == 0) for g in a_grads))
     fresh = attach(assay.load(path), "lora", rank=4, alpha=8, targets="all-linear")
@@ -298,7 +298,7 @@ def test_streaming_really_ran(gate, tmp_path):
         kind="memory",
         threshold=Threshold("<=", 1.0),
         unit="x (buffers x largest layer)",
-        code=[*IMPLEMENTATION],
+        code=IMPLEMENTATION,
     )
     claim.measure(held / (2 * largest))
     claim.control(

@@ -91,3 +91,54 @@ def test_a_module_a_child_ran_with_dash_m_counts_under_its_own_name(gates):
     gates.write("main", MAIN)
     result = gates.run(subprocess=True)
     assert result.ret == 0, result.stdout.str()
+
+
+FIXTURE = """
+import subprocess, sys
+import pytest
+
+@pytest.fixture(scope="module")
+def ran():
+    subprocess.run([sys.executable, "-c", "{report}import childonly"], check=True)
+
+def test_f(gate, ran):
+    c = gate.claim("f", "holds", kind="correctness", threshold=Threshold("<=", 1),
+                   code=["childonly"])
+    c.measure(0)
+    c.control("broken", 2)
+
+def test_g(gate, ran):  # the fixture's child ran before this test began
+    c = gate.claim("g", "holds", kind="correctness", threshold=Threshold("<=", 1),
+                   code=["childonly"])
+    c.measure(0)
+    c.control("broken", 2)
+"""
+
+
+def test_a_child_started_by_a_module_fixture_counts_without_plumbing(gates):
+    gates.pytester.makepyfile(childonly="VALUE = 1\n")
+    gates.write("fixture", FIXTURE.replace("{report}", REPORTS))
+    result = gates.run(subprocess=True)
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=2)
+
+
+def test_child_imports_reads_each_report_once_and_restores_the_environment(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from assay.qualify.child_imports import ENV, ChildImports
+
+    monkeypatch.setenv(ENV, "outer")
+    children = ChildImports()
+    children.start()
+    directory = children.directory
+    assert os.environ[ENV] == str(directory)
+    (directory / "imports-1.json").write_text(json.dumps(["a", "b"]))
+    (directory / "imports-2.json").write_text("[")  # torn: reported nothing
+    assert children.names() == {"a", "b"}
+    (directory / "imports-1.json").write_text(json.dumps(["changed"]))  # already read
+    (directory / "imports-3.json").write_text(json.dumps(["c"]))
+    assert children.names() == {"a", "b", "c"}
+    children.stop()
+    assert os.environ[ENV] == "outer" and not directory.exists()

@@ -171,8 +171,8 @@ class Gate:
 
         ``code`` names the implementation this claim exercises (dotted modules or paths); the
         receipt records them, with the gate module itself, as the claim's ``code_files``. A
-        dotted module that neither the test process nor any child process it started (see
-        :mod:`assay.qualify.child_imports`) had imported by the end of the test is a stale
+        dotted module that neither the test's process nor a child process of it that reported
+        (see :mod:`assay.qualify.child_imports`) had imported by the end of the test is a stale
         declaration and errors the test (see :meth:`stale_code`). ``derived=True`` marks a
         value computed by arithmetic from other measurements; the record labels it as such.
         """
@@ -233,7 +233,7 @@ class Gate:
         self.uses(path)
 
     def child_imports(self, modules: Iterable[str]) -> None:
-        """Count ``modules`` as imported by this test: what its child processes reported."""
+        """Count ``modules`` as imported: what this process's child processes reported."""
         self._child_imports.update(modules)
 
     def stale_code(self) -> list[str]:

@@ -24,6 +24,7 @@ import pytest
 GATE = pytest.StashKey[Any]()
 OUTCOME = pytest.StashKey[str]()
 STATE = pytest.StashKey[Any]()
+CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collected gate tests
 FRAGMENT_KEY = "assay_gate_fragment"
 GATE_MODULE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
 DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
@@ -157,11 +158,10 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     g.module(request.path)  # the gate's own source is part of what every claim ran
     request.node.stash[GATE] = g
     start = time.perf_counter()
-    from assay.qualify.child_imports import recording
-
-    with recording() as reported:
-        yield g
-    g.child_imports(reported)
+    yield g
+    children = config.stash.get(CHILDREN, None)
+    if children is not None:  # what this process's children ran counts like its own imports
+        g.child_imports(children.names())
     fragment = g.fragment()
     fragment["outcome"] = request.node.stash.get(OUTCOME, "error")
     fragment["duration_s"] = time.perf_counter() - start
@@ -206,20 +206,37 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Single process: the collected gate tests; tree state is taken here, before any write.
+    """Where gate tests were collected: children report their imports from now on; a single
+    process records the collected gate tests (and takes the tree state, before any write).
 
     An xdist worker instead tags each gate test with what ``-k``/``-m``/``--deselect`` removed
     from its gate: only workers collect, and the tag rides on every report to the controller.
     """
-    if _is_worker(session.config):
-        if _has_gate([item.nodeid for item in session.items]):
-            _tag_deselected(session.items, _state(session.config).deselected or set())
-        return
     ids = [item.nodeid for item in session.items]
-    if _has_gate(ids):
-        state = _state(session.config)
-        state.deselected = state.deselected or set()  # deselection is known in this process
-        state.expect(ids)
+    if not _has_gate(ids):
+        return
+    _start_child_imports(session.config)
+    state = _state(session.config)
+    if _is_worker(session.config):
+        _tag_deselected(session.items, state.deselected or set())
+        return
+    state.deselected = state.deselected or set()  # deselection is known in this process
+    state.expect(ids)
+
+
+def _start_child_imports(config: pytest.Config) -> None:
+    """Children started from here on (module fixtures included) report their imports."""
+    from assay.qualify.child_imports import ChildImports
+
+    if CHILDREN not in config.stash:
+        config.stash[CHILDREN] = ChildImports()
+        config.stash[CHILDREN].start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    children = config.stash.get(CHILDREN, None)
+    if children is not None:
+        children.stop()
 
 
 def _tag_deselected(items: list[pytest.Item], deselected: set[str]) -> None:
