@@ -64,6 +64,9 @@ from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay.testing.real_model import smollm2_path
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "peft.smollm2.lora"
+
 PEFT_METHODS = ("lora", "rslora", "lora_fa", "dora")
 ALL_METHODS = ("full", *PEFT_METHODS, "tinylora")
 EXACT = Threshold("==", 0)

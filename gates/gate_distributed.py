@@ -23,6 +23,9 @@ from safetensors.torch import load_file
 
 from assay.qualify import Threshold
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "ddp.one_update"
+
 WORLD = 2
 CHILD = Path(__file__).with_name("distributed_child.py")
 IMPLEMENTATION = (

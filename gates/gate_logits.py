@@ -20,6 +20,9 @@ from assay.model import gguf as gguf_module
 from assay.qualify import Threshold
 from assay.testing.real_model import smollm2_path
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "logits.smollm2"
+
 THRESHOLD = Threshold("<=", 1e-4, tolerance=0.1)
 # Code each claim runs (claims[i].code_files); the plugin errors a test whose listed module
 # was never imported, so these lists cannot outlive the code they name.

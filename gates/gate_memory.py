@@ -27,6 +27,9 @@ from assay.memory.measure import measure_in_subprocess
 from assay.memory.predict import Plan, predict
 from assay.qualify import Threshold
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "cohort.max_abs_error"
+
 COHORT = Path(__file__).with_name("memory_cohort.yaml")
 # the predictor, and what the measuring child runs for a cohort row (reported at its exit)
 COHORT_CODE = (

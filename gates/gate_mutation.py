@@ -40,6 +40,9 @@ from assay.testing.mutation import (
     wilson_interval,
 )
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "curated.kill_rate"
+
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = Path(
     os.environ.get("ASSAY_MUTMUT_SUMMARY", ROOT / "records/mutation/mutmut-summary.json")

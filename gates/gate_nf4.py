@@ -29,6 +29,9 @@ from assay.storage import FrozenLinear, apply_storage, register_storage_hook
 from assay.testing.peers import hf_bnb_reference
 from assay.testing.real_model import smollm2_path
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "codec.bit_exact"
+
 IMPLEMENTATION = (
     "assay.storage.nf4",
     "assay.storage.linear",

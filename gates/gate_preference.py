@@ -36,6 +36,9 @@ from preference_reference import (
     pair_batch,
 )
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "loss.dpo"
+
 IMPLEMENTATION = (
     "assay.train.preference",
     "assay.train.objective",

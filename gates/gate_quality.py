@@ -37,6 +37,9 @@ from assay.testing.swap_task import (
 from assay.train.config import train_config_from_dict
 from assay.train.loop import Trainer
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "sft.held_out_exact_match"
+
 SCORER_CODE = ("assay.testing.swap_task", "assay.testing.grader")
 IMPLEMENTATION = (
     *SCORER_CODE,

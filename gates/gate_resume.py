@@ -21,6 +21,9 @@ import yaml
 from assay.qualify import Threshold
 from assay.testing.real_model import smollm2_reference
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "resume.lora-float32"
+
 IMPLEMENTATION = (
     "assay.train.loop",
     "assay.train.checkpoint",

@@ -31,6 +31,9 @@ from unsafe_scan import scan_tree, unsafe_calls  # noqa: E402
 from assay.model.gguf_header import _Cursor, read_header  # noqa: E402
 from assay.model.safetensors import check_safetensors_header  # noqa: E402
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "corpus.clean_errors"
+
 # every writer whose files the write-fault claims tear, cut short or kill mid-write, and the
 # trials that do it
 WRITE_CODE = (

@@ -28,6 +28,9 @@ from assay.stream import SlotPool, StreamedModel
 from assay.stream.layout import base_tensors
 from assay.testing.real_model import smollm2_path
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "backward.smollm2.nf4_double_quant"
+
 IMPLEMENTATION = (
     "assay.stream.engine",
     "assay.stream.pool",

@@ -26,6 +26,10 @@ from assay.qualify.timing import Timing
 from assay.stream.kept import SlotRef
 from assay.testing.real_model import smollm2_path
 
+# the claim a reader looks at first (the index and every record lead with it)
+HEADLINE = "resident.over_peft.seq256"
+
+GATE_COVERAGE = False  # timed: no tracer may bias a ratio; its claims record declared code
 # Code every timed subject runs; each claim adds what its own subject runs.
 TIMED = (
     "assay.model.decoder",

@@ -164,7 +164,7 @@ def build_assay_wheel(dest: Path) -> Path:
         # the installed setuptools first (offline); an isolated build only where it is missing
         if subprocess.run([*pip, "--no-build-isolation"], cwd=tmp, check=False).returncode:
             subprocess.run(pip, cwd=tmp, check=True)
-        (built,) = Path(tmp).glob("assay-*.whl")
+        (built,) = Path(tmp).glob("assay_qualify-*.whl")
         return Path(shutil.copy2(built, dest / built.name))
 
 

@@ -118,7 +118,7 @@ for wheel in sys.argv[1:]:
         have = md.version(name)
     except md.PackageNotFoundError:
         have = None
-    if have is None or name in ("assay", "bitsandbytes", "gguf", "jsonschema"):
+    if have is None or name in ("assay-qualify", "bitsandbytes", "gguf", "jsonschema"):
         print(wheel)
     else:
         print(f"box has {name} {have}; not installing", file=sys.stderr)

@@ -7,6 +7,10 @@ from typing import Any
 
 from assay.errors import AssayError
 
+# The distribution's name on PyPI (`pip install assay-qualify`); the import name stays `assay`.
+# The name `assay` is another project's, which imports as `assay` too: docs/install.md.
+DISTRIBUTION = "assay-qualify"
+
 if os.environ.get("ASSAY_GATE_IMPORTS"):  # a child of a gate test: report the code it ran
     from assay.qualify.child_imports import report_at_exit
 
@@ -21,7 +25,7 @@ _LAZY = {
     "Trainer": "assay.train.loop",
 }
 
-__all__ = ["AssayError", "__version__", *_LAZY]
+__all__ = ["DISTRIBUTION", "AssayError", "__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,7 +34,7 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            return version("assay")
+            return version(DISTRIBUTION)
         except PackageNotFoundError:  # running from a source tree that was never installed
             return "0.0.0"
     if name in _LAZY:
@@ -42,7 +46,7 @@ def __getattr__(name: str) -> Any:
             if err.name in ("torch", "numpy", "safetensors", "gguf", "yaml", "tokenizers"):
                 raise AssayError(
                     f"assay.{name} needs the trainer's dependencies ({err.name} is missing): "
-                    'pip install "assay[train]"'
+                    f'pip install "{DISTRIBUTION}[train]"'
                 ) from err
             raise
         return getattr(module, name)

@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from assay import DISTRIBUTION
 from assay.adapter_registry import help_text as adapter_methods_help
 from assay.errors import AssayError
 from assay.load_status import load_status
 
 EXIT_USAGE = 2
 STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
+# Commands that run the trainer, so need the `train` extra; the rest (render, verify, sign,
+# publish, attest, docs) are the gate framework's and run without torch.
+TRAINER_COMMANDS = frozenset({"info", "train", "eval", "export", "estimate", "generate"})
+# Top-level import names of the `train` extra's distributions (pyyaml imports as yaml).
+TRAIN_EXTRA_MODULES = frozenset(
+    {"torch", "bitsandbytes", "gguf", "safetensors", "numpy", "yaml", "tokenizers", "tqdm"}
+)
+# Documents shipped inside the package (package data), readable from an installed copy.
+PACKAGED_DOCS = {"gate-api": "the gate framework's API: gates, claims, controls, timing claims"}
 
 
 def _model_info(args: argparse.Namespace) -> dict[str, Any]:
@@ -260,6 +273,32 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def packaged_doc(name: str) -> str:
+    """The text of the packaged document ``name`` (a key of PACKAGED_DOCS), read from the
+    installed package, so it matches the installed version."""
+    return resources.files("assay.qualify").joinpath(f"{name}.md").read_text("utf-8")
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    try:
+        sys.stdout.write(packaged_doc(args.name))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` closed the pipe: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+    return 0
+
+
+def _add_docs(sub: argparse._SubParsersAction) -> None:
+    listing = "; ".join(f"{name}: {what}" for name, what in PACKAGED_DOCS.items())
+    docs = sub.add_parser(
+        "docs",
+        help="print a document shipped with the package (gate-api)",
+        description=f"Print a document shipped inside the installed package ({listing}).",
+    )
+    docs.add_argument("name", choices=sorted(PACKAGED_DOCS), help="the document")
+    docs.set_defaults(func=cmd_docs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="assay",
@@ -351,12 +390,16 @@ def build_parser() -> argparse.ArgumentParser:
     exporter.add_argument("--config", help="train config (default: the run dir's config.yaml)")
     exporter.add_argument("--json", action="store_true")
     exporter.set_defaults(func=cmd_export)
+    _add_docs(sub)
     try:
         from assay.qualify.cli_commands import add_render_and_verify
     except ImportError:  # the qualify package is optional for a trainer-only install
         pass
     else:
         add_render_and_verify(sub)
+        from assay.qualify.attest import add_attest
+
+        add_attest(sub)
     from assay.memory.estimate_cli import add_estimate
 
     add_estimate(sub)
@@ -368,13 +411,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _rank_prefix() -> str:
     """``[rank N] `` inside a torchrun job, so each rank's one-line error says whose it is."""
-    import os
-
     return f"[rank {os.environ['RANK']}] " if "RANK" in os.environ else ""
 
 
+def needs_trainer_line(command: str) -> str:
+    """The one line a trainer command prints when the ``train`` extra is not installed."""
+    return f"assay {command} needs the trainer: pip install '{DISTRIBUTION}[train]'"
+
+
+def trainer_installed() -> bool:
+    """Whether torch, the core of the ``train`` extra, can be imported; imports nothing."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a blocking import hook, or torch set to None
+        return False
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv``: the first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _from_train_extra(err: ModuleNotFoundError) -> bool:
+    return (err.name or "").split(".")[0] in TRAIN_EXTRA_MODULES
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit code. AssayError and OSError become one line and exit 2."""
+    """Entry point; returns the exit code. AssayError and OSError become one line and exit 2;
+    so does a trainer command without the ``train`` extra (before any argument is checked;
+    ``--help`` still prints)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_in(argv)
+    asks_help = any(word in ("-h", "--help") for word in argv)
+    if command in TRAINER_COMMANDS and not asks_help and not trainer_installed():
+        print(needs_trainer_line(command), file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.func
@@ -386,6 +457,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         where = f"{err.filename or ''}: {err.strerror or err}"
         print(f"assay: error: {_rank_prefix()}{where}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as err:  # torch found, another part of the extra missing
+        if args.command not in TRAINER_COMMANDS or not _from_train_extra(err):
+            raise
+        print(needs_trainer_line(args.command), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("assay: interrupted", file=sys.stderr)

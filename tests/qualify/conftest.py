@@ -3,6 +3,8 @@ the top-level conftest)."""
 
 from __future__ import annotations
 
+# the same for coverage's C tracer, which gate sessions start (assay.qualify.executed)
+import coverage.tracer  # noqa: F401
 import pytest
 
 # In-process pytester runs restore sys.modules afterwards; a torch first imported inside one
@@ -15,3 +17,10 @@ from gatekit import GateRun
 def gates(pytester: pytest.Pytester) -> GateRun:
     """Run throwaway gate modules end to end in a temporary project."""
     return GateRun(pytester)
+
+
+@pytest.fixture(autouse=True)
+def no_user_trust(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the real ~/.config and $ASSAY_ALLOWED_SIGNERS (trusted signers) out of every test."""
+    monkeypatch.delenv("ASSAY_ALLOWED_SIGNERS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / "config"))

@@ -21,8 +21,10 @@ class GateRun:
 
     def __init__(self, pytester: pytest.Pytester) -> None:
         self.pytester = pytester
-        self.receipts = pytester.path / "receipts"
-        self.records = pytester.path
+        # the project layout: records/ under the rootdir, so verify's default tree is the
+        # rootdir the session rendered against
+        self.records = pytester.path / "records"
+        self.receipts = self.records / "receipts"
         self.modules: list[Path] = []
 
     def write(self, name: str, source: str) -> Path:

@@ -27,7 +27,10 @@ def test_verify_exits_zero_when_clean_and_one_with_problems(gates, capsys):
     rendered = json.loads(capsys.readouterr().out)["records"]
     assert rendered == [str(gates.records / "cli.md")]
     assert _main(["verify", *dirs, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"ok": True, "problems": [], "notes": []}
+    report = json.loads(capsys.readouterr().out)
+    assert (report["ok"], report["problems"]) == (True, [])
+    assert report["standings"] == {"cli": {"status": "pass", "summary": "pass"}}
+    assert all(n.startswith("history not checked") for n in report["notes"])  # no git here
 
 
 def test_render_refuses_tampered_receipts_with_exit_two(gates, capsys):

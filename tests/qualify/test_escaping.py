@@ -17,8 +17,14 @@ def test_cell_escapes_pipes_newlines_html_and_link_syntax():
     assert re.search(r"(?<!\\)\|", out) is None  # every pipe is escaped
     assert "<script>" not in out and "&lt;script&gt;" in out
     assert "](" not in out.replace("\\](", "")  # no live link or image
-    assert "`" not in out.replace("\\`", "")
     assert "**" not in out
+
+
+def test_backtick_spans_stay_literal_code_spans():
+    out = cell("run ``nox -s x|y`` or `a_b <i>` now_")
+    assert out == "run `nox -s x\\|y` or `a_b <i>` now\\_"  # no backslash inside the span
+    assert text("`x`") == "`x`"
+    assert cell("`unclosed *x*") == "\\`unclosed \\*x\\*"
 
 
 def test_text_defuses_leading_block_markers():

@@ -26,12 +26,20 @@ def test_subject_is_the_project_under_test_with_an_ini_override(gates):
     gates.write("subj", PASSING_GATE.format(value="1e-4"))
     assert gates.run().ret == 0
     receipt = gates.only_receipt("subj")
-    assert receipt["subject"] == {"name": "toylib", "version": "1.2.3", "source": "pyproject.toml"}
+    assert receipt["subject"] == {  # nothing imported toylib: the declaration, labelled so
+        "name": "toylib",
+        "version": "1.2.3",
+        "source": "pyproject.toml (the gates did not import 'toylib'; not checked)",
+    }
     assert "Project under test: toylib 1.2.3" in (gates.records / "subj.md").read_text()
     gates.pytester.makeini("[pytest]\ngate_project = other==2.0\n")
     assert gates.run(receipts=gates.pytester.path / "r2").ret == 0
     subject = gates.only_receipt("subj", gates.pytester.path / "r2")["subject"]
-    assert subject == {"name": "other", "version": "2.0", "source": "ini gate_project"}
+    assert subject == {
+        "name": "other",
+        "version": "2.0",
+        "source": "ini gate_project (the gates did not import 'other'; not checked)",
+    }
 
 
 def test_a_test_that_raises_is_listed_with_its_exception_line(gates):
@@ -65,8 +73,9 @@ def test_partial_runs_are_marked_and_never_replace_a_complete_headline(gates):
     (newest,) = [r for r in receipts if r["run"].get("partial")]
     assert "-k 'one'" in newest["run"]["partial_reason"]
     record = (gates.records / "part.md").read_text()
-    assert f"newest receipt `{complete['receipt_sha256'][:12]}`" in record
-    assert "Partial run" not in record
+    assert f"Receipt `{complete['receipt_sha256'][:12]}`" in record
+    assert "**Partial run:**" not in record  # the headline is complete
+    assert "Partial runs after the newest complete run (not a verdict)" in record
 
 
 def test_an_early_stop_writes_a_partial_receipt(gates):

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "gates"))
 import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
 from assay.qualify.sign import check_signature, sig_path, sign_receipts  # noqa: E402
-from assay.qualify.verify import verify_signatures  # noqa: E402
+from assay.qualify.verify import verify_all, verify_signatures  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,
@@ -35,7 +35,7 @@ def _key(tmp_path: Path, name: str) -> tuple[Path, str]:
 
 
 def test_receipts_from_two_machines_keep_their_own_signers(tmp_path):
-    ledger = tamper_cases.Ledger(tmp_path)
+    ledger = tamper_cases.Ledger(tmp_path / "tree")
     alice, alice_pub = _key(tmp_path, "alice")
     bob, bob_pub = _key(tmp_path, "bob")
     allowed = tmp_path / "allowed_signers"
@@ -47,18 +47,25 @@ def test_receipts_from_two_machines_keep_their_own_signers(tmp_path):
     assert len(sign_receipts(ledger.receipts, alice)) == 2
     (tmp_path / "held").rename(ledger.paths[2])
     assert sign_receipts(ledger.receipts, bob) == [sig_path(ledger.paths[2])]
-    problems, notes = verify_signatures(ledger.receipts, allowed)
+    problems, notes = verify_signatures(
+        ledger.receipts, ledger.records, option=str(allowed), require=True
+    )
     assert problems == []
-    assert [n.split(": signed by ")[1] for n in notes] == [
+    assert notes[0] == f"signatures checked against {allowed} (from --allowed-signers)"
+    assert [n.split(": signed by ")[1] for n in notes[1:]] == [
         "alice@gpu-box: good signature",
         "alice@gpu-box: good signature",
         "bob@laptop: good signature",
     ]
-    assert ledger.problems(allowed) == []
+    assert verify_all(ledger.receipts, ledger.records) == []
 
 
 def test_forged_signatures_are_reported(tmp_path):
-    problems = tamper_cases.detected(tmp_path, "forged signature")
+    ledger = tamper_cases.Ledger(tmp_path)
+    allowed = tamper_cases.forged_signature(ledger, tmp_path / "keys")
+    problems, _ = verify_signatures(
+        ledger.receipts, ledger.records, option=str(allowed), require=False
+    )
     assert any("claims signer alice@lab" in p and "does not hold" in p for p in problems)
     assert any("not in the allowed signers" in p for p in problems)
 
@@ -84,5 +91,6 @@ def test_cli_sign_then_verify_prints_signers(tmp_path, capsys):
     assert main(["verify", *dirs]) == 0
     out = capsys.readouterr().out
     assert out.count("signed by ci@runner: good signature") == 3
+    assert "taken from the tree itself: this proves nothing" in out
     assert main(["sign", *dirs, "--key", str(tmp_path / "missing")]) == 2
     assert "no such signing key" in capsys.readouterr().err

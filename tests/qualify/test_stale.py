@@ -75,7 +75,10 @@ def test_changed_file_is_listed_with_the_claims_that_used_it(tmp_path):
     if "code_files" in receipt_schema()["$defs"]["claim"]["properties"]:
         assert "(claims: diff_b)" in failing[0]
     dirs = ["--receipts", str(receipts), "--records", str(records), "--root", str(tmp_path)]
-    assert main(["verify", *dirs]) == 0  # staleness is only checked when asked
+    # the index's stale cell is re-derived from the tree: out of date until rendered again
+    assert main(["verify", *dirs]) == 1
+    render_all(receipts, records, tmp_path)
+    assert main(["verify", *dirs]) == 0  # staleness itself fails only when asked
     assert main(["verify", *dirs, "--stale"]) == 1
 
 
@@ -103,16 +106,18 @@ def test_quiet_machine_gate_is_reported_not_failed_and_its_record_shows_a_banner
     failing, reported = verify_stale(receipts, tmp_path)
     assert failing == [] and "needs quiet-machine" in reported[0]
     dirs = ["--receipts", str(receipts), "--records", str(records), "--root", str(tmp_path)]
+    render_all(receipts, records, tmp_path)
     assert main(["verify", *dirs, "--stale"]) == 0
     assert "note: stale (reported, not failing)" in capsys.readouterr().out
-    render_all(receipts, records, tmp_path)
     record = (records / "demo.md").read_text("utf-8")
     assert "**Stale since uncommitted changes**" in record
     assert "stale since uncommitted changes (needs quiet-machine)" in (
         records / "README.md"
     ).read_text("utf-8")
-    # the banner depends on the tree, so the record-sync check masks it
+    # the banner depends on the tree, and verify re-derives it
     assert verify_all(receipts, records) == []
+    (tmp_path / "src/a.py").write_text("A = 1\n", "utf-8")
+    assert any("out of sync" in p for p in verify_all(receipts, records))
 
 
 def test_noxfile_timing_gates_and_cuda_receipts_need_special_machines(tmp_path):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+import time
 
 import pytest
 
 from assay.errors import AssayError
-from assay.qualify.timing import Timing, measure_time
+from assay.qualify.timing import Timing, measure_control, measure_time
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -20,6 +21,74 @@ def test_measure_time_calibrates_rounds_and_restores_the_collector():
     assert len(calls) >= stats["warmup_rounds"] + stats["iterations"] * 5  # + calibration
     assert stats["min"] <= stats["q1"] <= stats["median"] <= stats["q3"] <= stats["max"]
     assert gc.isenabled()
+
+
+class FakeClock:
+    """A timer that advances only when the timed function runs: ``cost_ns`` per call, or the
+    next entry of ``costs_ns`` while any remain (a preempted call, say)."""
+
+    def __init__(self, cost_ns: int, costs_ns: tuple[int, ...] = ()) -> None:
+        self.now, self.calls, self.cost_ns, self.costs_ns = 0, 0, cost_ns, list(costs_ns)
+
+    def __call__(self) -> int:
+        return self.now
+
+    def tick(self) -> None:
+        self.calls += 1
+        self.now += self.costs_ns.pop(0) if self.costs_ns else self.cost_ns
+
+
+def test_a_one_millisecond_sleep_reports_about_a_millisecond_by_default():
+    median = measure_time(lambda: time.sleep(0.001), rounds=3, warmup_s=0).stats()["median"]
+    assert 1e-3 <= median < 0.05  # seconds; generous above for a loaded machine
+
+
+def test_stats_default_to_seconds():
+    clock = FakeClock(cost_ns=1_000_000)
+    timing = measure_time(clock.tick, rounds=3, warmup_s=0, min_round_s=0.0035, timer=clock)
+    assert timing.stats()["median"] == pytest.approx(1e-3)
+    assert timing.stats(scale=1e3)["median"] == pytest.approx(1.0) == timing.median_in("ms")
+
+
+def test_calibration_measures_several_rounds_of_the_count_it_keeps():
+    clock = FakeClock(cost_ns=1_000_000)  # 1 ms a call: 4 calls make a 3.5 ms round
+    timing = measure_time(clock.tick, rounds=3, warmup_s=0, min_round_s=0.0035, timer=clock)
+    assert timing.iterations == 4 and timing.calibration_rounds > 1
+    calibration_calls = clock.calls - timing.warmup_rounds - 3 * timing.iterations
+    assert calibration_calls >= 2 * timing.iterations  # the kept count timed more than once
+
+
+def test_one_preempted_round_does_not_end_calibration():
+    # the warm-up call costs 1 ms, then the first calibration call is preempted for 50 ms
+    clock = FakeClock(cost_ns=1_000_000, costs_ns=(1_000_000, 50_000_000))
+    timing = measure_time(clock.tick, rounds=3, warmup_s=0, min_round_s=0.0035, timer=clock)
+    assert timing.iterations == 4
+
+
+def test_a_control_is_a_measured_slower_variant():
+    fast = measure_time(lambda: time.sleep(0.001), rounds=3, warmup_s=0)
+    slower = measure_control(lambda: time.sleep(0.004), like=fast, unit="ms")
+    assert slower > fast.median_in("ms") and 4.0 <= slower < 50.0
+
+
+def test_a_control_is_timed_with_the_settings_of_its_claim():
+    clock = FakeClock(cost_ns=1_000_000)
+    fast = measure_time(clock.tick, rounds=4, warmup_s=0, min_round_s=0.0035, timer=clock)
+
+    def three_times_slower() -> None:
+        for _ in range(3):
+            clock.tick()
+
+    before = clock.calls
+    assert measure_control(three_times_slower, like=fast, unit="us") == pytest.approx(3000.0)
+    slow_calls = (clock.calls - before) // 3
+    assert slow_calls >= 1 + 4 * 2  # warm-up + rounds=4 of 2 calls (3 ms each), on fast's clock
+    assert measure_control(three_times_slower, like=fast, unit="s", rounds=3) > 0
+
+
+def test_a_control_needs_a_timing_from_measure_time():
+    with pytest.raises(AssayError, match="like= must come from measure_time"):
+        measure_control(lambda: None, like=Timing.from_seconds([1.0]), unit="s")
 
 
 def test_gc_is_off_while_timing():

@@ -44,7 +44,10 @@ def test_record_out_of_sync_is_caught_and_render_all_repairs_it(published):
     record = published.records / "pub.md"
     record.write_text(record.read_text("utf-8").replace("pass", "PASS!"), encoding="utf-8")
     problems = verify_all(published.receipts, published.records)
-    assert problems == [f"{record}: record out of sync with its receipts (run `assay render`)"]
+    assert problems == [
+        f"{record}: record out of sync with its receipts or the working tree "
+        "(hand-edited, or rendered before a change: run `assay render`)"
+    ]
     assert render_all(published.receipts, published.records) == [record]
     assert verify_all(published.receipts, published.records) == []
 

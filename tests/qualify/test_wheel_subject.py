@@ -45,7 +45,7 @@ def _patched_wheel(tmp_path: Path) -> Path:
         capture_output=True,
         timeout=300,
     )
-    (built,) = dist.glob("assay-*.whl")
+    (built,) = dist.glob("assay_qualify-*.whl")
     patched = tmp_path / built.name
     with zipfile.ZipFile(built) as src, zipfile.ZipFile(patched, "w") as out:
         record_name = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))

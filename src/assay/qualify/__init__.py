@@ -27,6 +27,10 @@ _LAZY = {
     "render_gate": "assay.qualify.render",
     "render_text": "assay.qualify.render",
     "verify_all": "assay.qualify.verify",
+    "check_records": "assay.qualify.verify",
+    "Standing": "assay.qualify.standing",
+    "gate_standing": "assay.qualify.standing",
+    "measure_control": "assay.qualify.timing",
 }
 
 __all__ = sorted(_LAZY)

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from assay.qualify.executed import attach as attach_executed
 from assay.qualify.gate import file_sha256
 from assay.qualify.receipt import SCHEMA_ID
 from assay.qualify.threshold import judge
@@ -39,6 +40,7 @@ def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
         "controls": verdict["controls"],
         "test": nodeid,
         **({"code_files": claim["code_files"]} if claim.get("code_files") else {}),
+        **{k: claim[k] for k in ("code_source", "executed_files") if k in claim},
     }
 
 
@@ -113,6 +115,7 @@ def build_receipt(
     the status ``fail``.
     """
     ordered = sorted(fragments, key=lambda f: (f.get("order", 0), f["nodeid"]))
+    attach_executed(ordered)  # per claim: measured files, the gate-wide ones merged
     claims = [judged_claim(c, f["nodeid"]) for f in ordered for c in f["claims"]]
     outcomes = [f["outcome"] for f in ordered]
     # a test whose own code passed but whose claim missed fails in pytest; its claim verdict
@@ -155,14 +158,11 @@ def build_receipt(
 
 
 def headline(receipts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The receipt a record leads with: the newest complete receipt; the newest partial one
-    only when the gate has no complete receipt. A run with ``-k``, ``--deselect``, node ids
-    or an early stop never replaces a complete run as headline (or as baseline)."""
-    from assay.qualify.receipt import newest_first
-
-    ordered = newest_first(receipts)
-    complete = [r for r in ordered if not r["run"].get("partial")]
-    return (complete or ordered)[0]
+    """Of ``receipts`` in ledger order (oldest first), the newest complete one; the newest
+    partial one only when none is complete. A run with ``-k``, ``--deselect``, node ids or an
+    early stop never replaces a complete run as headline (or as baseline)."""
+    complete = [r for r in receipts if not r["run"].get("partial")]
+    return (complete or receipts)[-1]
 
 
 def check_corrections(receipt: dict[str, Any], earlier: list[dict[str, Any]]) -> list[str]:

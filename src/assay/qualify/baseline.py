@@ -25,7 +25,8 @@ def refuse_self_baseline(baseline_dir: Path, receipts_dir: Path) -> str | None:
 
 
 def find_baseline(baseline_dir: Path, gate: str) -> tuple[Path, dict[str, Any]] | None:
-    """The newest valid receipt for ``gate`` in ``baseline_dir``, or None when it has none.
+    """The newest complete valid receipt for ``gate`` in ``baseline_dir`` (ledger order), or
+    None when it has none.
 
     Looks in ``<dir>/<gate>/*.json`` (a receipts tree) and ``<dir>/*.json``. An invalid
     receipt there raises AssayError naming the file: a baseline is never silently skipped.
@@ -33,17 +34,20 @@ def find_baseline(baseline_dir: Path, gate: str) -> tuple[Path, dict[str, Any]] 
     root = Path(baseline_dir)
     if not root.is_dir():
         raise AssayError(f"--gate-baseline {root}: not a directory")
-    found = []
+    from assay.qualify.assemble import headline  # a partial receipt is never the baseline
+    from assay.qualify.standing import ledger_order
+
+    found = {}
     for path in sorted([*root.glob(f"{gate}/*.json"), *root.glob("*.json")]):
         receipt = read_receipt(path)
         if receipt["gate"] == gate:
-            found.append((path, receipt))
+            found[path.name] = (path, receipt)
     if not found:
         return None
-    from assay.qualify.assemble import headline  # a partial receipt is never the baseline
-
-    newest = headline([r for _, r in found])
-    return next((p, r) for p, r in found if r is newest)
+    # the ledger says which is newer; loose files without one go by (created, sha)
+    order = ledger_order(root, gate, {name: r for name, (_, r) in found.items()})
+    newest = headline([found[name][1] for name in order])
+    return next((p, r) for p, r in found.values() if r is newest)
 
 
 def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str) -> dict[str, Any]:

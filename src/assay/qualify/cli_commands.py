@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from assay.errors import AssayError
-from assay.qualify.render import project_root, render_all
+from assay.qualify.render import render_all
 from assay.qualify.sign import sign_receipts
 from assay.qualify.site import build_site
-from assay.qualify.verify import verify_all, verify_signatures, verify_stale
+from assay.qualify.verify import check_records
 
 DEFAULT_RECEIPTS = Path("records/receipts")
 
@@ -41,38 +41,36 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """Print each problem on one line (or JSON); 0 when all is well, 1 when problems exist.
+    """Print each problem on one line, the notes, and each gate's standing (or JSON); 0 when
+    all is well, 1 when problems exist (see :func:`assay.qualify.verify.check_records`).
 
-    Signatures are checked whenever a receipt has one; each signer is printed as a note.
-    With ``--stale``, records whose code changed fail for gates CI re-runs and are reported
-    (as notes) for gates that need a device or a quiet machine.
+    Signatures are checked whenever a receipt has one, against trusted signers from outside
+    the tree (``--allowed-signers``, ``$ASSAY_ALLOWED_SIGNERS``, the user config) or, failing
+    those, the in-tree file with a note. With ``--require-signatures`` every unsigned receipt
+    fails, and so does having no trusted signers outside the tree. With ``--stale``, records
+    whose code changed fail for gates CI re-runs and are reported for the others.
     """
     receipts, records = _dirs(args)
-    problems = verify_all(receipts, records)
-    allowed = Path(args.allowed_signers) if args.allowed_signers else records / "allowed_signers"
-    try:
-        bad_sigs, notes = verify_signatures(receipts, allowed)
-    except AssayError as err:
-        bad_sigs, notes = [str(err)], []
-    problems.extend(bad_sigs)
-    if args.stale:
-        root = Path(args.root) if args.root else project_root(records)
-        try:
-            failing, reported = verify_stale(receipts, root)
-        except AssayError as err:
-            failing, reported = [f"stale check not possible: {err}"], []
-        problems.extend(failing)
-        notes.extend(f"stale (reported, not failing): {r}" for r in reported)
+    report = check_records(
+        receipts,
+        records,
+        root=Path(args.root) if args.root else None,
+        stale=args.stale,
+        allowed_signers=args.allowed_signers,
+        require_signatures=args.require_signatures,
+    )
     if args.json:
-        print(json.dumps({"ok": not problems, "problems": problems, "notes": notes}, indent=2))
-    else:
-        for problem in problems:
-            print(problem)
-        for note in notes:
-            print(f"note: {note}")
-        if not problems:
-            print(f"ok: receipts under {receipts} verify and records in {records} match")
-    return 1 if problems else 0
+        print(json.dumps(report.as_json(), indent=2))
+        return 1 if report.problems else 0
+    for problem in report.problems:
+        print(problem)
+    for note in report.notes:
+        print(f"note: {note}")
+    for standing in report.standings:
+        print(f"standing: {standing.gate}: {standing.summary()}")
+    if not report.problems:
+        print(f"ok: receipts under {receipts} verify and records in {records} match")
+    return 1 if report.problems else 0
 
 
 def run_sign(args: argparse.Namespace) -> int:
@@ -91,10 +89,22 @@ def run_sign(args: argparse.Namespace) -> int:
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    """Build the static site into ``--html DIR``; 0 on success, 2 on invalid receipts."""
+    """Build the static site into ``--html DIR``: 0 on success; 1 when the records do not
+    verify (nothing is built) unless ``--allow-broken``, which builds with a banner naming
+    every problem on every page; 2 on a write error."""
     receipts, records = _dirs(args)
+    report = check_records(receipts, records, allowed_signers=args.allowed_signers)
+    if report.problems and not args.allow_broken:
+        for problem in report.problems:
+            print(f"assay publish: {problem}", file=sys.stderr)
+        print(
+            f"assay publish: refused: {len(report.problems)} problem(s) above; fix them, or "
+            "pass --allow-broken to publish with a banner naming them",
+            file=sys.stderr,
+        )
+        return 1
     try:
-        index = build_site(receipts, records, Path(args.html))
+        index = build_site(receipts, records, Path(args.html), problems=report.problems)
     except OSError as err:
         print(
             f"assay publish: {args.html}: cannot write the site ({err.strerror})", file=sys.stderr
@@ -150,13 +160,21 @@ def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
         "--root",
         default=None,
         metavar="DIR",
-        help="working tree for --stale (default: parent of the records folder)",
+        help="the project's working tree, against which staleness and the records' tree-derived "
+        "text are judged (default: parent of the records folder)",
     )
     verify.add_argument(
         "--allowed-signers",
         default=None,
         metavar="FILE",
-        help="OpenSSH allowed-signers file (default: <records>/allowed_signers)",
+        help="trusted OpenSSH allowed-signers file, outside the tree (default: "
+        "$ASSAY_ALLOWED_SIGNERS, else $XDG_CONFIG_HOME/assay/allowed_signers; "
+        "<records>/allowed_signers only as an untrusted fallback, with a note)",
+    )
+    verify.add_argument(
+        "--require-signatures",
+        action="store_true",
+        help="fail every unsigned receipt, and refuse without trusted signers outside the tree",
     )
     summary = "sign every unsigned receipt with ssh-keygen -Y sign (detached .sig files)"
     sign = subparsers.add_parser("sign", help=summary, description=summary)
@@ -168,4 +186,15 @@ def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
     publish = subparsers.add_parser("publish", help=summary, description=summary)
     _dir_options(publish)
     publish.add_argument("--html", required=True, metavar="DIR", help="output folder")
+    publish.add_argument(
+        "--allow-broken",
+        action="store_true",
+        help="publish records that do not verify, with a banner naming each problem on every page",
+    )
+    publish.add_argument(
+        "--allowed-signers",
+        default=None,
+        metavar="FILE",
+        help="trusted OpenSSH allowed-signers file for the signature check (as for verify)",
+    )
     publish.set_defaults(func=run_publish)

@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from assay import DISTRIBUTION
+
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",
@@ -193,7 +195,7 @@ def tree_state(root: Path) -> dict[str, Any]:
 def describe_code(
     root: Path,
     files: list[dict[str, str]],
-    package: str = "assay",
+    package: str = DISTRIBUTION,
     tree: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The receipt's ``code`` object: git commit and dirty flag of ``root`` (None outside git),
@@ -237,15 +239,18 @@ def _pyproject(root: Path) -> tuple[str | None, str | None]:
 
 
 def describe_subject(root: Path, override: str | None = None) -> dict[str, Any]:
-    """The project under test, ``{"name", "version", "source"}``: the ini ``gate_project``
-    (``name`` or ``name==version``) when set, else ``[project]`` of the rootdir's
-    pyproject.toml; a version not written there is read from the installed distribution."""
+    """The project under test (see :mod:`assay.qualify.subject`): named by the ini
+    ``gate_project`` (``name`` or ``name==version``) when set, else by ``[project]`` of the
+    rootdir's pyproject.toml; identified by what the gates imported, with the declared
+    version kept beside it when they differ."""
+    from assay.qualify.subject import imported_identity
+
     if override:
         name, _, version = override.partition("==")
-        name, version, source = name.strip(), version.strip() or None, "ini gate_project"
+        name, declared, source = name.strip(), version.strip() or None, "ini gate_project"
     else:
-        name, version = _pyproject(root)
+        name, declared = _pyproject(root)
         source = "pyproject.toml" if name else "none"
-    if name and version is None:
-        version = _version(name)
-    return {"name": name, "version": version, "source": source}
+    if not name:
+        return {"name": None, "version": None, "source": source}
+    return imported_identity(name, declared, source)

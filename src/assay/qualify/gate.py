@@ -169,8 +169,10 @@ class Gate:
     ) -> Claim:
         """Declare a claim and return it, to be measured and controlled by the test.
 
-        ``code`` names the implementation this claim exercises (dotted modules or paths); the
-        receipt records them, with the gate module itself, as the claim's ``code_files``. A
+        ``code`` names the implementation this claim exercises (dotted modules or paths; a
+        package stands for every ``.py`` file under it); the receipt records them, with the
+        gate module itself, as the claim's ``code_files``. They are a floor: what the test
+        executed is measured on top (:mod:`assay.qualify.executed`). A
         dotted module that neither the test's process nor a child process of it that reported
         (see :mod:`assay.qualify.child_imports`) had imported by the end of the test is a stale
         declaration and errors the test (see :meth:`stale_code`). ``derived=True`` marks a
@@ -193,9 +195,10 @@ class Gate:
         for item in code:
             if isinstance(item, str) and not _is_path(item):
                 self._declared.append((claim_id, item))
-            entry = self._file_entry(self._resolve_module(item))
-            if entry not in code_files:
-                code_files.append(entry)
+            for path in self._resolve_module(item):
+                entry = self._file_entry(path)
+                if entry not in code_files:
+                    code_files.append(entry)
         for entry in code_files:
             if entry not in self._data["files"]:
                 self._data["files"].append(entry)
@@ -223,9 +226,10 @@ class Gate:
         for item in modules_or_paths:
             if isinstance(item, str) and not _is_path(item):
                 self._declared.append(("", item))
-            entry = self._file_entry(self._resolve_module(item))
-            if entry not in self._data["files"]:
-                self._data["files"].append(entry)
+            for path in self._resolve_module(item):
+                entry = self._file_entry(path)
+                if entry not in self._data["files"]:
+                    self._data["files"].append(entry)
 
     def module(self, path: Path) -> None:
         """Set the gate module's own file; it heads every claim's ``code_files``."""
@@ -324,31 +328,57 @@ class Gate:
 
         return copy.deepcopy(self._data)
 
-    def _resolve_module(self, item: str | Path) -> Path:
+    def _resolve_module(self, item: str | Path) -> list[Path]:
+        """The files ``item`` names: a path's file; a module's source file; every ``.py`` file
+        of a package, recursively (``__init__.py`` first), so an edit to ``pkg/_core.py``
+        stales a claim that lists ``pkg``."""
         if isinstance(item, Path) or _is_path(item):
             path = Path(item)
-        else:
-            try:
-                spec = importlib.util.find_spec(item)
-            except (ImportError, ValueError) as err:
-                raise AssayError(f"gate.uses: cannot find module {item!r}: {err}") from err
-            if spec is None or not spec.origin or not Path(spec.origin).is_file():
-                raise AssayError(f"gate.uses: module {item!r} has no source file")
-            path = Path(spec.origin)
-        if not path.is_file():
-            raise AssayError(f"gate.uses: {path} is not a file")
-        return path
+            if not path.is_file():
+                raise AssayError(f"gate.uses: {path} is not a file")
+            return [path]
+        try:
+            spec = importlib.util.find_spec(item)
+        except (ImportError, ValueError) as err:
+            raise AssayError(f"gate.uses: cannot find module {item!r}: {err}") from err
+        if spec is not None and spec.submodule_search_locations:
+            files = package_files(spec.origin, spec.submodule_search_locations)
+            if files:
+                return files
+        if spec is None or not spec.origin or not Path(spec.origin).is_file():
+            raise AssayError(f"gate.uses: module {item!r} has no source file")
+        return [Path(spec.origin)]
 
     def _display(self, path: Path) -> str:
-        resolved = path.resolve()
-        try:
-            return resolved.relative_to(self._root.resolve()).as_posix()
-        except ValueError:
-            pass
-        import assay
+        return display_path(self._root, path)
 
-        package = Path(assay.__file__).resolve().parent
-        try:  # an installed wheel's file shows as its checkout path, so staleness still works
-            return "src/assay/" + resolved.relative_to(package).as_posix()
-        except ValueError:
-            return resolved.as_posix()
+
+def package_files(origin: str | None, locations: Iterable[str]) -> list[Path]:
+    """Every ``.py`` file under a package's directories (caches skipped), its ``__init__.py``
+    (``origin``) first and the rest sorted, so the list is the same on every machine."""
+    first = [Path(origin)] if origin and origin.endswith(".py") and Path(origin).is_file() else []
+    rest = {
+        path
+        for location in locations
+        for path in Path(location).rglob("*.py")
+        if "__pycache__" not in path.parts and path.is_file()
+    }
+    return first + sorted(rest - set(first))
+
+
+def display_path(root: Path, path: Path) -> str:
+    """``path`` as receipts show it: relative to ``root`` (the rootdir) when under it; a file of
+    an installed assay as its checkout path ``src/assay/...`` (so staleness still works);
+    else absolute."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        pass
+    import assay
+
+    package = Path(assay.__file__).resolve().parent
+    try:
+        return "src/assay/" + resolved.relative_to(package).as_posix()
+    except ValueError:
+        return resolved.as_posix()

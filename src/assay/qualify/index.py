@@ -2,19 +2,20 @@
 
 Each row: the gate (linking its record), what it gates (the first paragraph of the gate
 module's docstring, when ``gates/gate_<name>.py`` is under the project root), the headline
-claim (the newest receipt's first claim) with value and threshold, status, date, device,
-receipt count and whether the record is stale. The stale column and the gate description come
-from the working tree, so they are wrapped in markers that the sync check masks.
+claim of the receipt the standing shows, the standing's status with its reasons, date,
+devices, receipt count and whether the record is stale. The stale column and the gate
+description come from the working tree; they are marked, and ``verify`` re-derives them.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
 
-from assay.qualify.receipt import newest_first, write_atomic
-from assay.qualify.render import cell, gates_in, load_gate, num, project_root
+from assay.qualify.receipt import write_atomic
+from assay.qualify.render import cell, gates_in, project_root
+from assay.qualify.standing import Standing, gate_standing
+from assay.qualify.view import headline_text
 
 INDEX = "README.md"
 INDEX_MARK = "# Gate records"
@@ -32,47 +33,46 @@ def what_it_gates(root: Path, gate: str) -> str:
     return first[len(prefix) :].strip() if first.startswith(prefix) else first
 
 
-def headline(receipt: dict[str, Any]) -> str:
-    """The newest receipt's first claim: id, measured value, threshold, verdict."""
-    if not receipt["claims"]:
-        return "no claims"
-    c = receipt["claims"][0]
-    unit = f" {c['measurement']['unit']}" if c["measurement"]["unit"] else ""
-    t = c["threshold"]
-    derived = " (derived: arithmetic)" if c.get("derived") else ""
+def index_row(standing: Standing, root: Path) -> str:
+    """One index row from a gate's standing; the tree-derived cells are marked."""
+    from assay.qualify.render import standing_stale
+    from assay.qualify.stale import cell as stale_cell
+    from assay.qualify.stale import from_tree
+
+    head = standing.head
+    gate = standing.gate
+    what = from_tree(cell(what_it_gates(root, gate) or "n/a"))
+    created = head["created"] if head else "none"
+    devices = ", ".join(d.device for d in standing.devices) or "none"
     return (
-        f"{c['id']}: {num(c['measurement']['value'])}{unit}{derived} "
-        f"(threshold {t['op']} {num(t['value'])}{unit}) {c['verdict']}"
+        f"| [{cell(gate)}]({gate}.md) | {what} | {cell(headline_text(head))} | "
+        f"{cell(standing.summary())} | {created} | {cell(devices)} | "
+        f"{len(standing.receipts)} | {stale_cell(standing_stale(standing))} |"
     )
 
 
-def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> str:
-    """The index Markdown from every gate's receipts (AssayError on an invalid receipt)."""
-    from assay.qualify.stale import cell as stale_cell
-    from assay.qualify.stale import check_gate, from_tree
+def standings(receipts_dir: Path, records_dir: Path, root: Path) -> list[Standing]:
+    """The standing of every gate with receipts under ``receipts_dir``, sorted by gate."""
+    return [gate_standing(receipts_dir, g, records_dir, root) for g in gates_in(receipts_dir)]
 
+
+def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> str:
+    """The index Markdown from every gate's standing."""
     root = root or project_root(records_dir)
     lines = [
         f"{INDEX_MARK}",
         "",
         "Rendered by `assay render` from the receipts under `receipts/`; do not edit. Each",
         "gate's receipts form a hash-chained ledger (`receipts/<gate>/LEDGER`), checked by",
-        "`assay verify`; `assay verify --stale` lists records whose code changed since.",
+        "`assay verify`; `assay verify --stale` lists records whose code changed since. The",
+        "status is the gate's standing: the newest complete run of each device, with partial",
+        "runs, missing claims and skipped tests taken into account (see docs/records.md).",
         "",
-        "| Gate | What it gates | Headline claim | Status | Date (UTC) | Device | Receipts "
+        "| Gate | What it gates | Headline claim | Status | Date (UTC) | Devices | Receipts "
         "| Stale |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for gate in gates_in(receipts_dir):
-        receipts = load_gate(receipts_dir, gate)
-        head = newest_first(receipts)[0]
-        stale = stale_cell(check_gate(root, receipts))
-        what = from_tree(cell(what_it_gates(root, gate) or "n/a"))
-        lines.append(
-            f"| [{cell(gate)}]({gate}.md) | {what} | "
-            f"{cell(headline(head))} | {head['status']} | {head['created']} | "
-            f"{head['run']['device']} | {len(receipts)} | {stale} |"
-        )
+    lines += [index_row(s, root) for s in standings(receipts_dir, records_dir, root)]
     return "\n".join(lines) + "\n"
 
 

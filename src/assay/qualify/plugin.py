@@ -25,6 +25,7 @@ GATE = pytest.StashKey[Any]()
 OUTCOME = pytest.StashKey[str]()
 STATE = pytest.StashKey[Any]()
 CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collected gate tests
+MEASURE = pytest.StashKey[Any]()  # this process's executed.Measure, once it saw a gate module
 FRAGMENT_KEY = "assay_gate_fragment"
 GATE_MODULE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
 DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
@@ -67,6 +68,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write receipts but do not render records (ini: gate_render = false)",
     )
     parser.addini("gate_render", "render records after writing receipts", type="bool", default=True)
+    group.addoption(
+        "--gate-no-write",
+        dest="gate_no_write",
+        action="store_true",
+        default=False,
+        help="try the gates: print each gate's verdict but write no receipt, record or figure",
+    )
     group.addoption(
         "--gate-device",
         dest="gate_device",
@@ -148,7 +156,7 @@ def gate_name(path: Path) -> str:
 def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     """The declaration surface of one gate test (see docs/gate-api.md)."""
     from assay.qualify.environment import resolve_device
-    from assay.qualify.gate import Gate
+    from assay.qualify.gate import Gate, display_path
     from assay.qualify.session import plain_nodeid
 
     config = request.config
@@ -163,6 +171,11 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     if children is not None:  # what this process's children ran counts like its own imports
         g.child_imports(children.names())
     fragment = g.fragment()
+    measure = config.stash.get(MEASURE, None)
+    if measure is not None:  # the files of the project under test this test executed
+        fragment["executed"] = measure.report(
+            request.node, lambda path: display_path(config.rootpath, path)
+        )
     fragment["outcome"] = request.node.stash.get(OUTCOME, "error")
     fragment["duration_s"] = time.perf_counter() - start
     # collection order is the same in every xdist worker, so it orders claims stably
@@ -233,10 +246,24 @@ def _start_child_imports(config: pytest.Config) -> None:
         config.stash[CHILDREN].start()
 
 
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> None:
+    """Before a gate module is imported: measure what it and its tests execute (once per
+    process; :mod:`assay.qualify.executed` and coverage load only here)."""
+    config = parent.config
+    if GATE_MODULE.match(module_path.name) and MEASURE not in config.stash:
+        from assay.qualify.executed import Measure
+
+        config.stash[MEASURE] = Measure(config)
+        config.pluginmanager.register(config.stash[MEASURE], "assay_gate_measure")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     children = config.stash.get(CHILDREN, None)
     if children is not None:
         children.stop()
+    measure = config.stash.get(MEASURE, None)
+    if measure is not None:
+        measure.close()
 
 
 def _tag_deselected(items: list[pytest.Item], deselected: set[str]) -> None:
@@ -288,6 +315,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     terminalreporter.section("assay gates")
     for path, status in state.written:
-        terminalreporter.line(f"receipt ({status}): {path}")
+        shown = path if path.startswith("not written") else f"receipt ({status}): {path}"
+        terminalreporter.line(shown)
     for problem in state.problems:
         terminalreporter.line(f"ERROR {problem}", red=True)

@@ -40,6 +40,7 @@ class Options:
     subject: dict[str, Any] | None = None
     partial: dict[str, str] = field(default_factory=dict)  # gate -> why the run is partial
     failures: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # gate -> failures
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # gate -> headline, skipped
 
 
 WHEEL_ENV = "ASSAY_SUBJECT_WHEEL"
@@ -89,12 +90,13 @@ def _copy_figures(planned: list[tuple[Path, dict[str, str]]], records: Path) -> 
         os.replace(tmp, target)
 
 
-def _publish_gate(
+def _assemble(
     gate: str, fragments: list[dict[str, Any]], options: Options, environment: dict[str, Any]
-) -> tuple[tuple[str, str] | None, list[str]]:
+) -> tuple[dict[str, Any] | None, list[tuple[Path, dict[str, str]]], list[str], list[str]]:
+    """(unsealed receipt or None, planned figures, regressions, problems) for one gate."""
     problems = duplicate_claims(fragments)
     if problems:
-        return None, problems
+        return None, [], [], problems
     planned = plan_figures(gate, fragments)
     files = [f for fragment in fragments for f in fragment["files"]]
     receipt = build_receipt(
@@ -113,6 +115,11 @@ def _publish_gate(
         partial=options.partial.get(gate),
         failures=options.failures.get(gate),
     )
+    extras = options.extras.get(gate, {})
+    if extras.get("headline_claim"):
+        receipt["headline_claim"] = extras["headline_claim"]
+    if extras.get("skipped"):
+        receipt["run"]["skipped"] = extras["skipped"]
     wheel = wheel_subject()
     if wheel is not None:
         receipt["wheel"] = wheel
@@ -130,16 +137,54 @@ def _publish_gate(
         earlier, _ = _earlier(options.receipts, gate)
         problems = check_corrections(receipt, earlier)
         if problems:
-            return None, [f"receipt not written: {p}" for p in problems]
+            return None, [], [], [f"receipt not written: {p}" for p in problems]
     try:
         invalid = problems_in(seal(receipt))
     except ValueError:
         invalid = ["the receipt holds a number JSON cannot carry (NaN or infinity)"]
     if invalid:
-        return None, ["receipt is invalid and was not written: " + "; ".join(invalid)]
+        return None, [], [], ["receipt is invalid and was not written: " + "; ".join(invalid)]
+    return receipt, planned, regressions, []
+
+
+def _publish_gate(
+    gate: str, fragments: list[dict[str, Any]], options: Options, environment: dict[str, Any]
+) -> tuple[tuple[str, str] | None, list[str]]:
+    receipt, planned, regressions, problems = _assemble(gate, fragments, options, environment)
+    if receipt is None:
+        return None, problems
     _copy_figures(planned, options.records)
     path = write_receipt(receipt, options.receipts)
     return (str(path), receipt["status"]), regressions
+
+
+def preview(fragments: list[dict[str, Any]], options: Options) -> list[tuple[str, str]]:
+    """What :func:`publish` would write, as ``("not written: ...", status)`` lines; touches
+    nothing on disk (``--gate-no-write``). The status is the run's own verdict; the gate's
+    standing would also weigh its ledger, which a trial run does not change."""
+    shown = []
+    environment = options.environment or describe_environment()
+    by_gate: dict[str, list[dict[str, Any]]] = {}
+    for fragment in fragments:
+        by_gate.setdefault(fragment["gate"], []).append(fragment)
+    for gate in sorted(by_gate):
+        try:
+            receipt, _, regressions, problems = _assemble(gate, by_gate[gate], options, environment)
+        except AssayError as err:
+            receipt, regressions, problems = None, [], [str(err)]
+        if receipt is None:
+            shown.append((f"not written: gate {gate!r}: {'; '.join(problems)}", "error"))
+            continue
+        partial = " (partial run)" if receipt["run"].get("partial") else ""
+        regressed = f", {len(regressions)} regression(s)" if regressions else ""
+        shown.append(
+            (
+                f"not written (--gate-no-write): gate {gate!r}: {receipt['status']}{partial}"
+                f"{regressed}, {len(receipt['claims'])} claim(s)",
+                receipt["status"],
+            )
+        )
+    return shown
 
 
 def publish(

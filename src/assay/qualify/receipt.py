@@ -219,8 +219,3 @@ def receipt_paths(receipts_dir: Path, gate: str | None = None) -> list[Path]:
     root = Path(receipts_dir)
     pattern = f"{gate}/*.json" if gate else "*/*.json"
     return sorted(p for p in root.glob(pattern) if p.is_file() and not p.name.startswith("."))
-
-
-def newest_first(receipts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Receipts ordered newest first by ``created``, ties broken by sha for determinism."""
-    return sorted(receipts, key=lambda r: (r["created"], r[SHA_FIELD]), reverse=True)

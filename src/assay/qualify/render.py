@@ -1,7 +1,8 @@
-"""Records: jinja2 renders ``records/<gate>.md`` from all receipts of that gate.
+"""Records: jinja2 renders ``records/<gate>.md`` from the gate's standing.
 
-Output depends only on the receipts (no clock, no machine state), so re-rendering in memory
-and comparing is how ``verify_all`` detects a record out of sync.
+Output depends only on the receipts, the ledger and, inside marked spans, the working tree
+(no clock, no machine state), so re-rendering in memory and comparing is how ``verify_all``
+detects a record out of sync or edited by hand.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 import jinja2
 
 from assay.errors import AssayError
-from assay.qualify.receipt import newest_first, read_receipt, receipt_paths, write_atomic
+from assay.qualify.receipt import read_receipt, receipt_paths, write_atomic
+from assay.qualify.standing import Standing, gate_standing, standing_of
+from assay.qualify.view import gate_view
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _MD = set("\\`*_[]|~#!")
@@ -21,20 +24,40 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 GATE_DIR = re.compile(r"^[A-Za-z0-9_]+$")
 
 
-def inline(value: Any) -> str:
+_CODE_SPAN = re.compile(r"(`+)([^`]+?)\1")
+
+
+def _escape(line: str) -> str:
+    line = _CONTROL.sub(" ", line.replace("\t", " "))
+    return "".join(_HTML.get(ch) or (f"\\{ch}" if ch in _MD else ch) for ch in line)
+
+
+def _code_span(content: str, table: bool) -> str:
+    # a code span shows its content literally; only a table's cell pipe needs its escape
+    content = _CONTROL.sub(" ", content.replace("\t", " ")).strip()
+    return "`" + (content.replace("|", "\\|") if table else content) + "`"
+
+
+def inline(value: Any, *, table: bool = False) -> str:
     """``value`` as inert inline Markdown: HTML and Markdown punctuation escaped, newlines
-    turned into ``<br>``, so no string from a gate can add markup, links, images or cells."""
+    turned into ``<br>``, so no string from a gate can add markup, links, images or cells.
+    Backtick-quoted spans (```x``` or ``` ``x`` ```) stay code spans, shown literally."""
     lines = str(value).replace("\r\n", "\n").replace("\r", "\n").split("\n")
     escaped = []
     for line in lines:
-        line = _CONTROL.sub(" ", line.replace("\t", " "))
-        escaped.append("".join(_HTML.get(ch) or (f"\\{ch}" if ch in _MD else ch) for ch in line))
+        out, pos = [], 0
+        for match in _CODE_SPAN.finditer(line):
+            out.append(_escape(line[pos : match.start()]))
+            out.append(_code_span(match.group(2), table))
+            pos = match.end()
+        out.append(_escape(line[pos:]))
+        escaped.append("".join(out))
     return "<br>".join(escaped).strip()
 
 
 def cell(value: Any) -> str:
     """Inert text for one Markdown table cell (pipes escaped, no line breaks)."""
-    return inline(value)
+    return inline(value, table=True)
 
 
 def text(value: Any) -> str:
@@ -44,122 +67,11 @@ def text(value: Any) -> str:
     return re.sub(r"^(\d+)([.)])", r"\1\\\2", out)
 
 
-def num(value: Any) -> str:
-    """A measured number for display; integral values print in full, others to 6 digits."""
-    if value is None:
-        return "not measured"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return f"{value:.6g}"
-
-
-def pct(value: Any) -> str:
-    """A relative change or tolerance as a signed percentage."""
-    return "n/a" if value is None else f"{value * 100:+.2f}%".replace("+0.00%", "0%")
-
-
-def opt(value: Any) -> str:
-    """``value`` or ``none`` for a missing component."""
-    return "none" if value is None else str(value)
-
-
-def _day(created: str) -> str:
-    return created[:10]
-
-
-def _threshold(claim: dict[str, Any]) -> str:
-    t = claim["threshold"]
-    unit = f" {claim['measurement']['unit']}" if claim["measurement"]["unit"] else ""
-    if not isinstance(t["tolerance"], dict):  # receipts from before tolerance modes
-        return f"{t['op']} {num(t['value'])}{unit} (regression tolerance {pct(t['tolerance'])})"
-    mode, value = t["tolerance"]["mode"], t["tolerance"]["value"]
-    shown = f"{num(value)}{unit}" if mode == "absolute" else pct(value)
-    return f"{t['op']} {num(t['value'])}{unit} (regression tolerance {shown} {mode})"
-
-
-def _in_base(comparison: dict[str, Any], field: str) -> str:
-    """Change or Tolerance of a baseline row in the tolerance mode's base."""
-    if comparison.get("tolerance_mode") == "absolute":
-        value = comparison[field]
-        return "n/a" if value is None else f"{value:+.6g}"
-    return pct(comparison[field])
-
-
-def _measured(claim: dict[str, Any]) -> str:
-    m = claim["measurement"]
-    unit = f" {m['unit']}" if m["unit"] and m["value"] is not None else ""
-    shown = f"{num(m['value'])}{unit}"
-    if "samples" in m:
-        s = m["samples"]
-        shown += f" (median of {s['n']}; min {num(s['min'])}, max {num(s['max'])})"
-    if claim.get("derived"):
-        shown += " (derived: arithmetic on measured values, not itself a measurement)"
-    return shown
-
-
-def _check(claim: dict[str, Any]) -> str:
-    return f"{claim['id']}: {claim['statement']} [{claim['kind']}]"
-
-
-class _Ledger:
-    """Cross-receipt lookups for one gate: receipts by sha and corrections by target."""
-
-    def __init__(self, receipts: list[dict[str, Any]]) -> None:
-        self.receipts = receipts
-        self.by_sha = {r["receipt_sha256"]: r for r in receipts}
-
-    def corrections_of(self, sha: str, claim_id: str) -> list[tuple[dict[str, Any], str]]:
-        return [
-            (r, c["reason"])
-            for r in reversed(self.receipts)
-            for c in r["corrects"]
-            if c["receipt_sha256"] == sha and c["claim_id"] == claim_id
-        ]
-
-    def verdict(self, claim: dict[str, Any], receipt: dict[str, Any]) -> str:
-        shown = claim["verdict"]
-        if claim["margin"] is not None:
-            shown += f" (margin {'+' if claim['margin'] >= 0 else ''}{num(claim['margin'])})"
-        parts = [shown]
-        for c in receipt["corrects"]:
-            if c["claim_id"] == claim["id"]:
-                parts.append(f"corrects receipt {c['receipt_sha256'][:12]}: {c['reason']}")
-        for later, reason in self.corrections_of(receipt["receipt_sha256"], claim["id"]):
-            parts.append(
-                f"corrected {_day(later['created'])} by receipt "
-                f"{later['receipt_sha256'][:12]}: {reason}"
-            )
-        return "; ".join(parts)
-
-    def correction_rows(self) -> list[dict[str, str]]:
-        rows = []
-        for r in reversed(self.receipts):  # oldest correction first
-            for c in r["corrects"]:
-                original = self.by_sha.get(c["receipt_sha256"])
-                old = (
-                    None
-                    if original is None
-                    else next((x for x in original["claims"] if x["id"] == c["claim_id"]), None)
-                )
-                new = next((x for x in r["claims"] if x["id"] == c["claim_id"]), None)
-                now = "" if new is None else f" Now: {_measured(new)}, {new['verdict']}."
-                rows.append(
-                    {
-                        "original_sha": c["receipt_sha256"],
-                        "original_date": "" if original is None else _day(original["created"]),
-                        "check": f"{c['claim_id']} (receipt not in this ledger)"
-                        if old is None
-                        else _check(old),
-                        "threshold": "" if old is None else _threshold(old),
-                        "measured": "" if old is None else _measured(old),
-                        "verdict": "" if old is None else old["verdict"],
-                        "correction": f"{_day(r['created'])}, receipt {r['receipt_sha256'][:12]}: "
-                        f"{c['reason']}.{now}",
-                    }
-                )
-        return rows
+def code(value: Any) -> str:
+    """``value`` as an inline code span: shown literally, so nothing is backslash-escaped;
+    backticks and line breaks, which would end or split the span, become ' and spaces."""
+    flat = _CONTROL.sub(" ", str(value).replace("\r", " ").replace("\n", " ").replace("\t", " "))
+    return "`" + flat.replace("`", "'").strip() + "`"
 
 
 def _environment() -> jinja2.Environment:
@@ -171,76 +83,26 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(cell=cell, text=text, num=num, pct=pct, opt=opt)
+    env.filters.update(cell=cell, text=text, code=code)
     return env
 
 
-def _counts(r: dict[str, Any]) -> str:
-    n = {v: sum(c["verdict"] == v for c in r["claims"]) for v in ("pass", "fail", "inconclusive")}
-    return (
-        f"{len(r['claims'])} claims: {n['pass']} pass, {n['fail']} fail, "
-        f"{n['inconclusive']} inconclusive"
-    )
+def render_standing(standing: Standing, banner: str = "") -> str:
+    """The Markdown record of one gate from its standing (see :mod:`assay.qualify.view`).
 
-
-def _cpu(env: dict[str, Any]) -> str:
-    return (
-        f"{env['cpu']['model']} ({opt(env['cpu']['threads'])} threads, "
-        f"torch uses {opt(env['cpu']['torch_threads'])})"
-    )
-
-
-def _gpu(env: dict[str, Any]) -> str:
-    g = env["gpu"]
-    if g is None:
-        return "none"
-    mem = "?" if g["memory_bytes"] is None else f"{g['memory_bytes'] / 2**30:.1f} GiB"
-    return (
-        f"{g['name']} (sm {opt(g['compute_capability'])}, {mem}, driver {opt(g['driver'])}, "
-        f"SM clock {opt(g['sm_clock_mhz'])}/{opt(g['sm_clock_max_mhz'])} MHz)"
-    )
-
-
-def _commit(code: dict[str, Any]) -> str:
-    if code["commit"] is None:
-        return "unknown (not a git checkout)"
-    return f"`{code['commit'][:12]}`" + (" (dirty)" if code["dirty"] else "")
+    Deterministic given the standing; ``banner`` (a tree-derived span from
+    :func:`assay.qualify.stale.banner`) is placed above the status line.
+    """
+    if not standing.receipts:
+        raise AssayError(f"gate {standing.gate!r}: no receipts to render")
+    template = _environment().get_template("record.md.j2")
+    return template.render(v=gate_view(standing), banner=banner)
 
 
 def render_text(gate: str, receipts: list[dict[str, Any]], banner: str = "") -> str:
-    """The Markdown record for ``gate`` from its (already validated) receipts.
-
-    Deterministic: the same receipts in any order give the same text. The newest receipt is
-    the headline; every receipt appears in the ledger. ``banner`` (from
-    :func:`assay.qualify.stale.banner`) is placed above the status line.
-    """
-    if not receipts:
-        raise AssayError(f"gate {gate!r}: no receipts to render")
-    from assay.qualify.assemble import headline
-
-    ordered = newest_first(receipts)
-    ledger = _Ledger(ordered)
-    template = _environment().get_template("record.md.j2")
-    return template.render(
-        banner=banner,
-        gate=gate,
-        head=headline(ordered),
-        in_base=_in_base,
-        receipts=ordered,
-        corrections=ledger.correction_rows(),
-        counts=_counts,
-        created=lambda r: r["created"],
-        cpu=_cpu,
-        gpu=_gpu,
-        machine=lambda env: _gpu(env) if env["gpu"] else env["cpu"]["model"],
-        commit=_commit,
-        check=_check,
-        threshold=_threshold,
-        measured=_measured,
-        verdict=ledger.verdict,
-        tally=lambda r, v: sum(c["verdict"] == v for c in r["claims"]),
-        corrects=lambda r: ", ".join(sorted({c["receipt_sha256"][:12] for c in r["corrects"]})),
-    )
+    """The record for ``gate`` from valid receipts given oldest first (ledger order), with no
+    ledger problems and no staleness: for callers that hold receipts rather than a folder."""
+    return render_standing(standing_of(gate, receipts), banner)
 
 
 def load_gate(receipts_dir: Path, gate: str) -> list[dict[str, Any]]:
@@ -277,18 +139,29 @@ def project_root(records_dir: Path) -> Path:
 
 
 def render_gate(gate: str, receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
-    """Rebuild ``<records>/<gate>.md`` from all receipts of ``gate``; return its path.
+    """Rebuild ``<records>/<gate>.md`` from the gate's standing; return its path.
 
     A gate CI cannot re-run whose implementation files changed in ``root`` (default: the
     records folder's parent) gets a "stale since <commit>" banner.
     """
-    from assay.qualify.stale import banner, check_gate
-
-    receipts = load_gate(receipts_dir, gate)
-    shown = banner(check_gate(root or project_root(records_dir), receipts))
+    root = root or project_root(records_dir)
+    standing = gate_standing(receipts_dir, gate, records_dir, root)
     path = record_path(records_dir, gate)
-    write_atomic(path, render_text(gate, receipts, shown).encode("utf-8"), overwrite=True)
+    write_atomic(path, record_with_banner(standing).encode("utf-8"), overwrite=True)
     return path
+
+
+def record_with_banner(standing: Standing) -> str:
+    """The record text including its tree-derived stale banner (what ``render`` writes and
+    ``verify`` re-derives)."""
+    from assay.qualify.stale import banner
+
+    return render_standing(standing, banner(standing_stale(standing)))
+
+
+def standing_stale(standing: Standing) -> Any:
+    """The first stale device head of ``standing`` (CPU before CUDA by name), or None."""
+    return next((d.stale for d in standing.devices if d.stale is not None), None)
 
 
 def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> list[Path]:
@@ -304,7 +177,22 @@ def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) 
     gates = gates_in(receipts_dir)
     for g in gates:
         ensure_ledger(receipts_dir, g)
+        load_gate(receipts_dir, g)  # an invalid receipt stops the render, naming its file
     paths = [render_gate(g, receipts_dir, records_dir, root) for g in gates]
     if gates:
         render_index(receipts_dir, records_dir, root)
+        render_readme(receipts_dir, records_dir, root or project_root(records_dir))
     return paths
+
+
+def render_readme(receipts_dir: Path, records_dir: Path, root: Path) -> Path | None:
+    """Refill the standing spans of ``<root>/README.md`` (see :mod:`assay.qualify.readme`)."""
+    from assay.qualify.index import standings
+    from assay.qualify.readme import fill, readme_path
+
+    path = readme_path(root)
+    if path is None:
+        return None
+    found = {s.gate: s for s in standings(receipts_dir, records_dir, root)}
+    write_atomic(path, fill(path.read_text("utf-8"), found).encode("utf-8"), overwrite=True)
+    return path

@@ -74,6 +74,7 @@ class GateSession:
         self.done: dict[str, set[str]] = {}
         self.fragments: dict[str, list[dict[str, Any]]] = {}
         self.failures: dict[str, list[dict[str, str]]] = {}
+        self.skipped: dict[str, list[dict[str, str]]] = {}
         self.published: set[str] = set()
         self.deselected: set[str] | None = None  # known only where collection ran here
         self.written: list[tuple[str, str]] = []
@@ -108,6 +109,10 @@ class GateSession:
                 report.user_properties.remove((key, value))
                 self.deselected = (self.deselected or set()) | set(value)
         nodeid = plain_nodeid(report.nodeid)
+        if report.skipped:
+            self.skipped.setdefault(gate, []).append(
+                {"nodeid": nodeid, "reason": skip_reason(report)}
+            )
         if report.failed:
             self.failures.setdefault(gate, []).append(
                 {"nodeid": nodeid, "when": report.when, "message": exception_line(report)}
@@ -154,7 +159,8 @@ class GateSession:
         if not fragments:
             return
         from assay.qualify.environment import describe_environment, describe_subject, resolve_device
-        from assay.qualify.publish import Options, publish
+        from assay.qualify.publish import Options, preview, publish
+        from assay.qualify.stale import _assigned
 
         config = self.config
         if self.environment is None:
@@ -178,6 +184,14 @@ class GateSession:
             partial={gate: reason} if (reason := self.partial_reason(gate)) else {},
             failures={gate: self.failures[gate]} if self.failures.get(gate) else {},
         )
+        headline = _assigned(config.rootpath / next(iter(seen)).split("::", 1)[0], "HEADLINE")
+        options.extras[gate] = {
+            **({"headline_claim": headline} if isinstance(headline, str) else {}),
+            **({"skipped": self.skipped[gate]} if self.skipped.get(gate) else {}),
+        }
+        if no_write(config):
+            self.written.extend(preview(fragments, options))
+            return
         written, problems = publish(fragments, options)
         self.written.extend(written)
         self.problems.extend(problems)
@@ -186,6 +200,21 @@ class GateSession:
         """Publish the gates whose tests did not all finish (an early stop: partial)."""
         for gate in sorted({*self.fragments, *self.failures}):
             self.publish(gate)
+
+
+def skip_reason(report: Any) -> str:
+    """The reason pytest gives for a skip (``skip(reason)``, a mark, a collection hook)."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+    else:
+        reason = str(longrepr or "skipped")
+    return reason.removeprefix("Skipped: ").strip()[:500] or "skipped"
+
+
+def no_write(config: pytest.Config) -> bool:
+    """True with ``--gate-no-write``: verdicts are printed, nothing is written."""
+    return bool(config.getoption("gate_no_write", False))
 
 
 def render_enabled(config: pytest.Config) -> bool:

@@ -14,24 +14,13 @@ from typing import Any
 
 import jinja2
 
-from assay.errors import AssayError
-from assay.qualify.chain import ledger_path, read_ledger
-from assay.qualify.index import headline, what_it_gates
-from assay.qualify.receipt import newest_first, receipt_paths, write_atomic
-from assay.qualify.render import (
-    _check,
-    _counts,
-    _cpu,
-    _gpu,
-    _Ledger,
-    _measured,
-    _threshold,
-    gates_in,
-    load_gate,
-    project_root,
-)
-from assay.qualify.sign import check_signature, sig_path
-from assay.qualify.stale import check_gate
+from assay.qualify.chain import ledger_path
+from assay.qualify.index import standings, what_it_gates
+from assay.qualify.receipt import receipt_filename, write_atomic
+from assay.qualify.render import project_root, standing_stale
+from assay.qualify.sign import sig_path
+from assay.qualify.standing import Standing
+from assay.qualify.view import gate_view, headline_text
 
 
 def _template() -> jinja2.Template:
@@ -54,117 +43,88 @@ def _stale_text(found: Any) -> str:
     return f"stale since {found.since}" + ("" if found.ci_runs else f" (needs {found.needs})")
 
 
-def _entries(
-    receipts_dir: Path, gate: str, receipts: list[dict[str, Any]], allowed: Path | None
-) -> list[dict[str, str]]:
-    by_name = {p.name: p for p in receipt_paths(receipts_dir, gate)}
-    by_sha = {r["receipt_sha256"]: r for r in receipts}
+def _copy_evidence(standing: Standing, receipts_dir: Path, records_dir: Path, out: Path) -> None:
+    """The gate's receipts, signatures, LEDGER and the shown receipt's figures."""
+    gate = standing.gate
+    for receipt in standing.receipts:
+        path = receipts_dir / gate / receipt_filename(receipt)
+        _copy(path, out / "receipts" / gate / path.name)
+        if sig_path(path).exists():
+            _copy(sig_path(path), out / "receipts" / gate / sig_path(path).name)
     ledger = ledger_path(receipts_dir, gate)
-    order = read_ledger(ledger)[0] if ledger.exists() else []
-    listed = [(sha, name) for sha, name in order if sha in by_sha and name in by_name]
-    seen = {sha for sha, _ in listed}
-    rest = [r for r in reversed(newest_first(receipts)) if r["receipt_sha256"] not in seen]
-    listed += [(r["receipt_sha256"], _name_of(r, by_name)) for r in rest]
-    rows = []
-    for sha, name in listed:
-        r = by_sha[sha]
-        env = r["environment"]
-        sig = sig_path(by_name[name])
-        found = check_signature(by_name[name], allowed) if sig.exists() else None
-        signer = "signed" if found is None else f"{found.signer or 'unknown'}: {found.detail}"
-        link = r.get("previous_receipt_sha256", "legacy (ledger order)")
-        rows.append(
-            {
-                "created": r["created"],
-                "device": r["run"]["device"],
-                "machine": _gpu(env) if env["gpu"] else _cpu(env),
-                "status": r["status"],
-                "link": "genesis" if link is None else link[:12] if len(link) == 64 else link,
-                "sha": sha,
-                "href": f"receipts/{gate}/{name}",
-                "sig_href": f"receipts/{gate}/{sig.name}" if sig.exists() else "",
-                "signer": signer,
-            }
-        )
-    return rows
+    if ledger.exists():
+        _copy(ledger, out / "receipts" / gate / "LEDGER.txt")
+    else:
+        note = b"no LEDGER yet: run `assay render` to start this gate's ledger\n"
+        write_atomic(out / "receipts" / gate / "LEDGER.txt", note, overwrite=True)
+    for fig in standing.head["figures"] if standing.head else []:
+        if (records_dir / fig["path"]).is_file():
+            _copy(records_dir / fig["path"], out / fig["path"])
 
 
-def _name_of(receipt: dict[str, Any], by_name: dict[str, Path]) -> str:
-    for name in by_name:
-        if receipt["receipt_sha256"][:12] in name:
-            return name
-    raise AssayError(f"receipt {receipt['receipt_sha256'][:12]}: no file found")
+def _signed(receipts_dir: Path, gate: str, entries: list[dict[str, Any]]) -> None:
+    for e in entries:
+        sig = sig_path(receipts_dir / gate / f"{e['file']}")
+        e["sig_href"] = f"receipts/{gate}/{sig.name}" if sig.exists() else ""
 
 
-def build_site(receipts_dir: Path, records_dir: Path, out: Path, root: Path | None = None) -> Path:
+def build_site(
+    receipts_dir: Path,
+    records_dir: Path,
+    out: Path,
+    root: Path | None = None,
+    problems: list[str] | None = None,
+) -> Path:
     """Write the site into ``out`` and return the path of its ``index.html``.
 
-    AssayError naming the file when a receipt is invalid: no page is built from a receipt
-    that does not verify.
+    Every page shows what the gate's standing says, as the Markdown record does. The caller
+    (``assay publish``) refuses a tree that does not verify unless told to go on; then
+    ``problems`` are shown in a banner on every page.
     """
     receipts_dir, records_dir, out = Path(receipts_dir), Path(records_dir), Path(out)
     root = root or project_root(records_dir)
-    allowed = records_dir / "allowed_signers"
     template = _template()
+    banner = list(problems or [])
     rows = []
     out.mkdir(parents=True, exist_ok=True)
-    for gate in gates_in(receipts_dir):
-        receipts = load_gate(receipts_dir, gate)
-        head = newest_first(receipts)[0]
-        stale = check_gate(root, receipts)
+    for standing in standings(receipts_dir, records_dir, root):
+        if standing.head is None:
+            continue
+        gate = standing.gate
+        stale = standing_stale(standing)
         rows.append(
             {
                 "gate": gate,
                 "href": f"{gate}.html",
                 "what": what_it_gates(root, gate) or "n/a",
-                "headline": headline(head),
-                "status": head["status"],
-                "date": head["created"],
-                "device": head["run"]["device"],
-                "count": len(receipts),
+                "headline": headline_text(standing.head),
+                "status": standing.status,
+                "summary": standing.summary(),
+                "date": standing.head["created"],
+                "devices": ", ".join(d.device for d in standing.devices),
+                "count": len(standing.receipts),
                 "stale": _stale_text(stale),
             }
         )
-        for path in receipt_paths(receipts_dir, gate):
-            _copy(path, out / "receipts" / gate / path.name)
-            if sig_path(path).exists():
-                _copy(sig_path(path), out / "receipts" / gate / sig_path(path).name)
-        ledger = ledger_path(receipts_dir, gate)
-        if ledger.exists():
-            _copy(ledger, out / "receipts" / gate / "LEDGER.txt")
-        else:
-            note = b"no LEDGER yet: run `assay render` to start this gate's ledger\n"
-            write_atomic(out / "receipts" / gate / "LEDGER.txt", note, overwrite=True)
-        for fig in head["figures"]:
-            _copy(records_dir / fig["path"], out / fig["path"])
-        banner = ""
+        _copy_evidence(standing, receipts_dir, records_dir, out)
+        view = gate_view(standing)
+        for entry, receipt in zip(view["ledger"], reversed(standing.receipts), strict=True):
+            entry["file"] = receipt_filename(receipt)
+            entry["href"] = f"receipts/{gate}/{entry['file']}"
+        _signed(receipts_dir, gate, view["ledger"])
+        stale_banner = ""
         if stale is not None and not stale.ci_runs:
-            banner = f"Stale since {stale.since}: needs a {stale.needs} run to refresh"
-        marks = _Ledger(newest_first(receipts))
+            stale_banner = f"Stale since {stale.since}: needs a {stale.needs} run to refresh"
         page = template.render(
             page="gate",
             title=f"Gate record: {gate}",
-            gate=gate,
-            head=head,
-            stale=banner,
-            counts=_counts(head),
-            cpu=_cpu(head["environment"]),
-            gpu=_gpu(head["environment"]),
-            commit="unknown" if head["code"]["commit"] is None else head["code"]["commit"][:12],
-            claims=[
-                {
-                    "check": _check(c),
-                    "threshold": _threshold(c),
-                    "measured": _measured(c),
-                    "verdict": marks.verdict(c, head),
-                }
-                for c in head["claims"]
-            ],
-            entries=_entries(receipts_dir, gate, receipts, allowed if allowed.is_file() else None),
+            v=view,
+            broken=banner,
+            stale=stale_banner,
             ledger_href=f"receipts/{gate}/LEDGER.txt",
         )
         write_atomic(out / f"{gate}.html", page.encode("utf-8"), overwrite=True)
     index = out / "index.html"
-    text = template.render(page="index", title="Gate records", rows=rows)
+    text = template.render(page="index", title="Gate records", rows=rows, broken=banner)
     write_atomic(index, text.encode("utf-8"), overwrite=True)
     return index

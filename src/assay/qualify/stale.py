@@ -1,8 +1,10 @@
 """Staleness: a record whose claims' implementation files, or whose gate file, changed since.
 
-A record is stale when a file its newest receipt hashed differs from the working tree (or is
-gone). Per claim, the files are the claim's ``code_files`` when present, else the receipt's
-``code.files``. The gate file ``gates/gate_<gate>.py`` is checked on its own as well.
+A record is stale when a file the receipt it shows (each device's newest complete run, see
+:mod:`assay.qualify.standing`) hashed differs from the working tree (or is gone). Per claim,
+the files are the claim's ``code_files`` (else the receipt's ``code.files``) together with the
+``executed_files`` its test was measured to run. The gate file ``gates/gate_<gate>.py`` is
+checked on its own as well.
 
 Gates that need a device or a quiet machine cannot be re-run by CI, so for them staleness is
 reported without failing. A gate says so with a module-level ``GATE_NEEDS = "device"`` or
@@ -14,7 +16,6 @@ whose newest receipt ran on CUDA, counts too.
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,6 @@ from typing import Any
 
 from assay import faultpoints
 from assay.qualify.gate import file_sha256
-from assay.qualify.receipt import newest_first
 
 IGNORE = faultpoints.declare(
     "qualify.stale.ignore", "staleness is never reported: every record counts as current"
@@ -128,7 +128,10 @@ def _since(root: Path, commit: str | None, paths: list[str]) -> str:
 
 
 def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
-    """Staleness of the record headed by ``receipt`` against ``root``; None when current."""
+    """Staleness of the record headed by ``receipt`` against ``root``; None when current.
+
+    Per claim it checks declared ∪ executed: ``code_files`` (else ``code.files``) and the
+    measured ``executed_files`` when the receipt recorded them."""
     if faultpoints.armed(IGNORE):
         return None
     gate = receipt["gate"]
@@ -136,9 +139,13 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
     gate_file = f"gates/gate_{gate}.py"
     shared = receipt["code"]["files"]
     for claim in receipt["claims"]:
-        for entry in claim.get("code_files") or shared:
-            if entry["path"] == gate_file:
+        # what the claim's test executed (measured, when recorded) on top of what it declared;
+        # receipts from before measuring carry no executed_files and keep declared-only
+        checked: set[str] = set()
+        for entry in [*(claim.get("code_files") or shared), *claim.get("executed_files", [])]:
+            if entry["path"] == gate_file or entry["path"] in checked:
                 continue
+            checked.add(entry["path"])
             if _differs(root, entry):
                 result.changed.setdefault(entry["path"], []).append(claim["id"])
     if not receipt["claims"]:
@@ -155,16 +162,11 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
     return result
 
 
-def check_gate(root: Path, receipts: list[dict[str, Any]]) -> Staleness | None:
-    """Staleness of a gate's record (its newest receipt) against the tree at ``root``."""
-    return check_receipt(root, newest_first(receipts)[0]) if receipts else None
-
-
 def banner(stale: Staleness | None) -> str:
     """The record banner for a stale gate that CI cannot re-run ('' otherwise).
 
-    It is wrapped in STALE_OPEN/STALE_CLOSE so that the record-sync check, which must not
-    depend on the working tree, can mask it out.
+    It is wrapped in STALE_OPEN/STALE_CLOSE to mark it as read from the working tree;
+    ``verify`` re-derives it and compares.
     """
     if stale is None or stale.ci_runs:
         return ""
@@ -176,7 +178,7 @@ def banner(stale: Staleness | None) -> str:
 
 
 def cell(stale: Staleness | None) -> str:
-    """The index's stale column for one gate, wrapped so the sync check can mask it."""
+    """The index's stale column for one gate, marked as read from the working tree."""
     if stale is None:
         shown = "current"
     else:
@@ -186,19 +188,9 @@ def cell(stale: Staleness | None) -> str:
 
 TREE_OPEN = "<!--tree-->"
 TREE_CLOSE = "<!--/tree-->"
-_SPAN = re.compile(
-    rf"(?:{re.escape(STALE_OPEN)}.*?{re.escape(STALE_CLOSE)}(?:\n\n)?"
-    rf"|{re.escape(TREE_OPEN)}.*?{re.escape(TREE_CLOSE)})",
-    re.S,
-)
 
 
 def from_tree(text: str) -> str:
-    """``text`` marked as read from the working tree rather than the receipts (masked)."""
+    """``text`` marked as read from the working tree rather than the receipts; ``verify``
+    re-derives every marked span from the tree and compares."""
     return f"{TREE_OPEN}{text}{TREE_CLOSE}"
-
-
-def mask(text: str) -> str:
-    """``text`` with every span that depends on the working tree removed (stale banners and
-    cells, text read from gate files), so sync checks compare only what receipts determine."""
-    return _SPAN.sub("", text)

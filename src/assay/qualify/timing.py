@@ -4,10 +4,15 @@
 round lasts well above the timer's resolution, then times rounds with the garbage collector
 off, on ``time.perf_counter_ns``. The result keeps every round (time per call), so the receipt
 can state min, median, quartiles, IQR and outliers, and :meth:`Timing.histogram` can draw them.
+
+A timing claim's control is a measured slower variant, never a constant: :func:`measure_control`
+times a deliberately slowed callable with the settings of the claim's own timing and returns the
+value for ``claim.control``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import statistics
 import time
@@ -17,6 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
+from assay.qualify.gate import TIME_UNITS
+
+# Calibration accepts a calls-per-round count only when this many rounds in a row all last
+# long enough: one round is one sample, and a single preempted round would end it too early.
+CALIBRATION_ROUNDS = 3
+MAX_ITERATIONS = 1 << 24
 
 
 def _resolution_ns() -> int:
@@ -32,13 +43,30 @@ def _resolution_ns() -> int:
 
 
 @dataclass(frozen=True)
+class TimingSettings:
+    """The keyword arguments of :func:`measure_time`, kept so a control is timed the same way."""
+
+    rounds: int = 30
+    warmup_s: float = 0.05
+    min_round_s: float = 0.002
+    max_time_s: float = 5.0
+    timer: Callable[[], int] = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
 class Timing:
-    """Rounds of a timed function: ``per_call_ns[i]`` is round i's time divided by its calls."""
+    """Rounds of a timed function: ``per_call_ns[i]`` is round i's time divided by its calls.
+
+    ``calibration_rounds`` counts the rounds spent choosing ``iterations`` (not recorded as
+    samples); ``settings`` is what :func:`measure_time` ran with (None for outside timings).
+    """
 
     per_call_ns: tuple[float, ...]
     iterations: int
     warmup_rounds: int
     resolution_ns: int
+    calibration_rounds: int = 0
+    settings: TimingSettings | None = None
 
     @classmethod
     def from_seconds(cls, seconds: list[float], warmup_rounds: int = 0) -> Timing:
@@ -48,10 +76,10 @@ class Timing:
             raise AssayError("Timing.from_seconds: expected at least one round")
         return cls(tuple(s * 1e9 for s in seconds), 1, warmup_rounds, 1)
 
-    def stats(self, scale: float = 1e-9) -> dict[str, Any]:
-        """Summary in seconds times ``scale`` (1.0 = s, 1e3 = ms): n, min, q1, median, q3, max,
-        iqr, mean, stdev, outliers (rounds beyond 1.5 IQR of the quartiles, Tukey's rule),
-        rounds, iterations per round, warm-up rounds and the timer."""
+    def stats(self, scale: float = 1.0) -> dict[str, Any]:
+        """Summary in seconds times ``scale`` (default 1.0 = s; 1e3 = ms, 1e9 = ns): n, min, q1,
+        median, q3, max, iqr, mean, stdev, outliers (rounds beyond 1.5 IQR of the quartiles,
+        Tukey's rule), rounds, iterations per round, warm-up rounds and the timer."""
         values = sorted(v * 1e-9 * scale for v in self.per_call_ns)
         n = len(values)
         q1, _, q3 = statistics.quantiles(values, n=4) if n > 1 else (values[0],) * 3
@@ -71,8 +99,21 @@ class Timing:
             "rounds": n,
             "iterations": self.iterations,
             "warmup_rounds": self.warmup_rounds,
-            "timer": f"perf_counter_ns (resolution {self.resolution_ns} ns), gc off",
+            "timer": self._timer_text(),
         }
+
+    def median_in(self, unit: str) -> float:
+        """The median time per call in ``unit`` (s, ms, us or ns), as a claim in that unit
+        records it."""
+        if unit not in TIME_UNITS:
+            raise AssayError(f"Timing.median_in: unit {unit!r} is not one of s, ms, us or ns")
+        return self.stats(1.0 / TIME_UNITS[unit])["median"]
+
+    def _timer_text(self) -> str:
+        text = f"perf_counter_ns (resolution {self.resolution_ns} ns), gc off"
+        if self.calibration_rounds:
+            text += f", {self.calibration_rounds} calibration rounds"
+        return text
 
     def histogram(self, path: str | Path, title: str, unit: str = "ms") -> Path:
         """Write a PNG histogram of the per-call times (needs matplotlib); return its path."""
@@ -111,39 +152,94 @@ def measure_time(
     max_time_s: float = 5.0,
     timer: Callable[[], int] = time.perf_counter_ns,
 ) -> Timing:
-    """Time ``fn()``: warm up for ``warmup_s``, calibrate calls per round so one round lasts
-    at least ``min_round_s`` (and 100 timer steps), then run up to ``rounds`` rounds within
-    ``max_time_s`` (at least 3). The collector is disabled while timing and restored after.
+    """Time ``fn()``: warm up for ``warmup_s``, calibrate calls per round so that
+    ``CALIBRATION_ROUNDS`` rounds in a row each last at least ``min_round_s`` (and 100 timer
+    steps), then run up to ``rounds`` rounds within ``max_time_s`` (at least 3). The collector
+    is disabled while timing and restored after; the settings travel with the result.
     """
     if rounds < 3:
         raise AssayError(f"measure_time rounds: expected at least 3, got {rounds}")
+    settings = TimingSettings(rounds, warmup_s, min_round_s, max_time_s, timer)
     resolution = _resolution_ns()
     min_round_ns = max(int(min_round_s * 1e9), 100 * resolution)
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        warmup_rounds, deadline = 0, timer() + int(warmup_s * 1e9)
-        while True:  # warm-up: caches, lazy init, branch predictors; not recorded
-            fn()
-            warmup_rounds += 1
-            if timer() >= deadline:
-                break
-        iterations = 1
-        while True:  # calibration: double calls per round until a round is long enough
-            start = timer()
-            for _ in range(iterations):
-                fn()
-            if timer() - start >= min_round_ns or iterations >= 1 << 24:
-                break
-            iterations *= 2
-        per_call: list[float] = []
-        budget_end = timer() + int(max_time_s * 1e9)
-        while len(per_call) < rounds and (len(per_call) < 3 or timer() < budget_end):
-            start = timer()
-            for _ in range(iterations):
-                fn()
-            per_call.append((timer() - start) / iterations)
+        warmup_rounds = _warm_up(fn, warmup_s, timer)
+        iterations, calibration_rounds = _calibrate(fn, min_round_ns, timer)
+        per_call = _timed_rounds(fn, iterations, rounds, max_time_s, timer)
     finally:
         if was_enabled:
             gc.enable()
-    return Timing(tuple(per_call), iterations, warmup_rounds, resolution)
+    return Timing(
+        tuple(per_call), iterations, warmup_rounds, resolution, calibration_rounds, settings
+    )
+
+
+def measure_control(
+    slower: Callable[[], Any], *, like: Timing, unit: str, **overrides: Any
+) -> float:
+    """Time ``slower`` (a deliberately slowed variant of the claim's subject) with the
+    :func:`measure_time` settings that produced ``like``, and return its median time per call
+    in ``unit``: the value to pass to ``claim.control``. ``overrides`` replace single settings
+    (e.g. ``rounds=5`` for a very slow variant); the warm-up, calibration and collector rules
+    stay those of ``like``.
+    """
+    if like.settings is None:
+        raise AssayError("measure_control: like= must come from measure_time (it has no settings)")
+    settings = dataclasses.replace(like.settings, **overrides)
+    # fields one by one, not asdict(): asdict would deep-copy the timer callable
+    kwargs = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+    return measure_time(slower, **kwargs).median_in(unit)
+
+
+def _warm_up(fn: Callable[[], Any], warmup_s: float, timer: Callable[[], int]) -> int:
+    """Call ``fn`` until ``warmup_s`` has passed (at least once); return the calls made."""
+    calls, deadline = 0, timer() + int(warmup_s * 1e9)
+    while True:  # caches, lazy init, branch predictors; not recorded
+        fn()
+        calls += 1
+        if timer() >= deadline:
+            return calls
+
+
+def _round_ns(fn: Callable[[], Any], iterations: int, timer: Callable[[], int]) -> int:
+    start = timer()
+    for _ in range(iterations):
+        fn()
+    return timer() - start
+
+
+def _calibrate(
+    fn: Callable[[], Any], min_round_ns: int, timer: Callable[[], int]
+) -> tuple[int, int]:
+    """Double calls per round until ``CALIBRATION_ROUNDS`` rounds in a row each last
+    ``min_round_ns`` (or the count reaches ``MAX_ITERATIONS``); return (calls per round,
+    calibration rounds run)."""
+    iterations, rounds_run = 1, 0
+    while True:
+        for _ in range(CALIBRATION_ROUNDS):
+            rounds_run += 1
+            if _round_ns(fn, iterations, timer) < min_round_ns:
+                break
+        else:
+            return iterations, rounds_run
+        if iterations >= MAX_ITERATIONS:
+            return iterations, rounds_run
+        iterations *= 2
+
+
+def _timed_rounds(
+    fn: Callable[[], Any],
+    iterations: int,
+    rounds: int,
+    max_time_s: float,
+    timer: Callable[[], int],
+) -> list[float]:
+    """Up to ``rounds`` rounds of ``iterations`` calls within ``max_time_s`` (at least 3);
+    return each round's time per call in ns."""
+    per_call: list[float] = []
+    budget_end = timer() + int(max_time_s * 1e9)
+    while len(per_call) < rounds and (len(per_call) < 3 or timer() < budget_end):
+        per_call.append(_round_ns(fn, iterations, timer) / iterations)
+    return per_call

@@ -1,21 +1,21 @@
-"""Verification: receipts are schema-valid and untampered, and records match their receipts."""
+"""Verification: receipts are schema-valid and untampered, the ledger holds, and every
+record and the index equal a fresh render of the gates' standings (tree-derived spans
+re-derived too, so a hand edit anywhere is caught)."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
 from assay.faultpoints import armed, declare
-from assay.qualify.assemble import check_corrections
-from assay.qualify.chain import check_chain
-from assay.qualify.gate import file_sha256
-from assay.qualify.index import index_path, index_text
-from assay.qualify.receipt import SHA_FIELD, problems_in, receipt_filename, receipt_paths
-from assay.qualify.render import GATE_DIR, gates_in, load_gate, record_path, render_text
-from assay.qualify.sign import check_signature
-from assay.qualify.stale import check_gate, mask
+from assay.qualify.index import index_path, index_text, standings
+from assay.qualify.readme import readme_problems
+from assay.qualify.receipt import receipt_paths
+from assay.qualify.render import GATE_DIR, project_root, record_path, record_with_banner
+from assay.qualify.sign import ENV_VAR, resolve_trust, signature_state, user_config_signers
+from assay.qualify.standing import Standing
 
 NEWEST_ONLY = declare(
     "qualify.verify.newest_receipt_only",
@@ -29,144 +29,201 @@ RECORD_UNCHECKED = declare(
 RECORD_MARK = "# Gate record: "
 
 
-def _check_file(path: Path, gate: str) -> tuple[dict[str, Any] | None, list[str]]:
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        return None, [f"{path}: not readable JSON ({err})"]
-    problems = []
-    for p in problems_in(data):
-        kind = "sha256 mismatch" if p.startswith(SHA_FIELD) else "schema invalid"
-        problems.append(f"{path}: {kind}: {p}")
-    if problems:
-        return None, problems
-    if data["gate"] != gate:
-        problems.append(f"{path}: receipt of gate {data['gate']!r} filed under {gate!r}")
-    if path.name != receipt_filename(data):
-        problems.append(
-            f"{path}: file name does not match its content (expected {receipt_filename(data)})"
-        )
-    return (data if not problems else None), problems
+def standing_problems(standing: Standing) -> list[str]:
+    """The ledger problems of one gate's standing (only the newest file's when the
+    ``newest_receipt_only`` fault is armed)."""
+    if not armed(NEWEST_ONLY) or not standing.receipts:
+        return list(standing.problems)
+    newest = standing.receipts[-1]["receipt_sha256"][:12]
+    return [p for p in standing.problems if newest in p]
 
 
-def _check_figures(path: Path, receipt: dict[str, Any], records_dir: Path) -> list[str]:
-    problems = []
-    for fig in receipt["figures"]:
-        target = records_dir / fig["path"]
-        if not target.is_file():
-            problems.append(f"{path}: figure {fig['path']} is missing from {records_dir}")
-        elif file_sha256(target) != fig["sha256"]:
-            problems.append(f"{target}: figure sha256 differs from receipt {path.name}")
-    return problems
-
-
-def verify_gate(gate: str, receipts_dir: Path, records_dir: Path) -> list[str]:
-    """Problems for one gate's receipts, its ledger and its record, one line each naming
-    the file."""
-    problems: list[str] = []
-    valid: list[tuple[Path, dict[str, Any]]] = []
-    paths = receipt_paths(receipts_dir, gate)
-    for path in paths[-1:] if armed(NEWEST_ONLY) else paths:
-        receipt, found = _check_file(path, gate)
-        problems.extend(found)
-        if receipt is not None:
-            valid.append((path, receipt))
-    problems.extend(
-        check_chain(
-            Path(receipts_dir) / gate, {p.name: r for p, r in valid}, [p.name for p in paths]
-        )
-    )
-    receipts = [r for _, r in valid]
-    for path, receipt in valid:
-        problems.extend(f"{path}: {p}" for p in check_corrections(receipt, receipts))
-        problems.extend(_check_figures(path, receipt, records_dir))
-    record = record_path(records_dir, gate)
+def record_problems(standing: Standing, records_dir: Path) -> list[str]:
+    """The record of one gate is present and equal to a fresh render of its standing."""
+    record = record_path(records_dir, standing.gate)
     if not record.is_file():
-        problems.append(f"{record}: record missing for gate {gate!r} (run `assay render`)")
-    elif (
-        receipts
-        and not armed(RECORD_UNCHECKED)
-        and mask(record.read_text("utf-8")) != render_text(gate, receipts)
-    ):
-        problems.append(f"{record}: record out of sync with its receipts (run `assay render`)")
-    return problems
+        return [f"{record}: record missing for gate {standing.gate!r} (run `assay render`)"]
+    fresh = standing.receipts and not armed(RECORD_UNCHECKED)
+    if fresh and record.read_text("utf-8") != record_with_banner(standing):
+        return [
+            f"{record}: record out of sync with its receipts or the working tree "
+            "(hand-edited, or rendered before a change: run `assay render`)"
+        ]
+    return []
 
 
-def _check_index(receipts_dir: Path, records_dir: Path, gates: set[str]) -> list[str]:
+def _check_index(receipts_dir: Path, records_dir: Path, root: Path) -> list[str]:
     index = index_path(records_dir)
-    if not gates:
-        return []
     if not index.is_file():
         return [f"{index}: index missing (run `assay render`)"]
     try:
-        fresh = index_text(receipts_dir, records_dir)
+        fresh = index_text(receipts_dir, records_dir, root)
     except AssayError:
         return []  # an invalid receipt is already reported against its own file
-    if mask(index.read_text("utf-8")) != mask(fresh):
-        return [f"{index}: index out of sync with the receipts (run `assay render`)"]
+    if index.read_text("utf-8") != fresh:
+        return [
+            f"{index}: index out of sync with the receipts or the working tree "
+            "(hand-edited, or rendered before a change: run `assay render`)"
+        ]
     return []
 
 
 def verify_signatures(
-    receipts_dir: Path, allowed_signers: Path | None
+    receipts_dir: Path, records_dir: Path, *, option: str | None, require: bool
 ) -> tuple[list[str], list[str]]:
-    """(problems, notes) for receipt signatures: a signature that does not hold, or any
-    signature when no allowed-signers file exists, is a problem; each signer is a note."""
-    problems: list[str] = []
+    """(problems, notes) for receipt signatures, trust taken as :func:`resolve_trust` says.
+
+    Problems: a signature that does not hold or whose signer is not trusted; a named trusted
+    file that is missing; an in-tree allowed-signers file differing from the trusted one;
+    with ``require``, each unsigned receipt, and a refusal when no trusted signers lie
+    outside the tree. Notes: each good signer, where trust came from (when anything is
+    signed), and "N of M receipts unsigned" when signatures are in use but not required.
+    """
+    trust = resolve_trust(records_dir, option)
+    problems = list(trust.problems)
     notes: list[str] = []
-    for path in receipt_paths(receipts_dir):
-        found = check_signature(path, allowed_signers)
-        if found is None:
-            continue
-        if found.ok:
-            notes.append(f"{path}: signed by {found.signer}: {found.detail}")
-        else:
-            who = f" (claims signer {found.signer})" if found.signer else ""
-            problems.append(f"{path}: forged or broken signature{who}: {found.detail}")
+    if require and not trust.outside:
+        problems.append(
+            "--require-signatures refused: no trusted signers outside the tree (pass "
+            f"--allowed-signers FILE, set ${ENV_VAR}, or write {user_config_signers()})"
+        )
+    found = [signature_state(path, trust.path) for path in receipt_paths(receipts_dir)]
+    unsigned = [f for f in found if f.state == "unsigned"]
+    for f in found:
+        if f.state == "signed":
+            notes.append(f"{f.path}: signed by {f.signer}: {f.detail}")
+        elif f.state == "broken":
+            who = f" (claims signer {f.signer})" if f.signer else ""
+            problems.append(f"{f.path}: forged or broken signature{who}: {f.detail}")
+        elif require:
+            problems.append(f"{f.path}: unsigned, and --require-signatures is set")
+    if trust.note and len(unsigned) < len(found):
+        notes.insert(0, trust.note)
+    in_use = trust.path is not None or len(unsigned) < len(found)
+    if unsigned and in_use and not require:
+        notes.append(f"{len(unsigned)} of {len(found)} receipts unsigned")
     return problems, notes
 
 
 def verify_stale(receipts_dir: Path, root: Path) -> tuple[list[str], list[str]]:
-    """(failing, reported) stale-record lines: gates CI re-runs fail, the others are reported.
+    """(failing, reported) stale-record lines for every gate under ``receipts_dir`` against
+    the tree at ``root`` (see :func:`stale_lines`)."""
+    receipts_dir = Path(receipts_dir)
+    return stale_lines(standings(receipts_dir, receipts_dir.parent, Path(root)))
 
-    AssayError when a receipt is invalid (run plain ``verify`` for the details)."""
+
+def stale_lines(gates: list[Standing]) -> tuple[list[str], list[str]]:
+    """(failing, reported) stale-record lines from the standings: a stale device head of a
+    gate CI re-runs fails, the others are reported. A partial run after a head never hides
+    the head's staleness, since the head is what the records show."""
     failing: list[str] = []
     reported: list[str] = []
-    for gate in gates_in(receipts_dir):
-        found = check_gate(root, load_gate(receipts_dir, gate))
-        if found is not None:
-            (failing if found.ci_runs else reported).append(found.describe())
+    for standing in gates:
+        for d in standing.devices:
+            if d.stale is not None:
+                (failing if d.stale.ci_runs else reported).append(d.stale.describe())
     return failing, reported
 
 
-def verify_all(receipts_dir: Path, records_dir: Path) -> list[str]:
-    """Every problem found, one line each naming the file; an empty list means all is well.
+def verify_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> list[str]:
+    """Every problem :func:`verify_tree` finds, one line each naming the file."""
+    return verify_tree(receipts_dir, records_dir, root)[0]
+
+
+def verify_tree(
+    receipts_dir: Path, records_dir: Path, root: Path | None = None
+) -> tuple[list[str], list[Standing]]:
+    """Every problem found, one line each naming the file, and the standings they came
+    from; an empty problem list means all is well.
 
     Checks each receipt (readable, schema-valid, verdicts consistent, sha256 matches its
     content, filed under its gate and named after its content, corrections resolvable,
     figures present and unchanged), each gate's hash-chained LEDGER (see
-    :mod:`assay.qualify.chain`), each record and the index (present, equal to a fresh
-    in-memory render of the valid receipts, stale banners masked; a record without receipts
-    is reported too).
+    :mod:`assay.qualify.chain`), each record and the index (present, equal to a fresh render
+    of the gate's standing, tree-derived spans included). A receipts folder that does not
+    exist or holds no receipt is a problem: verifying nothing is not a pass.
     """
     receipts_dir, records_dir = Path(receipts_dir), Path(records_dir)
+    root = root or project_root(records_dir)
     problems: list[str] = []
-    gates = set()
-    if receipts_dir.is_dir():
-        for d in sorted(receipts_dir.iterdir()):
-            if not d.is_dir():
-                continue
-            if not GATE_DIR.match(d.name):
-                problems.append(f"{d}: not a gate folder name")
-                continue
-            if receipt_paths(receipts_dir, d.name):
-                gates.add(d.name)
-                problems.extend(verify_gate(d.name, receipts_dir, records_dir))
-    problems.extend(_check_index(receipts_dir, records_dir, gates))
+    if not receipts_dir.is_dir():
+        return [f"{receipts_dir}: no such receipts folder: nothing to verify"], []
+    for d in sorted(receipts_dir.iterdir()):
+        if d.is_dir() and not GATE_DIR.match(d.name):
+            problems.append(f"{d}: not a gate folder name")
+    gates = standings(receipts_dir, records_dir, root)
+    if not gates:
+        problems.append(f"{receipts_dir}: holds no receipts: nothing to verify")
+    for standing in gates:
+        problems.extend(standing_problems(standing))
+        problems.extend(record_problems(standing, records_dir))
+    if gates:
+        problems.extend(_check_index(receipts_dir, records_dir, root))
+        problems.extend(readme_problems(root, gates))
+    names = {s.gate for s in gates}
     if records_dir.is_dir():
         for md in sorted(records_dir.glob("*.md")):
             with md.open(encoding="utf-8") as handle:
                 first = handle.readline()
-            if first.startswith(RECORD_MARK) and md.stem not in gates:
+            if first.startswith(RECORD_MARK) and md.stem not in names:
                 problems.append(f"{md}: record has no receipts in {receipts_dir}")
-    return problems
+    return problems, gates
+
+
+@dataclass
+class Report:
+    """Everything ``verify`` and ``publish`` decide on: problems, notes, the standings."""
+
+    problems: list[str]
+    notes: list[str]
+    standings: list[Standing]
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"ok", "problems", "notes", "standings": {gate: {"status", "summary"}}}``."""
+        return {
+            "ok": not self.problems,
+            "problems": self.problems,
+            "notes": self.notes,
+            "standings": {
+                s.gate: {"status": s.status, "summary": s.summary()} for s in self.standings
+            },
+        }
+
+
+def check_records(
+    receipts_dir: Path,
+    records_dir: Path,
+    *,
+    root: Path | None = None,
+    stale: bool = False,
+    allowed_signers: str | None = None,
+    require_signatures: bool = False,
+) -> Report:
+    """The one verification ``verify`` prints and ``publish`` refuses on: receipts, ledgers,
+    records and index (:func:`verify_tree`), the git history of every ledger, signatures
+    and, with ``stale``, stale records of gates CI re-runs (others are notes)."""
+    from assay.qualify.history import check_history
+
+    receipts_dir, records_dir = Path(receipts_dir), Path(records_dir)
+    root = Path(root) if root else project_root(records_dir)
+    problems, gates = verify_tree(receipts_dir, records_dir, root)
+    notes: list[str] = []
+    if receipts_dir.is_dir():
+        history = check_history(receipts_dir)
+        problems.extend(history.problems)
+        notes.extend(history.notes)
+        if not history.checked:
+            notes.append(f"history not checked: {history.reason}")
+    try:
+        bad, signed = verify_signatures(
+            receipts_dir, records_dir, option=allowed_signers, require=require_signatures
+        )
+    except AssayError as err:
+        bad, signed = [str(err)], []
+    problems.extend(bad)
+    notes.extend(signed)
+    if stale:
+        failing, reported = stale_lines(gates)
+        problems.extend(failing)
+        notes.extend(f"stale (reported, not failing): {r}" for r in reported)
+    return Report(problems, notes, gates)

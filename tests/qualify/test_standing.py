@@ -1,0 +1,252 @@
+"""One standing per gate: the record, the index, both HTML pages and ``verify`` say the same
+thing for every way a reader could be shown "pass" that the evidence does not back."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
+
+from assay.cli import main
+from assay.qualify.site import build_site
+
+GATE = """
+def test_good(gate):
+    c = gate.claim("good", "agrees", kind="correctness", threshold=Threshold("<=", 1e-3))
+    c.measure(0.0)
+    c.control("broken", 1.0)
+
+
+def test_bad(gate):
+    c = gate.claim("bad", "agrees too", kind="correctness", threshold=Threshold("<=", 1e-3))
+    c.measure({bad})
+    c.control("broken", 1.0)
+"""
+
+
+def five_views(gates, tmp_path: Path, capsys) -> dict[str, str]:
+    """The gate's record, the index, the site's gate page and index, and verify's JSON."""
+    site = tmp_path / "site"
+    build_site(gates.receipts, gates.records, site, gates.pytester.path)
+    capsys.readouterr()
+    main(["verify", "--json", f"--receipts={gates.receipts}", f"--records={gates.records}"])
+    verified = json.loads(capsys.readouterr().out)
+    return {
+        "record": (gates.records / "demo.md").read_text("utf-8"),
+        "index": (gates.records / "README.md").read_text("utf-8"),
+        "page": (site / "demo.html").read_text("utf-8"),
+        "site index": (site / "index.html").read_text("utf-8"),
+        "verify": json.dumps(verified["standings"]["demo"]),
+    }
+
+
+def status_in(view: str, text: str) -> str:
+    """The status word a view shows for gate demo."""
+    if view == "record":
+        return re.search(r"\*\*Status: ([A-Z ]+)\*\*", text).group(1).lower()
+    if view == "page":
+        return re.search(r"Status: ([A-Z ]+)</strong>", text).group(1).lower()
+    if view == "index":
+        row = next(line for line in text.splitlines() if line.startswith("| [demo]"))
+        return row.split(" | ")[3].split(":")[0].strip()
+    if view == "site index":
+        return re.search(r'<td class="([a-z ]+)">', text).group(1)
+    return json.loads(text)["status"]
+
+
+def assert_agree(views: dict[str, str], status: str, *facts: str) -> None:
+    for name, text in views.items():
+        assert status_in(name, text) == status, (name, text[:400])
+        for fact in facts:
+            assert fact in text, (name, fact)
+
+
+def test_a_partial_run_after_a_failing_complete_run_never_shows_pass(gates, tmp_path, capsys):
+    gates.write("demo", GATE.format(bad="0.5"))
+    assert gates.run().ret != 0
+    assert gates.run("-k", "good").ret == 0  # a partial run that passes
+    views = five_views(gates, tmp_path, capsys)
+    assert_agree(views, "fail", "bad")
+    assert "Partial runs after the newest complete run" in views["record"]
+    assert "not a verdict" in views["page"]
+
+
+def test_only_partial_runs_give_no_complete_run(gates, tmp_path, capsys):
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run("-k", "good").ret == 0
+    assert_agree(five_views(gates, tmp_path, capsys), "no complete run")
+
+
+@pytest.mark.parametrize("how", ["skip mark", "collection hook", "deleted"])
+def test_a_vanished_failing_claim_is_missing_not_pass(gates, tmp_path, capsys, how):
+    gates.write("demo", GATE.format(bad="0.5"))
+    assert gates.run().ret != 0
+    if how == "skip mark":
+        gates.write(
+            "demo",
+            GATE.format(bad="0.5").replace("def test_bad", "@pytest.mark.skip\ndef test_bad"),
+        )
+        gates.modules[0].write_text("import pytest\n" + gates.modules[0].read_text())
+    elif how == "collection hook":
+        gates.pytester.makeconftest(
+            "def pytest_collection_modifyitems(items):\n"
+            "    items[:] = [i for i in items if 'bad' not in i.name]\n"
+        )
+    else:
+        gates.write("demo", GATE.format(bad="0.5").split("def test_bad")[0])
+    assert gates.run().ret == 0  # the run itself passes: only the ledger knows
+    views = five_views(gates, tmp_path, capsys)
+    assert_agree(views, "incomplete", "bad")
+    assert "Missing claims: 1" in views["record"]
+
+
+def test_a_dated_correction_retires_a_missing_claim_and_stays_listed(gates, tmp_path, capsys):
+    gates.write("demo", GATE.format(bad="0.5"))
+    assert gates.run().ret != 0
+    first = gates.only_receipt("demo")["receipt_sha256"]
+    retire = (
+        "\n\ndef test_retire(gate):\n"
+        f"    gate.correct({first!r}, 'bad', 'the bad claim measured a removed feature')\n"
+    )
+    gates.write("demo", GATE.format(bad="0.5").split("def test_bad")[0] + retire)
+    assert gates.run().ret == 0
+    views = five_views(gates, tmp_path, capsys)
+    assert_agree(views, "pass")
+    for name in ("record", "page"):
+        assert "Retired claims: 1" in views[name]
+        assert "removed feature" in views[name]
+
+
+def test_a_skipped_claim_test_is_not_a_pass(gates, tmp_path, capsys):
+    gates.write(
+        "demo",
+        GATE.format(bad="0.0")
+        + "\n\ndef test_later(gate):\n    import pytest\n    pytest.skip('needs a GPU')\n",
+    )
+    assert gates.run().ret == 0
+    receipt = gates.only_receipt("demo")
+    assert receipt["run"]["skipped"][0]["reason"] == "needs a GPU"
+    assert_agree(five_views(gates, tmp_path, capsys), "inconclusive", "1 test skipped")
+
+
+def test_a_run_that_regressed_against_its_baseline_is_headlined_fail(gates, tmp_path, capsys):
+    gates.write("demo", GATE.format(bad="0.0"))
+    baseline = gates.pytester.path / "base"
+    assert gates.run(receipts=baseline).ret == 0
+    gates.write("demo", GATE.format(bad="0.0009"))  # passes its threshold, worse than 0.0
+    gates.run(f"--gate-baseline={baseline}")
+    assert_agree(five_views(gates, tmp_path, capsys), "fail", "regression")
+
+
+def test_the_site_shows_what_the_record_shows(gates, tmp_path, capsys):
+    gates.write(
+        "demo",
+        GATE.format(bad="0.5") + "\n\nimport pytest\n\n@pytest.fixture\ndef broken():\n"
+        "    raise RuntimeError('setup broke here')\n\n"
+        "def test_setup(gate, broken):\n    pass\n",
+    )
+    (gates.pytester.path / "pytest.ini").write_text("[pytest]\ngate_project = toylib==1.2.3\n")
+    gates.run()
+    views = five_views(gates, tmp_path, capsys)
+    for fact in (
+        "Project under test: toylib 1.2.3",
+        "setup error",
+        "setup broke here",
+        "Failed tests: 2",
+        "test_bad",
+        "unknown (not a git checkout)",
+    ):
+        assert fact in views["record"], fact
+        assert fact in views["page"], fact
+
+
+def test_same_second_receipts_follow_the_ledger_not_the_sha(tmp_path):
+    import tamper_cases
+    from assay.qualify.receipt import write_receipt
+    from assay.qualify.render import render_all
+    from assay.qualify.standing import gate_standing
+
+    synthetic_receipt = tamper_cases.synthetic_receipt
+
+    receipts = tmp_path / "records" / "receipts"
+    passing = synthetic_receipt("2026-01-01T00:00:00Z", 0.0, "0" * 64)
+    failing = synthetic_receipt("2026-01-01T00:00:00Z", 0.5, "0" * 64)
+    failing["status"] = "fail"
+    failing["claims"][0]["verdict"] = "fail"
+    failing["claims"][0]["margin"] = 1e-3 - 0.5
+    write_receipt(passing, receipts)
+    write_receipt(failing, receipts)  # same second; the sha order is a coin toss, not a clock
+    render_all(receipts, tmp_path / "records", tmp_path)
+    assert gate_standing(receipts, "demo").status == "fail"
+    assert "**Status: FAIL**" in (tmp_path / "records" / "demo.md").read_text()
+
+
+def test_a_hand_edit_inside_a_tree_span_fails_verify(gates, capsys):
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    index = gates.records / "README.md"
+    index.write_text(index.read_text().replace("<!--stale-->current", "<!--stale-->all fine"))
+    assert main(["verify", f"--receipts={gates.receipts}", f"--records={gates.records}"]) == 1
+    assert "index out of sync" in capsys.readouterr().out
+
+
+def test_verify_of_nothing_is_an_error(tmp_path, capsys):
+    assert main(["verify", f"--receipts={tmp_path / 'none'}"]) == 1
+    assert "nothing to verify" in capsys.readouterr().out
+
+
+def test_publish_refuses_a_ledger_verify_rejects_unless_told_and_then_says_so(
+    gates, tmp_path, capsys
+):
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    assert gates.run().ret == 0
+    gates.receipt_files("demo")[0].unlink()  # a published receipt deleted
+    site = tmp_path / "site"
+    args = ["publish", f"--receipts={gates.receipts}", f"--records={gates.records}"]
+    assert main([*args, f"--html={site}"]) == 1
+    assert not site.exists()
+    assert "deleted" in capsys.readouterr().err
+    assert main([*args, f"--html={site}", "--allow-broken"]) == 0
+    for page in ("index.html", "demo.html"):
+        text = (site / page).read_text()
+        assert "do not verify" in text and "deleted" in text
+
+
+def test_gate_no_write_leaves_the_tree_byte_identical(gates):
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    before = {p: p.read_bytes() for p in gates.pytester.path.rglob("*") if p.is_file()}
+    result = gates.run("--gate-no-write")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*not written (--gate-no-write): gate 'demo': pass*"])
+    after = {p: p.read_bytes() for p in gates.pytester.path.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_the_subject_is_the_version_the_gates_imported(gates, tmp_path, capsys):
+    pkg = gates.pytester.path / "site" / "toylib"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("VALUE = 1\n")
+    info = pkg.parent / "toylib-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toylib\nVersion: 1.0\n")
+    (info / "RECORD").write_text("toylib/__init__.py,,\n")
+    (gates.pytester.path / "pyproject.toml").write_text(
+        '[project]\nname = "toylib"\nversion = "2.0"\n'
+    )
+    gates.pytester.syspathinsert(pkg.parent)
+    gates.write(
+        "demo",
+        "import toylib\n" + GATE.format(bad="0.0"),
+    )
+    assert gates.run().ret == 0
+    subject = gates.only_receipt("demo")["subject"]
+    assert (subject["name"], subject["version"], subject["declared"]) == ("toylib", "1.0", "2.0")
+    record = (gates.records / "demo.md").read_text()
+    assert "pyproject.toml declares version 2.0, but the gates imported version 1.0" in record
