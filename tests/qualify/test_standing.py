@@ -250,3 +250,45 @@ def test_the_subject_is_the_version_the_gates_imported(gates, tmp_path, capsys):
     assert (subject["name"], subject["version"], subject["declared"]) == ("toylib", "1.0", "2.0")
     record = (gates.records / "demo.md").read_text()
     assert "pyproject.toml declares version 2.0, but the gates imported version 1.0" in record
+
+
+def test_a_declared_headline_leads_the_index_and_the_record(gates):
+    gates.write("demo", 'HEADLINE = "bad"\n' + GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    assert gates.only_receipt("demo")["headline_claim"] == "bad"
+    index = (gates.records / "README.md").read_text()
+    assert "| bad: 0 (threshold &lt;= 0.001) pass |" in index
+    assert "Headline claim: bad: 0" in (gates.records / "demo.md").read_text()
+    gates.write("demo", GATE.format(bad="0.0"))  # no HEADLINE: the first claim, labelled
+    assert gates.run().ret == 0
+    assert (
+        "good: 0 (threshold &lt;= 0.001) pass \\[first claim: the gate declares no headline\\]"
+        in (gates.records / "README.md").read_text()
+    )
+
+
+def test_readme_figures_come_from_the_receipts_and_verify_checks_them(gates, capsys):
+    readme = gates.pytester.path / "README.md"
+    readme.write_text("Where it stands: <!--standing:demo-->1.4x faster!<!--/standing-->\n")
+    gates.write("demo", GATE.format(bad="0.5"))
+    gates.run()
+    dirs = [f"--receipts={gates.receipts}", f"--records={gates.records}"]
+    assert main(["verify", *dirs]) == 1  # the hand-typed figure is not what the receipts say
+    assert "standing span differs" in capsys.readouterr().out
+    assert main(["render", *dirs]) == 0
+    text = readme.read_text()
+    assert "1.4x" not in text and "gate-demo: **fail" in text
+    assert main(["verify", *dirs]) == 0
+
+
+def test_one_claim_is_singular_and_absent_libraries_get_no_column():
+    from assay.qualify.view import counts_text, gate_view
+    from tamper_cases import synthetic_receipt
+
+    receipt = synthetic_receipt("2026-01-01T00:00:00Z", 0.0, "0" * 64)
+    receipt["receipt_sha256"] = "a" * 64
+    assert counts_text(receipt).startswith("1 claim: 1 pass")
+    from assay.qualify.standing import standing_of
+
+    columns = [k for k, _ in gate_view(standing_of("demo", [receipt]))["environment"]]
+    assert columns == ["Device", "CPU", "Python", "OS"]  # no torch, CUDA or bitsandbytes
