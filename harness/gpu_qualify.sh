@@ -153,7 +153,7 @@ got = hashlib.sha256(Path(sys.argv[2]).read_bytes()).hexdigest()
 print("travel model sha256", got, "matches the manifest" if got == want else f"DIFFERS from the manifest's {want}")
 EOF
 export ASSAY_SMOLLM2_GGUF=$TRAVEL
-# The coverage tracer costs about 3x the gate time on Python 3.11: a lease cannot afford it, so
+# The coverage tracer costs about 1.25x the gate time (docs/records.md): a lease cannot spare it, so
 # the kit's receipts record declared code only (set ASSAY_GATE_COVERAGE=1 to measure anyway).
 export ASSAY_GATE_COVERAGE=${ASSAY_GATE_COVERAGE:-0}
 
