@@ -158,15 +158,20 @@ def _publish_gate(
     return (str(path), receipt["status"]), regressions
 
 
+def _by_gate(fragments: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_gate: dict[str, list[dict[str, Any]]] = {}
+    for fragment in fragments:
+        by_gate.setdefault(fragment["gate"], []).append(fragment)
+    return by_gate
+
+
 def preview(fragments: list[dict[str, Any]], options: Options) -> list[tuple[str, str]]:
     """What :func:`publish` would write, as ``("not written: ...", status)`` lines; touches
     nothing on disk (``--gate-no-write``). The status is the run's own verdict; the gate's
     standing would also weigh its ledger, which a trial run does not change."""
     shown = []
     environment = options.environment or describe_environment()
-    by_gate: dict[str, list[dict[str, Any]]] = {}
-    for fragment in fragments:
-        by_gate.setdefault(fragment["gate"], []).append(fragment)
+    by_gate = _by_gate(fragments)
     for gate in sorted(by_gate):
         try:
             receipt, _, regressions, problems = _assemble(gate, by_gate[gate], options, environment)
@@ -199,9 +204,7 @@ def publish(
     from assay.qualify.index import render_index
     from assay.qualify.render import render_gate
 
-    by_gate: dict[str, list[dict[str, Any]]] = {}
-    for fragment in fragments:
-        by_gate.setdefault(fragment["gate"], []).append(fragment)
+    by_gate = _by_gate(fragments)
     environment = options.environment or describe_environment()
     written: list[tuple[str, str]] = []
     problems: list[str] = []

@@ -19,6 +19,8 @@ from assay.qualify.index import standings, what_it_gates
 from assay.qualify.receipt import receipt_filename, write_atomic
 from assay.qualify.render import project_root, standing_stale
 from assay.qualify.sign import sig_path
+from assay.qualify.stale import STALE_CLOSE, STALE_OPEN
+from assay.qualify.stale import cell as stale_cell
 from assay.qualify.standing import Standing
 from assay.qualify.view import gate_view, headline_text
 
@@ -38,9 +40,8 @@ def _copy(source: Path, target: Path) -> None:
 
 
 def _stale_text(found: Any) -> str:
-    if found is None:
-        return "current"
-    return f"stale since {found.since}" + ("" if found.ci_runs else f" (needs {found.needs})")
+    """The index's stale cell (one wording for Markdown and HTML), without its tree markers."""
+    return stale_cell(found).removeprefix(STALE_OPEN).removesuffix(STALE_CLOSE)
 
 
 def _copy_evidence(standing: Standing, receipts_dir: Path, records_dir: Path, out: Path) -> None:
