@@ -230,6 +230,7 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
             "assay.qualify.chain",
             "assay.qualify.sign",
             "assay.qualify.stale",
+            "assay.qualify.standing",  # verify's receipt and chain checks run here
             "assay.qualify.verify",
         ],
     )
