@@ -174,11 +174,14 @@ def example(session: nox.Session) -> None:
 @nox.session(name="gpu-dry-run", venv_params=VENV_PARAMS)
 def gpu_dry_run(session: nox.Session) -> None:
     """The GPU kit rehearsed on CPU (harness/gpu_qualify.sh --dry-run): kit built and checked
-    against the 64 MiB carry limit, wheels installed for cp312, travelling weights rebuilt and
-    fingerprinted, the gate path run with --gate-device cpu. Output under a session temp dir."""
+    against the 64 MiB carry limit, wheels installed for cp312, preflight, travelling weights
+    rebuilt and fingerprinted, the gate path run with --gate-device cpu, one archive packed;
+    then the archive imported into a copy of records/ (appended, rendered, verified)."""
     install(session)
-    out = Path(session.create_tmp()) / "gpu-dry-run"
+    tmp = Path(session.create_tmp())
+    out, home = tmp / "gpu-dry-run", tmp / "gpu-dry-run-records"
     shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
     session.run(
         "bash",
         "harness/gpu_qualify.sh",
@@ -188,6 +191,9 @@ def gpu_dry_run(session: nox.Session) -> None:
         *session.posargs,
         external=True,
     )
+    shutil.copytree("records", home)
+    (archive,) = out.glob("assay-gpu-*.tar.gz")
+    session.run("assay", "import-gpu", str(archive), "--receipts", str(home / "receipts"))
 
 
 @nox.session(venv_params=VENV_PARAMS)

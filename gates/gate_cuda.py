@@ -1,11 +1,13 @@
 """gate-cuda: the claims only a CUDA device can settle, each with a control that must fail.
 
-Peak VRAM against the memory model over a small frozen cohort (to seq 6144); streamed device
-peak independent of depth; pinned host memory counted (RssShmem beside RssAnon); bitsandbytes
-``matmul_4bit`` backward through recycled slot buffers (the NF4 stale-gradient class); the copy
-stream's wait before a slot is reused; bf16 compute parity with transformers in bf16; step
-throughput against the same-session bf16 GEMM ceiling and transformers+PEFT, quoted with the
-SM clock.
+Peak VRAM against the memory model over a small frozen cohort (to seq 6144: within 5%, never
+under by more than 2%); streamed device peak independent of depth; pinned host memory counted
+(RssShmem beside RssAnon); bitsandbytes ``matmul_4bit`` backward through recycled slot buffers
+(the NF4 stale-gradient class); the copy stream's wait before a slot is reused, repeated so the
+unguarded control must mismatch at least once; bf16 compute parity with transformers in bf16;
+timed steps (gates/cuda_steps.py) against the same-session bf16 GEMM ceiling, transformers+PEFT,
+transformers+bitsandbytes and the resident model, quoted with the SM clock. Each claim reports
+the device its tensors were on (``claim.ran_on``).
 
 Without a CUDA device (``--gate-device cpu``, or no GPU) every claim is recorded as not tested
 with the reason and each test is skipped: nothing here ever passes on CPU. The model is
@@ -90,8 +92,12 @@ def _worst_miss(predicted: list[int], measured: list[int]) -> float:
     return max(abs(m / p - 1.0) for p, m in zip(predicted, measured, strict=True))
 
 
+def _worst_under(predicted: list[int], measured: list[int]) -> float:
+    return max(m / p - 1.0 for p, m in zip(predicted, measured, strict=True))
+
+
 def test_peak_vram_matches_prediction(gate):
-    needs_cuda(gate, "vram.cohort")
+    needs_cuda(gate, "vram.cohort", "vram.cohort_under")
     from assay.bench.cuda_peaks import measure
     from assay.memory.predict import predict, with_changes
 
@@ -108,22 +114,38 @@ def test_peak_vram_matches_prediction(gate):
         nvml[rid] = out.get("nvml-process")
     gate.note(f"measured static + cuda max_memory_allocated: {measured}; NVML device used: {nvml}")
     ids = [rid for rid, _ in plans]
-    claim = gate.claim(
-        "vram.cohort",
-        "Predicted device peak within 15% of CUDA max_memory_allocated on every cohort row",
-        kind="memory",
-        threshold=Threshold("<=", 0.15, tolerance=0.2),
-        unit="max |measured/predicted - 1|",
-        code=["assay.memory.predict", "assay.memory.measure", "assay.bench.cuda_peaks"],
-    )
-    claim.measure(_worst_miss([frozen[r] for r in ids], [measured[r] for r in ids]))
+    peaks = [measured[r] for r in ids]
     halved = [
         predict(with_changes(plan, seq_len=plan.seq_len // 2), scope="cuda-allocated").total
         for _, plan in plans
     ]
+    code = ["assay.memory.predict", "assay.memory.measure", "assay.bench.cuda_peaks"]
+    claim = gate.claim(
+        "vram.cohort",
+        "Predicted device peak within 5% of CUDA max_memory_allocated on every cohort row",
+        kind="memory",
+        threshold=Threshold("<=", 0.05, tolerance=0.2),
+        unit="max |measured/predicted - 1|",
+        code=code,
+    )
+    claim.measure(_worst_miss([frozen[r] for r in ids], peaks))
+    claim.ran_on("cuda")  # torch.cuda's allocator statistics count CUDA tensors only
     claim.control(
-        "activations under-counted (predicted at half the sequence)",
-        _worst_miss(halved, [measured[r] for r in ids]),
+        "activations under-counted (predicted at half the sequence)", _worst_miss(halved, peaks)
+    )
+    under = gate.claim(
+        "vram.cohort_under",
+        "No cohort row's CUDA peak exceeds its prediction by more than 2% (a plan that is "
+        "predicted to fit must fit)",
+        kind="memory",
+        threshold=Threshold("<=", 0.02, tolerance=0.2),
+        unit="max (measured/predicted - 1)",
+        code=code,
+    )
+    under.measure(_worst_under([frozen[r] for r in ids], peaks))
+    under.ran_on("cuda")
+    under.control(
+        "activations under-counted (predicted at half the sequence)", _worst_under(halved, peaks)
     )
 
 
@@ -154,6 +176,7 @@ def test_streamed_peak_independent_of_depth(gate):
         code=["assay.stream.engine", "assay.stream.pool", "assay.bench.cuda_peaks"],
     )
     claim.measure(per_layer_growth(True))
+    claim.ran_on("cuda")  # peaks from torch.cuda's allocator statistics
     claim.control("resident base on the device", per_layer_growth(False))
 
 
@@ -174,6 +197,7 @@ def test_pinned_host_memory_is_counted(gate):
         code=["assay.memory.host"],
     )
     claim.measure(pinned.anon_plus_shmem_ratio)
+    claim.ran_on("cpu")  # host memory, pinned for CUDA copies
     claim.control("accounting that reads RssAnon only", pinned.anon_only_ratio)
 
 
@@ -192,10 +216,14 @@ def test_nf4_backward_through_recycled_slots(gate):
         code=["assay.bench.slot_recycling", "bitsandbytes.autograd._functions"],
     )
     claim.measure(slot_grad_error("cuda", "refetch"))
+    claim.ran_on("cuda")  # slot_grad_error builds every tensor on the device it is given
     claim.control(
         "slot views kept by autograd, overwritten before backward",
         slot_grad_error("cuda", "recycled"),
     )
+
+
+RACE_REPEATS = 5
 
 
 def test_copy_stream_waits_before_slot_reuse(gate):
@@ -205,17 +233,34 @@ def test_copy_stream_waits_before_slot_reuse(gate):
 
     # Stall the compute stream at every layer so the host runs ahead and the copy stream
     # reaches a slot while kernels that read it are still queued: the race has room to show.
-    errors = stream_errors("cuda", stall_cycles=2_000_000, faults=(SKIP_RELEASE_WAIT,))
+    # A race shows only sometimes, so both sides run RACE_REPEATS times: the control must
+    # mismatch at least once, the claim never.
+    runs = [
+        stream_errors("cuda", stall_cycles=2_000_000, faults=(SKIP_RELEASE_WAIT,))
+        for _ in range(RACE_REPEATS)
+    ]
+    limit = 1e-5
+    clean = [r["clean"] for r in runs]
+    broken = [r[SKIP_RELEASE_WAIT] for r in runs]
+    gate.note(
+        f"stream.copy_race over {RACE_REPEATS} repeats: clean errors {clean}, "
+        f"{sum(e > limit for e in broken)} of {RACE_REPEATS} unguarded runs mismatched ({broken})"
+    )
     claim = gate.claim(
         "stream.copy_race",
-        "Streamed logits and LoRA grads (2 slots, copy stream, stalled compute) equal resident",
+        f"Streamed logits and LoRA grads (2 slots, copy stream, stalled compute) equal resident "
+        f"in every one of {RACE_REPEATS} repeats",
         kind="correctness",
-        threshold=Threshold("<=", 1e-5),
-        unit="max relative error",
+        threshold=Threshold("<=", limit),
+        unit=f"max relative error over {RACE_REPEATS} repeats",
         code=["assay.stream.pool", "assay.stream.engine", "assay.bench.stream_race"],
     )
-    claim.measure(errors["clean"])
-    claim.control("copy stream does not wait for the slot's last reader", errors[SKIP_RELEASE_WAIT])
+    claim.measure(max(clean))
+    claim.ran_on("cuda")  # stream_errors places model, ids and slots on the device it is given
+    claim.control(
+        f"copy stream does not wait for the slot's last reader (worst of {RACE_REPEATS})",
+        max(broken),
+    )
 
 
 def _perturbed_norm(model):
@@ -255,6 +300,7 @@ def test_bf16_parity_with_transformers(gate):
         code=["assay.model.decoder", "assay.model.gguf"],
     )
     claim.measure(assay_error(assay.load(path)) / reference)
+    claim.ran_on(ids.device.type)
     claim.control(
         "first RMSNorm weight scaled by 1.05",
         assay_error(_perturbed_norm(assay.load(path))) / reference,
@@ -263,64 +309,14 @@ def test_bf16_parity_with_transformers(gate):
 
 def test_throughput_against_ceiling_and_peft(gate):
     needs_cuda(gate, "throughput.gemm_fraction", "throughput.vs_peft")
-    from assay.bench.device import gemm_ceiling_tflops, sm_clock_mhz
-    from assay.bench.step import train_step
-    from assay.bench.subjects import build_subjects
-    from assay.testing.real_model import smollm2_path
+    from cuda_steps import bf16_lora_steps
 
-    path = smollm2_path()
-    gate.input("model", path)
-    batch, seq, steps = 4, 1024, 6
-    subjects = build_subjects(["assay", "peft"], path, assay_loss="chunked_ce")
-    for subject in subjects.values():
-        subject.model.to("cuda", torch.bfloat16)
-    ids = torch.randint(0, 49152, (batch, seq), generator=torch.Generator().manual_seed(5)).cuda()
-    clock_before = sm_clock_mhz()
-    ceiling = gemm_ceiling_tflops("cuda")
-    times: dict[str, list[float]] = {name: [] for name in subjects}
-    for round_ in range(steps + 2):  # interleaved, two warm-up rounds dropped
-        for name, subject in subjects.items():
-            seconds, _ = train_step(subject, ids)
-            if round_ >= 2:
-                times[name].append(seconds)
+    bf16_lora_steps(gate, BENCH_CODE)
 
-    def stalled() -> float:  # control subject: every layer waits on the GPU
-        handles = [
-            layer.register_forward_pre_hook(lambda *_: torch.cuda._sleep(50_000_000))
-            for layer in subjects["assay"].model.layers
-        ]
-        try:
-            return min(train_step(subjects["assay"], ids)[0] for _ in range(3))
-        finally:
-            for handle in handles:
-                handle.remove()
 
-    clock_after = sm_clock_mhz()
-    median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
-    flops = subjects["assay"].flops(batch, seq).executed
-    fraction = flops / median["assay"] / 1e12 / ceiling
-    gate.note(
-        f"bf16 GEMM ceiling {ceiling:.1f} TFLOP/s; SM clock before {clock_before}, after "
-        f"{clock_after}; median step s {median}; assay step FLOPs {flops}"
-    )
-    frac = gate.claim(
-        "throughput.gemm_fraction",
-        "assay bf16 LoRA step reaches >= 15% of the same-session bf16 GEMM ceiling",
-        kind="performance",
-        threshold=Threshold(">=", 0.15, tolerance=0.2),
-        unit="fraction of ceiling",
-        code=BENCH_CODE,
-    )
-    frac.measure(fraction)
-    slow = stalled()
-    frac.control("every layer stalled 50M GPU cycles", flops / slow / 1e12 / ceiling)
-    versus = gate.claim(
-        "throughput.vs_peft",
-        "assay bf16 LoRA step time <= 1.1x transformers+PEFT's, same session",
-        kind="performance",
-        threshold=Threshold("<=", 1.1, tolerance=0.2),
-        unit="assay / peft step time",
-        code=BENCH_CODE,
-    )
-    versus.measure(median["assay"] / median["peft"])
-    versus.control("every layer stalled 50M GPU cycles", slow / median["peft"])
+def test_streamed_and_nf4_steps(gate):
+    needs_cuda(gate, "throughput.stream_vs_resident", "throughput.nf4_vs_bnb")
+    from cuda_steps import nf4_steps, streamed_steps
+
+    streamed_steps(gate, BENCH_CODE)
+    nf4_steps(gate, BENCH_CODE)

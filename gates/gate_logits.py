@@ -18,12 +18,16 @@ import torch
 import assay
 from assay.model import gguf as gguf_module
 from assay.qualify import Threshold
-from assay.testing.real_model import smollm2_path
+from assay.testing.placement import device_of
+from assay.testing.real_model import override, smollm2_path
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "logits.smollm2"
 
 THRESHOLD = Threshold("<=", 1e-4, tolerance=0.1)
+# THRESHOLD at the real SmolLM2's smallest per-prompt max |logit| over PROMPTS (27.35; the
+# others are 29.7, 36.4 and 41.5), for the scaled error on the travelling weights
+SCALED_THRESHOLD = Threshold("<=", 1e-4 / 27.35, tolerance=0.1)
 # Code each claim runs (claims[i].code_files); the plugin errors a test whose listed module
 # was never imported, so these lists cannot outlive the code they name.
 DECODER = ("assay.model.config", "assay.model.decoder", "assay.model.loader")
@@ -103,24 +107,32 @@ def test_smollm2_logits_match_transformers(gate):
     ).eval()
     reference = reference_logits(hf, batches)
     del hf
-    worst, scaled, count = compare(assay.load(path), reference, batches, gate.device)
+    worst, scaled, count = compare(model := assay.load(path), reference, batches, gate.device)
+    # On the travelling (seeded random) weights logits sit near zero, where an absolute bound
+    # is easy to meet: there the error is judged relative to the reference's logit scale.
+    scale = max(float(r.abs().max()) for r in reference)
+    pick = 1 if override() is not None else 0
     claim = gate.claim(
-        "logits.smollm2",
+        "logits.smollm2" + (".scaled" if pick else ""),
         f"SmolLM2-135M GGUF logits equal transformers' over {len(PROMPTS)} prompts "
-        f"({count:,} values, >= 49,152 required)",
+        f"({count:,} values, >= 49,152 required)"
+        + (f"; travelling weights, max |reference logit| {scale:.3g}" if pick else ""),
         kind="correctness",
-        threshold=THRESHOLD,
-        unit="max abs error",
+        threshold=SCALED_THRESHOLD if pick else THRESHOLD,
+        unit="max abs error / max |reference logit|" if pick else "max abs error",
         code=CODE["gguf"],
     )
     assert count >= 49_152
-    claim.measure(worst)
+    claim.measure((worst, scaled)[pick])
+    claim.ran_on(device_of(model))
     with qk_handling("skip"):
         broken = assay.load(path)
-    claim.control("Q/K permutation not undone", compare(broken, reference, batches, gate.device)[0])
+    claim.control(
+        "Q/K permutation not undone", compare(broken, reference, batches, gate.device)[pick]
+    )
     claim.control(
         "layers.0.input_layernorm.weight + 1e-3",
-        compare(perturb_one_norm(assay.load(path)), reference, batches, gate.device)[0],
+        compare(perturb_one_norm(assay.load(path)), reference, batches, gate.device)[pick],
     )
     if gate.device == "cpu":
         gate.not_tested(
@@ -160,7 +172,8 @@ def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
     batches = [torch.from_numpy(rng.integers(0, 320, (2, 96)))]
     reference = reference_logits(hf, batches)
     for fmt in ("hf", "gguf"):
-        worst, scaled, count = compare(assay.load(paths[fmt]), reference, batches, gate.device)
+        model = assay.load(paths[fmt])
+        worst, scaled, count = compare(model, reference, batches, gate.device)
         label = "safetensors" if fmt == "hf" else "GGUF (written by assay's GGUF writer)"
         claim = gate.claim(
             f"logits.{family}.{fmt}",
@@ -172,6 +185,7 @@ def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
             + (("assay.model.gguf_export",) if fmt == "gguf" else ()),
         )
         claim.measure(worst)
+        claim.ran_on(device_of(model))
         if fmt == "gguf":
             mode = "force" if family == "qwen2" else "skip"
             with qk_handling(mode):

@@ -102,6 +102,7 @@ def _codec_claim(gate, inputs, device: str) -> None:
         code=["nf4_reference"],  # bitsandbytes against the reference: no assay code
     )
     claim.measure(sum(codec_matches(w, device) for _, w in inputs))
+    claim.ran_on(device)  # codec_matches quantizes each weight on this device
     claim.control(
         "reference with the nibble order swapped",
         sum(codec_matches(w, device, high_first=False) for _, w in inputs),

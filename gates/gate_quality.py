@@ -34,6 +34,7 @@ from assay.testing.swap_task import (
     write_preference,
     write_sft,
 )
+from assay.testing.travelling import needs_trained_weights
 from assay.train.config import train_config_from_dict
 from assay.train.loop import Trainer
 
@@ -252,6 +253,9 @@ def test_the_scorer_is_gated(gate, split):
 
 # -- supervised fine-tuning ----------------------------------------------------------------
 def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
+    needs_trained_weights(
+        gate, "noise.decoding", "sft.held_out_exact_match", "sft.storage.nf4_dq", "sft.stream.ram"
+    )
     gate.input("model", smollm2_path())
     gate.seed(SEED, 0, 1)
     data = write_sft(tmp_path / "train.jsonl", sft_rows(split.train))
@@ -376,6 +380,7 @@ def preference_accuracy(trainer: Trainer, split: Split) -> float:
 
 
 def test_dpo_raises_held_out_preference_accuracy(gate, split, tmp_path):
+    needs_trained_weights(gate, "dpo.held_out_preference_accuracy")
     gate.input("model", smollm2_path())
     gate.seed(SEED, 0)
     pairs = write_preference(tmp_path / "pairs.jsonl", split.train)

@@ -26,6 +26,7 @@ from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay.stream import SlotPool, StreamedModel
 from assay.stream.layout import base_tensors
+from assay.testing.placement import device_of
 from assay.testing.real_model import smollm2_path
 
 # the claim a reader looks at first (the index and every record lead with it)
@@ -109,6 +110,7 @@ def test_smollm2_streamed_equals_resident(gate):
     device = gate.device
     for storage in ("float32", "nf4_double_quant"):
         resident = adapted(path, "lora", storage, {}).to(device)
+        where = device_of(resident)
         logits, grads = forward_backward(resident, ids)
         del resident
         streamed = StreamedModel(adapted(path, "lora", storage, {}), buffers=2, device=device)
@@ -123,6 +125,7 @@ def test_smollm2_streamed_equals_resident(gate):
             code=IMPLEMENTATION,
         )
         fwd.measure(int((logits != s_logits).sum()))
+        fwd.ran_on(where)
         bad = recycled(
             StreamedModel(adapted(path, "lora", storage, {}), buffers=2, device=device),
             forward=True,
@@ -142,6 +145,7 @@ def test_smollm2_streamed_equals_resident(gate):
             code=IMPLEMENTATION,
         )
         bwd.measure(mismatches(grads, s_grads))
+        bwd.ran_on(where)
         bad = recycled(
             StreamedModel(adapted(path, "lora", storage, {}), buffers=2, device=device),
             forward=False,

@@ -168,8 +168,8 @@ def build_assay_wheel(dest: Path) -> Path:
         return Path(shutil.copy2(built, dest / built.name))
 
 
-def tree_bytes(root: Path = ROOT) -> int:
-    """Bytes of what travels as the working tree: tracked files plus untracked, unignored."""
+def tree_files(root: Path = ROOT) -> list[str]:
+    """What travels as the working tree: tracked files plus untracked, unignored; sorted."""
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=root,
@@ -177,16 +177,39 @@ def tree_bytes(root: Path = ROOT) -> int:
         check=True,
     ).stdout
     names = {n for n in out.decode().split("\0") if n}
-    return sum((root / n).stat().st_size for n in names if (root / n).is_file())
+    return sorted(n for n in names if (root / n).is_file() and not (root / n).is_symlink())
+
+
+def tree_bytes(root: Path = ROOT) -> int:
+    """Bytes of what travels as the working tree."""
+    return sum((root / n).stat().st_size for n in tree_files(root))
+
+
+def tree_digest(root: Path, names: list[str]) -> str:
+    """sha256 over ``path NUL sha256(file) LF`` for each name, in the given order: what the
+    box recomputes over the travelled files (harness/gpu_preflight.py) before trusting the
+    commit the manifest names."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(f"{name}\0{sha256_file(root / name)}\n".encode())
+    return digest.hexdigest()
 
 
 def tree_commit(root: Path = ROOT) -> dict[str, object]:
+    """Commit, dirty flag, the travelling files and their digest: the box's provenance."""
+
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], cwd=root, capture_output=True, text=True, check=False
         ).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    names = tree_files(root)
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain")),
+        "files": names,
+        "tree_sha256": tree_digest(root, names),
+    }
 
 
 def size_report(kit: Path, tree: int, limit: int) -> tuple[dict[str, int], list[str]]:

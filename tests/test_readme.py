@@ -45,8 +45,8 @@ NOT_RUN = {
     "bash harness/gpu_qualify.sh": "runs on the GPU box; nox -s gpu-dry-run rehearses it on CPU",
     "assay attest": "needs an ed25519 signing key; tests/qualify/test_attest.py signs with a "
     "throwaway key",
-    "python harness/gpu_import.py": "placeholder folder; tests/qualify/test_gpu_import.py "
-    "imports returned receipts",
+    "assay import-gpu": "placeholder archive; tests/qualify/test_archive.py and the dry run in "
+    "tests/harness/test_gpu_bundle.py import real ones",
 }
 
 # Substitutions that keep a command short; the README's meaning is unchanged (the example

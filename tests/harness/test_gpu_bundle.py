@@ -9,6 +9,8 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -18,14 +20,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bundle():
-    spec = importlib.util.spec_from_file_location("gpu_bundle", ROOT / "harness" / "gpu_bundle.py")
+def _harness(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "harness" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-gpu_bundle = _bundle()
+gpu_bundle = _harness("gpu_bundle")
 
 
 def fake_wheel(folder: Path, project: str, tag: str, files: dict[str, bytes]) -> Path:
@@ -148,13 +150,21 @@ def test_size_report_counts_the_tree(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_dry_run_end_to_end(wheels: Path, tmp_path: Path):
-    """The CI dry run's path on fake wheels and a tiny skeleton: kit, cp312 install, travel
-    rebuild and fingerprint, gate-cuda (all not tested on CPU), summary, exit 0."""
+def test_dry_run_comes_home_as_one_archive_and_imports(wheels: Path, tmp_path: Path):
+    """The whole kit on CPU (fake wheels, a tiny skeleton): kit, cp312 install, seeding,
+    preflight, travel rebuild, gate-cuda (all not tested on CPU), pack. What lands in OUT fits
+    what the device tool returns, and the archive imports into a copy of this repository's
+    records beside their CPU receipts: the ledger grows, verify passes, quality is unchanged."""
     import assay
+    from assay.cli import main
     from assay.model.gguf_export import write_gguf
+    from assay.qualify import verify_all
+    from assay.qualify.archive import read_archive
+    from assay.qualify.chain import chain_head, read_ledger
+    from assay.qualify.standing import gate_standing
     from assay.testing.tiny import llama_config
 
+    pack = _harness("gpu_pack")
     model = assay.model.Decoder(llama_config())
     gguf = write_gguf(
         tmp_path / "tiny.gguf", model.config, {n: p.detach() for n, p in model.state_dict().items()}
@@ -176,10 +186,38 @@ def test_dry_run_end_to_end(wheels: Path, tmp_path: Path):
         timeout=600,
         check=False,
     )
-    log = (out / "gpu_qualify.log").read_text()
-    assert proc.returncode == 0, log
-    assert "matches the manifest" in log
-    assert (out / "summary.tsv").read_text().splitlines()[1].split("\t")[:2] == ["cuda", "0"]
-    (receipt,) = (out / "receipts" / "cuda").glob("*.json")
-    data = json.loads(receipt.read_text())
-    assert data["claims"] == [] and len(data["not_tested"]) == 8
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "matches the manifest" in proc.stdout
+    assert "preflight ok: torch" in proc.stdout
+    assert pack.out_problems(out) == []
+    names = sorted(p.name for p in out.iterdir())
+    assert len(names) == 4 and names[1:] == ["environment.txt", "import.txt", "summary.txt"]
+    archive = out / names[0]
+    assert re.fullmatch(r"assay-gpu-[0-9a-f]{12}\.tar\.gz", archive.name)
+    manifest, members = read_archive(archive)
+    home = tmp_path / "records"
+    shutil.copytree(ROOT / "records", home)
+    assert manifest["gates"]["cuda"]["chained_onto"] == chain_head(home / "receipts", "cuda")
+    assert any(name.startswith("logs/gate_cuda.log") for name in members)
+    (name,) = manifest["gates"]["cuda"]["receipts"]
+    receipt = json.loads(members[f"receipts/cuda/{name}"])
+    assert receipt["claims"] == [] and receipt["run"]["device"] == "cpu"
+    assert "gate-cuda: exit 0" in (out / "summary.txt").read_text()
+
+    quality_before = gate_standing(home / "receipts", "quality", home).summary()
+    cuda_before = len(read_ledger(home / "receipts" / "cuda" / "LEDGER")[0])
+    assert main(["import-gpu", str(archive), "--receipts", str(home / "receipts")]) == 0
+    assert len(read_ledger(home / "receipts" / "cuda" / "LEDGER")[0]) == cuda_before + 1
+    assert verify_all(home / "receipts", home) == []
+    assert gate_standing(home / "receipts", "quality", home).summary() == quality_before
+
+
+def test_out_limits_are_checked(tmp_path: Path):
+    pack = _harness("gpu_pack")
+    for i in range(9):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / "x").write_bytes(b"x")
+    problems = pack.out_problems(tmp_path)
+    assert any("10 files" in p for p in problems) and any("3 folders deep" in p for p in problems)

@@ -57,8 +57,10 @@ def build_subjects(
     lr: float = 1e-4,
     assay_loss: str = "chunked_ce",
     progress: Callable[[str], None] = lambda _: None,
+    stream_device: str = "cpu",
 ) -> dict[str, Subject]:
-    """The named subjects (from :data:`SUBJECTS`), in that order, on CPU. assay subjects use
+    """The named subjects (from :data:`SUBJECTS`), in that order, on CPU, except that streamed
+    subjects compute on ``stream_device`` (their base stays in RAM). assay subjects use
     ``assay_loss`` (assay.bench.step.LOSSES); the transformers peers use ``ce``."""
     import assay
     from assay.adapters import attach
@@ -104,7 +106,7 @@ def build_subjects(
 
             progress(f"loading assay float32 for {name}")
             streamed = StreamedModel(
-                lora("float32"), tier="ram", buffers=2, device="cpu", recompute=recompute
+                lora("float32"), tier="ram", buffers=2, device=stream_device, recompute=recompute
             )
             add(name, streamed, recompute=recompute)
     if "peft" in names or "bnb-nf4" in names:

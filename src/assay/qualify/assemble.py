@@ -40,7 +40,7 @@ def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
         "controls": verdict["controls"],
         "test": nodeid,
         **({"code_files": claim["code_files"]} if claim.get("code_files") else {}),
-        **{k: claim[k] for k in ("code_source", "executed_files") if k in claim},
+        **{k: claim[k] for k in ("code_source", "executed_files", "device") if k in claim},
     }
 
 

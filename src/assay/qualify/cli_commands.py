@@ -1,4 +1,5 @@
-"""``assay render``, ``verify``, ``sign`` and ``publish``: argparse wiring for src/assay/cli.py."""
+"""``assay render``, ``verify``, ``sign``, ``publish`` and ``import-gpu``: argparse wiring for
+src/assay/cli.py."""
 
 from __future__ import annotations
 
@@ -117,6 +118,47 @@ def run_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_import(args: argparse.Namespace) -> int:
+    """Import a receipt archive from a GPU box (:mod:`assay.qualify.archive`), render, verify.
+    0 when the records verify afterwards, 1 when they do not, 2 when the archive is refused
+    (nothing written then)."""
+    from assay.qualify.archive import import_archive
+
+    receipts, records = _dirs(args)
+    try:
+        done = import_archive(Path(args.archive), receipts, records)
+        render_all(receipts, records)
+    except AssayError as err:
+        print(f"assay import-gpu: {err}", file=sys.stderr)
+        return 2
+    report = check_records(receipts, records)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "imported": [str(p) for p in done.written],
+                    "already_present": [str(p) for p in done.present],
+                    "figures": [str(p) for p in done.figures],
+                    **report.as_json(),
+                },
+                indent=2,
+            )
+        )
+        return 1 if report.problems else 0
+    for path in done.written:
+        print(f"imported {path}")
+    if done.present:
+        print(f"{len(done.present)} receipt(s) already in the ledger, skipped")
+    for problem in report.problems:
+        print(problem)
+    for standing in report.standings:
+        if standing.gate in done.gates:
+            print(f"standing: {standing.gate}: {standing.summary()}")
+    if not report.problems:
+        print(f"ok: receipts under {receipts} verify and records in {records} match")
+    return 1 if report.problems else 0
+
+
 def _dir_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--receipts",
@@ -198,3 +240,9 @@ def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
         help="trusted OpenSSH allowed-signers file for the signature check (as for verify)",
     )
     publish.set_defaults(func=run_publish)
+    summary = "add the receipts of a GPU kit's archive to the ledgers, render and verify"
+    importer = subparsers.add_parser("import-gpu", help=summary, description=summary)
+    importer.add_argument("archive", metavar="ARCHIVE", help="assay-gpu-<commit>.tar.gz")
+    _dir_options(importer)
+    importer.add_argument("--json", action="store_true", help="machine-readable output")
+    importer.set_defaults(func=run_import)

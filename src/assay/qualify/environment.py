@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from assay import DISTRIBUTION
+from assay.errors import AssayError
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
@@ -192,6 +193,30 @@ def tree_state(root: Path) -> dict[str, Any]:
     }
 
 
+def provenance_state(path: Path) -> dict[str, Any]:
+    """A :func:`tree_state` for a tree without ``.git`` (a GPU box): commit, dirty flag and tree
+    sha256 from the JSON at ``path``, which the kit wrote from its manifest after checking the
+    travelled files. AssayError names the file and field when it is not that."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError) as err:
+        raise AssayError(f"{path}: provenance not readable as JSON ({err})") from None
+    commit, dirty = data.get("commit") if isinstance(data, dict) else None, data.get("dirty")
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
+        raise AssayError(f"{path}: commit: expected a 40-64 hex digit git commit, got {commit!r}")
+    if not isinstance(dirty, bool):
+        raise AssayError(f"{path}: dirty: expected true or false, got {dirty!r}")
+    state = {"commit": commit, "changed": dirty, "untracked": [], "source": "kit manifest"}
+    tree = data.get("tree_sha256")
+    if tree is not None:
+        if not isinstance(tree, str) or not re.fullmatch(r"[0-9a-f]{64}", tree):
+            raise AssayError(f"{path}: tree_sha256: expected 64 hex digits, got {tree!r}")
+        state["tree_sha256"] = tree
+    return state
+
+
 def describe_code(
     root: Path,
     files: list[dict[str, str]],
@@ -216,6 +241,10 @@ def describe_code(
         hashed_untracked = sum(p in untracked for p in unique)
         code["dirty"] = bool(state["changed"]) or hashed_untracked > 0
         code["untracked_files"] = hashed_untracked
+        if state.get("source"):  # absent: git
+            code["commit_source"] = state["source"]
+        if state.get("tree_sha256"):
+            code["tree_sha256"] = state["tree_sha256"]
     return code
 
 

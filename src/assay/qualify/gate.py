@@ -118,6 +118,19 @@ class Claim:
             raise AssayError(f"{where}: control {name!r} declared twice")
         self._data["controls"].append({"name": name, "measured": _number(measured, where)})
 
+    def ran_on(self, device: str) -> None:
+        """Record the device this claim's tensors were on (``cpu``, ``cuda``, ``cuda:1`` ...), as
+        the test read it from its tensors or model. The framework imports no torch: it only
+        stores the device type, so a claim measured on the CPU inside a run started with
+        ``--gate-device cuda`` is labelled cpu."""
+        where = f"claim {self.id!r} ran_on"
+        kind = _text(device, where).split(":", 1)[0].strip().lower()
+        if not kind.isidentifier():
+            raise AssayError(
+                f"{where}: expected a device type like 'cpu' or 'cuda', not {device!r}"
+            )
+        self._data["device"] = kind
+
     @property
     def measured(self) -> float | None:
         """The measured value, or None before :meth:`measure`."""

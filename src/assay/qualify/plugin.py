@@ -84,6 +84,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(ini: gate_device; default auto)",
     )
     parser.addini("gate_device", "device gates measure on: cpu, cuda or auto", default="auto")
+    group.addoption(
+        "--gate-provenance",
+        dest="gate_provenance",
+        metavar="FILE",
+        default=None,
+        help="JSON naming the commit a tree without .git was made from ({commit, dirty, "
+        "tree_sha256}, as the GPU kit writes); used only when git knows no commit",
+    )
     parser.addini(
         "gate_project",
         "the project under test, as name or name==version (default: "

@@ -92,9 +92,12 @@ class GateSession:
             if gate is not None:
                 self.expected.setdefault(gate, set()).add(nodeid)
         if self.expected and self.tree is None:
-            from assay.qualify.environment import tree_state
+            from assay.qualify.environment import provenance_state, tree_state
 
             self.tree = tree_state(self.config.rootpath)
+            provenance = self.config.getoption("gate_provenance", None)
+            if self.tree["commit"] is None and provenance:
+                self.tree = provenance_state(self.config.invocation_params.dir / provenance)
 
     def report(self, report: pytest.TestReport) -> None:
         """Take one test report: its fragment, its failure, and whether its gate is done."""

@@ -116,6 +116,8 @@ def commit_text(code: dict[str, Any]) -> str:
     untracked = code.get("untracked_files") or 0
     if untracked:
         dirty += f" ({plural(untracked, 'hashed file')} untracked)"
+    if code.get("commit_source") == "kit manifest":
+        dirty += f", from the GPU kit's manifest (tree sha256 {code.get('tree_sha256', '?')[:12]})"
     return code["commit"][:12] + dirty
 
 
@@ -311,6 +313,7 @@ def gate_view(standing: Standing) -> dict[str, Any]:
             "verdict": _verdict(standing, c, head),
             "test": c.get("test", ""),
             "code": _code_of(c),
+            "device": _device_of(c, head["run"]["device"]),
             "controls": [
                 {"name": k["name"], "measured": num(k["measured"]), "failed": k["failed"]}
                 for k in c["controls"]
@@ -400,6 +403,14 @@ def gate_view(standing: Standing) -> dict[str, Any]:
             for r in reversed(standing.receipts)  # newest first, in ledger order
         ],
     }
+
+
+def _device_of(claim: dict[str, Any], run_device: str) -> str:
+    """Where the claim's tensors were: what its test reported; on a CPU run an unreported
+    device says nothing (everything there is the CPU)."""
+    if claim.get("device"):
+        return f"ran on {claim['device']}"
+    return "" if run_device == "cpu" else f"device not reported (the run's is {run_device})"
 
 
 def _code_of(claim: dict[str, Any]) -> str:

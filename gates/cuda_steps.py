@@ -1,0 +1,155 @@
+"""gate-cuda's timed training steps on the GPU: assay against its peers in the same session.
+
+Every comparison runs its subjects interleaved (two warm-up rounds dropped, then ``ROUNDS``
+timed rounds, median step time each), on one batch of SmolLM2-shaped ids, and quotes the SM
+clock before and after. The control of each claim is the same subject with every layer stalled
+on the GPU (``torch.cuda._sleep``), which a ratio check must catch.
+
+Goals (issue 26): LoRA step >= 1.25x transformers+PEFT and NF4 >= 1.25x transformers +
+bitsandbytes, streamed step <= 1.10x resident. They have never met an H200; the first run is
+their pilot, and a threshold moves only by a dated correction that cites it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from assay.qualify import Threshold
+
+BATCH, SEQ, ROUNDS, WARMUP = 4, 1024, 6, 2
+STALL_CYCLES = 50_000_000
+
+
+def _ids() -> torch.Tensor:
+    generator = torch.Generator().manual_seed(5)
+    return torch.randint(0, 49152, (BATCH, SEQ), generator=generator).cuda()
+
+
+def _median_steps(subjects: dict, ids: torch.Tensor) -> dict[str, float]:
+    from assay.bench.step import train_step
+
+    times: dict[str, list[float]] = {name: [] for name in subjects}
+    for round_ in range(ROUNDS + WARMUP):
+        for name, subject in subjects.items():
+            seconds, _ = train_step(subject, ids)
+            if round_ >= WARMUP:
+                times[name].append(seconds)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def _stalled(subject, ids: torch.Tensor) -> float:
+    """Best of three steps of ``subject`` with every decoder layer stalled on the GPU."""
+    from assay.bench.step import train_step
+
+    model = getattr(subject.model, "model", subject.model)  # a StreamedModel wraps its base
+    handles = [
+        layer.register_forward_pre_hook(lambda *_: torch.cuda._sleep(STALL_CYCLES))
+        for layer in model.layers
+    ]
+    try:
+        return min(train_step(subject, ids)[0] for _ in range(3))
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _model_path(gate):
+    from assay.testing.real_model import smollm2_path
+
+    path = smollm2_path()
+    gate.input("model", path)
+    return path
+
+
+def bf16_lora_steps(gate, code: tuple[str, ...]) -> None:
+    """throughput.gemm_fraction and throughput.vs_peft: bf16 LoRA steps, assay against PEFT."""
+    from assay.bench.device import gemm_ceiling_tflops, sm_clock_mhz
+    from assay.bench.subjects import build_subjects
+
+    subjects = build_subjects(["assay", "peft"], _model_path(gate), assay_loss="chunked_ce")
+    for subject in subjects.values():
+        subject.model.to("cuda", torch.bfloat16)
+    ids = _ids()
+    clock_before = sm_clock_mhz()
+    ceiling = gemm_ceiling_tflops("cuda")
+    median = _median_steps(subjects, ids)
+    slow = _stalled(subjects["assay"], ids)
+    flops = subjects["assay"].flops(BATCH, SEQ).executed
+    gate.note(
+        f"bf16 GEMM ceiling {ceiling:.1f} TFLOP/s; SM clock before {clock_before}, after "
+        f"{sm_clock_mhz()}; median step s {median}; assay step FLOPs {flops}"
+    )
+    frac = gate.claim(
+        "throughput.gemm_fraction",
+        "assay bf16 LoRA step reaches >= 15% of the same-session bf16 GEMM ceiling",
+        kind="performance",
+        threshold=Threshold(">=", 0.15, tolerance=0.2),
+        unit="fraction of ceiling",
+        code=(*code, "cuda_steps"),
+    )
+    frac.measure(flops / median["assay"] / 1e12 / ceiling)
+    frac.ran_on(ids.device.type)
+    frac.control(f"every layer stalled {STALL_CYCLES} GPU cycles", flops / slow / 1e12 / ceiling)
+    versus = gate.claim(
+        "throughput.vs_peft",
+        "assay bf16 LoRA step is >= 1.25x as fast as transformers+PEFT's, same session",
+        kind="performance",
+        threshold=Threshold(">=", 1.25, tolerance=0.2),
+        unit="peft / assay step time",
+        code=(*code, "cuda_steps"),
+    )
+    versus.measure(median["peft"] / median["assay"])
+    versus.ran_on(ids.device.type)
+    versus.control(f"every layer stalled {STALL_CYCLES} GPU cycles", median["peft"] / slow)
+
+
+def streamed_steps(gate, code: tuple[str, ...]) -> None:
+    """throughput.stream_vs_resident: fp32 LoRA, streamed from pinned RAM (2 slots) to the GPU
+    against the same model resident on it."""
+    from assay.bench.subjects import build_subjects
+
+    subjects = build_subjects(
+        ["assay", "stream-ram"], _model_path(gate), assay_loss="chunked_ce", stream_device="cuda"
+    )
+    subjects["assay"].model.to("cuda")
+    ids = _ids()
+    median = _median_steps(subjects, ids)
+    slow = _stalled(subjects["stream-ram"], ids)
+    gate.note(f"fp32 streamed against resident, median step s {median}")
+    claim = gate.claim(
+        "throughput.stream_vs_resident",
+        "assay streamed from RAM (2 slots, copy stream) takes <= 1.10x the step time of the "
+        "same model resident on the GPU",
+        kind="performance",
+        threshold=Threshold("<=", 1.10, tolerance=0.2),
+        unit="streamed / resident step time",
+        code=(*code, "cuda_steps", "assay.stream.engine", "assay.stream.pool"),
+    )
+    claim.measure(median["stream-ram"] / median["assay"])
+    claim.ran_on(ids.device.type)
+    claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", slow / median["assay"])
+
+
+def nf4_steps(gate, code: tuple[str, ...]) -> None:
+    """throughput.nf4_vs_bnb: NF4 double-quant LoRA, assay against transformers+bitsandbytes."""
+    from assay.bench.subjects import build_subjects
+
+    subjects = build_subjects(["assay-nf4", "bnb-nf4"], _model_path(gate), assay_loss="chunked_ce")
+    for subject in subjects.values():
+        subject.model.to("cuda")
+    ids = _ids()
+    median = _median_steps(subjects, ids)
+    slow = _stalled(subjects["assay-nf4"], ids)
+    gate.note(f"NF4 double quant (fp32 compute), median step s {median}")
+    claim = gate.claim(
+        "throughput.nf4_vs_bnb",
+        "assay NF4 LoRA step is >= 1.25x as fast as transformers + bitsandbytes NF4 + PEFT's, "
+        "same session",
+        kind="performance",
+        threshold=Threshold(">=", 1.25, tolerance=0.2),
+        unit="bnb / assay step time",
+        code=(*code, "cuda_steps", "assay.storage.nf4"),
+    )
+    claim.measure(median["bnb-nf4"] / median["assay-nf4"])
+    claim.ran_on(ids.device.type)
+    claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", median["bnb-nf4"] / slow)

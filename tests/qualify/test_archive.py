@@ -1,0 +1,203 @@
+"""Receipts made on a GPU box come home as one archive (assay.qualify.archive) and join the
+ledger the box chained onto, beside the CPU receipts of the same gate."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from assay.cli import main
+from assay.errors import AssayError
+from assay.qualify import verify_all
+from assay.qualify.archive import pack, read_archive
+from assay.qualify.chain import chain_head, read_ledger
+from assay.qualify.standing import gate_standing
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+DEVICE_GATE = """
+def test_diff(gate):
+    claim = gate.claim("diff", "outputs agree", kind="correctness",
+                       threshold=Threshold("<=", 1e-3, tolerance=0.1), unit="max abs")
+    claim.measure(1e-4)
+    claim.ran_on("cuda:0")
+    claim.control("broken subject", 0.5)
+    tokens = gate.claim("tokens", "tokenizer agrees", kind="correctness",
+                        threshold=Threshold("==", 0), unit="mismatches")
+    tokens.measure(0)
+    tokens.ran_on("cpu")
+    tokens.control("broken tokenizer", 3)
+"""
+
+
+def _box_run(gates, tmp_path: Path) -> tuple[Path, Path]:
+    """Seed a box folder from the home receipts, as the kit does, run there as cuda and pack."""
+    box = tmp_path / "box"
+    shutil.copytree(gates.receipts, box / "receipts")
+    base = chain_head(box / "receipts", "alpha")
+    provenance = tmp_path / "provenance.json"
+    provenance.write_text(json.dumps({"commit": COMMIT, "dirty": False, "tree_sha256": "a" * 64}))
+    gates.run(
+        "--gate-no-render",
+        "--gate-device=cuda",
+        f"--gate-records={box / 'records'}",
+        f"--gate-provenance={provenance}",
+        receipts=box / "receipts",
+    ).assert_outcomes(passed=1)
+    archive = tmp_path / "assay-gpu-test.tar.gz"
+    pack(
+        archive,
+        box / "receipts",
+        box / "records",
+        {"alpha": base},
+        {"commit": COMMIT},
+        extra={"summary.tsv": b"gate\trc\nalpha\t0\n"},
+    )
+    return archive, box
+
+
+@pytest.fixture
+def home(gates):
+    """A home ledger that already holds a CPU receipt of gate alpha."""
+    gates.write("alpha", DEVICE_GATE)
+    gates.run().assert_outcomes(passed=1)
+    return gates
+
+
+def _import(archive: Path, receipts: Path, *extra: str) -> int:
+    return main(["import-gpu", str(archive), "--receipts", str(receipts), *extra])
+
+
+def test_box_receipts_join_beside_the_cpu_ones_and_verify(home, tmp_path, capsys):
+    archive, _ = _box_run(home, tmp_path)
+    assert _import(archive, home.receipts) == 0, capsys.readouterr()
+    entries, _ = read_ledger(home.receipts / "alpha" / "LEDGER")
+    assert len(entries) == 2
+    assert verify_all(home.receipts, home.records) == []
+    standing = gate_standing(home.receipts, "alpha", home.records)
+    assert [d.device for d in standing.devices] == ["cpu", "cuda"]
+    assert all(d.head is not None for d in standing.devices)
+    cuda = standing.device("cuda").head
+    assert cuda["code"]["commit"] == COMMIT and cuda["code"]["commit_source"] == "kit manifest"
+    assert {c["id"]: c["device"] for c in cuda["claims"]} == {"diff": "cuda", "tokens": "cpu"}
+    record = (home.records / "alpha.md").read_text()
+    assert "ran on cuda" in record and "ran on cpu" in record
+    from assay.qualify.view import commit_text
+
+    assert "from the GPU kit's manifest" in commit_text(cuda["code"])
+    # the same archive again: nothing to do, still verifies
+    assert _import(archive, home.receipts) == 0
+    assert "already in the ledger" in capsys.readouterr().out
+    assert len(read_ledger(home.receipts / "alpha" / "LEDGER")[0]) == 2
+
+
+def _rewrite(archive: Path, change) -> None:
+    with tarfile.open(archive, "r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar}
+    change(members)
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _receipt_member(members: dict[str, bytes]) -> str:
+    return next(n for n in members if n.startswith("receipts/"))
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "edited receipt, manifest kept",
+        "edited receipt, manifest updated",
+        "member added",
+        "path escapes",
+    ],
+)
+def test_a_tampered_archive_is_refused_and_writes_nothing(home, tmp_path, capsys, tamper):
+    archive, _ = _box_run(home, tmp_path)
+
+    def change(members):
+        name = _receipt_member(members)
+        if tamper.startswith("edited receipt"):
+            data = json.loads(members[name])
+            data["claims"][0]["measurement"]["value"] = 0.0
+            members[name] = json.dumps(data).encode()
+            if tamper.endswith("updated"):
+                manifest = json.loads(members["manifest.json"])
+                for f in manifest["files"]:
+                    if f["path"] == name:
+                        import hashlib
+
+                        f["sha256"] = hashlib.sha256(members[name]).hexdigest()
+                members["manifest.json"] = json.dumps(manifest).encode()
+        elif tamper == "member added":
+            members["receipts/alpha/extra.json"] = b"{}"
+        else:
+            members["../evil.json"] = b"{}"
+
+    _rewrite(archive, change)
+    before = _snapshot(home.records)
+    assert _import(archive, home.receipts) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("assay import-gpu: ") and len(err.strip().splitlines()) == 1
+    assert str(archive) in err
+    assert _snapshot(home.records) == before
+
+
+def test_a_moved_head_is_refused_with_one_line(home, tmp_path, capsys):
+    archive, _ = _box_run(home, tmp_path)
+    home.run().assert_outcomes(passed=1)  # another CPU run lands while the box was out
+    before = _snapshot(home.records)
+    assert _import(archive, home.receipts) == 2
+    err = capsys.readouterr().err
+    assert "head moved since the kit was built" in err and "LEDGER" in err
+    assert _snapshot(home.records) == before
+
+
+def test_a_rerun_on_the_box_extends_the_archive_and_imports_after_the_first(home, tmp_path):
+    archive, box = _box_run(home, tmp_path)
+    assert _import(archive, home.receipts) == 0
+    base = read_ledger(home.receipts / "alpha" / "LEDGER")[0][0][0]
+    home.run(
+        "--gate-no-render", "--gate-device=cuda", f"--gate-records={box / 'records'}",
+        receipts=box / "receipts",
+    ).assert_outcomes(passed=1)  # fmt: skip
+    second = tmp_path / "second.tar.gz"
+    pack(second, box / "receipts", box / "records", {"alpha": base}, {"commit": COMMIT})
+    assert [len(g["receipts"]) for g in read_archive(second)[0]["gates"].values()] == [2]
+    assert _import(second, home.receipts) == 0
+    assert len(read_ledger(home.receipts / "alpha" / "LEDGER")[0]) == 3
+    assert verify_all(home.receipts, home.records) == []
+
+
+def test_bad_provenance_is_one_line(home, tmp_path):
+    from assay.qualify.environment import provenance_state
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"commit": "nothex", "dirty": False}))
+    with pytest.raises(AssayError, match=r"p\.json: commit: expected"):
+        provenance_state(path)
+
+
+def test_claim_device_must_be_a_device_type(gates):
+    gates.write(
+        "beta",
+        """
+        def test_x(gate):
+            c = gate.claim("x", "s", kind="correctness", threshold=Threshold("<=", 1))
+            c.ran_on("not a device!")
+        """,
+    )
+    result = gates.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*expected a device type*"])
