@@ -2,6 +2,7 @@
 # Qualify the CUDA gates on a lent GPU box in one call (~7 minutes), or rehearse it on CPU.
 #
 #   harness/gpu_qualify.sh [--dry-run] [--out DIR] [--gates "cuda stream ..."] [--budget S]
+#                          [--kit build/gpu-kit] [--run build/gpu-run]
 #
 # On the box (the tree and build/gpu-kit carried; see docs/gpu-kit.md):
 #   1. installs the carried wheels into a private site dir (pip --no-index --no-deps --target),
@@ -62,7 +63,7 @@ while [ $# -gt 0 ]; do
         --budget) BUDGET=$2; shift ;;
         --kit) KIT=$2; shift ;;
         --run) RUN=$2; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -179,8 +180,7 @@ path.write_text(json.dumps(seeded, indent=1, sort_keys=True) + "\n")
 PYEOF
 
 # 3. preflight: the first minute ----------------------------------------------------------------
-"$PY" harness/gpu_preflight.py --kit "$KIT" --run "$RUN" --device "$DEVICE" \
-    || stop "preflight failed (the line above says what)"
+# the environment first: when the preflight stops the run, it says what the box has
 {
     echo "date: $(date -u +%FT%TZ)"
     "$PY" -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
@@ -189,6 +189,8 @@ PYEOF
     echo "cores $(nproc)"
 } > "$RUN/environment.txt"
 cat "$RUN/environment.txt"
+"$PY" harness/gpu_preflight.py --kit "$KIT" --run "$RUN" --device "$DEVICE" \
+    || stop "preflight failed (the line above says what)"
 
 # 4. travelling weights (kept in RUN: a rerun on the same box skips the rebuild) -----------------
 TRAVEL=$RUN/smollm2-travel-seed0.gguf

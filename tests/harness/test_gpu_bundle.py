@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -16,58 +15,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from fake_kit import ROOT, harness_module
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _harness(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "harness" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_bundle = _harness("gpu_bundle")
-
-
-def fake_wheel(folder: Path, project: str, tag: str, files: dict[str, bytes]) -> Path:
-    """A minimal installable wheel: the files, METADATA, WHEEL and a RECORD with hashes."""
-    dist = project.replace("-", "_")
-    info = f"{dist}-1.0.dist-info"
-    contents = {
-        **files,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: 1.0\n".encode(),
-        f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
-    }
-    lines = []
-    for name, data in contents.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        lines.append(f"{name},sha256={digest},{len(data)}")
-    contents[f"{info}/RECORD"] = ("\n".join([*lines, f"{info}/RECORD,,"]) + "\n").encode()
-    path = folder / f"{dist}-1.0-{tag}.whl"
-    with zipfile.ZipFile(path, "w") as out:
-        for name, data in contents.items():
-            out.writestr(name, data)
-    return path
-
-
-@pytest.fixture
-def wheels(tmp_path: Path) -> Path:
-    folder = tmp_path / "wheels"
-    folder.mkdir()
-    for requirement in gpu_bundle.REQUIREMENTS:
-        name = gpu_bundle.requirement_name(requirement)
-        module = name.replace("-", "_")
-        files = {f"{module}/__init__.py": b""}
-        tag = "py3-none-any"
-        if name == "bitsandbytes":
-            tag = "py3-none-manylinux_2_24_x86_64"
-            for lib in ("cpu", "cuda118", "cuda130", "cuda132", "rocm64"):
-                files[f"bitsandbytes/libbitsandbytes_{lib}.so"] = os.urandom(1000)
-        elif name == "rpds-py":
-            tag = "cp312-cp312-manylinux_2_17_x86_64"
-        fake_wheel(folder, name, tag, files)
-    return folder
+gpu_bundle = harness_module("gpu_bundle")
 
 
 def test_missing_wheel_is_named(wheels: Path):
@@ -164,7 +114,7 @@ def test_dry_run_comes_home_as_one_archive_and_imports(wheels: Path, tmp_path: P
     from assay.qualify.standing import gate_standing
     from assay.testing.tiny import llama_config
 
-    pack = _harness("gpu_pack")
+    pack = harness_module("gpu_pack")
     model = assay.model.Decoder(llama_config())
     gguf = write_gguf(
         tmp_path / "tiny.gguf", model.config, {n: p.detach() for n, p in model.state_dict().items()}
@@ -213,7 +163,7 @@ def test_dry_run_comes_home_as_one_archive_and_imports(wheels: Path, tmp_path: P
 
 
 def test_out_limits_are_checked(tmp_path: Path):
-    pack = _harness("gpu_pack")
+    pack = harness_module("gpu_pack")
     for i in range(9):
         (tmp_path / f"f{i}").write_bytes(b"x")
     deep = tmp_path / "a" / "b" / "c"

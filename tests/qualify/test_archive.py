@@ -86,7 +86,7 @@ def test_box_receipts_join_beside_the_cpu_ones_and_verify(home, tmp_path, capsys
     assert {c["id"]: c["device"] for c in cuda["claims"]} == {"diff": "cuda", "tokens": "cpu"}
     record = (home.records / "alpha.md").read_text()
     assert "ran on cuda" in record and "ran on cpu" in record
-    from assay.qualify.view import commit_text
+    from assay.qualify.wording import commit_text
 
     assert "from the GPU kit's manifest" in commit_text(cuda["code"])
     # the same archive again: nothing to do, still verifies

@@ -282,7 +282,8 @@ def test_readme_figures_come_from_the_receipts_and_verify_checks_them(gates, cap
 
 
 def test_one_claim_is_singular_and_absent_libraries_get_no_column():
-    from assay.qualify.view import counts_text, gate_view
+    from assay.qualify.view import gate_view
+    from assay.qualify.wording import counts_text
     from tamper_cases import synthetic_receipt
 
     receipt = synthetic_receipt("2026-01-01T00:00:00Z", 0.0, "0" * 64)

@@ -136,13 +136,21 @@ def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         raise AssayError(f"{path}: {MANIFEST} is not JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != ARCHIVE_FORMAT:
         raise AssayError(f"{path}: {MANIFEST} format is not {ARCHIVE_FORMAT!r}")
-    listed = {f["path"]: f for f in manifest.get("files", [])}
+    try:
+        listed = {f["path"]: f for f in manifest.get("files", [])}
+        sums = {name: str(f["sha256"]) for name, f in listed.items()}
+    except (TypeError, KeyError, AttributeError):
+        raise AssayError(f"{path}: {MANIFEST} files: expected [{{path, bytes, sha256}}]") from None
+    if not isinstance(manifest.get("gates", {}), dict) or not all(
+        isinstance(e, dict) for e in manifest.get("gates", {}).values()
+    ):
+        raise AssayError(f"{path}: {MANIFEST} gates: expected {{gate: {{chained_onto, receipts}}}}")
     for name in sorted(set(listed) | set(members)):
         if name not in members:
             raise AssayError(f"{path}: {name} is in the manifest but not in the archive")
         if name not in listed:
             raise AssayError(f"{path}: {name} is in the archive but not in the manifest")
-        if _sha256(members[name]) != listed[name]["sha256"]:
+        if _sha256(members[name]) != sums[name]:
             raise AssayError(f"{path}: {name} sha256 differs from the manifest's")
     return manifest, members
 
@@ -232,6 +240,10 @@ def import_archive(archive: Path, receipts_dir: Path, records_dir: Path) -> Impo
         found, present = _checked_gate(archive, gate, entry, members, receipts_dir)
         for _, receipt, _ in found[present:]:
             for figure in receipt.get("figures", []):
+                if not re.fullmatch(
+                    rf"figures/{re.escape(gate)}/[A-Za-z0-9_.-]+\.png", figure["path"]
+                ):
+                    raise AssayError(f"{archive}: figure path {figure['path']!r} is not its gate's")
                 data = members.get(figure["path"])
                 if data is None or _sha256(data) != figure["sha256"]:
                     raise AssayError(f"{archive}: figure {figure['path']} missing or altered")

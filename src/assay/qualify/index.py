@@ -15,7 +15,7 @@ from pathlib import Path
 from assay.qualify.receipt import write_atomic
 from assay.qualify.render import cell, gates_in, project_root
 from assay.qualify.standing import Standing, gate_standing
-from assay.qualify.view import headline_text
+from assay.qualify.wording import headline_text
 
 INDEX = "README.md"
 INDEX_MARK = "# Gate records"

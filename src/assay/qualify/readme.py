@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from assay.qualify.standing import Standing
-from assay.qualify.view import headline_text
+from assay.qualify.wording import headline_text
 
 SPAN = re.compile(r"<!--standing:([A-Za-z0-9_]+)-->(.*?)<!--/standing-->", re.S)
 

@@ -22,7 +22,8 @@ from assay.qualify.sign import sig_path
 from assay.qualify.stale import STALE_CLOSE, STALE_OPEN
 from assay.qualify.stale import cell as stale_cell
 from assay.qualify.standing import Standing
-from assay.qualify.view import gate_view, headline_text
+from assay.qualify.view import gate_view
+from assay.qualify.wording import headline_text
 
 
 def _template() -> jinja2.Template:
