@@ -103,6 +103,30 @@ def bf16_lora_steps(gate, code: tuple[str, ...]) -> None:
     versus.control(f"every layer stalled {STALL_CYCLES} GPU cycles", median["peft"] / slow)
 
 
+def _step_ratio(
+    gate, subjects: dict, ours: str, peer: str, claim_id: str, statement: str, *, speedup: bool,
+    threshold: Threshold, code: tuple[str, ...],
+) -> None:  # fmt: skip
+    """Time ``ours`` against ``peer`` interleaved and claim their ratio: peer / ours when
+    ``speedup`` (higher is better), else ours / peer; the control stalls ``ours``."""
+    ids = _ids()
+    median = _median_steps(subjects, ids)
+    slow = _stalled(subjects[ours], ids)
+    gate.note(f"{claim_id}: median step s {median}")
+    ratio = (lambda t: median[peer] / t) if speedup else (lambda t: t / median[peer])
+    claim = gate.claim(
+        claim_id,
+        statement,
+        kind="performance",
+        threshold=threshold,
+        unit=f"{peer} / {ours} step time" if speedup else f"{ours} / {peer} step time",
+        code=(*code, "cuda_steps"),
+    )
+    claim.measure(ratio(median[ours]))
+    claim.ran_on(ids.device.type)
+    claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", ratio(slow))
+
+
 def streamed_steps(gate, code: tuple[str, ...]) -> None:
     """throughput.stream_vs_resident: fp32 LoRA, streamed from pinned RAM (2 slots) to the GPU
     against the same model resident on it."""
@@ -112,22 +136,13 @@ def streamed_steps(gate, code: tuple[str, ...]) -> None:
         ["assay", "stream-ram"], _model_path(gate), assay_loss="chunked_ce", stream_device="cuda"
     )
     subjects["assay"].model.to("cuda")
-    ids = _ids()
-    median = _median_steps(subjects, ids)
-    slow = _stalled(subjects["stream-ram"], ids)
-    gate.note(f"fp32 streamed against resident, median step s {median}")
-    claim = gate.claim(
-        "throughput.stream_vs_resident",
+    _step_ratio(
+        gate, subjects, "stream-ram", "assay", "throughput.stream_vs_resident",
         "assay streamed from RAM (2 slots, copy stream) takes <= 1.10x the step time of the "
-        "same model resident on the GPU",
-        kind="performance",
-        threshold=Threshold("<=", 1.10, tolerance=0.2),
-        unit="streamed / resident step time",
-        code=(*code, "cuda_steps", "assay.stream.engine", "assay.stream.pool"),
-    )
-    claim.measure(median["stream-ram"] / median["assay"])
-    claim.ran_on(ids.device.type)
-    claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", slow / median["assay"])
+        "same model resident on the GPU (fp32)",
+        speedup=False, threshold=Threshold("<=", 1.10, tolerance=0.2),
+        code=(*code, "assay.stream.engine", "assay.stream.pool"),
+    )  # fmt: skip
 
 
 def nf4_steps(gate, code: tuple[str, ...]) -> None:
@@ -137,19 +152,10 @@ def nf4_steps(gate, code: tuple[str, ...]) -> None:
     subjects = build_subjects(["assay-nf4", "bnb-nf4"], _model_path(gate), assay_loss="chunked_ce")
     for subject in subjects.values():
         subject.model.to("cuda")
-    ids = _ids()
-    median = _median_steps(subjects, ids)
-    slow = _stalled(subjects["assay-nf4"], ids)
-    gate.note(f"NF4 double quant (fp32 compute), median step s {median}")
-    claim = gate.claim(
-        "throughput.nf4_vs_bnb",
-        "assay NF4 LoRA step is >= 1.25x as fast as transformers + bitsandbytes NF4 + PEFT's, "
-        "same session",
-        kind="performance",
-        threshold=Threshold(">=", 1.25, tolerance=0.2),
-        unit="bnb / assay step time",
-        code=(*code, "cuda_steps", "assay.storage.nf4"),
-    )
-    claim.measure(median["bnb-nf4"] / median["assay-nf4"])
-    claim.ran_on(ids.device.type)
-    claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", median["bnb-nf4"] / slow)
+    _step_ratio(
+        gate, subjects, "assay-nf4", "bnb-nf4", "throughput.nf4_vs_bnb",
+        "assay NF4 LoRA step is >= 1.25x as fast as transformers + bitsandbytes NF4 double "
+        "quant + PEFT's (fp32 compute), same session",
+        speedup=True, threshold=Threshold(">=", 1.25, tolerance=0.2),
+        code=(*code, "assay.storage.nf4"),
+    )  # fmt: skip

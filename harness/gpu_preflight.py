@@ -20,25 +20,18 @@ Exit 0 when all pass; 1 with ``preflight FAILED: <what> (<what to do>)`` on the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bundle import sha256_file, tree_digest  # noqa: E402  (a sibling script)
 
 
 class Preflight(Exception):
     """The one line that stops the lease."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_kit(kit: Path) -> dict:
@@ -50,7 +43,7 @@ def check_kit(kit: Path) -> dict:
     bad = [
         f["path"]
         for f in manifest["files"]
-        if not (kit / f["path"]).is_file() or _sha256(kit / f["path"]) != f["sha256"]
+        if not (kit / f["path"]).is_file() or sha256_file(kit / f["path"]) != f["sha256"]
     ]
     if bad:
         raise Preflight(f"kit files changed or missing: {', '.join(bad[:5])}; carry the kit again")
@@ -60,14 +53,9 @@ def check_kit(kit: Path) -> dict:
 def check_tree(root: Path, tree: dict, run: Path) -> str:
     """Write RUN/provenance.json from the manifest's tree entry, dirty also when the travelled
     files differ from the ones the kit was built from; returns the summary line."""
-    digest, differ = hashlib.sha256(), []
-    for name in tree.get("files", []):
-        path = root / name
-        sha = _sha256(path) if path.is_file() else "missing"
-        digest.update(f"{name}\0{sha}\n".encode())
-        if sha == "missing":
-            differ.append(name)
-    same = digest.hexdigest() == tree.get("tree_sha256")
+    names = tree.get("files", [])
+    differ = [name for name in names if not (root / name).is_file()]
+    same = not differ and tree_digest(root, names) == tree.get("tree_sha256")
     dirty = bool(tree.get("dirty")) or not same
     provenance = {"commit": tree["commit"], "dirty": dirty, "tree_sha256": tree["tree_sha256"]}
     run.mkdir(parents=True, exist_ok=True)
