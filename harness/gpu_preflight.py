@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -38,11 +39,21 @@ def check_kit(kit: Path) -> dict:
     """The manifest, once every listed kit file has its recorded sha256."""
     try:
         manifest = json.loads((kit / "manifest.json").read_text())
-    except (OSError, ValueError) as err:
-        raise Preflight(f"{kit}/manifest.json unreadable ({err}); build the kit again") from None
+        files, tree = manifest["files"], manifest["tree"]
+        commit, digest = tree["commit"], tree["tree_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise Preflight(
+            f"{kit}/manifest.json is not a kit manifest of this version ({type(err).__name__}: "
+            f"{err}); build the kit again with harness/gpu_bundle.py"
+        ) from None
+    if not re.fullmatch(r"[0-9a-f]{40,64}", str(commit)) or not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
+        raise Preflight(
+            f"the kit names commit {commit!r}: build it from a git checkout, so receipts can "
+            "name the commit they qualify"
+        )
     bad = [
         f["path"]
-        for f in manifest["files"]
+        for f in files
         if not (kit / f["path"]).is_file() or sha256_file(kit / f["path"]) != f["sha256"]
     ]
     if bad:

@@ -33,7 +33,7 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
+CALLER=$PWD
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 
 # --- gate option names: the ONE place they are spelled (always used in the NAME=VALUE form) ---
@@ -55,19 +55,26 @@ BOX_GATES="cuda stream nf4 logits"
 DRY_GATES="cuda logits"  # what CI can afford on 2 cores
 GATES=""
 PARALLEL=4
+value() {  # value OPTION ARGS...: the option's argument, or a usage error
+    [ $# -ge 2 ] || { echo "error: $1 needs a value (see --help)" >&2; exit 2; }
+    echo "$2"
+}
+absolute() { case "$1" in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) DRY=1 ;;
-        --out) OUTDIR=$2; shift ;;
-        --gates) GATES=$2; shift ;;
-        --budget) BUDGET=$2; shift ;;
-        --kit) KIT=$2; shift ;;
-        --run) RUN=$2; shift ;;
+        --out) v=$(value "$@") || exit 2; OUTDIR=$(absolute "$v"); shift ;;
+        --gates) GATES=$(value "$@") || exit 2; shift ;;
+        --budget) BUDGET=$(value "$@") || exit 2; shift ;;
+        --kit) v=$(value "$@") || exit 2; KIT=$(absolute "$v"); shift ;;
+        --run) v=$(value "$@") || exit 2; RUN=$(absolute "$v"); shift ;;
         -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
+case "$BUDGET" in ''|*[!0-9]*) echo "error: --budget $BUDGET: expected whole seconds" >&2; exit 2 ;; esac
+cd "$ROOT"
 DEVICE=cuda
 [ $DRY = 1 ] && DEVICE=cpu
 if [ -z "$GATES" ]; then
@@ -82,15 +89,16 @@ fi
 for g in $GATES; do
     [ -f "gates/gate_$g.py" ] || { echo "error: no gate $g (gates/gate_$g.py)" >&2; exit 2; }
 done
+SCRATCH_RUN=""
 if [ -z "$RUN" ]; then
-    if [ $DRY = 1 ]; then RUN=$(mktemp -d); else RUN=$ROOT/build/gpu-run; fi
+    if [ $DRY = 1 ]; then RUN=$(mktemp -d); SCRATCH_RUN=$RUN; else RUN=$ROOT/build/gpu-run; fi
 fi
 
 mkdir -p "$OUTDIR" "$RUN/receipts" "$RUN/logs"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 RUN=$(cd "$RUN" && pwd)
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+trap 'rm -rf "$WORK" ${SCRATCH_RUN:+"$SCRATCH_RUN"}' EXIT  # a dry run's folder too (~100 MB)
 BOX_PYTHONPATH=${PYTHONPATH:-}
 export PYTHONPATH=$ROOT/src${BOX_PYTHONPATH:+:$BOX_PYTHONPATH}  # the tree first, before any wheel
 LOG=$RUN/gpu_qualify.log
@@ -105,6 +113,7 @@ finish() {  # finish RC: pack what there is into OUTDIR, whatever happened, and 
     exit "$rc"
 }
 stop() { say "STOPPED: $*"; printf '%s\t%s\t%s\n' "kit" "stopped: $*" 0 >> "$RUN/summary.tsv"; finish 1; }
+trap 'stop "terminated by a signal"' TERM INT
 say "dry_run=$DRY device=$DEVICE gates: $GATES; run folder $RUN"
 
 # 1. the kit and its wheels ---------------------------------------------------------------------
@@ -147,7 +156,7 @@ for wheel in sys.argv[1:]:
 PYEOF
 )
     # shellcheck disable=SC2086
-    "$PY" -m pip install -q --no-deps --no-index --target "$SITE" $WANT \
+    timeout 120 "$PY" -m pip install -q --no-deps --no-index --target "$SITE" $WANT \
         || "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$SITE" $WANT \
         || stop "wheel install failed"
     say "installed into $SITE: $(echo $WANT | wc -w) wheels"
@@ -165,7 +174,10 @@ path = run / "seeded.json"
 seeded = json.loads(path.read_text()) if path.is_file() else {}
 commit = kit["tree"]["commit"]
 if seeded.get("kit_commit", commit) != commit:
-    raise SystemExit(f"{run} holds a run of kit {seeded['kit_commit'][:12]}; remove that folder")
+    raise SystemExit(
+        f"{run} holds a run of kit {seeded['kit_commit'][:12]}, this kit is {commit[:12]}: "
+        f"rm -rf {run} and call again"
+    )
 seeded["kit_commit"] = commit
 heads = seeded.setdefault("heads", {})
 for gate in gates:
@@ -189,14 +201,14 @@ PYEOF
     echo "cores $(nproc)"
 } > "$RUN/environment.txt"
 cat "$RUN/environment.txt"
-"$PY" harness/gpu_preflight.py --kit "$KIT" --run "$RUN" --device "$DEVICE" \
+timeout 120 "$PY" harness/gpu_preflight.py --kit "$KIT" --run "$RUN" --device "$DEVICE" \
     || stop "preflight failed (the line above says what)"
 
 # 4. travelling weights (kept in RUN: a rerun on the same box skips the rebuild) -----------------
 TRAVEL=$RUN/smollm2-travel-seed0.gguf
 WANT_SHA=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["travel_model"].get("sha256") or "")' "$KIT/manifest.json")
 if [ ! -f "$TRAVEL" ] || [ "$(sha256sum "$TRAVEL" | cut -d' ' -f1)" != "$WANT_SHA" ]; then
-    "$PY" -m assay.testing.travel "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
+    timeout 180 "$PY" -m assay.testing.travel "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
         || stop "could not rebuild the travelling weights"
 fi
 GOT_SHA=$(sha256sum "$TRAVEL" | cut -d' ' -f1)

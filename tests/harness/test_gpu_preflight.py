@@ -30,7 +30,8 @@ def _kit(tmp_path: Path) -> Path:
     kit.mkdir()
     (kit / "a.whl").write_bytes(b"wheel bytes")
     files = [{"path": "a.whl", "sha256": hashlib.sha256(b"wheel bytes").hexdigest()}]
-    (kit / "manifest.json").write_text(json.dumps({"files": files}))
+    tree = {"commit": "ab" * 20, "dirty": False, "files": [], "tree_sha256": "0" * 64}
+    (kit / "manifest.json").write_text(json.dumps({"files": files, "tree": tree}))
     return kit
 
 
@@ -52,6 +53,18 @@ def _tree(root: Path) -> dict:
         sha = hashlib.sha256((root / name).read_bytes()).hexdigest()
         digest.update(f"{name}\0{sha}\n".encode())
     return {"commit": "ab" * 20, "dirty": False, "files": names, "tree_sha256": digest.hexdigest()}
+
+
+def test_a_kit_without_a_commit_stops_the_lease(tmp_path):
+    kit = _kit(tmp_path)
+    manifest = json.loads((kit / "manifest.json").read_text())
+    manifest["tree"]["commit"] = ""  # built outside git
+    (kit / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(preflight.Preflight, match="git checkout"):
+        preflight.check_kit(kit)
+    (kit / "manifest.json").write_text(json.dumps({"files": []}))  # an older kit's manifest
+    with pytest.raises(preflight.Preflight, match="build the kit again"):
+        preflight.check_kit(kit)
 
 
 def test_provenance_is_clean_only_when_the_travelled_tree_is_the_kits(tmp_path):

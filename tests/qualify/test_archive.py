@@ -3,6 +3,7 @@ ledger the box chained onto, beside the CPU receipts of the same gate."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -121,6 +122,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
         "edited receipt, manifest updated",
         "member added",
         "path escapes",
+        "malformed manifest",
     ],
 )
 def test_a_tampered_archive_is_refused_and_writes_nothing(home, tmp_path, capsys, tamper):
@@ -136,14 +138,25 @@ def test_a_tampered_archive_is_refused_and_writes_nothing(home, tmp_path, capsys
                 manifest = json.loads(members["manifest.json"])
                 for f in manifest["files"]:
                     if f["path"] == name:
-                        import hashlib
-
                         f["sha256"] = hashlib.sha256(members[name]).hexdigest()
                 members["manifest.json"] = json.dumps(manifest).encode()
         elif tamper == "member added":
             members["receipts/alpha/extra.json"] = b"{}"
-        else:
-            members["../evil.json"] = b"{}"
+        elif tamper == "path escapes":  # listed in the manifest too: only the name check stops it
+            members["figures/../../evil.json"] = b"{}"
+            manifest = json.loads(members["manifest.json"])
+            manifest["files"].append(
+                {
+                    "path": "figures/../../evil.json",
+                    "bytes": 2,
+                    "sha256": hashlib.sha256(b"{}").hexdigest(),
+                }
+            )
+            members["manifest.json"] = json.dumps(manifest).encode()
+        else:  # a manifest whose gate entry is malformed
+            manifest = json.loads(members["manifest.json"])
+            manifest["gates"]["alpha"]["receipts"] = "not a list"
+            members["manifest.json"] = json.dumps(manifest).encode()
 
     _rewrite(archive, change)
     before = _snapshot(home.records)
@@ -180,13 +193,56 @@ def test_a_rerun_on_the_box_extends_the_archive_and_imports_after_the_first(home
     assert verify_all(home.receipts, home.records) == []
 
 
-def test_bad_provenance_is_one_line(home, tmp_path):
+def test_an_older_archive_after_its_superset_is_already_home(home, tmp_path, capsys):
+    first, box = _box_run(home, tmp_path)
+    base = chain_head(home.receipts, "alpha")
+    home.run(
+        "--gate-no-render", "--gate-device=cuda", f"--gate-records={box / 'records'}",
+        receipts=box / "receipts",
+    ).assert_outcomes(passed=1)  # fmt: skip
+    superset = tmp_path / "superset.tar.gz"
+    pack(superset, box / "receipts", box / "records", {"alpha": base}, {"commit": COMMIT})
+    assert _import(superset, home.receipts) == 0
+    before = _snapshot(home.records)
+    assert _import(first, home.receipts) == 0  # everything in it is already in the ledger
+    assert "already in the ledger" in capsys.readouterr().out
+    assert _snapshot(home.records) == before
+
+
+def test_a_gate_that_gained_nothing_is_left_out_of_the_archive(home, tmp_path):
+    archive, box = _box_run(home, tmp_path)
+    beta = box / "receipts" / "beta"
+    beta.mkdir()
+    heads = {"alpha": chain_head(home.receipts, "alpha"), "beta": None}
+    pack(archive, box / "receipts", box / "records", heads, {"commit": COMMIT})
+    assert list(read_archive(archive)[0]["gates"]) == ["alpha"]
+
+
+def test_bad_provenance_is_a_one_line_usage_error(home, tmp_path):
     from assay.qualify.environment import provenance_state
 
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"commit": "nothex", "dirty": False}))
     with pytest.raises(AssayError, match=r"p\.json: commit: expected"):
         provenance_state(path)
+    path.write_text("[]")
+    with pytest.raises(AssayError, match="expected a JSON object"):
+        provenance_state(path)
+    result = home.run(f"--gate-provenance={path}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gate-provenance: *expected a JSON object*"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_a_cpu_run_is_never_compared_with_a_cuda_baseline(home, tmp_path):
+    from assay.qualify.baseline import find_baseline
+
+    archive, _ = _box_run(home, tmp_path)
+    assert _import(archive, home.receipts) == 0
+    newest = find_baseline(home.receipts, "alpha")[1]
+    assert newest["run"]["device"] == "cuda"
+    assert find_baseline(home.receipts, "alpha", "cpu")[1]["run"]["device"] == "cpu"
+    assert find_baseline(home.receipts, "alpha", "mps") is None
 
 
 def test_claim_device_must_be_a_device_type(gates):

@@ -19,6 +19,7 @@ every receipt against the schema, its seal and its back-link before writing anyt
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -33,7 +34,7 @@ from assay.errors import AssayError
 ARCHIVE_FORMAT = "assay.receipt-archive/1"
 MANIFEST = "manifest.json"
 # what a member may be called: no absolute paths, no .., nothing odd
-_MEMBER = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,3}$")
+_MEMBER = re.compile(r"^(?!\.\.?/)[A-Za-z0-9_.-]+(/(?!\.\.?(/|$))[A-Za-z0-9_.-]+){0,3}$")
 MAX_UNPACKED = 512 << 20  # bytes read from an archive at most, whatever its headers say
 
 
@@ -75,6 +76,8 @@ def pack(
     gates: dict[str, dict[str, Any]] = {}
     for gate, base in sorted(base_heads.items()):
         names = [name for _, name in receipts_after(receipts_dir, gate, base)]
+        if not names:
+            continue  # nothing to bring home: an empty entry would only block the import
         for name in names:
             data = (Path(receipts_dir) / gate / name).read_bytes()
             members[f"receipts/{gate}/{name}"] = data
@@ -141,10 +144,11 @@ def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         sums = {name: str(f["sha256"]) for name, f in listed.items()}
     except (TypeError, KeyError, AttributeError):
         raise AssayError(f"{path}: {MANIFEST} files: expected [{{path, bytes, sha256}}]") from None
-    if not isinstance(manifest.get("gates", {}), dict) or not all(
-        isinstance(e, dict) for e in manifest.get("gates", {}).values()
-    ):
-        raise AssayError(f"{path}: {MANIFEST} gates: expected {{gate: {{chained_onto, receipts}}}}")
+    if not _gates_well_formed(manifest.get("gates", {})):
+        raise AssayError(
+            f"{path}: {MANIFEST} gates: expected {{gate name: {{chained_onto: 64 hex or null, "
+            "receipts: [file names]}}}}"
+        )
     for name in sorted(set(listed) | set(members)):
         if name not in members:
             raise AssayError(f"{path}: {name} is in the manifest but not in the archive")
@@ -153,6 +157,22 @@ def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         if _sha256(members[name]) != sums[name]:
             raise AssayError(f"{path}: {name} sha256 differs from the manifest's")
     return manifest, members
+
+
+def _gates_well_formed(gates: Any) -> bool:
+    from assay.qualify.receipt import GATE_NAME
+
+    if not isinstance(gates, dict):
+        return False
+    for gate, entry in gates.items():
+        if not (isinstance(gate, str) and GATE_NAME.match(gate) and isinstance(entry, dict)):
+            return False
+        base, names = entry.get("chained_onto"), entry.get("receipts", [])
+        if base is not None and not (isinstance(base, str) and re.fullmatch(r"[0-9a-f]{64}", base)):
+            return False
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return False
+    return True
 
 
 @dataclass
@@ -173,8 +193,6 @@ def _checked_gate(
     from assay.qualify.chain import ledger_path, read_ledger
     from assay.qualify.receipt import problems_in, receipt_filename
 
-    if not _MEMBER.match(gate) or "/" in gate:
-        raise AssayError(f"{archive}: gate name {gate!r} is not a plain name")
     link = entry.get("chained_onto")
     found = []
     for name in entry.get("receipts", []):
@@ -215,7 +233,7 @@ def _checked_gate(
         and held[present] == found[present][1]["receipt_sha256"]
     ):
         present += 1
-    if present < len(held):
+    if present < len(held) and present < len(found):
         head = shas[-1][:12]
         raise AssayError(
             f"{ledger}: head moved since the kit was built (the archive chains {gate} onto "
@@ -229,16 +247,37 @@ def import_archive(archive: Path, receipts_dir: Path, records_dir: Path) -> Impo
     first (manifest, schema, seals, back-links, ledger heads, figure bytes), then the writes,
     so a refused archive writes nothing. Receipts the ledger already holds are skipped, so the
     same archive, or a later one from the same lease that repeats them, imports once."""
-    from assay.qualify.chain import append, locked
-    from assay.qualify.receipt import write_atomic
+    from assay.qualify.chain import locked
 
     manifest, members = read_archive(archive)
+    gates = sorted(g for g, e in manifest.get("gates", {}).items() if e.get("receipts"))
+    with contextlib.ExitStack() as held:
+        for gate in gates:  # checked and written under the locks, so no run lands in between
+            held.enter_context(locked(receipts_dir, gate))
+        return _import_locked(archive, manifest, members, gates, receipts_dir, records_dir)
+
+
+def _import_locked(
+    archive: Path,
+    manifest: dict[str, Any],
+    members: dict[str, bytes],
+    gates: list[str],
+    receipts_dir: Path,
+    records_dir: Path,
+) -> Imported:
+    from assay.qualify.chain import append
+    from assay.qualify.receipt import write_atomic
+
     planned: list[tuple[str, list[tuple[str, dict[str, Any], bytes]]]] = []
     figures: dict[str, bytes] = {}
     already: list[Path] = []
-    for gate, entry in sorted(manifest.get("gates", {}).items()):
+    for gate in gates:
+        entry = manifest["gates"][gate]
         found, present = _checked_gate(archive, gate, entry, members, receipts_dir)
-        for _, receipt, _ in found[present:]:
+        for name, receipt, _ in found[present:]:
+            target = Path(receipts_dir) / gate / name
+            if target.exists():
+                raise AssayError(f"{target}: exists but is not in the ledger; not overwritten")
             for figure in receipt.get("figures", []):
                 if not re.fullmatch(
                     rf"figures/{re.escape(gate)}/[A-Za-z0-9_.-]+\.png", figure["path"]
@@ -261,10 +300,9 @@ def import_archive(archive: Path, receipts_dir: Path, records_dir: Path) -> Impo
             done.figures.append(home)
     for gate, todo in planned:
         done.gates.append(gate)
-        with locked(receipts_dir, gate):
-            for name, receipt, data in todo:
-                target = Path(receipts_dir) / gate / name
-                write_atomic(target, data, overwrite=False)
-                append(receipts_dir, gate, receipt["receipt_sha256"], name)
-                done.written.append(target)
+        for name, receipt, data in todo:
+            target = Path(receipts_dir) / gate / name
+            write_atomic(target, data, overwrite=False)
+            append(receipts_dir, gate, receipt["receipt_sha256"], name)
+            done.written.append(target)
     return done

@@ -24,9 +24,12 @@ def refuse_self_baseline(baseline_dir: Path, receipts_dir: Path) -> str | None:
     return None
 
 
-def find_baseline(baseline_dir: Path, gate: str) -> tuple[Path, dict[str, Any]] | None:
-    """The newest complete valid receipt for ``gate`` in ``baseline_dir`` (ledger order), or
-    None when it has none.
+def find_baseline(
+    baseline_dir: Path, gate: str, device: str | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete valid receipt for ``gate`` in ``baseline_dir`` (ledger order), of
+    ``device`` when given (a CPU run is never compared with a CUDA receipt imported from a GPU
+    box, nor the other way round), or None when it has none.
 
     Looks in ``<dir>/<gate>/*.json`` (a receipts tree) and ``<dir>/*.json``. An invalid
     receipt there raises AssayError naming the file: a baseline is never silently skipped.
@@ -40,7 +43,7 @@ def find_baseline(baseline_dir: Path, gate: str) -> tuple[Path, dict[str, Any]] 
     found = {}
     for path in sorted([*root.glob(f"{gate}/*.json"), *root.glob("*.json")]):
         receipt = read_receipt(path)
-        if receipt["gate"] == gate:
+        if receipt["gate"] == gate and device in (None, receipt["run"]["device"]):
             found[path.name] = (path, receipt)
     if not found:
         return None

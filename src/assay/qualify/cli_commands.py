@@ -127,10 +127,18 @@ def run_import(args: argparse.Namespace) -> int:
     receipts, records = _dirs(args)
     try:
         done = import_archive(Path(args.archive), receipts, records)
-        render_all(receipts, records)
-    except AssayError as err:
+    except (AssayError, OSError) as err:
         print(f"assay import-gpu: {err}", file=sys.stderr)
         return 2
+    try:
+        render_all(receipts, records)
+    except (AssayError, OSError) as err:
+        print(
+            f"assay import-gpu: imported {len(done.written)} receipt(s), but rendering failed: "
+            f"{err}",
+            file=sys.stderr,
+        )
+        return 1
     report = check_records(receipts, records)
     if args.json:
         print(

@@ -203,7 +203,9 @@ def provenance_state(path: Path) -> dict[str, Any]:
         data = json.loads(Path(path).read_text("utf-8"))
     except (OSError, ValueError) as err:
         raise AssayError(f"{path}: provenance not readable as JSON ({err})") from None
-    commit, dirty = data.get("commit") if isinstance(data, dict) else None, data.get("dirty")
+    if not isinstance(data, dict):
+        raise AssayError(f"{path}: expected a JSON object {{commit, dirty, tree_sha256}}")
+    commit, dirty = data.get("commit"), data.get("dirty")
     if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
         raise AssayError(f"{path}: commit: expected a 40-64 hex digit git commit, got {commit!r}")
     if not isinstance(dirty, bool):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 import statistics
 import sys
 from collections.abc import Iterable
@@ -125,7 +126,7 @@ class Claim:
         ``--gate-device cuda`` is labelled cpu."""
         where = f"claim {self.id!r} ran_on"
         kind = _text(device, where).split(":", 1)[0].strip().lower()
-        if not kind.isidentifier():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
             raise AssayError(
                 f"{where}: expected a device type like 'cpu' or 'cuda', not {device!r}"
             )

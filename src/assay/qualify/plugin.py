@@ -130,6 +130,15 @@ def pytest_configure(config: pytest.Config) -> None:
         refusal = refuse_self_baseline(baseline, receipts) if baseline and receipts else None
         if refusal:
             raise pytest.UsageError(refusal)
+    provenance = config.getoption("gate_provenance", None)
+    if provenance:  # checked now, so a bad file is a usage error, not a collection crash
+        from assay.errors import AssayError
+        from assay.qualify.environment import provenance_state
+
+        try:
+            provenance_state(config.invocation_params.dir / provenance)
+        except AssayError as err:
+            raise pytest.UsageError(f"--gate-provenance: {err}") from None
     if not _is_worker(config):
         config.pluginmanager.register(_Reports(config), "assay_gate_reports")
 

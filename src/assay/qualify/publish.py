@@ -127,7 +127,7 @@ def _assemble(
             receipt["subject"]["source"] = "wheel"
     regressions: list[str] = []
     if options.baseline is not None:
-        found = find_baseline(options.baseline, gate)
+        found = find_baseline(options.baseline, gate, options.device)
         if found is None:
             receipt["baseline"] = no_baseline(str(options.baseline))
         else:
