@@ -46,7 +46,11 @@ def check_kit(kit: Path) -> dict:
             f"{kit}/manifest.json is not a kit manifest of this version ({type(err).__name__}: "
             f"{err}); build the kit again with harness/gpu_bundle.py"
         ) from None
-    if not re.fullmatch(r"[0-9a-f]{40,64}", str(commit)) or not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
+    hexes = (
+        re.fullmatch(r"[0-9a-f]{40,64}", str(commit)),
+        re.fullmatch(r"[0-9a-f]{64}", str(digest)),
+    )
+    if not all(hexes):
         raise Preflight(
             f"the kit names commit {commit!r}: build it from a git checkout, so receipts can "
             "name the commit they qualify"

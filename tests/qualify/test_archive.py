@@ -177,16 +177,22 @@ def test_a_moved_head_is_refused_with_one_line(home, tmp_path, capsys):
     assert _snapshot(home.records) == before
 
 
+def _rerun_on_box(gates, box: Path, base: str, archive: Path) -> Path:
+    """A second call on the same box: its receipt chains onto the first call's; the archive
+    holds every receipt the box made since ``base``."""
+    gates.run(
+        "--gate-no-render", "--gate-device=cuda", f"--gate-records={box / 'records'}",
+        receipts=box / "receipts",
+    ).assert_outcomes(passed=1)  # fmt: skip
+    pack(archive, box / "receipts", box / "records", {"alpha": base}, {"commit": COMMIT})
+    return archive
+
+
 def test_a_rerun_on_the_box_extends_the_archive_and_imports_after_the_first(home, tmp_path):
     archive, box = _box_run(home, tmp_path)
     assert _import(archive, home.receipts) == 0
     base = read_ledger(home.receipts / "alpha" / "LEDGER")[0][0][0]
-    home.run(
-        "--gate-no-render", "--gate-device=cuda", f"--gate-records={box / 'records'}",
-        receipts=box / "receipts",
-    ).assert_outcomes(passed=1)  # fmt: skip
-    second = tmp_path / "second.tar.gz"
-    pack(second, box / "receipts", box / "records", {"alpha": base}, {"commit": COMMIT})
+    second = _rerun_on_box(home, box, base, tmp_path / "second.tar.gz")
     assert [len(g["receipts"]) for g in read_archive(second)[0]["gates"].values()] == [2]
     assert _import(second, home.receipts) == 0
     assert len(read_ledger(home.receipts / "alpha" / "LEDGER")[0]) == 3
@@ -195,13 +201,7 @@ def test_a_rerun_on_the_box_extends_the_archive_and_imports_after_the_first(home
 
 def test_an_older_archive_after_its_superset_is_already_home(home, tmp_path, capsys):
     first, box = _box_run(home, tmp_path)
-    base = chain_head(home.receipts, "alpha")
-    home.run(
-        "--gate-no-render", "--gate-device=cuda", f"--gate-records={box / 'records'}",
-        receipts=box / "receipts",
-    ).assert_outcomes(passed=1)  # fmt: skip
-    superset = tmp_path / "superset.tar.gz"
-    pack(superset, box / "receipts", box / "records", {"alpha": base}, {"commit": COMMIT})
+    superset = _rerun_on_box(home, box, chain_head(home.receipts, "alpha"), tmp_path / "s.tar.gz")
     assert _import(superset, home.receipts) == 0
     before = _snapshot(home.records)
     assert _import(first, home.receipts) == 0  # everything in it is already in the ledger
