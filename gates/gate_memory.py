@@ -128,7 +128,8 @@ def test_cohort_prospective(gate, tmp_path):
     within = gate.claim(
         "cohort.max_abs_error",
         f"every one of {n} cohort rows (seq 128-4096, batch 1-4, resident, checkpointed and "
-        "streamed, float32/NF4, CE and chunked CE) predicted within 5% of the measured device "
+        "streamed, float32/NF4, CE and chunked CE, LoRA, LoRA-FA and TinyLoRA) predicted within "
+        "5% of the measured device "
         "peak (static bytes + profiler step peak)",
         kind="memory",
         threshold=Threshold("<=", 5.0, tolerance=0.1),

@@ -62,7 +62,8 @@ def plan_from_config(config: Any, dims: Dims) -> Plan:
         model=dims,
         storage=config.storage,
         method=adapter.method,
-        rank=adapter.rank or 1,
+        # TinyLoRA has no LoRA rank: its own r, u and sharing set its memory
+        rank=adapter.r if adapter.method == "tinylora" else adapter.rank or 1,
         targets=tuple(adapter.targets),
         stream_buffers=config.stream.buffers if config.stream is not None else None,
         stream_recompute=config.stream.recompute if config.stream is not None else True,
@@ -72,6 +73,11 @@ def plan_from_config(config: Any, dims: Dims) -> Plan:
         gradient_checkpointing=config.gradient_checkpointing,
         loss=config.loss.type,
         chunk_size=config.loss.chunk_size or 1024,
+        **(
+            {"tiny_u": adapter.u, "tiny_sharing": adapter.sharing}
+            if adapter.method == "tinylora"
+            else {}
+        ),
     )
 
 

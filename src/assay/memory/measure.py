@@ -198,13 +198,10 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
     if plan["method"] == "full":
         attach(base, "full")
     else:
-        attach(
-            base,
-            plan["method"],
-            rank=plan["rank"],
-            alpha=2 * plan["rank"],
-            targets=list(plan["targets"]),
-        )
+        options: dict[str, Any] = {"rank": plan["rank"], "alpha": 2 * plan["rank"]}
+        if plan["method"] == "tinylora":
+            options = {"u": plan["tiny_u"], "r": plan["rank"], "sharing": plan["tiny_sharing"]}
+        attach(base, plan["method"], targets=list(plan["targets"]), **options)
     base.gradient_checkpointing = plan["gradient_checkpointing"]
     runner: Any = base
     host: set[int] = set()

@@ -79,7 +79,7 @@ class Plan:
     model: Dims
     storage: str = "float32"
     method: str = "lora"
-    rank: int = 8
+    rank: int = 8  # the LoRA family's rank; TinyLoRA's r (its truncated SVD rank)
     targets: tuple[str, ...] = ATTENTION
     stream_buffers: int | None = None
     stream_recompute: bool = True
@@ -91,6 +91,8 @@ class Plan:
     chunk_size: int = 1024
     optimizer: str = "adamw"
     compute_dtype: str = "float32"
+    tiny_u: int = 13  # TinyLoRA: trainable scalars per sharing group
+    tiny_sharing: str = "global"  # TinyLoRA: one vector for the model, or one per target
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -188,6 +190,10 @@ def _trainables(plan: Plan) -> list[int]:
         per_layer = [r * c for r, c in _projections(d).values()] + [d.hidden_size] * 2
         return embed + per_layer * d.num_layers + [d.hidden_size]
     shapes = _projections(d)
+    if plan.method == "tinylora":  # only v trains: one vector, or one per adapted projection
+        if plan.tiny_sharing == "global":
+            return [plan.tiny_u]
+        return [plan.tiny_u] * len(plan.targets) * d.num_layers
     found = []
     for name in plan.targets:
         rows, cols = shapes[name]
@@ -197,6 +203,22 @@ def _trainables(plan: Plan) -> list[int]:
         if plan.method == "dora":
             found.append(rows)  # magnitude vector
     return found * d.num_layers
+
+
+def _frozen_adapter_bytes(plan: Plan) -> int:
+    """Adapter tensors that do not train but live beside the base: LoRA-FA's A; TinyLoRA's
+    U (out x r), S (r), V^T (r x in) and random projections P (u x r x r), per target."""
+    if plan.method not in ("lora_fa", "tinylora"):
+        return 0
+    shapes, r = _projections(plan.model), plan.rank
+    per_layer = 0
+    for name in plan.targets:
+        rows, cols = shapes[name]
+        if plan.method == "lora_fa":
+            per_layer += 4 * r * cols
+        else:
+            per_layer += 4 * (rows * r + r + r * cols + plan.tiny_u * r * r)
+    return per_layer * plan.model.num_layers
 
 
 def _optimizer_bytes(plan: Plan, counts: list[int]) -> int:
@@ -222,23 +244,26 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
     attention_grad = input_needs_grad or qkv  # q, k, v (and SDPA's inputs) need a gradient
     residual_grad = attention_grad or "o_proj" in targets
     mlp_grad = residual_grad or bool(targets & {"gate_proj", "up_proj"})
+    # an adapter whose first factor is frozen (LoRA-FA's A, TinyLoRA's V^T) needs no copy of
+    # its input for a weight gradient: only its own rank-wide product is kept
+    keeps_input = plan.method not in ("lora_fa", "tinylora")
     saved = norm if input_needs_grad else 0.0
-    if qkv:
+    if qkv and keeps_input:
         saved += e * h  # normed input kept for the adapters' (or weights') gradients
     if attention_grad:
         attn = 4 if e == 2 else e  # SDPA runs on fp32 copies of q, k and v
         saved += 4 * attn * q + 4 * d.num_heads  # q, k, v, output; logsumexp
         if e == 2 and "o_proj" in targets:
             saved += e * q  # the output cast back to the compute dtype
-    elif "o_proj" in targets:
+    elif "o_proj" in targets and keeps_input:
         saved += e * q  # SDPA's output, kept for the o_proj adapter's gradient
     if residual_grad:
         saved += norm  # post-attention norm of the residual
-    if targets & {"gate_proj", "up_proj"}:
+    if targets & {"gate_proj", "up_proj"} and keeps_input:
         saved += e * h
     if mlp_grad:
         saved += 3 * e * f  # silu input, silu output, up output
-    if "down_proj" in targets:
+    if "down_proj" in targets and keeps_input:
         saved += e * f
     if not full:
         saved += 4 * plan.rank * len(targets)  # each adapter's A x
@@ -302,7 +327,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
         weights = embed + d.num_layers * (per_layer + 8 * h) + _code_tables(plan.storage)
     counts = _trainables(plan)
     trainable = 4 * sum(counts)
-    adapter = 0 if plan.method == "full" else trainable
+    adapter = 0 if plan.method == "full" else trainable + _frozen_adapter_bytes(plan)
     if plan.method == "full":
         weights = max(weights, trainable)
     optimizer = 0 if armed(NO_OPTIMIZER) else _optimizer_bytes(plan, counts)
@@ -325,6 +350,11 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
             + rope
         )
         last_layer = 0.0
+    if plan.method == "tinylora":
+        # each adapter's U * S product, made in its forward and kept as the weight of the
+        # last linear until the backward has used it
+        shapes = _projections(d)
+        kept += 4 * plan.rank * d.num_layers * sum(shapes[t][0] for t in plan.targets)
     loss_saved, loss_fwd, loss_bwd = _loss_terms(plan, tokens)
     flow = e * tokens * h  # the gradient arriving at the last layer
     tile = _tile_workspace(plan)
