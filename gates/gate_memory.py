@@ -128,7 +128,8 @@ def test_cohort_prospective(gate, tmp_path):
     within = gate.claim(
         "cohort.max_abs_error",
         f"every one of {n} cohort rows (seq 128-4096, batch 1-4, resident, checkpointed and "
-        "streamed, float32/NF4, CE and chunked CE, LoRA, LoRA-FA and TinyLoRA) predicted within "
+        "streamed, float32/NF4, CE and chunked CE, LoRA, LoRA-FA, DoRA and TinyLoRA) predicted "
+        "within "
         "5% of the measured device "
         "peak (static bytes + profiler step peak)",
         kind="memory",
@@ -184,7 +185,7 @@ def test_cohort_prospective(gate, tmp_path):
         "no GPU in this run; harness/vram_sweep.py measures them on a GPU box",
     )
     gate.not_tested(
-        "bf16 compute, 8-bit/paged AdamW, DoRA, full, preference losses",
+        "bf16 compute, 8-bit/paged AdamW, full, preference losses",
         "predicted from the code with a stated basis; no cohort row measures them",
     )
     gate.figure(plot(frozen["rows"], predicted, measured), "Predicted against measured peak")

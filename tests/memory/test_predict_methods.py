@@ -1,5 +1,6 @@
 """The predictor models every registered adapter method on its own terms: TinyLoRA is not a
-rank-1 LoRA, LoRA-FA's frozen A is stored but keeps no input, and the cohort accepts them all."""
+rank-1 LoRA, LoRA-FA's frozen A is stored but keeps no input, DoRA keeps the outputs its
+magnitude rescales, and the cohort accepts them all."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def test_tinylora_trains_u_scalars_and_stores_its_basis():
         Plan(model=TINY, method="tinylora", rank=4, tiny_u=16, tiny_sharing="per_target",
              targets=ALL, seq_len=256),
         Plan(model=TINY, method="lora_fa", rank=8, targets=ALL, seq_len=256),
+        Plan(model=TINY, method="dora", rank=8, targets=ALL, seq_len=256),
     ],
-    ids=["tinylora", "lora_fa"],
+    ids=["tinylora", "lora_fa", "dora"],
 )  # fmt: skip
 def test_prediction_meets_the_measured_peak(plan):
     pytest.importorskip("torch")

@@ -267,6 +267,11 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
         saved += e * f
     if not full:
         saved += 4 * plan.rank * len(targets)  # each adapter's A x
+    if plan.method == "dora":
+        # the magnitude's gradient keeps both terms it rescales: the base output and the
+        # LoRA output, each as wide as the projection's output
+        shapes = _projections(d)
+        saved += 2 * e * sum(shapes[t][0] for t in targets)
     return saved
 
 
