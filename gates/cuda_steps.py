@@ -61,6 +61,26 @@ def _model_path(gate):
     return path
 
 
+def _claim(gate, claim_id: str, statement: str, threshold: Threshold, unit: str,
+           code: tuple[str, ...], device: str, value: float, stalled: float) -> None:  # fmt: skip
+    """One timed claim: measured on ``device``, its control the same figure with every layer
+    stalled on the GPU."""
+    claim = gate.claim(
+        claim_id, statement, kind="performance", threshold=threshold, unit=unit,
+        code=(*code, "cuda_steps"),
+    )  # fmt: skip
+    claim.measure(value)
+    claim.ran_on(device)
+    claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", stalled)
+
+
+def _timed(subjects: dict, ours: str) -> tuple[torch.Tensor, dict[str, float], float]:
+    """(the batch, median step seconds per subject, the stalled step of ``ours``)."""
+    ids = _ids()
+    median = _median_steps(subjects, ids)
+    return ids, median, _stalled(subjects[ours], ids)
+
+
 def bf16_lora_steps(gate, code: tuple[str, ...]) -> None:
     """throughput.gemm_fraction and throughput.vs_peft: bf16 LoRA steps, assay against PEFT."""
     from assay.bench.device import gemm_ceiling_tflops, sm_clock_mhz
@@ -69,38 +89,27 @@ def bf16_lora_steps(gate, code: tuple[str, ...]) -> None:
     subjects = build_subjects(["assay", "peft"], _model_path(gate), assay_loss="chunked_ce")
     for subject in subjects.values():
         subject.model.to("cuda", torch.bfloat16)
-    ids = _ids()
     clock_before = sm_clock_mhz()
     ceiling = gemm_ceiling_tflops("cuda")
-    median = _median_steps(subjects, ids)
-    slow = _stalled(subjects["assay"], ids)
+    ids, median, slow = _timed(subjects, "assay")
     flops = subjects["assay"].flops(BATCH, SEQ).executed
     gate.note(
         f"bf16 GEMM ceiling {ceiling:.1f} TFLOP/s; SM clock before {clock_before}, after "
         f"{sm_clock_mhz()}; median step s {median}; assay step FLOPs {flops}"
     )
-    frac = gate.claim(
-        "throughput.gemm_fraction",
+    fraction = lambda seconds: flops / seconds / 1e12 / ceiling  # noqa: E731
+    _claim(
+        gate, "throughput.gemm_fraction",
         "assay bf16 LoRA step reaches >= 15% of the same-session bf16 GEMM ceiling",
-        kind="performance",
-        threshold=Threshold(">=", 0.15, tolerance=0.2),
-        unit="fraction of ceiling",
-        code=(*code, "cuda_steps"),
-    )
-    frac.measure(flops / median["assay"] / 1e12 / ceiling)
-    frac.ran_on(ids.device.type)
-    frac.control(f"every layer stalled {STALL_CYCLES} GPU cycles", flops / slow / 1e12 / ceiling)
-    versus = gate.claim(
-        "throughput.vs_peft",
+        Threshold(">=", 0.15, tolerance=0.2), "fraction of ceiling", code, ids.device.type,
+        fraction(median["assay"]), fraction(slow),
+    )  # fmt: skip
+    _claim(
+        gate, "throughput.vs_peft",
         "assay bf16 LoRA step is >= 1.25x as fast as transformers+PEFT's, same session",
-        kind="performance",
-        threshold=Threshold(">=", 1.25, tolerance=0.2),
-        unit="peft / assay step time",
-        code=(*code, "cuda_steps"),
-    )
-    versus.measure(median["peft"] / median["assay"])
-    versus.ran_on(ids.device.type)
-    versus.control(f"every layer stalled {STALL_CYCLES} GPU cycles", median["peft"] / slow)
+        Threshold(">=", 1.25, tolerance=0.2), "peft / assay step time", code, ids.device.type,
+        median["peft"] / median["assay"], median["peft"] / slow,
+    )  # fmt: skip
 
 
 def _step_ratio(
@@ -109,22 +118,14 @@ def _step_ratio(
 ) -> None:  # fmt: skip
     """Time ``ours`` against ``peer`` interleaved and claim their ratio: peer / ours when
     ``speedup`` (higher is better), else ours / peer; the control stalls ``ours``."""
-    ids = _ids()
-    median = _median_steps(subjects, ids)
-    slow = _stalled(subjects[ours], ids)
+    ids, median, slow = _timed(subjects, ours)
     gate.note(f"{claim_id}: median step s {median}")
     ratio = (lambda t: median[peer] / t) if speedup else (lambda t: t / median[peer])
-    claim = gate.claim(
-        claim_id,
-        statement,
-        kind="performance",
-        threshold=threshold,
-        unit=f"{peer} / {ours} step time" if speedup else f"{ours} / {peer} step time",
-        code=(*code, "cuda_steps"),
-    )
-    claim.measure(ratio(median[ours]))
-    claim.ran_on(ids.device.type)
-    claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", ratio(slow))
+    unit = f"{peer} / {ours} step time" if speedup else f"{ours} / {peer} step time"
+    _claim(
+        gate, claim_id, statement, threshold, unit, code, ids.device.type,
+        ratio(median[ours]), ratio(slow),
+    )  # fmt: skip
 
 
 def streamed_steps(gate, code: tuple[str, ...]) -> None:

@@ -26,6 +26,7 @@ import torch
 from assay.qualify import Threshold
 
 NO_CUDA = "no CUDA device: run harness/gpu_qualify.sh (--gate-device cuda) on a GPU box"
+VRAM_CODE = ("assay.memory.predict", "assay.memory.measure", "assay.bench.cuda_peaks")
 BENCH_CODE = ("assay.bench.subjects", "assay.bench.step", "assay.bench.device")
 
 # Frozen before any row is measured: resident, checkpointed, NF4, chunked loss; long rows at
@@ -119,34 +120,29 @@ def test_peak_vram_matches_prediction(gate):
         predict(with_changes(plan, seq_len=plan.seq_len // 2), scope="cuda-allocated").total
         for _, plan in plans
     ]
-    code = ["assay.memory.predict", "assay.memory.measure", "assay.bench.cuda_peaks"]
-    claim = gate.claim(
-        "vram.cohort",
-        "Predicted device peak within 5% of CUDA max_memory_allocated on every cohort row",
-        kind="memory",
-        threshold=Threshold("<=", 0.05, tolerance=0.2),
-        unit="max |measured/predicted - 1|",
-        code=code,
-    )
-    claim.measure(_worst_miss([frozen[r] for r in ids], peaks))
-    claim.ran_on("cuda")  # torch.cuda's allocator statistics count CUDA tensors only
-    claim.control(
-        "activations under-counted (predicted at half the sequence)", _worst_miss(halved, peaks)
-    )
-    under = gate.claim(
-        "vram.cohort_under",
-        "No cohort row's CUDA peak exceeds its prediction by more than 2% (a plan that is "
-        "predicted to fit must fit)",
-        kind="memory",
-        threshold=Threshold("<=", 0.02, tolerance=0.2),
-        unit="max (measured/predicted - 1)",
-        code=code,
-    )
-    under.measure(_worst_under([frozen[r] for r in ids], peaks))
-    under.ran_on("cuda")
-    under.control(
-        "activations under-counted (predicted at half the sequence)", _worst_under(halved, peaks)
-    )
+    predicted = [frozen[r] for r in ids]
+    for claim_id, statement, limit, unit, worst in (
+        (
+            "vram.cohort",
+            "Predicted device peak within 5% of CUDA max_memory_allocated on every cohort row",
+            0.05, "max |measured/predicted - 1|", _worst_miss,
+        ),
+        (
+            "vram.cohort_under",
+            "No cohort row's CUDA peak exceeds its prediction by more than 2% (a plan that is "
+            "predicted to fit must fit)",
+            0.02, "max (measured/predicted - 1)", _worst_under,
+        ),
+    ):  # fmt: skip
+        claim = gate.claim(
+            claim_id, statement, kind="memory", threshold=Threshold("<=", limit, tolerance=0.2),
+            unit=unit, code=VRAM_CODE,
+        )  # fmt: skip
+        claim.measure(worst(predicted, peaks))
+        claim.ran_on("cuda")  # torch.cuda's allocator statistics count CUDA tensors only
+        claim.control(
+            "activations under-counted (predicted at half the sequence)", worst(halved, peaks)
+        )
 
 
 def test_streamed_peak_independent_of_depth(gate):
