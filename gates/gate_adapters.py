@@ -58,11 +58,11 @@ from adapter_parity import (
     transposed_mix,
     unfreeze_a,
 )
-from assay import faultpoints
 from assay.adapters import adapter_modules, attach, disabled, save_adapter
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
-from assay.testing.real_model import smollm2_path
+from assay_testing import defects
+from assay_testing.real_model import smollm2_path
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "peft.smollm2.lora"
@@ -112,7 +112,7 @@ def smollm2() -> Subject:
 
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory) -> Subject:
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     paths = save_tiny("qwen2", tmp_path_factory.mktemp("qwen2"), seed=0, gguf=False)
     ids = torch.randint(0, 320, (2, 48), generator=torch.Generator().manual_seed(1))
@@ -355,7 +355,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
 
     from assay.export import export_merged, merged_tensors
     from assay.model.gguf_export import write_gguf
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     merged = (*code("lora", "assay.adapters.control"), "assay.export", "adapter_files")
     gate.seed(SEED, 10, 11)
@@ -423,7 +423,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         bad = write_gguf(tmp_path / f"{how}.gguf", adapted.config, corrupt_tensors(tensors, how))
         reader.control(name, reader_mismatches(bad, tensors))
         loader.control(name, transformers_error(tmp_path, qwen2.ids, m_expected, bad.name))
-    with faultpoints.inject("model.gguf_export.skip_qk_permute"):
+    with defects.inject("model.gguf_export.skip_qk_permute"):
         bad = export_merged(adapted, tmp_path / "unpermuted.gguf", format="gguf")
     loader.control(
         "Q/K rows not permuted (model.gguf_export.skip_qk_permute)",

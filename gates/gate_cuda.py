@@ -11,7 +11,7 @@ the device its tensors were on (``claim.ran_on``).
 
 Without a CUDA device (``--gate-device cpu``, or no GPU) every claim is recorded as not tested
 with the reason and each test is skipped: nothing here ever passes on CPU. The model is
-``assay.testing.real_model.smollm2_path()``: on the GPU box, the travelling weights
+``assay_testing.real_model.smollm2_path()``: on the GPU box, the travelling weights
 (``ASSAY_SMOLLM2_GGUF``), which the receipt's inputs name.
 """
 
@@ -26,8 +26,8 @@ import torch
 from assay.qualify import Threshold
 
 NO_CUDA = "no CUDA device: run harness/gpu_qualify.sh (--gate-device cuda) on a GPU box"
-VRAM_CODE = ("assay.memory.predict", "assay.memory.measure", "assay.bench.cuda_peaks")
-BENCH_CODE = ("assay.bench.subjects", "assay.bench.step", "assay.bench.device")
+VRAM_CODE = ("assay.memory.predict", "assay.memory.measure", "assay_bench.cuda_peaks")
+BENCH_CODE = ("assay_bench.subjects", "assay_bench.step", "assay_bench.device")
 
 # Frozen before any row is measured: resident, checkpointed, NF4, chunked loss; long rows at
 # seq 6144, where Soup's predictor missed by 0.787x.
@@ -99,8 +99,8 @@ def _worst_under(predicted: list[int], measured: list[int]) -> float:
 
 def test_peak_vram_matches_prediction(gate):
     needs_cuda(gate, "vram.cohort", "vram.cohort_under")
-    from assay.bench.cuda_peaks import measure
     from assay.memory.predict import predict, with_changes
+    from assay_bench.cuda_peaks import measure
 
     plans = _plans()
     frozen = {rid: predict(plan, scope="cuda-allocated").total for rid, plan in plans}
@@ -147,7 +147,7 @@ def test_peak_vram_matches_prediction(gate):
 
 def test_streamed_peak_independent_of_depth(gate):
     needs_cuda(gate, "vram.streamed_depth")
-    from assay.bench.cuda_peaks import measure
+    from assay_bench.cuda_peaks import measure
 
     shallow, deep = 4, 16
 
@@ -169,7 +169,7 @@ def test_streamed_peak_independent_of_depth(gate):
         kind="memory",
         threshold=Threshold("<=", 0.10, tolerance=0.5),
         unit="growth per layer / layer base bytes",
-        code=["assay.stream.engine", "assay.stream.pool", "assay.bench.cuda_peaks"],
+        code=["assay.stream.engine", "assay.stream.pool", "assay_bench.cuda_peaks"],
     )
     claim.measure(per_layer_growth(True))
     claim.ran_on("cuda")  # peaks from torch.cuda's allocator statistics
@@ -199,7 +199,7 @@ def test_pinned_host_memory_is_counted(gate):
 
 def test_nf4_backward_through_recycled_slots(gate):
     needs_cuda(gate, "nf4.slot_recycling")
-    from assay.bench.slot_recycling import slot_grad_error
+    from assay_bench.slot_recycling import slot_grad_error
 
     gate.seed(0)
     claim = gate.claim(
@@ -209,7 +209,7 @@ def test_nf4_backward_through_recycled_slots(gate):
         kind="correctness",
         threshold=Threshold("<=", 1e-6),
         unit="max |dgrad| / max |grad|",
-        code=["assay.bench.slot_recycling", "bitsandbytes.autograd._functions"],
+        code=["assay_bench.slot_recycling", "bitsandbytes.autograd._functions"],
     )
     claim.measure(slot_grad_error("cuda", "refetch"))
     claim.ran_on("cuda")  # slot_grad_error builds every tensor on the device it is given
@@ -224,20 +224,19 @@ RACE_REPEATS = 5
 
 def test_copy_stream_waits_before_slot_reuse(gate):
     needs_cuda(gate, "stream.copy_race")
-    from assay.bench.stream_race import stream_errors
-    from assay.stream.pool import SKIP_RELEASE_WAIT
+    from assay_bench.stream_race import stream_errors
 
     # Stall the compute stream at every layer so the host runs ahead and the copy stream
     # reaches a slot while kernels that read it are still queued: the race has room to show.
     # A race shows only sometimes, so both sides run RACE_REPEATS times: the control must
     # mismatch at least once, the claim never.
     runs = [
-        stream_errors("cuda", stall_cycles=2_000_000, faults=(SKIP_RELEASE_WAIT,))
+        stream_errors("cuda", stall_cycles=2_000_000, faults=("stream.pool.skip_release_wait",))
         for _ in range(RACE_REPEATS)
     ]
     limit = 1e-5
     clean = [r["clean"] for r in runs]
-    broken = [r[SKIP_RELEASE_WAIT] for r in runs]
+    broken = [r["stream.pool.skip_release_wait"] for r in runs]
     gate.note(
         f"stream.copy_race over {RACE_REPEATS} repeats: clean errors {clean}, "
         f"{sum(e > limit for e in broken)} of {RACE_REPEATS} unguarded runs mismatched ({broken})"
@@ -249,7 +248,7 @@ def test_copy_stream_waits_before_slot_reuse(gate):
         kind="correctness",
         threshold=Threshold("<=", limit),
         unit=f"max relative error over {RACE_REPEATS} repeats",
-        code=["assay.stream.pool", "assay.stream.engine", "assay.bench.stream_race"],
+        code=["assay.stream.pool", "assay.stream.engine", "assay_bench.stream_race"],
     )
     claim.measure(max(clean))
     claim.ran_on("cuda")  # stream_errors places model, ids and slots on the device it is given
@@ -268,8 +267,8 @@ def _perturbed_norm(model):
 def test_bf16_parity_with_transformers(gate):
     needs_cuda(gate, "bf16.parity")
     import assay
-    from assay.testing.peers import hf_model
-    from assay.testing.real_model import smollm2_path
+    from assay_testing.peers import hf_model
+    from assay_testing.real_model import smollm2_path
 
     path = smollm2_path()
     gate.input("model", path)

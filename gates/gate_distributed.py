@@ -111,7 +111,7 @@ def _run(args: list[str], what: str) -> float:
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory) -> dict:
     from assay.qualify.environment import resolve_device
-    from assay.testing.text_run import save_text_run
+    from assay_testing.text_run import save_text_run
 
     device = resolve_device(request.config.getoption("gate_device"))
     if device == "cuda" and torch.cuda.device_count() < WORLD:

@@ -18,8 +18,8 @@ import torch
 import assay
 from assay.model import gguf as gguf_module
 from assay.qualify import Threshold
-from assay.testing.placement import device_of
-from assay.testing.real_model import override, smollm2_path
+from assay_testing.placement import device_of
+from assay_testing.real_model import override, smollm2_path
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "logits.smollm2"
@@ -35,7 +35,12 @@ CODE = {
     "gguf": (*DECODER, "assay.model.gguf", "assay.model.gguf_header"),
     "hf": (*DECODER, "assay.model.safetensors"),
 }
-UPCAST_CODE = (*CODE["hf"], "assay.faultpoints", "assay.testing.tiny")  # bf16 on tiny models
+UPCAST_CODE = (  # bf16 on tiny models
+    *CODE["hf"],
+    "assay_testing.defects",
+    "assay_testing.defects.model",
+    "assay_testing.tiny",
+)
 PROMPTS = (
     "The capital of France is",
     "def fibonacci(n):\n    if n < 2:\n        return n",
@@ -162,7 +167,7 @@ def test_smollm2_logits_match_transformers(gate):
 def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     seed = {"qwen2": 0, "mistral": 1, "llama3": 2}[family]
     gate.seed(seed)
@@ -181,7 +186,7 @@ def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
             kind="correctness",
             threshold=THRESHOLD,
             unit="max abs error",
-            code=(*CODE[fmt], "assay.testing.tiny")
+            code=(*CODE[fmt], "assay_testing.tiny")
             + (("assay.model.gguf_export",) if fmt == "gguf" else ()),
         )
         claim.measure(worst)
@@ -281,8 +286,8 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
     """bf16 compute on CPU: the fp32 upcasts of RMSNorm and attention are where bf16 differs."""
     from transformers import AutoModelForCausalLM
 
-    from assay import faultpoints
-    from assay.testing.tiny import save_tiny
+    from assay_testing import defects
+    from assay_testing.tiny import save_tiny
 
     seed = {"qwen2": 0, "llama3": 2}[family]
     gate.seed(seed)
@@ -305,7 +310,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         code=UPCAST_CODE,
     )
     norm.measure(bad)
-    with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):
+    with defects.inject("model.decoder.rmsnorm_skip_upcast"):
         norm.control("RMSNorm without the fp32 upcast", norm_mismatches(model, hf, ids)[0])
 
     attention = gate.claim(
@@ -318,7 +323,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         code=UPCAST_CODE,
     )
     attention.measure(attention_ulps(model, ids))
-    with faultpoints.inject("model.decoder.attention_skip_upcast"):
+    with defects.inject("model.decoder.attention_skip_upcast"):
         attention.control("scores and softmax in bf16", attention_ulps(model, ids))
 
     with torch.no_grad():
@@ -337,9 +342,9 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
             code=UPCAST_CODE,
         )
         logits.measure(mean_error())
-        with faultpoints.inject("model.decoder.rmsnorm_skip_upcast"):
+        with defects.inject("model.decoder.rmsnorm_skip_upcast"):
             logits.control("RMSNorm without the fp32 upcast", mean_error())
-        with faultpoints.inject("model.decoder.attention_skip_upcast"):
+        with defects.inject("model.decoder.attention_skip_upcast"):
             blind = mean_error()
     gate.note(
         f"bf16 {family}: with scores and softmax in bf16 the logits' mean error is {blind:.4g} "

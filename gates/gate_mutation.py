@@ -1,8 +1,9 @@
 """gate-mutation: the curated semantic mutants are killed by the tests named for them, and the
 mutmut score per core package, as measured by ``nox -s mutants``.
 
-Each curated mutant is a named fault point (``assay.faultpoints``) armed in a child pytest run
-over its killing node ids (``assay.testing.mutants``). A mutant counts as killed only when its
+Each curated mutant is a named defect (``assay_testing.defects``: a patch on a scratch copy of
+the product function's source, never a flag in the product) armed in a child pytest run over its
+killing node ids (``assay_testing.mutants``). A mutant counts as killed only when its
 killers fail with the fault armed and pass without it. Controls: the same runner with no fault
 armed (it must report no kills), and the runner with its clean-run check removed, fed a subject
 whose test always fails (it must then report a false kill).
@@ -30,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from assay.qualify import Threshold
-from assay.testing.mutants import MUTANTS, declared_fault_points
-from assay.testing.mutation import (
+from assay_testing.mutants import MUTANTS, declared_fault_points
+from assay_testing.mutation import (
     classify,
     mutmut_score,
     run_mutants,
@@ -51,9 +52,14 @@ CORE_PACKAGES = ("storage", "adapters", "train", "stream", "qualify")
 KILL_RATE = 0.90
 MUTMUT_FLOOR = 0.50  # a package whose tests miss half of the operator mutants is not gated
 MUTMUT_MIN_SAMPLE = 20  # fewer tested mutants give an interval too wide to gate on
-RUNNER = ("assay.faultpoints", "assay.testing.mutants", "assay.testing.mutation")
+RUNNER = (
+    "assay_testing.defects",
+    "assay_testing.patching",
+    "assay_testing.mutants",
+    "assay_testing.mutation",
+)
 # mutmut ran in child processes: its harness is named by path.
-MUTMUT_CODE = ("assay.testing.mutation", str(ROOT / "harness/mutmut_run.py"))
+MUTMUT_CODE = ("assay_testing.mutation", str(ROOT / "harness/mutmut_run.py"))
 
 
 def _selected() -> list:

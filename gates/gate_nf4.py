@@ -26,9 +26,9 @@ import nf4_reference as ref
 from assay.memory import owned_bytes, packed_parameter_count
 from assay.qualify import Threshold
 from assay.storage import FrozenLinear, apply_storage, register_storage_hook
-from assay.testing.peers import hf_bnb_reference
-from assay.testing.placement import device_of
-from assay.testing.real_model import override, smollm2_path
+from assay_testing.peers import hf_bnb_reference
+from assay_testing.placement import device_of
+from assay_testing.real_model import override, smollm2_path
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "codec.bit_exact"
@@ -300,7 +300,7 @@ def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
         kind="correctness",
         threshold=SCALED_LOGITS if pick else Threshold("<=", 1e-3, tolerance=0.1),
         unit="max abs logit / max |reference logit|" if pick else "max abs logit",
-        code=[*MODEL_CODE, "assay.testing.peers"],
+        code=[*MODEL_CODE, "assay_testing.peers"],
     )
     logits.measure((diff, top1, scaled)[pick])
     logits.ran_on(device_of(model))
@@ -310,7 +310,7 @@ def test_model_agrees_with_transformers_bitsandbytes(gate, nf4_load):
         kind="correctness",
         threshold=Threshold(">=", 1.0),
         unit="fraction of positions",
-        code=[*MODEL_CODE, "assay.testing.peers"],
+        code=[*MODEL_CODE, "assay_testing.peers"],
     )
     top.measure(top1)
     top.ran_on(device_of(model))

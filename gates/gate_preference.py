@@ -22,11 +22,11 @@ import assay
 from assay.adapters import attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
-from assay.testing.real_model import smollm2_path
-from assay.testing.tiny import smollm2_shaped
 from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
 from assay.train.objective import Objective
+from assay_testing.real_model import smollm2_path
+from assay_testing.tiny import smollm2_shaped
 from preference_reference import (
     BETA,
     GAMMA,
@@ -62,7 +62,7 @@ TOL = 1e-4  # fp32: chunked logsumexp and a hand-written backward vs autograd on
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     return save_tiny("llama3", tmp_path_factory.mktemp("tiny"), seed=11, gguf=False)["hf"]
 
@@ -342,9 +342,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def test_dpo_training_raises_the_margin(gate, tmp_path):
     import json
 
-    from assay.testing.tiny import save_tiny
     from assay.train.config import train_config_from_dict
     from assay.train.loop import Trainer
+    from assay_testing.tiny import save_tiny
 
     data = EXAMPLES / "data" / "preference.jsonl"
     gate.input("data", data)

@@ -1,9 +1,9 @@
 """gate-quality: does a LoRA fine-tune of the real SmolLM2-135M-Instruct actually learn?
 
-The task (assay.testing.swap_task, generated here from seed 1919): ``Input: a b\\nOutput:``
+The task (assay_testing.swap_task, generated here from seed 1919): ``Input: a b\\nOutput:``
 -> `` b a`` over 58 one-token nouns; 256 training pairs, 48 held-out pairs whose unordered word
 pair never occurs in training. The prompt does not state the rule, so the base model cannot
-know it. The scorer (assay.testing.grader) is gated first, with stubs, then the trained model
+know it. The scorer (assay_testing.grader) is gated first, with stubs, then the trained model
 is scored by greedy decoding (assay.model.generate, KV cache) on the held-out pairs.
 
 Long: ``nox -s gates`` leaves it out; ``nox -s gate-quality`` runs it (about 4 CPU-minutes on
@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from assay import faultpoints
-from assay.model.generate import SAMPLE, generate
+from assay.model.generate import generate
 from assay.qualify import Threshold
-from assay.testing import grader
-from assay.testing.real_model import smollm2_path
-from assay.testing.swap_task import (
+from assay.train.config import train_config_from_dict
+from assay.train.loop import Trainer
+from assay_testing import defects, grader
+from assay_testing.real_model import smollm2_path
+from assay_testing.swap_task import (
     SEED,
     Split,
     make_split,
@@ -34,14 +35,12 @@ from assay.testing.swap_task import (
     write_preference,
     write_sft,
 )
-from assay.testing.travelling import needs_trained_weights
-from assay.train.config import train_config_from_dict
-from assay.train.loop import Trainer
+from assay_testing.travelling import needs_trained_weights
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "sft.held_out_exact_match"
 
-SCORER_CODE = ("assay.testing.swap_task", "assay.testing.grader")
+SCORER_CODE = ("assay_testing.swap_task", "assay_testing.grader")
 IMPLEMENTATION = (
     *SCORER_CODE,
     "assay.model.generate",
@@ -192,7 +191,7 @@ def test_the_scorer_is_gated(gate, split):
         code=SCORER_CODE,
     )
     claim.measure(grader.score(perfect, want))
-    with faultpoints.inject(grader.RAW):
+    with defects.inject("testing.grader.raw_compare"):
         claim.control("grader compares verbatim (no normalisation)", grader.score(perfect, want))
     claim.control("stub answers the next item's answer", grader.score(want[1:] + want[:1], want))
     claim = gate.claim(
@@ -214,7 +213,7 @@ def test_the_scorer_is_gated(gate, split):
         code=SCORER_CODE,
     )
     claim.measure(grader.score(refusing, want))
-    with faultpoints.inject(grader.PREFIX):
+    with defects.inject("testing.grader.prefix_match"):
         claim.control("grader accepts any prefix of the answer", grader.score(refusing, want))
     variants = [(v, w) for w in want for v in _variants(w)]
     claim = gate.claim(
@@ -228,7 +227,7 @@ def test_the_scorer_is_gated(gate, split):
         code=SCORER_CODE,
     )
     claim.measure(grader.score([v for v, _ in variants], [w for _, w in variants]))
-    with faultpoints.inject(grader.RAW):
+    with defects.inject("testing.grader.raw_compare"):
         claim.control(
             "grader compares verbatim",
             grader.score([v for v, _ in variants], [w for _, w in variants]),
@@ -244,7 +243,7 @@ def test_the_scorer_is_gated(gate, split):
         code=SCORER_CODE,
     )
     claim.measure(grader.score([m for m, _ in misses], [w for _, w in misses]))
-    with faultpoints.inject(grader.PREFIX):
+    with defects.inject("testing.grader.prefix_match"):
         claim.control(
             "grader accepts any prefix of the answer",
             grader.score([m for m, _ in misses], [w for _, w in misses]),
@@ -279,7 +278,7 @@ def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
     )
     claim.measure(sum(a != b for a, b in zip(again, fp32.answers, strict=True)))
     torch.manual_seed(1)
-    with faultpoints.inject(SAMPLE):
+    with defects.inject("model.generate.sample"):
         sampled = answers(fp32.trainer, split)
     claim.control(
         "tokens sampled from the softmax, not argmax",

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from assay.qualify import Threshold
-from assay.testing.real_model import smollm2_reference
+from assay_testing.real_model import smollm2_reference
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "resume.lora-float32"
@@ -150,14 +150,21 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
     losses_differ = int(first["losses"] + second["losses"] != straight["losses"])
     mismatched = differences(root / f"{name}-straight" / final, root / f"{name}-split" / final)
     claim.measure(losses_differ + len(mismatched))
-    controls = [("resume that drops the RNG state", "rng=False", "")]
+    # (label, the defect armed during the resume, code run after it)
+    controls = [("resume that drops the RNG state", "train.checkpoint.rng_not_restored", "")]
     if method == "lora" and storage == "float32":
-        controls.append(("resume that re-initialises the optimizer", "optimizer=False", ""))
+        controls.append(
+            (
+                "resume that re-initialises the optimizer",
+                "train.checkpoint.optimizer_not_restored",
+                "",
+            )
+        )
         # The wrong RNG state, not a missing one: torch's stream one draw ahead of the saved
         # state. NEFTune draws from it every step, so the resumed run must diverge.
-        controls.append(("torch RNG restored one draw off", "rng=True", "torch.rand(1); "))
-    for label, flags, after in controls:
-        control_dir = root / f"{name}-control-{flags.split('=')[0]}{len(after)}"
+        controls.append(("torch RNG restored one draw off", "", "torch.rand(1); "))
+    for index, (label, fault, after) in enumerate(controls):
+        control_dir = root / f"{name}-control-{index}"
         shutil.copytree(
             root / f"{name}-split" / f"step-{STOP:06d}", control_dir / f"step-{STOP:06d}"
         )
@@ -165,9 +172,10 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         config = write_config(root, control_dir.name, method, storage)
         code = (
             "import json, torch; from assay.train.config import load_train_config; "
-            "from assay.train.loop import Trainer; "
+            "from assay.train.loop import Trainer; from assay_testing import defects; "
             f"t = Trainer(load_train_config({str(config)!r}), progress=False); "
-            f"torch.manual_seed(999); t.resume({str(control_dir)!r}, {flags}); {after}"
+            f"torch.manual_seed(999); armed = defects.arm({fault!r}); "
+            f"t.resume({str(control_dir)!r}); armed.close(); {after}"
             "import numpy, random; "
             "state = lambda: (numpy.random.get_state()[1].tobytes(), random.getstate()); "
             "before = state(); r = t.train(); r['others_drawn'] = state() != before; "
@@ -205,8 +213,8 @@ def test_held_out_loss_before_and_after(gate, root):
 
 
 def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
-    from assay.testing.tiny import save_tiny
     from assay.train.checkpoint import load_checkpoint
+    from assay_testing.tiny import save_tiny
 
     model = save_tiny("llama3", tmp_path, seed=1, gguf=False, vocab_size=49152)["hf"]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXT))

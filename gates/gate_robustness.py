@@ -214,7 +214,7 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
     import shutil
 
     import tamper_cases  # gates/tamper_cases.py: an honest ledger and six ways to forge it
-    from assay import faultpoints
+    from assay_testing import defects
 
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (openssh-client) is not installed: the signature case needs it")
@@ -243,7 +243,7 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
         "qualify.stale.ignore": ["stale code file"],
     }
     for fault, cases in controls.items():
-        with faultpoints.inject(fault):
+        with defects.inject(fault):
             missed = [c for c in cases if not tamper_cases.detected(tmp_path / fault / c, c)]
         claim.control(f"verify with fault {fault} armed", len(missed))
 
@@ -253,7 +253,7 @@ def test_faults_inside_writes(gate, tmp_path):
     product writes: the last good version survives and a torn file is refused in one line."""
     import torn_writes
 
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     model_dir = save_tiny("qwen2", tmp_path, seed=0, gguf=False)["hf"]
 
@@ -388,12 +388,12 @@ def _control_run(cases, fault: str, hang_s: float):
     """The cases again with ``fault`` armed (the guard removed), cut off after ``hang_s``."""
     import corpus_harness
 
-    from assay.faultpoints import inject
+    from assay_testing import defects
 
     previous = corpus_harness.HANG_SECONDS
     corpus_harness.HANG_SECONDS = hang_s
     try:
-        with inject(fault):
+        with defects.inject(fault):
             return [run_case(case) for case in cases]
     finally:
         corpus_harness.HANG_SECONDS = previous
@@ -467,9 +467,9 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
     claim.measure(config.unexpected + rows.unexpected)
     gate.note(f"fuzz config: {config.examples} examples, samples {config.samples or 'none'}")
     gate.note(f"fuzz jsonl: {rows.examples} examples, samples {rows.samples or 'none'}")
-    from assay.faultpoints import inject
+    from assay_testing import defects
 
-    with inject("train.data_rows.allow_surrogates"):
+    with defects.inject("train.data_rows.allow_surrogates"):
         control = fuzz_loaders.fuzz_jsonl_reader(tmp_path / "rows-control", n, 32)
     claim.control("the JSONL examples with the lone-surrogate check removed", control.unexpected)
 

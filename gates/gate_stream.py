@@ -6,7 +6,7 @@ inputs and thread count, so "equal" means torch.equal, not a tolerance. Adapter 
 TinyLoRA vectors) are randomized first, so A's gradients are not zero and a swapped weight
 would show. Controls run the same checks through a deliberately recycled slot: a pool that
 skips the wait and the owner check and hands out whichever slot it used last. A CPU copy engine
-that delays, tears and reorders copies (assay.testing.copies) stands in for an unsynchronised
+that delays, tears and reorders copies (assay_testing.copies) stands in for an unsynchronised
 CUDA copy stream, so that a missing wait (fault ``stream.pool.skip_wait``) or a busy slot
 overwritten (``stream.pool.reuse_busy_slot``) shows on CPU too.
 """
@@ -26,8 +26,8 @@ from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay.stream import SlotPool, StreamedModel
 from assay.stream.layout import base_tensors
-from assay.testing.placement import device_of
-from assay.testing.real_model import smollm2_path
+from assay_testing.placement import device_of
+from assay_testing.real_model import smollm2_path
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "backward.smollm2.nf4_double_quant"
@@ -210,7 +210,7 @@ def test_tiny_families_every_method_and_storage(gate, family, tiny_paths):
 
 @pytest.fixture(scope="module")
 def tiny_paths(tmp_path_factory) -> dict[str, Path]:
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     root = tmp_path_factory.mktemp("tiny")
     return {f: save_tiny(f, root, seed=i, gguf=False)["hf"] for i, f in enumerate(FAMILIES)}
@@ -263,7 +263,7 @@ def test_twenty_step_curves_and_invariance(gate, tiny_paths, tmp_path):
 
 
 def test_streaming_really_ran(gate, tmp_path):
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     path = save_tiny("qwen2", tmp_path, seed=4, gguf=False, num_hidden_layers=6)["hf"]
     ids = torch.randint(0, 320, (1, 16), generator=torch.Generator().manual_seed(4))
@@ -320,7 +320,7 @@ def test_streaming_really_ran(gate, tmp_path):
 
 def random_decoder(layers: int, seed: int = 0):
     """SmolLM2's architecture at any depth, with randomized LoRA r8 on attention."""
-    from assay.testing.tiny import smollm2_shaped
+    from assay_testing.tiny import smollm2_shaped
 
     model = attach(smollm2_shaped(layers, seed), "lora", rank=8, alpha=16, targets="attention")
     return randomize_adapters(model, seed=seed)
@@ -435,15 +435,15 @@ def delayed_mismatches(path, method: str, storage: str, reference, ids, *, buffe
     pool's owner check (StreamError) or by autograd's in-place check on a slot view
     (RuntimeError) counts every tensor as unequal and is appended to ``refused``.
     """
-    from assay import faultpoints
     from assay.stream.pool import StreamError
-    from assay.testing.copies import DelayingCopies
+    from assay_testing import defects
+    from assay_testing.copies import DelayingCopies
 
     logits, grads = reference
     streamed = StreamedModel(adapted(path, method, storage, {}), buffers=buffers)
     if delaying:
         streamed.pool.set_copy_engine(DelayingCopies(engine_seed, **PROFILES[profile]))
-    armed = faultpoints.inject(fault) if fault else contextlib.nullcontext()
+    armed = defects.inject(fault) if fault else contextlib.nullcontext()
     with armed:
         with torch.no_grad():
             forward_only = streamed(ids)
@@ -460,8 +460,8 @@ def delayed_mismatches(path, method: str, storage: str, reference, ids, *, buffe
 
 def test_delayed_reordered_copies(gate, tmp_path):
     """Streamed equals resident when copies land late, torn and out of order (CPU copy engine
-    from assay.testing.copies); a missing wait or a reused busy slot then shows."""
-    from assay.testing.tiny import save_tiny
+    from assay_testing.copies); a missing wait or a reused busy slot then shows."""
+    from assay_testing.tiny import save_tiny
 
     gate.seed(6, 7)
     path = save_tiny("llama3", tmp_path, seed=6, gguf=False, num_hidden_layers=4)["hf"]
@@ -483,7 +483,12 @@ def test_delayed_reordered_copies(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal tensors",
-        code=[*IMPLEMENTATION, "assay.testing.copies", "assay.faultpoints"],
+        code=[
+            *IMPLEMENTATION,
+            "assay_testing.copies",
+            "assay_testing.defects",
+            "assay_testing.defects.stream",
+        ],
     )
     claim.measure(unequal)
     blind, refused, wrong = {}, {}, {}

@@ -1,7 +1,7 @@
 """gate-throughput: training-step throughput of assay against transformers+PEFT and
 transformers+bitsandbytes on the same CPU, in one run, against the same-session GEMM ceiling.
 
-One run of assay.bench (harness/bench_step.py is the same code as a CLI) times interleaved
+One run of assay_bench (harness/bench_step.py is the same code as a CLI) times interleaved
 optimizer steps of LoRA r8/alpha 16 on SmolLM2's attention projections, fp32, batch 1: 1
 warm-up round, then the median of 5 timed steps per subject. Controls measure the same ratio on
 a deliberately worse assay subject (redundant recomputation), which must miss the target. The
@@ -17,14 +17,14 @@ import time
 import pytest
 import torch
 
-from assay.bench.report import run_benchmark
-from assay.bench.step import max_abs_diff, trainable_grads
-from assay.bench.subjects import DESCRIPTIONS, SUBJECTS
 from assay.model.flops import SUMMARY as FLOP_MODEL
 from assay.qualify import Threshold
 from assay.qualify.timing import Timing
 from assay.stream.kept import SlotRef
-from assay.testing.real_model import smollm2_path
+from assay_bench.report import run_benchmark
+from assay_bench.step import max_abs_diff, trainable_grads
+from assay_bench.subjects import DESCRIPTIONS, SUBJECTS
+from assay_testing.real_model import smollm2_path
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "resident.over_peft.seq256"
@@ -36,12 +36,12 @@ TIMED = (
     "assay.adapters.lora",
     "assay.storage.linear",
     "assay.model.flops",
-    "assay.bench.step",
-    "assay.bench.profile",
-    "assay.bench.report",
-    "assay.bench.subjects",
+    "assay_bench.step",
+    "assay_bench.profile",
+    "assay_bench.report",
+    "assay_bench.subjects",
     "assay.train.losses",
-    "assay.testing.peers",
+    "assay_testing.peers",
 )
 STREAM_CODE = (*TIMED, "assay.stream.engine", "assay.stream.pool", "assay.stream.kept")
 SEQS = (256, 512)
@@ -214,7 +214,7 @@ def test_resident_against_peft(gate, bench, tmp_path):
         kind="performance",
         threshold=Threshold(">=", 0.65, tolerance=TOLERANCE),
         unit="fraction of ceiling",
-        code=(*TIMED, "assay.bench.gemm"),
+        code=(*TIMED, "assay_bench.gemm"),
     )
     fraction.measure(
         samples=result["subjects"]["assay"]["seq"][str(SEQS[0])]["ceiling_fraction_samples"]

@@ -12,12 +12,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from assay.testing.faults import pause_at_event
+from assay.qualify.child_imports import report_at_exit
 from assay.train.config import load_train_config
 from assay.train.loop import Trainer
+from assay_testing.faults import pause_at_event
 
 
 def main() -> None:
+    report_at_exit()  # a gate's child: the gate counts the code it ran here
     config, run_dir, kill_at = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     trainer = Trainer(load_train_config(config), progress=False)
     if (run_dir / "latest").exists():

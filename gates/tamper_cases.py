@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.chain import HEADER, LEDGER, ledger_path, read_ledger
-from assay.qualify.receipt import dump_receipt, receipt_filename, seal, write_receipt
-from assay.qualify.render import render_all
+from assay.qualify.chain import HEADER, LEDGER, ledger_path, read_ledger, write_receipt
+from assay.qualify.index import render_all
+from assay.qualify.receipt import dump_receipt, receipt_filename, seal
 from assay.qualify.verify import verify_all, verify_signatures, verify_stale
 
 GATE = "demo"

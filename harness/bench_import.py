@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from assay.testing.real_model import smollm2_path
+from assay_testing.real_model import smollm2_path
 
 
 def _timed(load) -> float:

@@ -14,7 +14,7 @@ use the FLOP model of assay.model.flops (4 P tokens for a frozen base, plus adap
 causal attention; recomputation never counts). --profile runs one extra profiled step per
 subject (all of them when no names follow) and prints where the time goes; with the peers
 profiled it adds the Amdahl bound (peer median step / the peer's GEMMs replayed alone, see
-assay.bench.report). Progress goes to stderr; results to stdout. Targets are printed, never
+assay_bench.report). Progress goes to stderr; results to stdout. Targets are printed, never
 asserted.
 """
 
@@ -25,10 +25,10 @@ import json
 import sys
 import time
 
-from assay.bench.report import format_table, run_benchmark
-from assay.bench.step import LOSSES
-from assay.bench.subjects import SUBJECTS
-from assay.testing.real_model import smollm2_path
+from assay_bench.report import format_table, run_benchmark
+from assay_bench.step import LOSSES
+from assay_bench.subjects import SUBJECTS
+from assay_testing.real_model import smollm2_path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,7 +100,7 @@ RUN=$(cd "$RUN" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK" ${SCRATCH_RUN:+"$SCRATCH_RUN"}' EXIT  # a dry run's folder too (~100 MB)
 BOX_PYTHONPATH=${PYTHONPATH:-}
-export PYTHONPATH=$ROOT/src${BOX_PYTHONPATH:+:$BOX_PYTHONPATH}  # the tree first, before any wheel
+export PYTHONPATH=$ROOT/src:$ROOT/testing${BOX_PYTHONPATH:+:$BOX_PYTHONPATH}  # the tree (product, then its test machinery) first
 LOG=$RUN/gpu_qualify.log
 exec > >(tee -a "$LOG") 2>&1
 STARTED=$(date +%s)
@@ -160,7 +160,7 @@ PYEOF
         || "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' "$SITE" $WANT \
         || stop "wheel install failed"
     say "installed into $SITE: $(echo $WANT | wc -w) wheels"
-    export PYTHONPATH=$ROOT/src:$SITE${BOX_PYTHONPATH:+:$BOX_PYTHONPATH}
+    export PYTHONPATH=$ROOT/src:$ROOT/testing:$SITE${BOX_PYTHONPATH:+:$BOX_PYTHONPATH}
 fi
 
 # 2. ledger heads: the box's receipts chain onto what the tree carried ---------------------------
@@ -208,7 +208,7 @@ timeout 120 "$PY" harness/gpu_preflight.py --kit "$KIT" --run "$RUN" --device "$
 TRAVEL=$RUN/smollm2-travel-seed0.gguf
 WANT_SHA=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["travel_model"].get("sha256") or "")' "$KIT/manifest.json")
 if [ ! -f "$TRAVEL" ] || [ "$(sha256sum "$TRAVEL" | cut -d' ' -f1)" != "$WANT_SHA" ]; then
-    timeout 180 "$PY" -m assay.testing.travel "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
+    timeout 180 "$PY" -m assay_testing.travel "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
         || stop "could not rebuild the travelling weights"
 fi
 GOT_SHA=$(sha256sum "$TRAVEL" | cut -d' ' -f1)

@@ -7,7 +7,7 @@ and no ``mutants/`` folder lands in the checkout. Per package:
 1. ``mutmut run <a name matching nothing>`` generates every mutant and collects mutmut's
    test-to-function stats, then stops at mutmut's "nothing matches" check (mutmut 3.8 has no
    generate-only command). The generated mutants are the population.
-2. The population is put in a seeded random order (``assay.testing.mutation.sample_order``) and
+2. The population is put in a seeded random order (``assay_testing.mutation.sample_order``) and
    the first ``--sample`` names are run, in that order, ``--batch`` names per ``mutmut run``.
    A batch that would overrun the package's ``--cap`` is stopped and its results dropped, so the
    mutants tested are always a prefix of the seeded order: a uniform random sample.
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from assay.testing.mutation import mutmut_score, sample_order, wilson_interval
+from assay_testing.mutation import mutmut_score, sample_order, wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = ROOT / "records" / "mutation" / "mutmut-summary.json"

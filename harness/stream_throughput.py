@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import assay
 from assay.adapters import attach
 from assay.stream import StreamedModel
-from assay.testing.real_model import smollm2_path
+from assay_testing.real_model import smollm2_path
 
 
 def build(kind: str, device: str, cache: Path):

@@ -10,8 +10,8 @@ pytest_plugins = ["pytester"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """xdist workers share the cores instead of oversubscribing them (assay.testing.cores)."""
-    from assay.testing.cores import share_cores_among_xdist_workers
+    """xdist workers share the cores instead of oversubscribing them (assay_testing.cores)."""
+    from assay_testing.cores import share_cores_among_xdist_workers
 
     share_cores_among_xdist_workers()
 
@@ -20,7 +20,7 @@ def smollm2_gguf() -> Path:
     """The bundled SmolLM2 GGUF. A missing package fails the test rather than skipping it, so
     CI cannot go green without it."""
     from assay.errors import AssayError
-    from assay.testing.real_model import smollm2_path
+    from assay_testing.real_model import smollm2_path
 
     try:
         return smollm2_path()
@@ -36,7 +36,7 @@ def smollm2_path() -> Path:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
     """family -> {"hf": safetensors dir, "gguf": file}, built once per session."""
-    from assay.testing.tiny import FAMILIES, save_tiny
+    from assay_testing.tiny import FAMILIES, save_tiny
 
     root = tmp_path_factory.mktemp("tiny")
     return {family: save_tiny(family, root, seed=i) for i, family in enumerate(FAMILIES)}

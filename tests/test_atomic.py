@@ -92,15 +92,15 @@ def test_remove_stale_temporaries_only_touches_temporaries(tmp_path: Path) -> No
 
 
 def test_short_writes_are_looped_until_every_byte_is_written(tmp_path):
-    from assay import faultpoints
+    from assay_testing import defects
 
     data = bytes(range(256)) * 5
-    with faultpoints.inject("atomic.short_write", "7"):
+    with defects.inject("atomic.short_write", "7"):
         atomic_write_bytes(tmp_path / "f.bin", data)
     assert (tmp_path / "f.bin").read_bytes() == data
     with (
-        faultpoints.inject("atomic.short_write", "7"),
-        faultpoints.inject("atomic.ignore_short_write"),
+        defects.inject("atomic.short_write", "7"),
+        defects.inject("atomic.ignore_short_write"),
     ):
         atomic_write_bytes(tmp_path / "g.bin", data)
     assert (tmp_path / "g.bin").read_bytes() == data[:7]  # the defect the loop prevents

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from assay.cli import main
-from assay.testing.text_run import save_text_run
+from assay_testing.text_run import save_text_run
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ NOT_RUN = {
     "nox ": "runs whole sessions (the suite, gates, lint): the integrator's CI runs them",
     "torchrun ": "multi-process launch on a placeholder config.yaml; tests/distributed runs it",
     "pytest": "would run this suite recursively",
-    "ASSAY_FAULTS=": "arms a fault and runs part of this suite; gate-mutation runs every such pair",
+    "python -m assay_testing.defects": "arms a defect and runs part of this suite; gate-mutation "
+    "runs every such pair",
     "python harness/bench_step.py": "a minutes-long benchmark; gate-throughput runs it",
     "assay render": "rewrites the tree's records/; tests/qualify covers render on copies",
     "assay verify": "checks the published records/; tests/qualify covers verify on copies",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from assay.errors import AssayError
@@ -10,11 +9,6 @@ from assay.errors import AssayError
 # The distribution's name on PyPI (`pip install assay-qualify`); the import name stays `assay`.
 # The name `assay` is another project's, which imports as `assay` too: docs/install.md.
 DISTRIBUTION = "assay-qualify"
-
-if os.environ.get("ASSAY_GATE_IMPORTS"):  # a child of a gate test: report the code it ran
-    from assay.qualify.child_imports import report_at_exit
-
-    report_at_exit()
 
 _LAZY = {
     "Decoder": "assay.model",

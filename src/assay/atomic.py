@@ -8,9 +8,7 @@ directory (named ``.<name>.tmp-*``) stays behind, which :func:`remove_stale_temp
 clears.
 
 Bytes go out through :func:`write_all`, which loops until the kernel has taken every byte (a
-``write`` may legally take fewer). Fault points let gates break a write from inside: short
-writes, a kill half-way through one file, and the two defects this module exists to prevent
-(trusting one short write; writing in place instead of temp + rename).
+``write`` may legally take fewer).
 """
 
 from __future__ import annotations
@@ -24,45 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assay.faultpoints import armed, declare, value
-
 TMP_MARK = ".tmp-"
 
-SHORT_WRITES = declare(
-    "atomic.short_write", "every os.write takes at most N bytes (a legal short write; =N)"
-)
-IGNORE_SHORT = declare(
-    "atomic.ignore_short_write", "the writer trusts one write call and drops what it did not take"
-)
-KILL_MID_WRITE = declare(
-    "atomic.kill_mid_write", "SIGKILL half-way through writing the file named NAME (=NAME)"
-)
-IN_PLACE = declare(
-    "atomic.in_place", "atomic_write_bytes writes the destination directly, without temp + rename"
-)
 
-
-def write_all(fd: int, data: bytes, name: str = "") -> None:
-    """Write every byte of ``data`` to ``fd``, looping over short writes.
-
-    ``name`` is the file's final name, matched by the ``atomic.kill_mid_write`` fault.
-    """
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``, looping over short writes."""
     view = memoryview(data)
-    limit = int(value(SHORT_WRITES) or 0) if armed(SHORT_WRITES) else 0
-    kill_at = len(view) // 2 if armed(KILL_MID_WRITE) and value(KILL_MID_WRITE) == name else -1
     written = 0
     while written < len(view):
-        end = len(view) if limit <= 0 else min(len(view), written + limit)
-        if kill_at >= 0 and written <= kill_at < end:
-            end = max(kill_at, written + 1)
-        taken = os.write(fd, view[written:end])
-        written += taken
-        if kill_at >= 0 and written >= kill_at:
-            import signal
-
-            os.kill(os.getpid(), signal.SIGKILL)
-        if armed(IGNORE_SHORT):
-            return
+        written += os.write(fd, view[written:])
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -96,17 +64,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if armed(IN_PLACE):
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            write_all(fd, data, target.name)
-        finally:
-            os.close(fd)
-        return
     fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(target), dir=target.parent)
     try:
         try:
-            write_all(fd, data, target.name)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -132,7 +93,7 @@ def write_synced(path: str | os.PathLike[str], data: bytes) -> None:
     """Write a new file and fsync it (for files inside a staged directory, not yet visible)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        write_all(fd, data, Path(path).name)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -24,14 +24,12 @@ from typing import Any
 import yaml
 
 from assay.errors import AssayError
-from assay.faultpoints import armed, declare
 
 CONFIG_BYTES = 1 << 20  # a YAML train config or a small JSON sidecar
 JSON_BYTES = 16 << 20  # manifests, adapter configs, receipts
 JSONL_BYTES = 4 << 30  # a data file: read line by line, each line capped below
 JSONL_LINE_BYTES = 16 << 20
 YAML_NODES = 2_000  # nodes after alias expansion; a real config has about a hundred
-UNBOUNDED_ALIASES = declare("bounded.unbounded_aliases", "YAML aliases are expanded uncounted")
 
 
 class InputTooLarge(AssayError):
@@ -201,7 +199,7 @@ def yaml_document(text: str, loader: type[yaml.SafeLoader], path: Path, error: t
         node = instance.get_single_node()
         if node is None:
             return None
-        nodes = 0 if armed(UNBOUNDED_ALIASES) else count_expanded(node, YAML_NODES)
+        nodes = count_expanded(node, YAML_NODES)
         if nodes > YAML_NODES:
             raise error(
                 f"{path}: YAML aliases expand to over {YAML_NODES:,} nodes "

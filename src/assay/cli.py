@@ -18,6 +18,11 @@ from assay.adapter_registry import help_text as adapter_methods_help
 from assay.errors import AssayError
 from assay.load_status import load_status
 
+if os.environ.get("ASSAY_GATE_IMPORTS"):  # a gate test's child: report the code it ran
+    from assay.qualify.child_imports import report_at_exit
+
+    report_at_exit()
+
 EXIT_USAGE = 2
 STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
 # Commands that run the trainer, so need the `train` extra; the rest (render, verify, sign,

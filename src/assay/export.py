@@ -11,7 +11,6 @@ fp32 rounding away from computing W x + s B(A x) separately); F16 files round ea
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -23,11 +22,9 @@ from assay.adapters.files import write_json_atomic, write_safetensors_atomic
 from assay.adapters.io import save_adapter
 from assay.atomic import staged_directory
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
 from assay.folder_manifest import write_manifest
 
 FORMATS = ("peft", "safetensors", "gguf")
-IN_PLACE = declare("export.in_place", "an export writes straight into --out, unstaged")
 _HF_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
 
@@ -168,12 +165,7 @@ def export(
     target = Path(out)
     if format == "gguf":
         return export_merged(model, target, format=format, gguf_type=gguf_type)
-    staging_context = (
-        contextlib.nullcontext(target)  # the control's defect: no staging folder
-        if armed(IN_PLACE)
-        else staged_directory(target, replace=target.exists())
-    )
-    with staging_context as staging:
+    with staged_directory(target, replace=target.exists()) as staging:
         if format == "peft":
             export_adapter(model, staging)
         else:

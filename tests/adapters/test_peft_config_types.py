@@ -16,7 +16,7 @@ from assay.adapters import load_adapter
 from assay.errors import ConfigError
 from assay.export import export
 from assay.model import Decoder
-from assay.testing.tiny import llama_config
+from assay_testing.tiny import llama_config
 
 
 @pytest.fixture(scope="module")

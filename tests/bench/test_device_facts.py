@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from assay.bench.device import gemm_ceiling_tflops, sm_clock_mhz
+from assay_bench.device import gemm_ceiling_tflops, sm_clock_mhz
 
 
 def test_gemm_ceiling_is_a_positive_rate_on_cpu():

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from assay.adapters import attach
-from assay.bench.gemm import call_flops, gemm_calls, gemm_rate, replay_seconds
-from assay.bench.profile import profile_step
-from assay.bench.step import next_token_loss
 from assay.model import Decoder
 from assay.model.flops import projection_shapes, step_flops
-from assay.testing.tiny import llama_config
+from assay_bench.gemm import call_flops, gemm_calls, gemm_rate, replay_seconds
+from assay_bench.profile import profile_step
+from assay_bench.step import next_token_loss
+from assay_testing.tiny import llama_config
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from assay.bench.profile import CATEGORIES, amdahl_bound, categorise, category_of, summary
+from assay_bench.profile import CATEGORIES, amdahl_bound, categorise, category_of, summary
 
 
 @dataclass

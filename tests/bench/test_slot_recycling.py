@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from assay.bench.slot_recycling import slot_grad_error
+from assay_bench.slot_recycling import slot_grad_error
 
 pytest.importorskip("bitsandbytes")
 

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from assay.adapters import attach
-from assay.bench.profile import CATEGORIES, profile_step
-from assay.bench.report import comparisons, format_table, plan, run_benchmark
-from assay.bench.step import (
+from assay.model import Decoder
+from assay_bench.profile import CATEGORIES, profile_step
+from assay_bench.report import comparisons, format_table, plan, run_benchmark
+from assay_bench.step import (
     Subject,
     max_abs_diff,
     median_step,
@@ -24,8 +25,7 @@ from assay.bench.step import (
     train_step,
     trainable_grads,
 )
-from assay.model import Decoder
-from assay.testing.tiny import llama_config
+from assay_testing.tiny import llama_config
 
 TINY = llama_config()
 

@@ -1,10 +1,11 @@
 """The copy-race measurement gate-cuda runs on CUDA, on CPU: the threaded prefetch path is
-bit-exact against resident, and an armed fault point is applied and reported by name."""
+bit-exact against resident, and an injected defect is applied and reported by name."""
 
 from __future__ import annotations
 
-from assay.bench.stream_race import stream_errors
-from assay.stream.pool import SKIP_RELEASE_WAIT
+from assay_bench.stream_race import stream_errors
+
+SKIP_RELEASE_WAIT = "stream.pool.skip_release_wait"
 
 
 def test_streamed_equals_resident_on_cpu_and_faults_are_reported():

@@ -32,7 +32,7 @@ CLASSES = {
 }
 
 
-# The byte tokenizer (assay.testing.byte_tokenizer) loads in milliseconds where SmolLM2's takes
+# The byte tokenizer (assay_testing.byte_tokenizer) loads in milliseconds where SmolLM2's takes
 # seconds; robust_cases writes it and every config here uses it.
 BYTES_TOKENIZER: list[Path] = []
 
@@ -609,7 +609,7 @@ def silent_cases(root: Path, model: Path) -> list[Case]:
 
 def robust_cases(root: Path, model: Path) -> list[Case]:
     """Every issue-16 class, under ``root``."""
-    from assay.testing.byte_tokenizer import save_byte_tokenizer
+    from assay_testing.byte_tokenizer import save_byte_tokenizer
 
     root.mkdir(parents=True, exist_ok=True)
     BYTES_TOKENIZER[:] = [save_byte_tokenizer(root / "bytes.gguf") or root / "bytes.gguf"]

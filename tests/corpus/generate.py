@@ -22,7 +22,7 @@ VOCAB = 49152
 
 def build_corpus(root: Path) -> list[Case]:
     """Write every case under ``root`` (which must be empty or absent); return them."""
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     root.mkdir(parents=True, exist_ok=True)
     small = save_tiny("llama3", root / "valid", seed=1)

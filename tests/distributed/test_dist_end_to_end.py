@@ -13,7 +13,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
-from assay.testing.text_run import save_text_run
+from assay_testing.text_run import save_text_run
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ import yaml
 from assay.distributed.context import init
 from assay.distributed.wrap import full_base_bytes, local_base_bytes
 from assay.model import Decoder, ModelConfig
-from assay.testing.text_run import save_text_run
-from assay.testing.tiny import llama_config
+from assay_testing.text_run import save_text_run
+from assay_testing.tiny import llama_config
 
 
 def _config(tie: bool) -> ModelConfig:

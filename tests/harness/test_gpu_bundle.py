@@ -112,7 +112,7 @@ def test_dry_run_comes_home_as_one_archive_and_imports(wheels: Path, tmp_path: P
     from assay.qualify.archive import read_archive
     from assay.qualify.chain import chain_head, read_ledger
     from assay.qualify.standing import gate_standing
-    from assay.testing.tiny import llama_config
+    from assay_testing.tiny import llama_config
 
     pack = harness_module("gpu_pack")
     model = assay.model.Decoder(llama_config())

@@ -18,7 +18,7 @@ def test_a_box_without_cuda_stops_at_preflight_and_still_packs(wheels: Path, tmp
         pytest.skip("this machine has CUDA: the preflight would pass")
     import assay
     from assay.model.gguf_export import write_gguf
-    from assay.testing.tiny import llama_config
+    from assay_testing.tiny import llama_config
 
     model = assay.model.Decoder(llama_config())
     tensors = {n: p.detach() for n, p in model.state_dict().items()}
@@ -38,7 +38,7 @@ def test_a_box_without_cuda_stops_at_preflight_and_still_packs(wheels: Path, tmp
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     failed = [line for line in proc.stdout.splitlines() if "preflight FAILED" in line]
-    assert len(failed) == 1 and "sees no CUDA device" in failed[0]
+    assert len(failed) == 1 and "sees no CUDA device" in failed[0], proc.stdout[-3000:]
     assert "gate cuda: start" not in proc.stdout  # no gate spent the lease
     assert harness_module("gpu_pack").out_problems(out) == []
     assert len(list(out.iterdir())) == 4

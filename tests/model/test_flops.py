@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from assay.model.flops import matmul_parameters, step_flops
-from assay.testing.tiny import smollm2_config
+from assay_testing.tiny import smollm2_config
 
 # hidden 4, FFN 6, 2 layers, 2 heads of 2, 1 KV head, vocab 10.
 TINY = SimpleNamespace(

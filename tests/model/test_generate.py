@@ -11,7 +11,7 @@ from assay.adapters import attach, save_adapter
 from assay.adapters.perturb import randomize_adapters
 from assay.errors import AssayError
 from assay.model.generate import generate
-from assay.testing.tiny import FAMILIES
+from assay_testing.tiny import FAMILIES
 
 NEW = 12
 
@@ -82,7 +82,7 @@ def test_sliding_window_applies_to_the_cache(tmp_path):
     """A Mistral window of 6 and 20 new tokens: keys older than the window drop out."""
     from transformers import AutoModelForCausalLM, MistralConfig
 
-    from assay.testing.tiny import _COMMON
+    from assay_testing.tiny import _COMMON
 
     torch.manual_seed(4)
     config = MistralConfig(**_COMMON, sliding_window=6, tie_word_embeddings=False)

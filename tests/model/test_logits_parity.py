@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import assay
-from assay.testing.tiny import FAMILIES
+from assay_testing.tiny import FAMILIES
 
 
 def _reference_logits(hf_dir, ids: torch.Tensor, mask: torch.Tensor | None = None):

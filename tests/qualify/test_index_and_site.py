@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "gates"))
 
 import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
-from assay.qualify.receipt import write_receipt  # noqa: E402
+from assay.qualify.chain import write_receipt  # noqa: E402
 from assay.qualify.site import build_site  # noqa: E402
 from assay.qualify.verify import verify_all  # noqa: E402
 

@@ -123,3 +123,13 @@ def test_the_wheel_ships_the_gate_api_reference(wheel):
     assert "measure_control" in shipped  # the page, not an empty stand-in
     pointer = (ROOT / "docs" / "gate-api.md").read_text("utf-8")
     assert "src/assay/qualify/gate-api.md" in pointer and len(pointer.splitlines()) <= 3
+
+
+def test_the_wheel_holds_the_product_not_its_test_machinery(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    packages = {n.split("/")[0] for n in names if ".dist-info/" not in n}
+    assert packages == {"assay"}, "only the product ships: tests' helpers live in testing/"
+    machinery = [n for n in names if n.startswith(("assay/testing/", "assay/bench/"))]
+    assert machinery == [] and not any("sitecustomize" in n for n in names)
+    assert {"assay/qualify/plugin.py", "assay/train/loop.py", "assay/cli.py"} <= set(names)

@@ -14,8 +14,8 @@ sys.path.insert(0, str(ROOT / "gates"))
 
 import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
-from assay.qualify.receipt import write_receipt  # noqa: E402
-from assay.qualify.render import render_all  # noqa: E402
+from assay.qualify.chain import write_receipt  # noqa: E402
+from assay.qualify.index import render_all  # noqa: E402
 from assay.qualify.stale import check_receipt, gate_needs  # noqa: E402
 from assay.qualify.verify import verify_all, verify_stale  # noqa: E402
 

@@ -167,8 +167,8 @@ def test_the_site_shows_what_the_record_shows(gates, tmp_path, capsys):
 
 def test_same_second_receipts_follow_the_ledger_not_the_sha(tmp_path):
     import tamper_cases
-    from assay.qualify.receipt import write_receipt
-    from assay.qualify.render import render_all
+    from assay.qualify.chain import write_receipt
+    from assay.qualify.index import render_all
     from assay.qualify.standing import gate_standing
 
     synthetic_receipt = tamper_cases.synthetic_receipt

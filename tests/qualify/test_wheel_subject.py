@@ -21,22 +21,22 @@ MARK = 'WHEEL_MARK = "patched in the wheel"\n'
 
 GATE = """
 import assay
-from assay import faultpoints
+from assay import errors
 from assay.qualify import Threshold
 
 
 def test_marker(gate):
-    gate.uses("assay.faultpoints")
+    gate.uses("assay.errors")
     gate.note(f"assay imported from {assay.__file__}")
     claim = gate.claim("wheel.patched", "the gate ran the wheel's code", kind="correctness",
                        threshold=Threshold("==", 1), unit="patched modules seen")
-    claim.measure(int(getattr(faultpoints, "WHEEL_MARK", "") == "patched in the wheel"))
+    claim.measure(int(getattr(errors, "WHEEL_MARK", "") == "patched in the wheel"))
     claim.control("a module without the patch", 0)
 """
 
 
 def _patched_wheel(tmp_path: Path) -> Path:
-    """Build the wheel of this checkout, then append MARK to assay/faultpoints.py inside it
+    """Build the wheel of this checkout, then append MARK to assay/errors.py inside it
     (RECORD updated), so only code imported from the wheel can see the mark."""
     dist = tmp_path / "dist"
     subprocess.run(
@@ -49,16 +49,16 @@ def _patched_wheel(tmp_path: Path) -> Path:
     patched = tmp_path / built.name
     with zipfile.ZipFile(built) as src, zipfile.ZipFile(patched, "w") as out:
         record_name = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
-        data = src.read("assay/faultpoints.py") + MARK.encode()
+        data = src.read("assay/errors.py") + MARK.encode()
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         for item in src.infolist():
-            if item.filename == "assay/faultpoints.py":
+            if item.filename == "assay/errors.py":
                 out.writestr(item, data)
             elif item.filename == record_name:
                 lines = src.read(record_name).decode().splitlines()
                 lines = [
-                    f"assay/faultpoints.py,sha256={digest},{len(data)}"
-                    if line.startswith("assay/faultpoints.py,")
+                    f"assay/errors.py,sha256={digest},{len(data)}"
+                    if line.startswith("assay/errors.py,")
                     else line
                     for line in lines
                 ]
@@ -117,7 +117,7 @@ def test_gate_runs_against_the_installed_wheel_and_names_it(tmp_path):
     }
     assert str(venv) in receipt["notes"][0]
     # the wheel's file is recorded under its checkout path, so --stale can compare it
-    assert "src/assay/faultpoints.py" in [f["path"] for f in receipt["code"]["files"]]
+    assert "src/assay/errors.py" in [f["path"] for f in receipt["code"]["files"]]
     record = (project / "wheel.md").read_text("utf-8")
     assert f"the installed wheel {wheel.name.replace('_', chr(92) + '_')}" in record
 

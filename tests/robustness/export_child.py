@@ -13,7 +13,7 @@ from pathlib import Path
 
 from export_faults import adapted_model
 
-from assay.testing.faults import pause_at_event
+from assay_testing.faults import pause_at_event
 
 
 def main() -> None:

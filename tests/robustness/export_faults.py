@@ -18,6 +18,8 @@ from pathlib import Path
 
 import crash
 
+from assay_testing import defects
+
 CHILD = Path(__file__).with_name("export_child.py")
 EVENTS = 40  # fsync/rename events of a few exports
 
@@ -28,7 +30,7 @@ def adapted_model(step: int):
 
     from assay.adapters import attach
     from assay.model import Decoder
-    from assay.testing.tiny import llama_config
+    from assay_testing.tiny import llama_config
 
     torch.manual_seed(0)
     model = Decoder(llama_config())
@@ -55,7 +57,7 @@ def folder_step(out: Path) -> int:
     from assay.adapters import load_adapter
     from assay.folder_manifest import verify_manifest
     from assay.model import Decoder
-    from assay.testing.tiny import llama_config
+    from assay_testing.tiny import llama_config
 
     if verify_manifest(out) is None:
         raise ValueError(f"{out}: no manifest")
@@ -87,8 +89,7 @@ def kill_trials(out: Path, kills: int, seed: int, *, in_place: bool = False) -> 
     rng = random.Random(seed)
     report = ExportKills()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CHILD.parent), *sys.path])}
-    if in_place:
-        env["ASSAY_FAULTS"] = "export.in_place"
+    env = defects.child_env("export.in_place" if in_place else "", env)
     step = 1
     for _ in range(kills):
         kill_at = rng.randint(1, EVENTS)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from robust_state import naive_write, receipt_bytes, write_checkpoint
 
-from assay.testing.faults import pause_at_event
+from assay_testing.faults import pause_at_event
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from assay import faultpoints
 from assay.errors import AssayError
+from assay_testing import defects
 
 
 @dataclass
@@ -163,7 +163,7 @@ def killed_write(kind: Kind, version: int, faults: dict[str, str], limit_s: floa
         try:
             with contextlib.ExitStack() as stack:
                 for name, setting in faults.items():
-                    stack.enter_context(faultpoints.inject(name, setting))
+                    stack.enter_context(defects.inject(name, setting))
                 kind.write(version)
         except BaseException:
             code = 3
@@ -218,21 +218,20 @@ def after_kill(kinds_: list[Kind], faults: dict[str, str]) -> tuple[int, list]:
 
 
 def after_short(kinds_: list[Kind], faults: dict[str, str]) -> tuple[int, list]:
-    """Write version 1 of each atomic kind whole (``atomic.short_write=0`` lifts any limit),
-    then version 2 with ``faults`` armed. Returns (kinds not reading version 2, the product
-    reader's refusals as (kind, error))."""
+    """Write version 1 of each atomic kind whole (before any fault is armed), then version 2
+    with ``faults`` armed. Returns (kinds not reading version 2, the product reader's refusals
+    as (kind, error))."""
     wrong, refusals = 0, []
-    with contextlib.ExitStack() as stack:
-        for name, setting in faults.items():
-            stack.enter_context(faultpoints.inject(name, setting))
-        for kind in (k for k in kinds_ if k.through_atomic):
-            with faultpoints.inject("atomic.short_write", "0"):
-                kind.write(1)
+    for kind in (k for k in kinds_ if k.through_atomic):
+        kind.write(1)
+        with contextlib.ExitStack() as stack:
+            for name, setting in faults.items():
+                stack.enter_context(defects.inject(name, setting))
             kind.write(2)
             version, error = read_outcome(kind)
-            wrong += version != 2
-            if error is not None:
-                refusals.append((kind, error))
+        wrong += version != 2
+        if error is not None:
+            refusals.append((kind, error))
     return wrong, refusals
 
 

@@ -197,7 +197,7 @@ def test_kept_mode_backward_reads_weights_fetched_again_not_the_forward_slots(ti
 
 @pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "keep-activations"])
 def test_delayed_torn_reordered_copies_change_nothing(tiny_models, recompute):
-    from assay.testing.copies import DelayingCopies
+    from assay_testing.copies import DelayingCopies
 
     path = tiny_models["qwen2"]["hf"]
     ids = torch.randint(0, 320, (2, 24), generator=torch.Generator().manual_seed(0))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from assay.testing import cores
+from assay_testing import cores
 
 
 @pytest.mark.parametrize(

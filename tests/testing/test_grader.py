@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from assay import faultpoints
-from assay.testing import grader
-from assay.testing.swap_task import make_split, shuffled_targets, write_preference, write_sft
+from assay_testing import defects, grader
+from assay_testing.swap_task import make_split, shuffled_targets, write_preference, write_sft
 
 
 @pytest.mark.parametrize(
@@ -33,9 +32,9 @@ def test_score_is_a_fraction_and_checks_lengths():
 
 
 def test_fault_points_break_the_grader_the_way_they_say():
-    with faultpoints.inject(grader.PREFIX):
+    with defects.inject("testing.grader.prefix_match"):
         assert grader.exact_match("", "river cat")
-    with faultpoints.inject(grader.RAW):
+    with defects.inject("testing.grader.raw_compare"):
         assert not grader.exact_match(" river cat", "river cat")
 
 

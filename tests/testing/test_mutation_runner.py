@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from assay.testing.mutation import (
+from assay_testing.mutation import (
     PytestRun,
     classify,
     clean_killers,
@@ -19,8 +19,8 @@ from assay.testing.mutation import (
 SUBJECT = """
 import os, time
 
-def test_sees_no_flip():
-    assert "flip" not in os.environ.get("ASSAY_FAULTS", "").split(",")
+def test_sees_no_defect():
+    assert "qualify.stale.ignore" not in os.environ.get("ASSAY_FAULTS", "").split(",")
 
 def test_always_passes():
     pass
@@ -40,17 +40,29 @@ def subject(tmp_path: Path) -> Path:
 
 
 def test_killed_survived_invalid_and_error_from_one_clean_run(subject):
-    nodes = [f"test_subject.py::{n}" for n in ("test_sees_no_flip", "test_always_passes",
+    nodes = [f"test_subject.py::{n}" for n in ("test_sees_no_defect", "test_always_passes",
                                                "test_always_fails")]  # fmt: skip
     clean = run_pytest(nodes, faults="", root=subject, scratch=subject, timeout_s=120,
                        first_failure=False)  # fmt: skip
     assert clean.outcomes[nodes[0]] == "PASSED" and clean.outcomes[nodes[2]] == "FAILED"
     results = run_mutants(
         [
-            ("flip", [nodes[0]], 120),  # the killer fails only when "flip" is armed
-            ("other", [nodes[0]], 120),  # armed, but nothing looks at it
-            ("flip", [nodes[2]], 120),  # fails with or without the fault: not a kill
-            ("flip", ["test_subject.py::test_missing"], 120),  # never ran in the clean run
+            (
+                "qualify.stale.ignore",
+                [nodes[0]],
+                120,
+            ),  # the killer fails only when the defect is armed
+            ("qualify.chain.unchained", [nodes[0]], 120),  # armed, but nothing looks at it
+            (
+                "qualify.stale.ignore",
+                [nodes[2]],
+                120,
+            ),  # fails with or without the fault: not a kill
+            (
+                "qualify.stale.ignore",
+                ["test_subject.py::test_missing"],
+                120,
+            ),  # never ran in the clean run
         ],
         root=subject,
         scratch=subject,
@@ -61,7 +73,7 @@ def test_killed_survived_invalid_and_error_from_one_clean_run(subject):
 
 
 def test_a_run_past_its_budget_is_a_timeout_not_a_kill(subject):
-    run = run_pytest(["test_subject.py::test_hangs"], faults="flip", root=subject,
+    run = run_pytest(["test_subject.py::test_hangs"], faults="qualify.stale.ignore", root=subject,
                      scratch=subject, timeout_s=3)  # fmt: skip
     assert run.returncode is None
     assert classify(run, True) == "timeout"

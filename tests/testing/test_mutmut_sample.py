@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from assay.testing.mutation import mutmut_score, sample_order, wilson_interval
+from assay_testing.mutation import mutmut_score, sample_order, wilson_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 

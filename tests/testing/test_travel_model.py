@@ -12,9 +12,9 @@ from gguf import GGUFReader
 import assay
 from assay.errors import AssayError
 from assay.model.gguf_export import write_gguf
-from assay.testing import real_model
-from assay.testing.tiny import llama_config
-from assay.testing.travel import (
+from assay_testing import real_model
+from assay_testing.tiny import llama_config
+from assay_testing.travel import (
     extract_skeleton,
     file_sha256,
     load_skeleton,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from assay.testing.placement import device_of
-from assay.testing.travelling import TRAVELLING, needs_trained_weights
+from assay_testing.placement import device_of
+from assay_testing.travelling import TRAVELLING, needs_trained_weights
 
 
 class _Gate:

@@ -13,8 +13,8 @@ import sys
 
 import torch
 
-from assay.testing.faults import pause_at_event
 from assay.train.checkpoint import save_checkpoint
+from assay_testing.faults import pause_at_event
 
 PRINTS = {"config": "c" * 64, "dataset": "d" * 64, "model": "m" * 64}
 

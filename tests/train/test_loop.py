@@ -14,6 +14,7 @@ from assay.cli import main
 from assay.errors import AssayError
 from assay.train.config import load_train_config, train_config_from_dict
 from assay.train.loop import Trainer
+from assay_testing import defects
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TEXT = [
@@ -29,7 +30,7 @@ TEXT = [
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, smollm2_path) -> Path:
     """A tiny llama3 with SmolLM2's vocabulary, a text data file, and a base config."""
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     root = tmp_path_factory.mktemp("run")
     model = save_tiny("llama3", root, seed=5, gguf=False, vocab_size=49152)["hf"]
@@ -107,7 +108,8 @@ def test_resume_without_rng_diverges_under_neftune(tiny_run):
     partial.save()
     resumed = Trainer(make_config(tiny_run, "rng-split"), progress=False)
     torch.manual_seed(12345)
-    resumed.resume(tiny_run / "rng-split", rng=False)
+    with defects.inject("train.checkpoint.rng_not_restored"):
+        resumed.resume(tiny_run / "rng-split")
     assert resumed.train()["losses"] != full["losses"][2:]
 
 

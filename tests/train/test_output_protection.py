@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from assay.cli import main
-from assay.testing.text_run import save_text_run
 from assay.train.run_dir import claim_run_dir, not_started
+from assay_testing.text_run import save_text_run
 
 
 @pytest.fixture

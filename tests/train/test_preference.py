@@ -116,7 +116,7 @@ def test_kto_mismatched_pairs_rotate_completions():
 
 @pytest.fixture(scope="module")
 def tiny_adapted(tmp_path_factory):
-    from assay.testing.tiny import save_tiny
+    from assay_testing.tiny import save_tiny
 
     path = save_tiny("llama3", tmp_path_factory.mktemp("pref"), seed=4, gguf=False)["hf"]
     model = assay.load(path)

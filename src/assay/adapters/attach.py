@@ -22,12 +22,6 @@ from assay.adapters.inject import layer_indices, resolve, target_names
 from assay.adapters.lora import LoRALinear
 from assay.adapters.tinylora import TinyLoRALinear
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
-
-NO_SHARING = declare(
-    "adapters.attach.tinylora_not_shared",
-    "tinylora sharing=global gives every target its own vector",
-)
 
 METHODS = NAMES
 
@@ -115,7 +109,7 @@ def attach(
     sites = resolve(model, targets, layers)
     options = asdict(resolved)
     shared = None
-    if method == "tinylora" and options["sharing"] == "global" and not armed(NO_SHARING):
+    if method == "tinylora" and options["sharing"] == "global":
         shared = nn.Parameter(torch.zeros(int(options["u"])))
     for _, parent, attr in sites:
         base = getattr(parent, attr)

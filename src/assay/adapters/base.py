@@ -11,20 +11,6 @@ import torch
 from torch import nn
 
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
-
-MERGE_SIGN = declare(
-    "adapters.base.merge_sign",
-    "merge subtracts the update instead of adding it",
-)
-UNMERGE_SIGN = declare(
-    "adapters.base.unmerge_sign",
-    "unmerge adds the saved update again instead of subtracting it",
-)
-DISABLE_IGNORED = declare(
-    "adapters.base.disable_ignored",
-    "a disabled adapter still adds its update (DPO reference = policy)",
-)
 
 
 def dense_weight(base: nn.Module) -> torch.Tensor:
@@ -72,7 +58,7 @@ class AdapterLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base(x)
-        if (not self.enabled and not armed(DISABLE_IGNORED)) or self.merged:
+        if not self.enabled or self.merged:
             return out
         return self.adapted(x, out)
 
@@ -93,8 +79,6 @@ class AdapterLinear(nn.Module):
         weight = dense_weight(self.base)
         if self.merged or not self.enabled:
             return weight
-        if armed(MERGE_SIGN):
-            return weight - self.delta_weight()
         return weight + self.delta_weight()
 
     def _float_base(self) -> nn.Linear:
@@ -130,4 +114,4 @@ class AdapterLinear(nn.Module):
         return self.delta_weight()
 
     def unmerged_weight(self, merged: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        return merged + state if armed(UNMERGE_SIGN) else merged - state
+        return merged - state

@@ -13,20 +13,6 @@ from torch import nn
 
 from assay.adapters.base import dense_weight
 from assay.adapters.lora import LoRALinear
-from assay.faultpoints import armed, declare
-
-NORM_ATTACHED = declare(
-    "adapters.dora.norm_not_detached",
-    "the DoRA row norm stays in the autograd graph (gradients differ from PEFT)",
-)
-NORM_AXIS = declare(
-    "adapters.dora.norm_axis",
-    "DoRA norm taken per input column instead of per output row",
-)
-BIAS_RESCALED = declare(
-    "adapters.dora.bias_rescaled",
-    "DoRA rescales the bias together with the base output",
-)
 
 
 class DoRALinear(LoRALinear):
@@ -53,21 +39,12 @@ class DoRALinear(LoRALinear):
         eye = torch.eye(self.in_features, dtype=self.lora_A.dtype, device=self.lora_A.device)
         update = self.lora_output(eye).T.float()
         combined = dense_weight(self.base) + self.scaling * update
-        if armed(NORM_AXIS) and combined.shape[0] == combined.shape[1]:
-            return torch.linalg.norm(combined, dim=0)
         return torch.linalg.norm(combined, dim=1)
 
     def adapted(self, x: torch.Tensor, base_out: torch.Tensor) -> torch.Tensor:
-        if armed(NORM_ATTACHED):
-            eye = torch.eye(self.in_features, dtype=self.lora_A.dtype)
-            update = self.lora_output(eye).T.float()
-            norm = torch.linalg.norm(dense_weight(self.base) + self.scaling * update, dim=1)
-        else:
-            norm = self.weight_norm()
+        norm = self.weight_norm()
         scale = (self.lora_magnitude_vector / norm).to(base_out.dtype)
         bias = getattr(self.base, "bias", None)
-        if armed(BIAS_RESCALED):
-            bias = None
         dropped = self.dropped(x)
         if self.dropout and self.training:
             # PEFT's rule: with dropout active the rescaled base term is W (no bias) applied to

@@ -18,36 +18,11 @@ from torch import nn
 from assay.adapter_registry import LORA_FAMILY
 from assay.adapters.base import AdapterLinear
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
-
-RSLORA_SCALE = declare(
-    "adapters.lora.rslora_scale",
-    "rsLoRA scaled by alpha/r instead of alpha/sqrt(r)",
-)
-LORA_SQRT = declare(
-    "adapters.lora.lora_scale_sqrt",
-    "plain LoRA scaled by alpha/sqrt(r) instead of alpha/r",
-)
-FA_A_TRAINS = declare(
-    "adapters.lora.fa_a_trainable",
-    "LoRA-FA leaves A trainable (it must stay frozen at its init)",
-)
-B_NONZERO = declare(
-    "adapters.lora.b_nonzero_init",
-    "B initialised like A instead of zeros: a fresh adapter is not a no-op",
-)
-FORWARD_UNSCALED = declare(
-    "adapters.lora.forward_unscaled",
-    "forward adds B(Ax) without the scale that merge applies",
-)
 
 
 def lora_scaling(method: str, rank: int, alpha: float) -> float:
     """alpha / sqrt(r) for rsLoRA, alpha / r otherwise (PEFT's ``use_rslora`` rule)."""
-    rooted = method == "rslora"
-    if armed(RSLORA_SCALE if rooted else LORA_SQRT):
-        rooted = not rooted
-    return alpha / math.sqrt(rank) if rooted else alpha / rank
+    return alpha / math.sqrt(rank) if method == "rslora" else alpha / rank
 
 
 class LoRALinear(AdapterLinear):
@@ -75,11 +50,8 @@ class LoRALinear(AdapterLinear):
         self.scaling = lora_scaling(method, rank, self.alpha)
         a = torch.empty(rank, self.in_features)
         nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=generator)
-        self.lora_A = nn.Parameter(a, requires_grad=method != "lora_fa" or armed(FA_A_TRAINS))
-        b = torch.zeros(self.out_features, rank)
-        if armed(B_NONZERO):
-            nn.init.kaiming_uniform_(b, a=math.sqrt(5), generator=generator)
-        self.lora_B = nn.Parameter(b)
+        self.lora_A = nn.Parameter(a, requires_grad=method != "lora_fa")
+        self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank))
 
     def lora_output(self, x: torch.Tensor) -> torch.Tensor:
         """B(A x) without the scale, in the adapter's dtype."""
@@ -93,8 +65,8 @@ class LoRALinear(AdapterLinear):
         return x
 
     def adapted(self, x: torch.Tensor, base_out: torch.Tensor) -> torch.Tensor:
-        scale = 1.0 if armed(FORWARD_UNSCALED) else self.scaling
-        return base_out + (self.lora_output(self.dropped(x)) * scale).to(base_out.dtype)
+        update = self.lora_output(self.dropped(x)) * self.scaling
+        return base_out + update.to(base_out.dtype)
 
     @torch.no_grad()
     def delta_weight(self) -> torch.Tensor:

@@ -29,17 +29,7 @@ from assay.adapters.files import (
 )
 from assay.adapters.inject import GROUPS, PARENT
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
 from assay.folder_manifest import verify_manifest
-
-KEY_LAYOUT = declare(
-    "adapters.peft_io.key_layout",
-    "PEFT keys written without the base_model.model prefix (round-trips through assay only)",
-)
-RSLORA_FLAG = declare(
-    "adapters.peft_io.rslora_flag",
-    "adapter_config.json never sets use_rslora, so PEFT scales an rsLoRA adapter as LoRA",
-)
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -50,8 +40,7 @@ PREFIX = "base_model.model.model."
 def peft_key(module_name: str, tensor: str) -> str:
     """PEFT's saved key for one of our adapter tensors (``lora_A``, ``lora_B``, magnitude)."""
     suffix = tensor if tensor == "lora_magnitude_vector" else f"{tensor}.weight"
-    prefix = "model." if armed(KEY_LAYOUT) else PREFIX
-    return f"{prefix}{module_name}.{suffix}"
+    return f"{PREFIX}{module_name}.{suffix}"
 
 
 def peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -79,7 +68,7 @@ def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
         "target_modules": list(spec.targets),
         "layers_to_transform": None if all_layers else list(spec.layers),
         "layers_pattern": None,
-        "use_rslora": spec.method == "rslora" and not armed(RSLORA_FLAG),
+        "use_rslora": spec.method == "rslora",
         "use_dora": spec.method == "dora",
         "bias": "none",
         "fan_in_fan_out": False,

@@ -18,16 +18,6 @@ from torch import nn
 
 from assay.adapters.base import AdapterLinear, dense_weight
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
-
-NO_SIGMA = declare(
-    "adapters.tinylora.basis_without_sigma",
-    "TinyLoRA basis U V^T instead of U Sigma V^T",
-)
-P_VARIANCE = declare(
-    "adapters.tinylora.projection_variance",
-    "random projections drawn N(0, 1) instead of N(0, 1/r)",
-)
 
 
 class TinyLoRALinear(AdapterLinear):
@@ -56,13 +46,9 @@ class TinyLoRALinear(AdapterLinear):
         self.u, self.r = u, r
         left, singular, right = torch.linalg.svd(dense_weight(base), full_matrices=False)
         self.register_buffer("tiny_U", left[:, :r].contiguous())
-        if armed(NO_SIGMA):
-            singular = torch.ones_like(singular)
         self.register_buffer("tiny_S", singular[:r].contiguous())
         self.register_buffer("tiny_V", right[:r].contiguous())  # V^T, r x in
-        projections = torch.randn(u, r, r, generator=generator)
-        if not armed(P_VARIANCE):
-            projections = projections / math.sqrt(r)
+        projections = torch.randn(u, r, r, generator=generator) / math.sqrt(r)
         self.register_buffer("tiny_P", projections)
         if vector is None:
             vector = nn.Parameter(torch.zeros(u))

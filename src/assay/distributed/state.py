@@ -80,8 +80,6 @@ def restore_sharded(
     checkpoint: Checkpoint,
     params: Mapping[str, nn.Parameter],
     optimizer: torch.optim.Optimizer | None,
-    *,
-    rng: bool = True,
 ) -> None:
     """:meth:`Checkpoint.restore` for sharded (DTensor) trainables and their optimizer.
 
@@ -91,7 +89,7 @@ def restore_sharded(
     """
     full = {n: torch.empty(tuple(p.shape), dtype=p.dtype) for n, p in params.items()}
     scratch = None if optimizer is None else _scratch_optimizer(optimizer, params, full)
-    checkpoint.restore(full, scratch, rng=rng)
+    checkpoint.restore(full, scratch)
     with torch.no_grad():
         for name, live in params.items():
             shard = _shard_like(full[name], live)

@@ -43,11 +43,7 @@ from assay.train.objective import CE_KINDS
 
 
 class DistributedTrainer(Trainer):
-    """:class:`~assay.train.loop.Trainer` for one rank of a data-parallel or sharded job.
-
-    ``reduce_gradients`` False skips the gradient all-reduce on every rank; it exists for the
-    gate's control, which must then diverge from the single-process run.
-    """
+    """:class:`~assay.train.loop.Trainer` for one rank of a data-parallel or sharded job."""
 
     def __init__(
         self,
@@ -55,12 +51,10 @@ class DistributedTrainer(Trainer):
         context: DistContext,
         *,
         progress: bool = True,
-        reduce_gradients: bool = True,
     ) -> None:
         check_distributed(config)
         self.context = context
         self.strategy = config.distributed.strategy if config.distributed else "ddp"
-        self.reduce_gradients = reduce_gradients
         rows = config.batch.micro_batch * config.batch.grad_accum
         check_divisible(rows, context.world_size, f"{config.source}: batch")
         self.rows_per_step = rows
@@ -117,7 +111,7 @@ class DistributedTrainer(Trainer):
         (share * world if world != 1 else share).backward()
 
     def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager[Any]:
-        if not self.context.active or (last and self.reduce_gradients):
+        if not self.context.active or last:
             return contextlib.nullcontext()
         if self.strategy == "fsdp":
             return fsdp_no_sync(self.base)
@@ -133,11 +127,11 @@ class DistributedTrainer(Trainer):
         return summed[0], int(summed[1]), averaged
 
     # -- state ---------------------------------------------------------------------------------
-    def _restore(self, checkpoint: Checkpoint, *, optimizer: bool, rng: bool) -> None:
+    def _restore(self, checkpoint: Checkpoint) -> None:
         if is_sharded(self.params):
-            restore_sharded(checkpoint, self.params, self.optimizer if optimizer else None, rng=rng)
+            restore_sharded(checkpoint, self.params, self.optimizer)
         else:
-            super()._restore(checkpoint, optimizer=optimizer, rng=rng)
+            super()._restore(checkpoint)
 
     def save(self):
         """Gather full state (every rank), write it from rank 0 only, then wait for the write."""

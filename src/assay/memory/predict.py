@@ -23,21 +23,6 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from assay.faultpoints import armed, declare
-
-NO_OPTIMIZER = declare(
-    "memory.predict.optimizer_term_dropped",
-    "the AdamW moments are left out of the predicted peak",
-)
-PREF_SINGLE = declare(
-    "memory.predict.preference_rows_single",
-    "preference losses predicted with one row per pair instead of two",
-)
-FA_COUNTS_A = declare(
-    "memory.predict.lora_fa_counts_a",
-    "LoRA-FA predicted with A trainable (gradient and moments for A)",
-)
-
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 TILE_BYTES = 4 << 20  # storage.linear.DEFAULT_TILE_BYTES: decoded weight per tile
@@ -198,8 +183,7 @@ def _trainables(plan: Plan) -> list[int]:
     for name in plan.targets:
         rows, cols = shapes[name]
         a, b = plan.rank * cols, rows * plan.rank
-        frozen_a = plan.method == "lora_fa" and not armed(FA_COUNTS_A)
-        found += [b] if frozen_a else [a, b]
+        found += [b] if plan.method == "lora_fa" else [a, b]  # LoRA-FA's A is frozen
         if plan.method == "dora":
             found.append(rows)  # magnitude vector
     return found * d.num_layers
@@ -318,8 +302,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
     scopes add a stated, unvalidated slack (see ``allocator_slack``).
     """
     d = plan.model
-    pair = plan.loss in PREFERENCE and not armed(PREF_SINGLE)
-    rows = plan.micro_batch * (2 if pair else 1)  # chosen + rejected
+    rows = plan.micro_batch * (2 if plan.loss in PREFERENCE else 1)  # chosen + rejected
     tokens = rows * plan.seq_len
     streamed = bool(plan.stream_buffers)
     h, f, e = d.hidden_size, d.intermediate_size, _elem(plan)
@@ -335,7 +318,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
     adapter = 0 if plan.method == "full" else trainable + _frozen_adapter_bytes(plan)
     if plan.method == "full":
         weights = max(weights, trainable)
-    optimizer = 0 if armed(NO_OPTIMIZER) else _optimizer_bytes(plan, counts)
+    optimizer = _optimizer_bytes(plan, counts)
     grads = trainable
 
     rope = 2 * e * rows * plan.seq_len * d.head_dim

@@ -12,17 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from assay.faultpoints import armed, declare
 from assay.model.cache import KVCache, LayerCache, cached_attention_mask
 from assay.model.config import ModelConfig
-
-# Controls for gate-logits' bf16 claims: the fp32 upcasts below only change numbers in bf16.
-SKIP_NORM_UPCAST = declare(
-    "model.decoder.rmsnorm_skip_upcast", "RMSNorm computes mean(x^2) and rsqrt in the input dtype"
-)
-SKIP_ATTENTION_UPCAST = declare(
-    "model.decoder.attention_skip_upcast", "attention scores and softmax run in the input dtype"
-)
 
 
 class RMSNorm(nn.Module):
@@ -34,7 +25,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x if armed(SKIP_NORM_UPCAST) else x.float()
+        h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
 
@@ -117,8 +108,7 @@ class Attention(nn.Module):
         if group > 1:
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
-        if not armed(SKIP_ATTENTION_UPCAST):
-            q, k, v = q.float(), k.float(), v.float()
+        q, k, v = q.float(), k.float(), v.float()
         out = F.scaled_dot_product_attention(
             q,
             k,

@@ -15,13 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from assay import faultpoints
 from assay.errors import AssayError
 from assay.model.cache import KVCache
-
-SAMPLE = faultpoints.declare(
-    "model.generate.sample", "the next token is sampled from the softmax instead of the argmax"
-)
 
 
 @dataclass(frozen=True)
@@ -100,8 +95,6 @@ def generate(
         else:
             logits = decoder(ids, attention_mask=mask, position_ids=_positions(mask))[:, -1]
         chosen = logits.argmax(-1)
-        if faultpoints.armed(SAMPLE):
-            chosen = torch.multinomial(logits.softmax(-1), 1)[:, 0]
         for row in range(rows):
             if done[row]:
                 continue

@@ -13,16 +13,8 @@ from gguf import GGMLQuantizationType, GGUFWriter
 
 from assay.atomic import fsync_dir, fsync_file
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
 from assay.model.config import ModelConfig
 from assay.model.gguf import gguf_name, permute_qk
-
-# Control for gate-adapters: the file must load in another implementation (transformers'
-# GGUF loader), not only in assay's own reader.
-SKIP_QK_PERMUTE = declare(
-    "model.gguf_export.skip_qk_permute",
-    "llama GGUF files are written without the Q/K row permutation",
-)
 
 _TYPES = {
     "F32": (GGMLQuantizationType.F32, np.float32),
@@ -83,7 +75,6 @@ def write_gguf(
     scaling becomes a ``rope_freqs`` tensor, and norms stay F32. The file is written to a temp
     name, fsynced and renamed, so a failed write never leaves a partial file at ``path``.
     """
-    permute = not armed(SKIP_QK_PERMUTE)
     if tensor_type not in _TYPES:
         raise ConfigError(f"GGUF tensor type {tensor_type!r} is not supported; use F32 or F16")
     qtype, np_dtype = _TYPES[tensor_type]
@@ -108,9 +99,9 @@ def write_gguf(
             writer.add_tensor("rope_freqs.weight", divisors)
         for name, tensor in tensors.items():
             values = tensor.detach().to(torch.float32).cpu().numpy()
-            if permute and arch == "llama" and ".q_proj." in name:
+            if arch == "llama" and ".q_proj." in name:
                 values = permute_qk(values, config.num_heads, inverse=False)
-            elif permute and arch == "llama" and ".k_proj." in name:
+            elif arch == "llama" and ".k_proj." in name:
                 values = permute_qk(values, config.num_kv_heads, inverse=False)
             if values.ndim == 1:  # norms and biases stay F32, as llama.cpp writes them
                 writer.add_tensor(gguf_name(name), values.astype(np.float32))

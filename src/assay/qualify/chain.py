@@ -26,15 +26,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assay import faultpoints
 from assay.errors import AssayError
+from assay.qualify.receipt import (
+    GATE_NAME,
+    SHA_FIELD,
+    dump_receipt,
+    non_finite,
+    problems_in,
+    read_receipt,
+    receipt_filename,
+    receipt_paths,
+    seal,
+    write_atomic,
+)
 
 LEDGER = "LEDGER"
 BACK_LINK = "previous_receipt_sha256"
 HEADER = "# assay ledger v1: one receipt per line, oldest first: <receipt_sha256> <file name>\n"
-UNCHAINED = faultpoints.declare(
-    "qualify.chain.unchained", "verify ignores the LEDGER and the receipts' back-links"
-)
 _LINE = re.compile(r"^([0-9a-f]{64}) ([A-Za-z0-9TZ._-]+\.json)$")
 
 
@@ -78,8 +86,6 @@ def ensure_ledger(receipts_dir: Path, gate: str) -> bool:
     Existing receipt files are only read, never rewritten. Returns True when a ledger was
     created. AssayError if a receipt is invalid (nothing is written then).
     """
-    from assay.qualify.receipt import read_receipt, receipt_paths, write_atomic
-
     path = ledger_path(receipts_dir, gate)
     if path.exists():
         return False
@@ -95,8 +101,6 @@ def chain_head(receipts_dir: Path, gate: str) -> str | None:
     :func:`ensure_ledger` would list last)."""
     path = ledger_path(receipts_dir, gate)
     if not path.exists():
-        from assay.qualify.receipt import read_receipt, receipt_paths
-
         found = [(p.name, read_receipt(p)) for p in receipt_paths(receipts_dir, gate)]
         order = legacy_order(found)
         return order[-1][0] if order else None
@@ -127,8 +131,6 @@ def locked(receipts_dir: Path, gate: str) -> Iterator[None]:
 
 def append(receipts_dir: Path, gate: str, sha: str, name: str) -> None:
     """Append one entry to the ledger of ``gate`` (atomic rewrite of the small file)."""
-    from assay.qualify.receipt import write_atomic
-
     path = ledger_path(receipts_dir, gate)
     entries, problems = read_ledger(path) if path.exists() else ([], [])
     if problems:
@@ -151,8 +153,6 @@ def check_chain(gate_dir: Path, receipts: dict[str, dict[str, Any]], files: list
     entry before, legacy receipts (no back-link) come before every chained one, and ``created``
     never runs backwards along the legacy part (the back-links order the rest).
     """
-    if faultpoints.armed(UNCHAINED):
-        return []
     path = Path(gate_dir) / LEDGER
     if not path.exists():
         if not files:
@@ -233,3 +233,40 @@ def _link_problems(
             f"entry {i} ({prev_sha[:12]}): a receipt was deleted, inserted or re-sealed"
         )
     return problems
+
+
+def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
+    """Seal, validate and write ``receipt`` under ``<receipts_dir>/<gate>/``; return its path.
+
+    The receipt is chained first: ``previous_receipt_sha256`` is set to the seal of the gate's
+    newest ledger entry (null for a new gate), and the ledger gains this receipt's entry.
+
+    An invalid receipt is never written: AssayError lists the problems instead.
+    """
+    sealed = _sealed_or_raise(receipt, receipts_dir)  # nothing touches the disk if invalid
+    gate = sealed["gate"]
+    with locked(receipts_dir, gate):  # another session may append meanwhile
+        sealed = _sealed_or_raise(receipt, receipts_dir)
+        ensure_ledger(receipts_dir, gate)  # legacy receipts start the chain
+        path = Path(receipts_dir) / gate / receipt_filename(sealed)
+        write_atomic(path, dump_receipt(sealed), overwrite=False)
+        append(receipts_dir, gate, sealed[SHA_FIELD], path.name)
+    return path
+
+
+def _sealed_or_raise(receipt: dict[str, Any], receipts_dir: Path) -> dict[str, Any]:
+    """``receipt`` chained onto its gate's current head and sealed; AssayError if invalid."""
+    problems = non_finite(receipt, "receipt")
+    sealed = receipt
+    gate = receipt.get("gate")
+    if not problems and isinstance(gate, str) and GATE_NAME.match(gate):
+        receipt = {**receipt, BACK_LINK: chain_head(receipts_dir, gate)}
+    if not problems:
+        sealed = seal(receipt)
+        problems = problems_in(sealed)
+    if problems:
+        raise AssayError(
+            f"receipt for gate {receipt.get('gate', '?')!r} is invalid and was not written: "
+            + "; ".join(problems)
+        )
+    return sealed

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from assay.errors import AssayError
-from assay.qualify.render import render_all
+from assay.qualify.index import render_all
 from assay.qualify.sign import sign_receipts
 from assay.qualify.site import build_site
 from assay.qualify.verify import check_records

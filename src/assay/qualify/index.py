@@ -12,8 +12,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from assay.qualify.chain import ensure_ledger
 from assay.qualify.receipt import write_atomic
-from assay.qualify.render import cell, gates_in, project_root
+from assay.qualify.render import (
+    cell,
+    gates_in,
+    load_gate,
+    project_root,
+    render_gate,
+    standing_stale,
+)
 from assay.qualify.standing import Standing, gate_standing
 from assay.qualify.wording import headline_text
 
@@ -35,7 +43,6 @@ def what_it_gates(root: Path, gate: str) -> str:
 
 def index_row(standing: Standing, root: Path) -> str:
     """One index row from a gate's standing; the tree-derived cells are marked."""
-    from assay.qualify.render import standing_stale
     from assay.qualify.stale import cell as stale_cell
     from assay.qualify.stale import from_tree
 
@@ -85,4 +92,34 @@ def render_index(receipts_dir: Path, records_dir: Path, root: Path | None = None
     """Rebuild ``<records>/README.md``; return its path."""
     path = index_path(records_dir)
     write_atomic(path, index_text(receipts_dir, records_dir, root).encode("utf-8"), overwrite=True)
+    return path
+
+
+def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> list[Path]:
+    """Rebuild every record from the receipts; return the record paths, sorted by gate.
+
+    Raises AssayError naming the file if any receipt is invalid or tampered: a record is
+    never rendered from a receipt that does not verify. Gates without a LEDGER get one
+    (legacy receipts listed by creation time); the index ``README.md`` is rebuilt too.
+    """
+    gates = gates_in(receipts_dir)
+    for g in gates:
+        ensure_ledger(receipts_dir, g)
+        load_gate(receipts_dir, g)  # an invalid receipt stops the render, naming its file
+    paths = [render_gate(g, receipts_dir, records_dir, root) for g in gates]
+    if gates:
+        render_index(receipts_dir, records_dir, root)
+        render_readme(receipts_dir, records_dir, root or project_root(records_dir))
+    return paths
+
+
+def render_readme(receipts_dir: Path, records_dir: Path, root: Path) -> Path | None:
+    """Refill the standing spans of ``<root>/README.md`` (see :mod:`assay.qualify.readme`)."""
+    from assay.qualify.readme import fill, readme_path
+
+    path = readme_path(root)
+    if path is None:
+        return None
+    found = {s.gate: s for s in standings(receipts_dir, records_dir, root)}
+    write_atomic(path, fill(path.read_text("utf-8"), found).encode("utf-8"), overwrite=True)
     return path

@@ -11,6 +11,7 @@ from typing import Any
 from assay.errors import AssayError
 from assay.qualify.assemble import build_receipt, check_corrections, duplicate_claims, plan_figures
 from assay.qualify.baseline import compare, find_baseline, no_baseline
+from assay.qualify.chain import write_receipt
 from assay.qualify.environment import describe_code, describe_environment
 from assay.qualify.gate import file_sha256
 from assay.qualify.receipt import (
@@ -19,7 +20,6 @@ from assay.qualify.receipt import (
     receipt_paths,
     seal,
     utc_now,
-    write_receipt,
 )
 
 

@@ -14,21 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from assay.atomic import fsync_dir
 from assay.errors import AssayError
-from assay.faultpoints import armed, declare
 from assay.qualify.threshold import judge
-
-HASH_PARTIAL = declare(
-    "qualify.receipt.hash_skips_claims",
-    "receipt_sha256 does not cover the claims",
-)
-CONTROLS_UNJUDGED = declare(
-    "qualify.receipt.controls_not_judged",
-    "validation does not re-judge the controls' failed flags",
-)
 
 SCHEMA_ID = "assay.qualification-receipt/1"
 SHA_FIELD = "receipt_sha256"
@@ -45,8 +33,7 @@ def canonical_json(obj: Any) -> bytes:
 
 def receipt_sha256(receipt: dict[str, Any]) -> str:
     """sha256 hex of the canonical JSON of ``receipt`` without its ``receipt_sha256`` field."""
-    skip = {SHA_FIELD, "claims"} if armed(HASH_PARTIAL) else {SHA_FIELD}
-    body = {k: v for k, v in receipt.items() if k not in skip}
+    body = {k: v for k, v in receipt.items() if k != SHA_FIELD}
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
@@ -58,7 +45,10 @@ def seal(receipt: dict[str, Any]) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def _validator() -> Draft202012Validator:
+def _validator() -> Any:
+    # imported here: reading a ledger (assay.qualify.chain) needs no schema validator
+    from jsonschema import Draft202012Validator
+
     text = resources.files("assay").joinpath("schemas/receipt.schema.json").read_text("utf-8")
     schema = json.loads(text)
     Draft202012Validator.check_schema(schema)
@@ -70,13 +60,13 @@ def receipt_schema() -> dict[str, Any]:
     return dict(_validator().schema)
 
 
-def _non_finite(value: Any, where: str) -> list[str]:
+def non_finite(value: Any, where: str) -> list[str]:
     if isinstance(value, float) and not math.isfinite(value):
         return [f"{where}: {value!r} is not a finite number (JSON cannot carry it)"]
     if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _non_finite(v, f"{where}.{k}")]
+        return [p for k, v in value.items() for p in non_finite(v, f"{where}.{k}")]
     if isinstance(value, (list, tuple)):
-        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{where}[{i}]")]
+        return [p for i, v in enumerate(value) for p in non_finite(v, f"{where}[{i}]")]
     return []
 
 
@@ -92,7 +82,7 @@ def _consistency(receipt: dict[str, Any]) -> list[str]:
                 f"claims[{i}].verdict: {claim['verdict']!r} but the data give {judged['verdict']!r}"
             )
         flags = [c["failed"] for c in claim["controls"]]
-        if not armed(CONTROLS_UNJUDGED) and [c["failed"] for c in judged["controls"]] != flags:
+        if [c["failed"] for c in judged["controls"]] != flags:
             problems.append(f"claims[{i}].controls: 'failed' flags disagree with the threshold")
     return problems
 
@@ -103,7 +93,7 @@ def problems_in(receipt: Any) -> list[str]:
     Checks, in order: finite numbers, the JSON Schema (with formats), verdicts consistent
     with the thresholds, and ``receipt_sha256`` matching the content. Empty means valid.
     """
-    problems = _non_finite(receipt, "receipt")
+    problems = non_finite(receipt, "receipt")
     if problems:
         return problems
     errors = sorted(_validator().iter_errors(receipt), key=lambda e: list(e.absolute_path))
@@ -159,47 +149,6 @@ def dump_receipt(receipt: dict[str, Any]) -> bytes:
     """The on-disk form: sorted, indented UTF-8 JSON with a trailing newline."""
     text = json.dumps(receipt, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
     return (text + "\n").encode("utf-8")
-
-
-def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
-    """Seal, validate and write ``receipt`` under ``<receipts_dir>/<gate>/``; return its path.
-
-    The receipt is chained first: ``previous_receipt_sha256`` is set to the seal of the gate's
-    newest ledger entry (null for a new gate), and the ledger gains this receipt's entry.
-
-    An invalid receipt is never written: AssayError lists the problems instead.
-    """
-    from assay.qualify import chain
-
-    sealed = _sealed_or_raise(receipt, receipts_dir)  # nothing touches the disk if invalid
-    gate = sealed["gate"]
-    with chain.locked(receipts_dir, gate):  # another session may append meanwhile
-        sealed = _sealed_or_raise(receipt, receipts_dir)
-        chain.ensure_ledger(receipts_dir, gate)  # legacy receipts start the chain
-        path = Path(receipts_dir) / gate / receipt_filename(sealed)
-        write_atomic(path, dump_receipt(sealed), overwrite=False)
-        chain.append(receipts_dir, gate, sealed[SHA_FIELD], path.name)
-    return path
-
-
-def _sealed_or_raise(receipt: dict[str, Any], receipts_dir: Path) -> dict[str, Any]:
-    """``receipt`` chained onto its gate's current head and sealed; AssayError if invalid."""
-    from assay.qualify import chain
-
-    problems = _non_finite(receipt, "receipt")
-    sealed = receipt
-    gate = receipt.get("gate")
-    if not problems and isinstance(gate, str) and GATE_NAME.match(gate):
-        receipt = {**receipt, chain.BACK_LINK: chain.chain_head(receipts_dir, gate)}
-    if not problems:
-        sealed = seal(receipt)
-        problems = problems_in(sealed)
-    if problems:
-        raise AssayError(
-            f"receipt for gate {receipt.get('gate', '?')!r} is invalid and was not written: "
-            + "; ".join(problems)
-        )
-    return sealed
 
 
 def read_receipt(path: Path) -> dict[str, Any]:

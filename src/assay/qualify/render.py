@@ -162,37 +162,3 @@ def record_with_banner(standing: Standing) -> str:
 def standing_stale(standing: Standing) -> Any:
     """The first stale device head of ``standing`` (CPU before CUDA by name), or None."""
     return next((d.stale for d in standing.devices if d.stale is not None), None)
-
-
-def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> list[Path]:
-    """Rebuild every record from the receipts; return the record paths, sorted by gate.
-
-    Raises AssayError naming the file if any receipt is invalid or tampered: a record is
-    never rendered from a receipt that does not verify. Gates without a LEDGER get one
-    (legacy receipts listed by creation time); the index ``README.md`` is rebuilt too.
-    """
-    from assay.qualify.chain import ensure_ledger
-    from assay.qualify.index import render_index
-
-    gates = gates_in(receipts_dir)
-    for g in gates:
-        ensure_ledger(receipts_dir, g)
-        load_gate(receipts_dir, g)  # an invalid receipt stops the render, naming its file
-    paths = [render_gate(g, receipts_dir, records_dir, root) for g in gates]
-    if gates:
-        render_index(receipts_dir, records_dir, root)
-        render_readme(receipts_dir, records_dir, root or project_root(records_dir))
-    return paths
-
-
-def render_readme(receipts_dir: Path, records_dir: Path, root: Path) -> Path | None:
-    """Refill the standing spans of ``<root>/README.md`` (see :mod:`assay.qualify.readme`)."""
-    from assay.qualify.index import standings
-    from assay.qualify.readme import fill, readme_path
-
-    path = readme_path(root)
-    if path is None:
-        return None
-    found = {s.gate: s for s in standings(receipts_dir, records_dir, root)}
-    write_atomic(path, fill(path.read_text("utf-8"), found).encode("utf-8"), overwrite=True)
-    return path

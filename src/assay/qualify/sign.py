@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from assay import faultpoints
 from assay.errors import AssayError
 from assay.qualify.receipt import receipt_paths
 
@@ -28,10 +27,6 @@ NAMESPACE = "assay-receipt"
 SIG_SUFFIX = ".sig"
 IN_TREE = "allowed_signers"
 ENV_VAR = "ASSAY_ALLOWED_SIGNERS"
-ACCEPT_ANY = faultpoints.declare(
-    "qualify.sign.accept_any", "a signature is reported good without being checked"
-)
-
 State = Literal["unsigned", "signed", "broken"]
 
 
@@ -214,8 +209,6 @@ def signature_state(receipt_path: Path, trusted: Path | None) -> Signature:
     sig = sig_path(path)
     if not sig.exists():
         return Signature(path, None, "unsigned", "no signature")
-    if faultpoints.armed(ACCEPT_ANY):
-        return Signature(path, "unchecked", "signed", "good signature")
     if trusted is None or not Path(trusted).is_file():
         return Signature(path, None, "broken", "signed, but there is no allowed-signers file")
     tool = ssh_keygen()

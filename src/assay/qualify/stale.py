@@ -21,12 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay import faultpoints
 from assay.qualify.gate import file_sha256
 
-IGNORE = faultpoints.declare(
-    "qualify.stale.ignore", "staleness is never reported: every record counts as current"
-)
 STALE_OPEN = "<!--stale-->"
 STALE_CLOSE = "<!--/stale-->"
 
@@ -132,8 +128,6 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
 
     Per claim it checks declared ∪ executed: ``code_files`` (else ``code.files``) and the
     measured ``executed_files`` when the receipt recorded them."""
-    if faultpoints.armed(IGNORE):
-        return None
     gate = receipt["gate"]
     result = Staleness(gate, receipt["receipt_sha256"], needs=gate_needs(root, gate, receipt))
     gate_file = f"gates/gate_{gate}.py"

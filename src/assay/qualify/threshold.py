@@ -7,12 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from assay.errors import AssayError
-from assay.faultpoints import armed, declare
-
-NO_CONTROL_PASSES = declare(
-    "qualify.threshold.controls_ignored",
-    "a claim passes on its measurement alone, whatever its controls",
-)
 
 OPS = ("<", "<=", "==", ">=", ">")
 KINDS = ("correctness", "memory", "performance")
@@ -216,7 +210,6 @@ def judge(claim: dict[str, Any]) -> dict[str, Any]:
     else:
         signed = margin(op, bound, value)
         conclusive = bool(controls) and all(c["failed"] for c in controls)
-        conclusive = conclusive or armed(NO_CONTROL_PASSES)
         verdict = "pass" if conclusive else "inconclusive"
     return {"verdict": verdict, "margin": signed, "controls": controls}
 

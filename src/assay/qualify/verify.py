@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.faultpoints import armed, declare
 from assay.qualify.index import index_path, index_text, standings
 from assay.qualify.readme import readme_problems
 from assay.qualify.receipt import receipt_paths
@@ -17,25 +16,7 @@ from assay.qualify.render import GATE_DIR, project_root, record_path, record_wit
 from assay.qualify.sign import ENV_VAR, resolve_trust, signature_state, user_config_signers
 from assay.qualify.standing import Standing
 
-NEWEST_ONLY = declare(
-    "qualify.verify.newest_receipt_only",
-    "verify checks only the newest receipt of a gate",
-)
-RECORD_UNCHECKED = declare(
-    "qualify.verify.record_not_compared",
-    "verify does not compare a record with a fresh render",
-)
-
 RECORD_MARK = "# Gate record: "
-
-
-def standing_problems(standing: Standing) -> list[str]:
-    """The ledger problems of one gate's standing (only the newest file's when the
-    ``newest_receipt_only`` fault is armed)."""
-    if not armed(NEWEST_ONLY) or not standing.receipts:
-        return list(standing.problems)
-    newest = standing.receipts[-1]["receipt_sha256"][:12]
-    return [p for p in standing.problems if newest in p]
 
 
 def record_problems(standing: Standing, records_dir: Path) -> list[str]:
@@ -43,8 +24,7 @@ def record_problems(standing: Standing, records_dir: Path) -> list[str]:
     record = record_path(records_dir, standing.gate)
     if not record.is_file():
         return [f"{record}: record missing for gate {standing.gate!r} (run `assay render`)"]
-    fresh = standing.receipts and not armed(RECORD_UNCHECKED)
-    if fresh and record.read_text("utf-8") != record_with_banner(standing):
+    if standing.receipts and record.read_text("utf-8") != record_with_banner(standing):
         return [
             f"{record}: record out of sync with its receipts or the working tree "
             "(hand-edited, or rendered before a change: run `assay render`)"
@@ -155,7 +135,7 @@ def verify_tree(
     if not gates:
         problems.append(f"{receipts_dir}: holds no receipts: nothing to verify")
     for standing in gates:
-        problems.extend(standing_problems(standing))
+        problems.extend(standing.problems)
         problems.extend(record_problems(standing, records_dir))
     if gates:
         problems.extend(_check_index(receipts_dir, records_dir, root))

@@ -10,15 +10,9 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
 from assay.storage.dense import DenseWeight
 from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
 from assay.storage.nf4 import NF4Weight
-
-BF16_AS_FP32 = declare(
-    "storage.apply.bf16_kept_fp32",
-    "bf16 storage keeps the fp32 weight (no bf16 rounding, twice the bytes)",
-)
 
 STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
 
@@ -53,7 +47,7 @@ def check_storage(storage: str) -> str:
 def make_store(weight: torch.Tensor, storage: str) -> nn.Module:
     """A weight store for a 2-D ``weight`` under a non-float32 ``storage``."""
     if storage == "bf16":
-        return DenseWeight(weight, dtype=torch.float32 if armed(BF16_AS_FP32) else torch.bfloat16)
+        return DenseWeight(weight, dtype=torch.bfloat16)
     return NF4Weight(weight, double_quant=storage == "nf4_double_quant")
 
 

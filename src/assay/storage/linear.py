@@ -15,17 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from assay.faultpoints import armed, declare
-
-TILE_BIAS = declare(
-    "storage.linear.tile_bias_offset",
-    "each tile adds the first rows of the bias instead of its own slice",
-)
-BACKWARD_LAST_TILE = declare(
-    "storage.linear.backward_skips_last_tile",
-    "tiled backward stops one tile early: the last rows give no input gradient",
-)
-
 DEFAULT_TILE_BYTES = 4 << 20
 
 
@@ -48,11 +37,9 @@ class _TiledMatmul(torch.autograd.Function):
             out = F.linear(x, store.rows(0, rows, x.dtype, tensors), bias)
         else:
             out = x.new_empty(*x.shape[:-1], rows)
-            misplaced = armed(TILE_BIAS)
             for start in range(0, rows, tile):
                 stop = min(start + tile, rows)
-                first = 0 if misplaced else start
-                part = bias[first : first + stop - start] if bias is not None else None
+                part = bias[start:stop] if bias is not None else None
                 out[..., start:stop] = F.linear(x, store.rows(start, stop, x.dtype, tensors), part)
         ctx.save_for_backward(*tensors)
         ctx.store, ctx.tile, ctx.dtype = store, tile, x.dtype
@@ -71,8 +58,7 @@ class _TiledMatmul(torch.autograd.Function):
             else:
                 flat = grad_out.reshape(-1, rows)
                 grad_x = flat.new_zeros(flat.shape[0], cols)
-                end = rows - tile if armed(BACKWARD_LAST_TILE) else rows
-                for start in range(0, end, tile):
+                for start in range(0, rows, tile):
                     stop = min(start + tile, rows)
                     weight = store.rows(start, stop, ctx.dtype, tensors)
                     grad_x.addmm_(flat[:, start:stop], weight)

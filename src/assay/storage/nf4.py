@@ -19,24 +19,6 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from assay.errors import ConfigError  # noqa: E402
-from assay.faultpoints import armed, declare  # noqa: E402
-
-NIBBLE_ORDER = declare(
-    "storage.nf4.nibble_order",
-    "packed NF4 bytes decoded with the two 4-bit codes swapped",
-)
-NESTED_OFFSET = declare(
-    "storage.nf4.nested_offset_dropped",
-    "double-quant block scales decoded without adding the nested offset",
-)
-DEQUANT_DTYPE = declare(
-    "storage.nf4.dequant_dtype",
-    "tiles dequantized in bf16 and cast, instead of decoded in the requested dtype",
-)
-GATHER_ORDER = declare(
-    "storage.nf4.gather_order",
-    "row lookup returns the rows in sorted index order, not in the order asked",
-)
 
 BLOCKSIZE = 64
 NESTED_BLOCKSIZE = 256
@@ -109,24 +91,20 @@ class NF4Weight(nn.Module):
         scales = bnbf.dequantize_blockwise(
             codes, absmax=absmax2[n0:n1], code=nested_code, blocksize=NESTED_BLOCKSIZE
         )
-        if not armed(NESTED_OFFSET):
-            scales = scales + offset
+        scales = scales + offset
         start = first - n0 * NESTED_BLOCKSIZE
         return scales[start : start + stop - first]
 
     def _decode(
         self, packed: torch.Tensor, scales: torch.Tensor, shape: tuple[int, int], dtype, code
     ) -> torch.Tensor:
-        if armed(NIBBLE_ORDER):
-            packed = (packed << 4) | (packed >> 4)
-        wanted = torch.bfloat16 if armed(DEQUANT_DTYPE) else dtype
         state = bnbf.QuantState(
             absmax=scales.float(),
             shape=torch.Size(shape),
             code=code,
             blocksize=BLOCKSIZE,
             quant_type="nf4",
-            dtype=wanted,
+            dtype=dtype,
         )
         return bnbf.dequantize_4bit(packed, state).reshape(shape).to(dtype)
 
@@ -170,15 +148,12 @@ class NF4Weight(nn.Module):
                 code=self.nested_code,
                 blocksize=NESTED_BLOCKSIZE,
             )
-            if not armed(NESTED_OFFSET):
-                decoded = decoded + self.offset
+            decoded = decoded + self.offset
             where = torch.searchsorted(nested, blocks // NESTED_BLOCKSIZE) * NESTED_BLOCKSIZE
             scales = decoded[where + blocks % NESTED_BLOCKSIZE]
         else:
             scales = self.absmax[blocks]
         dense = self._decode(packed, scales, (unique.numel(), cols), dtype, self.nf4_code)
-        if armed(GATHER_ORDER):
-            inverse = inverse.sort().values
         return dense[inverse].reshape(*index.shape, cols)
 
     def workspace_bytes(self, tile_rows: int) -> int:

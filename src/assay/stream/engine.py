@@ -21,30 +21,12 @@ from torch import nn
 from torch.func import functional_call
 
 from assay.errors import ConfigError
-from assay.faultpoints import armed, declare
 from assay.model.decoder import Decoder
 from assay.model.tensors import get_tensor, set_tensor
 from assay.stream.kept import KeptActivations
 from assay.stream.layout import LayerLayout, base_tensors
 from assay.stream.pool import SlotPool
 from assay.stream.store import DiskStore, RamStore
-
-DROP_RESIDENT = declare(
-    "stream.engine.resident_grads_dropped",
-    "streamed backward drops the gradients of resident trainables (adapters)",
-)
-STALE_INPUT = declare(
-    "stream.engine.backward_stale_input",
-    "backward recomputes a layer from the previous layer's input",
-)
-WRONG_PREFETCH = declare(
-    "stream.engine.prefetch_wrong_layer",
-    "forward prefetches the layer after next instead of the next",
-)
-KEY_NAMES_ONLY = declare(
-    "stream.engine.cache_key_ignores_bytes",
-    "disk cache key covers names, shapes and dtypes but not the bytes",
-)
 
 TIERS = ("ram", "disk")
 
@@ -63,8 +45,7 @@ class _StreamedLayers(torch.autograd.Function):
         with torch.no_grad():
             for i in range(engine.num_layers):
                 boundaries.append(x)
-                step = 2 if armed(WRONG_PREFETCH) else 1
-                following = i + step if i + step < engine.num_layers else None
+                following = i + 1 if i + 1 < engine.num_layers else None
                 with engine.pool.use(i, following) as base:
                     x = engine.run_layer(i, base, x, context)
         ctx.engine, ctx.context, ctx.boundaries = engine, context, boundaries
@@ -75,8 +56,7 @@ class _StreamedLayers(torch.autograd.Function):
         engine = ctx.engine
         totals: dict[int, torch.Tensor] = {}
         for i in reversed(range(engine.num_layers)):
-            source = i - 1 if armed(STALE_INPUT) and i > 0 else i
-            x_in = ctx.boundaries[source].detach().requires_grad_(True)
+            x_in = ctx.boundaries[i].detach().requires_grad_(True)
             ctx.boundaries[i] = None
             following = i - 1 if i > 0 else None
             with torch.enable_grad(), engine.pool.use(i, following) as tensors:
@@ -85,7 +65,7 @@ class _StreamedLayers(torch.autograd.Function):
                     tensors[name] = tensors[name].detach().requires_grad_(True)
                 # One leaf per use of a resident trainable, so contributions to a shared
                 # parameter can be summed one by one, in the order resident autograd sums them.
-                uses = [] if armed(DROP_RESIDENT) else engine.resident_uses[i]
+                uses = engine.resident_uses[i]
                 for name, param in uses:
                     tensors[name] = param.detach().requires_grad_(True)
                 out = engine.run_layer(i, tensors, x_in, ctx.context)
@@ -233,9 +213,8 @@ class StreamedModel(nn.Module):
         return self.model.norm(x)
 
     def _layers_keeping_activations(self, x: torch.Tensor, context: tuple) -> torch.Tensor:
-        step = 2 if armed(WRONG_PREFETCH) else 1
         for i in range(self.num_layers):
-            following = i + step if i + step < self.num_layers else None
+            following = i + 1 if i + 1 < self.num_layers else None
             with self.pool.use(i, following) as base, self.kept.saving(i, base):
                 x = self.run_layer(i, base, x, context)
         return x
@@ -276,8 +255,6 @@ def _content_key(layers: list[dict[str, torch.Tensor]]) -> str:
     for tensors in layers:
         for name, tensor in tensors.items():
             digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}\0".encode())
-            if armed(KEY_NAMES_ONLY):
-                continue
             raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
             digest.update(raw.numpy().tobytes())
     return digest.hexdigest()

@@ -19,13 +19,7 @@ from typing import Any
 
 import torch
 
-from assay.faultpoints import armed, declare
 from assay.stream.pool import SlotPool
-
-UNPACK_WRONG = declare(
-    "stream.kept.unpack_wrong_layer",
-    "kept-activation unpack resolves a reference against the neighbouring layer's slot",
-)
 
 
 @dataclass(frozen=True)
@@ -86,10 +80,7 @@ class KeptActivations:
     def _unpack(self, packed: Any) -> torch.Tensor:
         if not isinstance(packed, SlotRef):
             return packed
-        layer = packed.layer
-        if armed(UNPACK_WRONG) and layer > 0:
-            layer -= 1
-        block = self._fetch(layer).view(packed.dtype)
+        block = self._fetch(packed.layer).view(packed.dtype)
         return block.as_strided(packed.shape, packed.stride, packed.offset)
 
     def _fetch(self, layer: int) -> torch.Tensor:

@@ -6,7 +6,7 @@ layer i's copy, then checks that the slot really holds layer i and raises otherw
 recycled too early is an error, never silently wrong numbers.
 
 The CPU copies go through a copy engine (``submit(store, layer, buffer, done) -> Future``).
-The default runs them in order on one thread; gates swap in ``assay.testing.copies``'s
+The default runs them in order on one thread; gates swap in ``assay_testing.copies``'s
 delaying engine (``set_copy_engine``), which delays, tears and reorders copies so that a
 missing wait or a reused busy slot shows as wrong numbers, as it would on a CUDA copy stream.
 """
@@ -20,22 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from assay.errors import AssayError
-from assay.faultpoints import armed, declare
 from assay.stream.layout import LayerLayout
-
-SKIP_WAIT = declare(
-    "stream.pool.skip_wait",
-    "use() reads a prefetched slot without waiting for its copy (the owner check sees only "
-    "the request, as on CUDA where a slot is marked loaded when its copy is issued)",
-)
-REUSE_BUSY = declare(
-    "stream.pool.reuse_busy_slot",
-    "prefetch overwrites the most recently used slot even while a layer computes from it",
-)
-SKIP_RELEASE_WAIT = declare(
-    "stream.pool.skip_release_wait",
-    "the CUDA copy stream overwrites a slot without waiting for the compute that last read it",
-)
 
 
 class StreamError(AssayError):
@@ -103,8 +88,6 @@ class SlotPool:
         self.copies = engine
 
     def _victim(self) -> Slot:
-        if armed(REUSE_BUSY):
-            return max(self.slots, key=lambda s: s.last_used)
         free = [s for s in self.slots if not s.in_use]
         if not free:
             raise StreamError("every stream slot is in use; increase stream.buffers")
@@ -121,8 +104,7 @@ class SlotPool:
         self.fetches += 1
         if self.cuda:
             with torch.cuda.stream(self.copy_stream):
-                if not armed(SKIP_RELEASE_WAIT):
-                    self.copy_stream.wait_event(slot.released)
+                self.copy_stream.wait_event(slot.released)
                 self.store.read_into(layer, slot.buffer, non_blocking=True)
                 slot.ready.record(self.copy_stream)
             slot.loaded = layer  # ordered by slot.ready, which every reader waits on
@@ -152,13 +134,9 @@ class SlotPool:
 
         Starts prefetching ``next_layer`` into another slot before yielding.
         """
-        # The fault skips only the wait for a copy an earlier call issued (the prefetch that
-        # "must have landed by now"); one issued right here is waited for even then.
-        skip = armed(SKIP_WAIT) and self._holder(layer) is not None
         slot = self.prefetch(layer)
-        if not skip:
-            self._wait(slot)
-        if (slot.loaded != layer and not skip) or slot.requested != layer:
+        self._wait(slot)
+        if slot.loaded != layer or slot.requested != layer:
             raise StreamError(
                 f"stream slot {slot.index} holds layer {slot.loaded}, expected layer {layer}"
             )

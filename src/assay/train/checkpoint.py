@@ -43,26 +43,12 @@ from assay.atomic import (
     write_synced,
 )
 from assay.bounded import JSON_BYTES, InputTooLarge, read_capped
-from assay.faultpoints import armed, declare
 from assay.train.checkpoint_state import (
     CheckpointError,
     capture_rng,
     optimizer_from_files,
     optimizer_to_files,
     restore_rng,
-)
-
-OPT_LOST = declare(
-    "train.checkpoint.optimizer_not_restored",
-    "resume leaves the optimizer's moments at zero",
-)
-RNG_LOST = declare(
-    "train.checkpoint.rng_not_restored",
-    "resume does not restore the random generators",
-)
-SKIP_VERIFY = declare(
-    "train.checkpoint.cursor_unverified",
-    "the checkpoint's cursor.json is read without checking its size and sha256",
 )
 
 __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
@@ -206,12 +192,12 @@ class Checkpoint:
                 )
             with torch.no_grad():
                 live.copy_(saved)
-        if optimizer is not None and not armed(OPT_LOST):
+        if optimizer is not None:
             names = {id(t): name for name, t in params.items()}
             optimizer_from_files(
                 optimizer, names, self.optimizer_tensors, self.optimizer_meta, str(self.path)
             )
-        if rng and not armed(RNG_LOST):
+        if rng:
             restore_rng(self.rng_tensors, self.rng_meta, str(self.path))
 
 
@@ -226,9 +212,6 @@ def _verified(directory: Path, manifest: Mapping[str, Any]) -> dict[str, bytes]:
             data = path.read_bytes()
         except FileNotFoundError as exc:
             raise CheckpointError(f"{path}: missing checkpoint file") from exc
-        if name == "cursor.json" and armed(SKIP_VERIFY):
-            contents[name] = data
-            continue
         if len(data) != entry["bytes"]:
             raise CheckpointError(
                 f"{path}: {len(data)} bytes, the manifest says {entry['bytes']} (truncated?)"

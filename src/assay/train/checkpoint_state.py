@@ -17,12 +17,6 @@ import torch
 from torch import Tensor
 
 from assay.errors import AssayError
-from assay.faultpoints import armed, declare
-
-STEP_LOST = declare(
-    "train.checkpoint_state.adam_step_lost",
-    "optimizer restore drops each parameter's step count (bias correction restarts)",
-)
 
 
 class CheckpointError(AssayError):
@@ -105,8 +99,6 @@ def optimizer_from_files(
             entry = dict(meta["scalars"].get(name, {}))
             prefix = f"state/{name}/"
             entry.update({k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)})
-            if armed(STEP_LOST) and "step" in entry:
-                entry["step"] = torch.zeros_like(entry["step"])
             if entry:
                 state[index] = entry
             group["params"].append(index)

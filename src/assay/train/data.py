@@ -18,27 +18,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from assay.faultpoints import armed, declare
 from assay.model.tokenizer import Tokenizer
 from assay.train.data_masks import Example, RowEncoder, TokenSeq
 from assay.train.data_rows import DataError, read_rows
-
-NO_SHIFT = declare(
-    "train.data.labels_unshifted",
-    "labels equal input_ids (the next-token shift is missing)",
-)
-MASK_UNSHIFTED = declare(
-    "train.data.mask_unshifted",
-    "loss mask not shifted with the labels: scores the token before each completion token",
-)
-CURSOR_OFF = declare(
-    "train.data.cursor_off_by_one",
-    "a resumed batch iterator starts one example past its cursor",
-)
-EPOCH_SEED = declare(
-    "train.data.epoch_order_repeats",
-    "every epoch visits examples in the same shuffled order",
-)
 
 __all__ = [
     "Batch",
@@ -179,10 +161,8 @@ def collate(examples: Sequence[Example], pad_id: int, pad_to: int | None = None)
     attention = (torch.arange(t)[None, :] < lengths[:, None]).to(torch.int64)
     labels = torch.full_like(input_ids, pad_id)
     labels[:, :-1] = input_ids[:, 1:]
-    if armed(NO_SHIFT):
-        labels = input_ids.clone()
     loss_mask = torch.zeros_like(scored)
-    loss_mask[:, :-1] = scored[:, :-1] if armed(MASK_UNSHIFTED) else scored[:, 1:]
+    loss_mask[:, :-1] = scored[:, 1:]
     kto = None
     if examples[0].label is not None:
         kto = torch.tensor([bool(e.label) for e in examples], dtype=torch.bool)
@@ -230,9 +210,6 @@ class BatchIterator:
             raise ValueError(f"size ({size}) and batch_size ({batch_size}) must be positive")
         self.size, self.batch_size = size, batch_size
         self.cursor = cursor or Cursor()
-        if armed(CURSOR_OFF) and 0 < self.cursor.position < size:
-            c = self.cursor
-            self.cursor = Cursor(c.epoch, c.position + 1, c.seed, c.shuffle)
         if self.cursor.position > size:
             raise ValueError(f"cursor position {self.cursor.position} is past {size} examples")
         self._order_epoch: int | None = None
@@ -242,8 +219,7 @@ class BatchIterator:
         """The visiting order of one epoch."""
         if self._order_epoch != epoch:
             if self.cursor.shuffle:
-                salt = 0 if armed(EPOCH_SEED) else epoch
-                gen = torch.Generator().manual_seed(self.cursor.seed * 1_000_003 + salt)
+                gen = torch.Generator().manual_seed(self.cursor.seed * 1_000_003 + epoch)
                 self._order = torch.randperm(self.size, generator=gen).tolist()
             else:
                 self._order = list(range(self.size))

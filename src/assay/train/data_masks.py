@@ -24,22 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from assay.faultpoints import armed, declare
 from assay.model.tokenizer import Tokenizer
 from assay.train.data_rows import DataError, Row
-
-FIRST_SCORED = declare(
-    "train.data_masks.first_token_scored",
-    "the first token (which has no prefix) is marked as scored",
-)
-PROMPT_SCORED = declare(
-    "train.data_masks.prompt_scored",
-    "completion-only masking scores the prompt too",
-)
-NO_EOS = declare(
-    "train.data_masks.text_without_eos",
-    "text rows are not terminated with EOS, so EOS is never learned",
-)
 
 MASKS = ("all", "completion_only")
 
@@ -103,7 +89,7 @@ class RowEncoder:
         data = row.data
         if self.fmt == "text":
             ids = self.tok.encode(data["text"], add_special_tokens=True)
-            if not self._adds_eos() and not armed(NO_EOS):  # else the file's flag appended it
+            if not self._adds_eos():  # else the file's flag appended it
                 ids = ids + self._eos
             return Example(row.line, (self._finish([(ids, True)], where),))
         if self.fmt == "messages":
@@ -135,7 +121,7 @@ class RowEncoder:
         """Prompt (unscored) then completion (scored), as strings or as messages."""
         if isinstance(prompt, str):
             return [
-                (self._bos + self.tok.encode(prompt), armed(PROMPT_SCORED)),
+                (self._bos + self.tok.encode(prompt), False),
                 (self.tok.encode(completion) + self._eos, True),
             ]
         head = self._render(prompt, where, gen=True)
@@ -189,7 +175,7 @@ class RowEncoder:
         for piece, is_completion in segments:
             ids.extend(piece)
             scored.extend([is_completion or self.mask == "all"] * len(piece))
-        if scored and not armed(FIRST_SCORED):
+        if scored:
             scored[0] = False
         label = f" ({part})" if part else ""
         truncated = False

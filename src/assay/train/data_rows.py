@@ -22,15 +22,11 @@ from typing import Any
 
 from assay.bounded import JSONL_BYTES, JSONL_LINE_BYTES, InputTooLarge, lone_surrogate, read_capped
 from assay.errors import AssayError
-from assay.faultpoints import armed, declare
 
 FORMATS = ("text", "prompt_completion", "messages", "preference", "kto")
 # The roles a chat template renders; anything else (a typo such as "asistant") is refused
 # rather than trained as an unscored or mis-rendered turn.
 ROLES = ("system", "user", "assistant")
-ALLOW_SURROGATES = declare(
-    "train.data_rows.allow_surrogates", "rows with lone surrogate escapes pass"
-)
 
 
 class DataError(AssayError):
@@ -164,7 +160,7 @@ def read_rows(path: str | os.PathLike[str], fmt: str = "auto") -> RowFile:
             raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
         if not isinstance(data, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(data).__name__}")
-        bad = None if armed(ALLOW_SURROGATES) else lone_surrogate(data)
+        bad = lone_surrogate(data)
         if bad is not None:
             raise DataError(f"{where}: {bad}: lone surrogate escape (\\ud800-\\udfff) is not text")
         if chosen is None:

@@ -26,7 +26,6 @@ from torch import nn
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
-from assay.faultpoints import armed, declare
 from assay.train.build import (
     NEFTune,
     build_datasets,
@@ -44,11 +43,6 @@ from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
 from assay.train.run_dir import not_started
-
-SCHED_LOST = declare(
-    "train.loop.scheduler_not_restored",
-    "resume leaves the learning-rate schedule at step 0",
-)
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.yaml"
@@ -105,13 +99,10 @@ class Trainer:
         return 0
 
     # -- resume ------------------------------------------------------------------------------
-    def resume(
-        self, path: str | os.PathLike[str], *, rng: bool = True, optimizer: bool = True
-    ) -> int:
+    def resume(self, path: str | os.PathLike[str]) -> int:
         """Restore trainables, optimizer, scheduler, RNG and data cursor; returns the step.
 
         Refuses (naming which) when the config, dataset or model fingerprint differs.
-        ``rng``/``optimizer`` False exist for the gate's controls, which must then diverge.
         """
         if not_started(path):
             # Killed before its first checkpoint: nothing to restore; start clean at step 0.
@@ -130,17 +121,16 @@ class Trainer:
             groups=len(self.optimizer.param_groups),
             steps=self.config.steps,
         )
-        self._restore(checkpoint, optimizer=optimizer, rng=rng)
-        if not armed(SCHED_LOST):
-            self.scheduler.load_state_dict(checkpoint.scheduler_state)
+        self._restore(checkpoint)
+        self.scheduler.load_state_dict(checkpoint.scheduler_state)
         self.batches = self._batches(Cursor.from_dict(checkpoint.cursor))
         self.step = checkpoint.step
         if self.is_main:
             self._truncate_metrics(self.step)
         return self.step
 
-    def _restore(self, checkpoint: Checkpoint, *, optimizer: bool, rng: bool) -> None:
-        checkpoint.restore(self.params, self.optimizer if optimizer else None, rng=rng)
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        checkpoint.restore(self.params, self.optimizer)
 
     def _truncate_metrics(self, step: int) -> None:
         """Keep only the metrics of steps up to ``step`` (a kill may have left later ones)."""

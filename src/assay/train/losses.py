@@ -21,29 +21,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from assay.faultpoints import armed, declare
-
-MASK_IGNORED = declare(
-    "train.losses.mask_ignored",
-    "reference CE scores every position, ignoring the loss mask",
-)
-CHUNK_DROPS_ROW = declare(
-    "train.losses.chunk_drops_row",
-    "chunked CE slices each chunk one row short (off by one at chunk ends)",
-)
-DIVISOR_ALL = declare(
-    "train.losses.divisor_all_tokens",
-    "chunked CE mean divides by all positions instead of scored tokens",
-)
-FUSED_UNSCALED = declare(
-    "train.losses.fused_grad_unscaled",
-    "frozen-head fused gradient not divided by the token count",
-)
-GRAD_W_DROPPED = declare(
-    "train.losses.head_grad_dropped",
-    "chunked CE returns no gradient for a trainable head",
-)
-
 _REDUCTIONS = ("mean", "sum")
 
 
@@ -73,8 +50,6 @@ def cross_entropy(
     logits = h.float() @ weight.float().t()
     targets = torch.where(m, y, torch.zeros_like(y))  # masked labels may be any id
     per_token = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
-    if armed(MASK_IGNORED):
-        return per_token.sum() / divisor
     return (per_token * m).sum() / divisor
 
 
@@ -102,13 +77,10 @@ class _ChunkedCE(torch.autograd.Function):
         fused = ctx.needs_input_grad[0] and not ctx.needs_input_grad[1]
         grad_h = torch.zeros_like(hidden, dtype=torch.float32) if fused else None
         scale = torch.ones((), dtype=torch.float32, device=hidden.device) / divisor
-        if armed(FUSED_UNSCALED):
-            scale = scale * divisor
-        short = 1 if armed(CHUNK_DROPS_ROW) else 0
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         lse = torch.empty(index.numel(), dtype=torch.float32, device=hidden.device)
         for start in range(0, index.numel(), chunk_size):
-            rows = index[start : start + chunk_size - short]
+            rows = index[start : start + chunk_size]
             chunk_labels = labels.index_select(0, rows)
             logits = hidden.index_select(0, rows).float() @ w.t()
             chunk_lse = torch.logsumexp(logits, dim=-1)
@@ -138,7 +110,7 @@ class _ChunkedCE(torch.autograd.Function):
         scale = grad_out.float() / ctx.divisor
         w = weight.float()
         grad_h = torch.zeros_like(hidden, dtype=torch.float32) if want_h else None
-        grad_w = torch.zeros_like(w) if want_w and not armed(GRAD_W_DROPPED) else None
+        grad_w = torch.zeros_like(w) if want_w else None
         for start in range(0, index.numel(), ctx.chunk_size):
             rows = index[start : start + ctx.chunk_size]
             h = hidden.index_select(0, rows).float()
@@ -175,6 +147,6 @@ def chunked_cross_entropy(
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     h, y, m = _flatten(hidden, labels, mask)
-    divisor = _divisor(m.numel() if armed(DIVISOR_ALL) else int(m.sum()), reduction)
+    divisor = _divisor(int(m.sum()), reduction)
     loss = _ChunkedCE.apply(h, weight, y, m, chunk_size, divisor)
     return loss

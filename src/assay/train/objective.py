@@ -19,7 +19,6 @@ from torch import nn
 
 from assay.adapters import disabled
 from assay.adapters.base import dense_weight
-from assay.faultpoints import armed, declare
 from assay.train.config import TrainConfig
 from assay.train.data import Batch
 from assay.train.losses import chunked_cross_entropy, cross_entropy
@@ -33,19 +32,6 @@ from assay.train.preference import (
     pair_losses,
     sequence_logps,
     token_logps,
-)
-
-REFERENCE_LIVE = declare(
-    "train.objective.reference_not_disabled",
-    "the DPO reference runs with the adapters enabled (reference = policy)",
-)
-ACCUM_UNDIVIDED = declare(
-    "train.objective.accumulation_not_divided",
-    "preference loss not divided by the number of micro-batches",
-)
-MICRO_TOKENS = declare(
-    "train.objective.ce_micro_normalised",
-    "CE divided by this micro-batch's scored tokens, not the step's",
 )
 
 CE_KINDS = ("ce", "chunked_ce")
@@ -143,8 +129,6 @@ class Objective:
         """CE: this micro-batch's summed token loss divided by the step's scored tokens.
         Preference: the mean over this micro-batch's pairs (KTO: rows) / ``micro_batches``."""
         if self.settings is not None:
-            if armed(ACCUM_UNDIVIDED):
-                return self.preference_loss(batch)
             return self.preference_loss(batch) / max(micro_batches, 1)
         hidden = self.hidden(batch)
         weight = head_weight(self.base)
@@ -159,8 +143,6 @@ class Objective:
             )
         else:
             summed = cross_entropy(hidden, weight, batch.labels, batch.loss_mask, reduction="sum")
-        if armed(MICRO_TOKENS):
-            return summed / max(int(batch.loss_mask.sum()), 1)
         return summed / max(scored_total, 1)
 
     def metrics(self) -> dict[str, float]:
@@ -184,9 +166,7 @@ class Objective:
         mask = batch.loss_mask
         reference = policy_kl = reference_kl = None
         if s.needs_reference:
-            live = armed(REFERENCE_LIVE)
-            entered = contextlib.nullcontext() if live else self.reference(self.base)
-            with entered:
+            with self.reference(self.base):
                 reference = sequence_logps(
                     self._logps(*fields, weight, grad=False), mask, s.average
                 )

@@ -24,25 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from assay.faultpoints import armed, declare
-
-BETA_SIGN = declare(
-    "train.preference.dpo_beta_sign",
-    "DPO uses -beta * h: prefers the rejected completion",
-)
-LOGP_GRAD_SIGN = declare(
-    "train.preference.token_logp_grad_sign",
-    "chunked log-prob backward returns softmax - onehot (sign flipped)",
-)
-KTO_Z_ATTACHED = declare(
-    "train.preference.kto_z_not_detached",
-    "KTO's KL reference point is not clamped at 0",
-)
-IPO_SUMMED = declare(
-    "train.preference.ipo_summed",
-    "IPO uses summed instead of length-averaged log-probs",
-)
-
 LOGP_CHUNK = 1024
 KINDS = ("dpo", "ipo", "orpo", "simpo", "kto")
 AVERAGED = ("ipo", "orpo", "simpo")
@@ -76,7 +57,6 @@ class _TokenLogps(torch.autograd.Function):
         hidden, weight, targets, lse = ctx.saved_tensors
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         w = weight.float()
-        flip = armed(LOGP_GRAD_SIGN)
         grad_h = torch.empty_like(hidden, dtype=torch.float32) if want_h else None
         grad_w = torch.zeros_like(w) if want_w else None
         for start in range(0, hidden.shape[0], ctx.chunk_size):
@@ -85,8 +65,6 @@ class _TokenLogps(torch.autograd.Function):
             # d log p(y) / d logits = onehot(y) - softmax, times each token's upstream gradient.
             g = torch.exp(h @ w.t() - lse[start:stop, None]).neg_()
             g[torch.arange(stop - start, device=g.device), targets[start:stop]] += 1
-            if flip:
-                g.neg_()
             g *= grad_out[start:stop, None].float()
             if grad_h is not None:
                 grad_h[start:stop] = g @ w
@@ -157,8 +135,6 @@ class PreferenceSettings:
 
     @property
     def average(self) -> bool:
-        if self.kind == "ipo" and armed(IPO_SUMMED):
-            return False
         return self.kind in AVERAGED
 
     @property
@@ -185,7 +161,7 @@ def dpo_losses(
     flip rate eps): ``((1 - eps)(-log sigmoid(beta h)) - eps(-log sigmoid(-beta h))) / (1 - 2
     eps)``, which is sigmoid DPO at eps 0.
     """
-    z = -beta * h if armed(BETA_SIGN) else beta * h
+    z = beta * h
     if variant == "sigmoid":
         return -F.logsigmoid(z)
     if variant == "hinge":
@@ -253,8 +229,6 @@ def kto_losses(
 
 def kl_estimate(policy_kl: Tensor, reference_kl: Tensor) -> Tensor:
     """KTO's z_ref: mean (pi - ref) over mismatched pairs, clamped at 0, detached."""
-    if armed(KTO_Z_ATTACHED):
-        return (policy_kl - reference_kl).mean().detach()
     return (policy_kl - reference_kl).mean().clamp(min=0).detach()
 
 

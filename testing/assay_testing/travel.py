@@ -156,11 +156,11 @@ def file_sha256(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m assay.testing.travel SKELETON OUT.gguf [--seed N]``: rebuild on the box."""
+    """``python -m assay_testing.travel SKELETON OUT.gguf [--seed N]``: rebuild on the box."""
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m assay.testing.travel", description=main.__doc__
+        prog="python -m assay_testing.travel", description=main.__doc__
     )
     parser.add_argument("skeleton", type=Path)
     parser.add_argument("out", type=Path)

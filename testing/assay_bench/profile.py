@@ -103,7 +103,7 @@ def profile_step(step: Callable[[], object]) -> dict[str, Any]:
     path); ``gemm_calls`` lists the GEMM kernels by shape and ``gemm_flops`` sums their FLOPs."""
     from torch.profiler import ProfilerActivity, profile
 
-    from assay.bench.gemm import call_flops, gemm_calls
+    from assay_bench.gemm import call_flops, gemm_calls
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         started = time.perf_counter()

@@ -2,8 +2,8 @@
 
 On CUDA the copy stream fills a slot while kernels that read its previous layer may still be
 queued; the pool orders the copy after the slot's release event. Stalling the compute stream
-at every layer (``torch.cuda._sleep``) lets the host run far ahead, so a missing wait (fault
-point ``stream.pool.skip_release_wait``) shows as wrong logits or gradients. On CPU the same
+at every layer (``torch.cuda._sleep``) lets the host run far ahead, so a missing wait (the defect
+``stream.pool.skip_release_wait``) shows as wrong logits or gradients. On CPU the same
 function compares the threaded prefetch path, where no stall is possible.
 """
 
@@ -18,7 +18,7 @@ VOCAB = 49152
 def _pair(layers: int):
     from assay.adapters import attach
     from assay.adapters.perturb import randomize_adapters
-    from assay.testing.tiny import smollm2_shaped
+    from assay_testing.tiny import smollm2_shaped
 
     def build():
         model = smollm2_shaped(layers, seed=1)
@@ -59,12 +59,12 @@ def stream_errors(
     faults: tuple[str, ...] = (),
 ) -> dict[str, float]:
     """Max relative error of streamed (2 slots) logits and LoRA grads against resident, first
-    as the engine runs, then with each named fault point armed: ``{"clean": e, fault: e...}``.
+    as the engine runs, then with each named defect injected: ``{"clean": e, fault: e...}``.
 
     ``stall_cycles`` > 0 (CUDA only) sleeps the compute stream that long at every layer.
     """
-    from assay.faultpoints import inject
     from assay.stream import StreamedModel
+    from assay_testing import defects
 
     dev = torch.device(device)
     resident, base = _pair(layers)
@@ -79,6 +79,6 @@ def stream_errors(
     trainable = [p for p in base.parameters() if p.requires_grad]
     errors = {"clean": _relative(_outputs(streamed, trainable, ids), want)}
     for name in faults:
-        with inject(name):
+        with defects.inject(name):
             errors[name] = _relative(_outputs(streamed, trainable, ids), want)
     return errors

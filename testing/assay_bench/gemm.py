@@ -3,7 +3,7 @@
 The replay takes the matmul kernels a profiled step ran (op and operand shapes, from
 ``torch.profiler`` with ``record_shapes``) and times the same calls alone, on fresh contiguous
 operands, without the profiler: the seconds a step cannot go below while it does these GEMMs
-at this machine's speed. It is the denominator of the Amdahl bound in assay.bench.report.
+at this machine's speed. It is the denominator of the Amdahl bound in assay_bench.report.
 """
 
 from __future__ import annotations

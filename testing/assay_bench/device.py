@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from assay.bench.gemm import sync
+from assay_bench.gemm import sync
 
 
 def sm_clock_mhz(index: int = 0) -> dict[str, object]:

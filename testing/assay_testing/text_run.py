@@ -25,8 +25,8 @@ def save_text_run(root: Path, *, seed: int) -> dict[str, Any]:
     """Write a tiny llama3 HF model, ``bytes.gguf`` and ``train.jsonl`` (``ROWS``) under
     ``root``; return the config keys that point at them (``model``, ``tokenizer``, ``data``
     with seq_len 64), for a caller to merge its own settings into."""
-    from assay.testing.byte_tokenizer import save_byte_tokenizer
-    from assay.testing.tiny import save_tiny
+    from assay_testing.byte_tokenizer import save_byte_tokenizer
+    from assay_testing.tiny import save_tiny
 
     model = save_tiny("llama3", root, seed=seed, gguf=False)["hf"]
     save_byte_tokenizer(root / "bytes.gguf")

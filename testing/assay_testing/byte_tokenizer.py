@@ -4,7 +4,7 @@ Loading SmolLM2's tokenizer takes seconds per process; a job of several processe
 ranks) pays it in each. This file holds only tokenizer metadata: ids 0-255 are the 256 bytes
 (GPT-2's byte alphabet, so id == byte value), one merge ("Ġ" + "t"), then ``<|endoftext|>``
 (eos, id 257), ``<|im_start|>`` (bos, id 258) and ``<|im_end|>``. It fits any model whose
-vocabulary has at least 260 rows, such as the tiny models of :mod:`assay.testing.tiny`.
+vocabulary has at least 260 rows, such as the tiny models of :mod:`assay_testing.tiny`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from assay.bench.step import Subject
+from assay_bench.step import Subject
 
 # In timing order: the subjects each ratio compares run next to each other in a round.
 DESCRIPTIONS = {
@@ -61,7 +61,7 @@ def build_subjects(
 ) -> dict[str, Subject]:
     """The named subjects (from :data:`SUBJECTS`), in that order, on CPU, except that streamed
     subjects compute on ``stream_device`` (their base stays in RAM). assay subjects use
-    ``assay_loss`` (assay.bench.step.LOSSES); the transformers peers use ``ce``."""
+    ``assay_loss`` (assay_bench.step.LOSSES); the transformers peers use ``ce``."""
     import assay
     from assay.adapters import attach
     from assay.model.loader import open_source
@@ -110,7 +110,7 @@ def build_subjects(
             )
             add(name, streamed, recompute=recompute)
     if "peft" in names or "bnb-nf4" in names:
-        from assay.testing.peers import hf_bnb_nf4, hf_model, peft_lora
+        from assay_testing.peers import hf_bnb_nf4, hf_model, peft_lora
 
         progress("loading transformers fp32 from the GGUF")
         dense = hf_model(path)

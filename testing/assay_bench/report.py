@@ -2,7 +2,7 @@
 a JSON-ready result with ratios, the FLOP model, the ceiling and the Amdahl bound.
 
 The Amdahl bound over a peer is its median step time over the time the GEMMs of one of its
-steps take when replayed alone (same ops and shapes, from the profile; assay.bench.gemm): what
+steps take when replayed alone (same ops and shapes, from the profile; assay_bench.gemm): what
 an implementation doing the same GEMMs at this machine's speed could gain if every other op
 took no time. ``bound_with_attention`` keeps the profiled attention kernels as necessary work
 too. ``bound_in_profile`` divides the profiled step by its profiled matmul time instead; the
@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from assay.bench.gemm import gemm_rate, replay_seconds
-from assay.bench.profile import amdahl_bound, profile_step
-from assay.bench.step import (
+from assay_bench.gemm import gemm_rate, replay_seconds
+from assay_bench.profile import amdahl_bound, profile_step
+from assay_bench.step import (
     CEILING_N,
     Run,
     Subject,
@@ -139,7 +139,7 @@ def run_benchmark(
 ) -> tuple[dict[str, Any], dict[str, Subject]]:
     """Build the named subjects (unless ``subjects`` are given), time them, profile the
     ``profile`` ones at the first seq; returns (result, subjects)."""
-    from assay.bench.subjects import build_subjects
+    from assay_bench.subjects import build_subjects
 
     if steps < 5:
         raise ValueError(f"steps must be at least 5 (median of 5 timed steps), got {steps}")

@@ -6,7 +6,7 @@ then F.cross_entropy: what transformers does) or ``chunked_ce`` (assay's fused c
 the hidden states, as ``assay train`` runs with ``loss: {type: chunked_ce}``). Rounds run
 every (subject, sequence length) once, in an order that rotates each round, so machine drift
 hits all subjects alike; the first ``warmup`` rounds are discarded. Each round also times one
-fp32 ``n x n x n`` matmul (assay.bench.gemm): the ceiling is the median of those. Nothing here
+fp32 ``n x n x n`` matmul (assay_bench.gemm): the ceiling is the median of those. Nothing here
 asserts a speed; gates and harnesses judge the numbers.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from assay.bench.gemm import gemm_seconds, gflops, sync
 from assay.model.flops import step_flops
+from assay_bench.gemm import gemm_seconds, gflops, sync
 
 CEILING_N = 2048
 
@@ -61,7 +61,7 @@ class Subject:
 
 
 LOSSES = ("ce", "chunked_ce")
-LOSS_RANGE = "assay.bench.loss"  # profiler range around the loss: category cross_entropy
+LOSS_RANGE = "assay_bench.loss"  # profiler range around the loss: category cross_entropy
 
 
 def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -12,17 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from assay import faultpoints
-
-RAW = faultpoints.declare(
-    "testing.grader.raw_compare",
-    "answers compared verbatim: no whitespace, case or punctuation fixes",
-)
-PREFIX = faultpoints.declare(
-    "testing.grader.prefix_match",
-    "an answer matches when the expected text starts with it (so '' does)",
-)
-
 _TRAILING = ".!?,;:"
 _QUOTES = "\"'`"
 
@@ -37,10 +26,6 @@ def normalise(text: str) -> str:
 
 def exact_match(answer: str, expected: str) -> bool:
     """True when both normalise to the same non-empty text."""
-    if faultpoints.armed(RAW):
-        return answer == expected
-    if faultpoints.armed(PREFIX):
-        return normalise(expected).startswith(normalise(answer))
     return normalise(answer) == normalise(expected) and normalise(expected) != ""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from assay.testing.real_model import override
+from assay_testing.real_model import override
 
 TRAVELLING = "not tested (travelling weights)"
 

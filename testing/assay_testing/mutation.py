@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from assay.faultpoints import ENV
+from assay_testing.defects import child_env
 
 # pytest exit codes: 0 all passed, 1 some failed; anything else means the run itself went wrong.
 _PASSED, _FAILED = 0, 1
@@ -63,12 +63,10 @@ def run_pytest(
     No xdist, no cache, the project's ``addopts`` cleared (killers may be marked slow), and gate
     receipts redirected to ``scratch``.
     """
-    env = {k: v for k, v in os.environ.items() if k != ENV}
-    if faults:
-        env[ENV] = faults
+    env = child_env(faults)
     env.setdefault("OMP_NUM_THREADS", "1")
-    src = str(root / "src")
-    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    tree = [str(root / "src"), str(root / "testing")]  # this checkout's product and machinery
+    env["PYTHONPATH"] = os.pathsep.join([*tree, *filter(None, [env.get("PYTHONPATH")])])
     command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"]
     command += ["-p", "no:xdist", "-o", "addopts="]
     if first_failure:

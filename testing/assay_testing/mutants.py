@@ -1,18 +1,17 @@
-"""The curated mutants: every named fault point, the tests that must kill it, and a time budget.
+"""The curated mutants: every named defect, the tests that must kill it, and a time budget.
 
-Each entry says which pytest node ids must fail when the fault is armed (``ASSAY_FAULTS=name``)
-and pass when it is not. ``status`` is ``killed`` (expected to be killed), ``equivalent`` (no
-observable behaviour changes; ``reason`` gives the argument) or ``cuda`` (only reachable on a
-CUDA device). ``gates/gate_mutation.py`` runs them; ``tests/test_mutants.py`` checks that every
-declared fault point has an entry here and every entry names a declared fault point.
+Each entry says which pytest node ids must fail when the defect is armed (a patch from
+:mod:`assay_testing.defects`) and pass when it is not. ``status`` is ``killed`` (expected to be
+killed), ``equivalent`` (no observable behaviour changes; ``reason`` gives the argument) or
+``cuda`` (only reachable on a CUDA device). ``gates/gate_mutation.py`` runs them;
+``tests/testing/test_defects.py`` checks that every defect has an entry here and back.
 
-A fault point's name is ``<module under assay>.<defect>``, so the module that declares it is
-found from the name alone (``storage.nf4.nibble_order`` lives in ``assay.storage.nf4``).
+A defect's name is ``<module under assay>.<defect>``, so the module it patches is found from the
+name alone (``storage.nf4.nibble_order`` patches ``assay.storage.nf4``).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 STATUSES = ("killed", "equivalent", "cuda")
@@ -31,7 +30,9 @@ class Mutant:
     @property
     def module(self) -> str:
         """The module that declares this fault point."""
-        return "assay." + self.name.rsplit(".", 1)[0]
+        from assay_testing.defects import module_of
+
+        return module_of(self.name)
 
     @property
     def counted(self) -> bool:
@@ -327,9 +328,7 @@ TABLE: dict[str, Mutant] = {m.name: m for m in MUTANTS}
 
 
 def declared_fault_points() -> dict[str, str]:
-    """Import every module the table names and return the fault-point catalog (name -> defect)."""
-    from assay import faultpoints
+    """The defect catalog (name -> defect) every table entry must match."""
+    from assay_testing.defects import CATALOG
 
-    for module in sorted({m.module for m in MUTANTS}):
-        importlib.import_module(module)
-    return dict(faultpoints.CATALOG)
+    return {name: item.defect for name, item in CATALOG.items()}

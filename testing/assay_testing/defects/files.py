@@ -1,0 +1,110 @@
+"""Defects in the file layer: crash-safe writes (assay.atomic), bounded reads (assay.bounded)
+and the export's staging (assay.export).
+
+The ``atomic.*`` write faults break a write from inside ``write_all``: short writes and a kill
+half-way through one file are the environment a correct writer must survive; trusting one short
+write and writing in place (no temp + rename) are the defects the module exists to prevent.
+They compose: any of them may be armed together, in any order.
+"""
+
+from __future__ import annotations
+
+from assay_testing.defects import Defect
+from assay_testing.patching import Edit
+
+_WRITE_ALL = "assay.atomic:write_all"
+_VIEW = "    view = memoryview(data)\n"  # kept by every edit that inserts after it
+_CHUNK = "view[written:]"  # the bytes handed to one os.write; each edit narrows it further
+
+DEFECTS: tuple[Defect, ...] = (
+    Defect(
+        "atomic.short_write",
+        "every os.write takes at most N bytes (a legal short write; =N)",
+        (
+            Edit(_WRITE_ALL, _VIEW, _VIEW + '    limit = int("$VALUE" or 0)\n'),
+            Edit(_WRITE_ALL, _CHUNK, _CHUNK + "[: limit if limit > 0 else None]"),
+        ),
+    ),
+    Defect(
+        "atomic.ignore_short_write",
+        "the writer trusts one write call and drops what it did not take",
+        (Edit(_WRITE_ALL, "    while written < len(view):\n", "    if written < len(view):\n"),),
+    ),
+    Defect(
+        "atomic.kill_mid_write",
+        "SIGKILL half-way through writing the file named NAME (=NAME)",
+        (
+            # The write that reaches the half-way byte stops there, and the process dies after it.
+            Edit(_WRITE_ALL, "os.write(", "write_then_die("),
+            Edit(
+                _WRITE_ALL,
+                _VIEW,
+                _VIEW
+                + """\
+    # the file under write, by the name it will have (a staged temp name ends in its own)
+    open_as = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+    named = open_as == "$VALUE" or open_as.startswith(".$VALUE" + TMP_MARK)
+    kill_at = len(view) // 2 if named else -1
+
+    def write_then_die(fd, chunk):
+        taken = os.write(fd, chunk)
+        if kill_at >= 0 and written + taken >= kill_at:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        return taken
+
+""",
+            ),
+            Edit(
+                _WRITE_ALL,
+                _CHUNK,
+                _CHUNK + "[: max(kill_at - written, 1) if kill_at >= 0 else None]",
+            ),
+        ),
+    ),
+    Defect(
+        "atomic.in_place",
+        "atomic_write_bytes writes the destination directly, without temp + rename",
+        (
+            Edit(
+                "assay.atomic:atomic_write_bytes",
+                "    fd, tmp = tempfile.mkstemp(",
+                """\
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    return
+    fd, tmp = tempfile.mkstemp(""",
+            ),
+        ),
+    ),
+    Defect(
+        "bounded.unbounded_aliases",
+        "YAML aliases are expanded uncounted",
+        (
+            Edit(
+                "assay.bounded:yaml_document",
+                "nodes = count_expanded(node, YAML_NODES)",
+                "nodes = 0",
+            ),
+        ),
+    ),
+    Defect(
+        "export.in_place",
+        "an export writes straight into --out, unstaged",
+        (
+            Edit(
+                "assay.export:export",
+                "    with staged_directory(target, replace=target.exists()) as staging:\n",
+                """\
+    import contextlib
+
+    with contextlib.nullcontext(target) as staging:  # no staging folder
+""",
+            ),
+        ),
+    ),
+)

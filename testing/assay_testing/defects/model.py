@@ -1,0 +1,55 @@
+"""Defects in assay.model: the decoder's fp32 upcasts, greedy decoding, GGUF export."""
+
+from __future__ import annotations
+
+from assay_testing.defects import Defect
+from assay_testing.patching import Edit
+
+DEFECTS: tuple[Defect, ...] = (
+    # Controls for gate-logits' bf16 claims: the fp32 upcasts only change numbers in bf16.
+    Defect(
+        "model.decoder.rmsnorm_skip_upcast",
+        "RMSNorm computes mean(x^2) and rsqrt in the input dtype",
+        (Edit("assay.model.decoder:RMSNorm.forward", "h = x.float()", "h = x"),),
+    ),
+    Defect(
+        "model.decoder.attention_skip_upcast",
+        "attention scores and softmax run in the input dtype",
+        (
+            Edit(
+                "assay.model.decoder:Attention.forward",
+                "    q, k, v = q.float(), k.float(), v.float()\n",
+                "",
+            ),
+        ),
+    ),
+    Defect(
+        "model.generate.sample",
+        "the next token is sampled from the softmax instead of the argmax",
+        (
+            Edit(
+                "assay.model.generate:generate",
+                "chosen = logits.argmax(-1)",
+                "chosen = torch.multinomial(logits.softmax(-1), 1)[:, 0]",
+            ),
+        ),
+    ),
+    # Control for gate-adapters: the file must load in another implementation (transformers'
+    # GGUF loader), not only in assay's own reader.
+    Defect(
+        "model.gguf_export.skip_qk_permute",
+        "llama GGUF files are written without the Q/K row permutation",
+        (
+            Edit(
+                "assay.model.gguf_export:write_gguf",
+                """\
+            if arch == "llama" and ".q_proj." in name:
+                values = permute_qk(values, config.num_heads, inverse=False)
+            elif arch == "llama" and ".k_proj." in name:
+                values = permute_qk(values, config.num_kv_heads, inverse=False)
+""",
+                "",
+            ),
+        ),
+    ),
+)

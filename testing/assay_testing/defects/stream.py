@@ -1,0 +1,113 @@
+"""Defects in assay.stream: slot pool waits and reuse, kept-activation unpacking, the streamed
+forward and backward, and the disk cache key."""
+
+from __future__ import annotations
+
+from assay_testing.defects import Defect
+from assay_testing.patching import Edit
+
+DEFECTS: tuple[Defect, ...] = (
+    Defect(
+        "stream.engine.resident_grads_dropped",
+        "streamed backward drops the gradients of resident trainables (adapters)",
+        (
+            Edit(
+                "assay.stream.engine:_StreamedLayers.backward",
+                "uses = engine.resident_uses[i]",
+                "uses = []",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.engine.backward_stale_input",
+        "backward recomputes a layer from the previous layer's input",
+        (
+            Edit(
+                "assay.stream.engine:_StreamedLayers.backward",
+                "x_in = ctx.boundaries[i].detach()",
+                "x_in = ctx.boundaries[i - 1 if i > 0 else i].detach()",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.engine.prefetch_wrong_layer",
+        "forward prefetches the layer after next instead of the next",
+        (
+            Edit(
+                "assay.stream.engine:_StreamedLayers.forward",
+                "following = i + 1 if i + 1 < engine.num_layers else None",
+                "following = i + 2 if i + 2 < engine.num_layers else None",
+            ),
+            Edit(
+                "assay.stream.engine:StreamedModel._layers_keeping_activations",
+                "following = i + 1 if i + 1 < self.num_layers else None",
+                "following = i + 2 if i + 2 < self.num_layers else None",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.engine.cache_key_ignores_bytes",
+        "disk cache key covers names, shapes and dtypes but not the bytes",
+        (
+            Edit(
+                "assay.stream.engine:_content_key",
+                "            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)\n"
+                "            digest.update(raw.numpy().tobytes())\n",
+                "",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.kept.unpack_wrong_layer",
+        "kept-activation unpack resolves a reference against the neighbouring layer's slot",
+        (
+            Edit(
+                "assay.stream.kept:KeptActivations._unpack",
+                "self._fetch(packed.layer)",
+                "self._fetch(packed.layer - 1 if packed.layer > 0 else packed.layer)",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.pool.skip_wait",
+        "use() reads a prefetched slot without waiting for its copy (the owner check sees only "
+        "the request, as on CUDA where a slot is marked loaded when its copy is issued)",
+        (
+            # Skips only the wait for a copy an earlier call issued (the prefetch that "must
+            # have landed by now"); one issued right here is waited for even then.
+            Edit(
+                "assay.stream.pool:SlotPool.use",
+                "    slot = self.prefetch(layer)\n"
+                "    self._wait(slot)\n"
+                "    if slot.loaded != layer or slot.requested != layer:\n",
+                "    skip = self._holder(layer) is not None\n"
+                "    slot = self.prefetch(layer)\n"
+                "    if not skip:\n"
+                "        self._wait(slot)\n"
+                "    if (slot.loaded != layer and not skip) or slot.requested != layer:\n",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.pool.reuse_busy_slot",
+        "prefetch overwrites the most recently used slot even while a layer computes from it",
+        (
+            Edit(
+                "assay.stream.pool:SlotPool._victim",
+                "    free = [",
+                "    return max(self.slots, key=lambda s: s.last_used)\n    free = [",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.pool.skip_release_wait",
+        "the CUDA copy stream overwrites a slot without waiting for the compute that last read it",
+        (
+            Edit(
+                "assay.stream.pool:SlotPool.prefetch",
+                "            self.copy_stream.wait_event(slot.released)\n",
+                "",
+            ),
+        ),
+    ),
+)

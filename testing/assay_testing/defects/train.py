@@ -1,0 +1,148 @@
+"""Defects in assay.train: checkpoints and resume, rows, masks, batches and the data cursor."""
+
+from __future__ import annotations
+
+from assay_testing.defects import Defect
+from assay_testing.patching import Edit
+
+DEFECTS: tuple[Defect, ...] = (
+    Defect(
+        "train.checkpoint.optimizer_not_restored",
+        "resume leaves the optimizer's moments at zero",
+        (
+            Edit(
+                "assay.train.checkpoint:Checkpoint.restore",
+                "if optimizer is not None:",
+                "if optimizer is not None and False:",
+            ),
+        ),
+    ),
+    Defect(
+        "train.checkpoint.rng_not_restored",
+        "resume does not restore the random generators",
+        (Edit("assay.train.checkpoint:Checkpoint.restore", "if rng:", "if rng and False:"),),
+    ),
+    Defect(
+        "train.checkpoint.cursor_unverified",
+        "the checkpoint's cursor.json is read without checking its size and sha256",
+        (
+            Edit(
+                "assay.train.checkpoint:_verified",
+                'missing checkpoint file") from exc\n',
+                'missing checkpoint file") from exc\n'
+                '        if name == "cursor.json":\n'
+                "            contents[name] = data\n"
+                "            continue\n",
+            ),
+        ),
+    ),
+    Defect(
+        "train.checkpoint_state.adam_step_lost",
+        "optimizer restore drops each parameter's step count (bias correction restarts)",
+        (
+            Edit(
+                "assay.train.checkpoint_state:optimizer_from_files",
+                "            if entry:\n",
+                '            if "step" in entry:\n'
+                '                entry["step"] = torch.zeros_like(entry["step"])\n'
+                "            if entry:\n",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data.labels_unshifted",
+        "labels equal input_ids (the next-token shift is missing)",
+        (
+            Edit(
+                "assay.train.data:collate",
+                "labels[:, :-1] = input_ids[:, 1:]\n",
+                "labels[:, :-1] = input_ids[:, 1:]\n    labels = input_ids.clone()\n",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data.mask_unshifted",
+        "loss mask not shifted with the labels: scores the token before each completion token",
+        (
+            Edit(
+                "assay.train.data:collate",
+                "loss_mask[:, :-1] = scored[:, 1:]",
+                "loss_mask[:, :-1] = scored[:, :-1]",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data.cursor_off_by_one",
+        "a resumed batch iterator starts one example past its cursor",
+        (
+            Edit(
+                "assay.train.data:BatchIterator.__init__",
+                "self.cursor = cursor or Cursor()\n",
+                "self.cursor = cursor or Cursor()\n"
+                "    if 0 < self.cursor.position < size:\n"
+                "        c = self.cursor\n"
+                "        self.cursor = Cursor(c.epoch, c.position + 1, c.seed, c.shuffle)\n",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data.epoch_order_repeats",
+        "every epoch visits examples in the same shuffled order",
+        (
+            Edit(
+                "assay.train.data:BatchIterator.order",
+                "self.cursor.seed * 1_000_003 + epoch",
+                "self.cursor.seed * 1_000_003 + 0",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data_masks.first_token_scored",
+        "the first token (which has no prefix) is marked as scored",
+        (
+            Edit(
+                "assay.train.data_masks:RowEncoder._finish",
+                "if scored:",
+                "if scored and False:",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data_masks.prompt_scored",
+        "completion-only masking scores the prompt too",
+        (
+            Edit(
+                "assay.train.data_masks:RowEncoder._pair",
+                "(self._bos + self.tok.encode(prompt), False)",
+                "(self._bos + self.tok.encode(prompt), True)",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data_masks.text_without_eos",
+        "text rows are not terminated with EOS, so EOS is never learned",
+        (
+            Edit(
+                "assay.train.data_masks:RowEncoder.encode",
+                "if not self._adds_eos():",
+                "if not self._adds_eos() and False:",
+            ),
+        ),
+    ),
+    Defect(
+        "train.data_rows.allow_surrogates",
+        "rows with lone surrogate escapes pass",
+        (Edit("assay.train.data_rows:read_rows", "bad = lone_surrogate(data)", "bad = None"),),
+    ),
+    Defect(
+        "train.loop.scheduler_not_restored",
+        "resume leaves the learning-rate schedule at step 0",
+        (
+            Edit(
+                "assay.train.loop:Trainer.resume",
+                "    self.scheduler.load_state_dict(checkpoint.scheduler_state)\n",
+                "",
+            ),
+        ),
+    ),
+)

@@ -1,0 +1,156 @@
+"""Imports point one way: each part of the product imports only from layers to its left, the
+qualification framework imports nothing of the trainer, and ``qualify`` has no import cycle.
+
+Every import counts, including those inside functions: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
+
+# Left to right; a unit may import itself and any unit of an earlier layer. `memory` sits beside
+# the trainer (it models and measures it), `cli` composes everything.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "load_status"),
+    ("assay", "atomic", "bounded"),
+    ("folder_manifest", "adapter_registry"),
+    ("model",),
+    ("storage",),
+    ("loading", "adapters"),
+    ("stream",),
+    ("train",),
+    ("memory", "distributed", "export", "generate_cli"),
+    ("cli",),
+)
+# The framework stands apart: it may use the package root and the atomic writer, nothing else.
+INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "qualify"}}
+# Test machinery and benchmarks (testing/, outside the wheel): nothing in the product imports them.
+OUTSIDE = {"assay_testing", "assay_bench"}
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PRODUCT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = PRODUCT) -> dict[str, set[str]]:
+    """module -> the assay modules (or packages) it imports anywhere in its source."""
+    modules = {_module(p): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                ]
+            else:
+                continue
+            graph[name].update(t for t in targets if t.split(".")[0] in ("assay", *OUTSIDE))
+    return graph
+
+
+def unit(module: str) -> str:
+    """The part of the product a module belongs to: ``assay.train.loop`` -> ``train``."""
+    parts = module.split(".")
+    if parts[0] != "assay":
+        return parts[0]
+    return parts[1] if len(parts) > 1 else "assay"
+
+
+def _layer(name: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if name in layer)
+
+
+def wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Every import edge that points right, into the framework from outside, or into test code."""
+    found = []
+    for source, targets in sorted(graph.items()):
+        a = unit(source)
+        for target in sorted(targets):
+            b = unit(target)
+            if a == b or a in OUTSIDE:
+                continue
+            if b in OUTSIDE:
+                bad = True
+            elif a in INDEPENDENT:
+                bad = b not in INDEPENDENT[a]
+            elif b in INDEPENDENT:
+                bad = a != "cli"  # only the composition root reaches the framework
+            else:
+                bad = _layer(b) >= _layer(a)
+            if bad:
+                found.append(f"{source} -> {target}")
+    return found
+
+
+def cycles(graph: dict[str, set[str]], prefix: str) -> list[list[str]]:
+    """Import cycles among modules under ``prefix`` (each reported once, from its least name)."""
+    nodes = {m for m in graph if m.startswith(prefix)}
+    found: list[list[str]] = []
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(graph.get(path[-1], ())):
+            if nxt == path[0]:
+                found.append(path)
+            elif nxt in nodes and nxt not in path and nxt > path[0]:
+                walk([*path, nxt])
+
+    for start in sorted(nodes):
+        walk([start])
+    return found
+
+
+def test_every_unit_has_a_place():
+    units = {unit(m) for m in import_graph()}
+    placed = {u for layer in LAYERS for u in layer} | set(INDEPENDENT) | OUTSIDE
+    assert sorted(units - placed) == [], "give the new part of the product a layer"
+
+
+def test_imports_point_one_way():
+    assert wrong_way(import_graph()) == []
+
+
+def test_qualify_has_no_import_cycle():
+    assert cycles(import_graph(), "assay.qualify") == []
+
+
+@pytest.mark.parametrize(
+    ("edges", "expected"),
+    [
+        (
+            {"assay.model.decoder": {"assay.train.loop"}},
+            ["assay.model.decoder -> assay.train.loop"],
+        ),
+        ({"assay.storage.nf4": {"assay.storage.apply"}}, []),
+        ({"assay.train.loop": {"assay.stream.engine"}}, []),
+        (
+            {"assay.stream.engine": {"assay.memory.predict"}},
+            ["assay.stream.engine -> assay.memory.predict"],
+        ),
+        ({"assay.qualify.gate": {"assay.model"}}, ["assay.qualify.gate -> assay.model"]),
+        ({"assay": {"assay.qualify.child_imports"}}, ["assay -> assay.qualify.child_imports"]),
+        ({"assay.train.loop": {"assay_testing.tiny"}}, ["assay.train.loop -> assay_testing.tiny"]),
+        ({"assay.cli": {"assay_bench.step"}}, ["assay.cli -> assay_bench.step"]),
+    ],
+)
+def test_the_check_catches_a_wrong_way_import(edges, expected):
+    assert wrong_way(edges) == expected
+
+
+def test_the_cycle_check_catches_a_cycle():
+    graph = {"assay.qualify.a": {"assay.qualify.b"}, "assay.qualify.b": {"assay.qualify.a"}}
+    assert cycles(graph, "assay.qualify") == [["assay.qualify.a", "assay.qualify.b"]]
