@@ -21,9 +21,10 @@ GATES = sorted(p.stem.removeprefix("gate_") for p in (ROOT / "gates").glob("gate
 # Timing gates need a quiet machine to themselves: `gates` (and CI, which runs it on 2 shared
 # workers) leaves them out; run them alone with `nox -s gate-<name>`.
 TIMING_GATES = ("throughput",)
-# Long gates train the real model for minutes (gate-quality) or run many child interpreters
-# (gate-mutation: one per curated mutant): also left out of `gates`; `nox -s gate-<name>`.
-LONG_GATES = ("quality", "mutation")
+# Long gates train the real model for minutes (gate-quality, gate-dynamics) or run many child
+# interpreters (gate-mutation: one per curated mutant): also left out of `gates`;
+# `nox -s gate-<name>`.
+LONG_GATES = ("quality", "mutation", "dynamics")
 CPU_TORCH = "torch==2.13.0"
 
 nox.options.sessions = ["lint", "tests"]

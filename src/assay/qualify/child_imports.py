@@ -8,8 +8,8 @@ directory (:class:`ChildImports`); a child that calls :func:`report_at_exit` wri
 of the modules it imported into it when it exits normally, and every later gate test of that
 process counts them as imported, exactly as it counts its own ``sys.modules``.
 
-A project makes its child processes report by calling :func:`report_at_exit` at import of its
-top-level package (assay does, in ``assay/__init__.py``) or in its child entry script. It costs
+A project makes its child processes report by calling :func:`report_at_exit` in its child
+entry points (assay does, at import of ``assay.cli`` and in its gates' child scripts). It costs
 one environment lookup when no gate session is running. Standard library only.
 """
 

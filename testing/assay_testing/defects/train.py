@@ -116,6 +116,17 @@ DEFECTS: tuple[Defect, ...] = (
                 "(self._bos + self.tok.encode(prompt), False)",
                 "(self._bos + self.tok.encode(prompt), True)",
             ),
+            # the same defect for chat rows: the prompt's rendering scored with the answer
+            Edit(
+                "assay.train.data_masks:RowEncoder._pair",
+                "(self.tok.encode(head), False)",
+                "(self.tok.encode(head), True)",
+            ),
+            Edit(
+                "assay.train.data_masks:RowEncoder._conversation",
+                "segments.append((self.tok.encode(full[cursor:start]), False))",
+                "segments.append((self.tok.encode(full[cursor:start]), True))",
+            ),
         ),
     ),
     Defect(
