@@ -37,8 +37,8 @@ CODE = {
 }
 UPCAST_CODE = (  # bf16 on tiny models
     *CODE["hf"],
-    "assay_testing.defects",
-    "assay_testing.defects.model",
+    "assay_testing.defects.model",  # the defect its control patches in
+    "assay_testing.patching",
     "assay_testing.tiny",
 )
 PROMPTS = (

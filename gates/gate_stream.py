@@ -486,8 +486,8 @@ def test_delayed_reordered_copies(gate, tmp_path):
         code=[
             *IMPLEMENTATION,
             "assay_testing.copies",
-            "assay_testing.defects",
-            "assay_testing.defects.stream",
+            "assay_testing.defects.stream",  # the defect its control patches in
+            "assay_testing.patching",
         ],
     )
     claim.measure(unequal)
