@@ -75,6 +75,8 @@ CODE = (
     "assay.adapters.attach",
     "assay.model.decoder",
 )
+# The controls' power is the defects': a change to a patch stales the claims it controls.
+CODE = (*CODE, "assay_testing.defects", "assay_testing.patching")
 STREAM_CODE = (*CODE, "assay.stream")
 # The defects a quality gate must catch, run on LoRA with accumulation 4: (name, what it breaks).
 TRAINING_DEFECTS = (
@@ -85,12 +87,13 @@ TRAINING_DEFECTS = (
     ("train.losses.mask_ignored", "loss mask ignored"),
     ("train.objective.ce_micro_normalised", "each micro-batch divided by its own tokens"),
 )
-# Each method's own defect, for the claims about that method.
+# Each method's own defect, for the claims about that method: (name, label, steps).
 METHOD_DEFECTS = {
-    "rslora": ("adapters.lora.rslora_scale", "rsLoRA scaled by alpha/r"),
+    "rslora": ("adapters.lora.rslora_scale", "rsLoRA scaled by alpha/r", SHORT),
     # norm_not_detached moved the loss 2.2e-4 but the adapters only 1.6e-4 in 3 steps (the
-    # pilot): too weak for the adapter claim; the wrong norm axis fails both
-    "dora": ("adapters.dora.norm_axis", "DoRA norm taken per input column"),
+    # pilot): too weak for the adapter claim. The wrong norm axis moved the adapters 0.27 but
+    # the loss only 1.01e-4 in 3 steps (first receipt), so it runs 6.
+    "dora": ("adapters.dora.norm_axis", "DoRA norm taken per input column", 6),
 }
 
 
@@ -178,11 +181,11 @@ def logits(model, ids: list[int]) -> torch.Tensor:
     return (out.logits if hasattr(out, "logits") else out)[0].float()
 
 
-def short_run(setup: Setup, recipe: Recipe, fault: str, **extra):
-    """Losses and adapters of SHORT steps of ``recipe`` with ``fault`` patched in."""
+def short_run(setup: Setup, recipe: Recipe, fault: str, steps: int = SHORT, **extra):
+    """Losses and adapters of ``steps`` steps of ``recipe`` with ``fault`` patched in."""
     with defects.inject(fault):
         trainer = assay_trainer(setup, recipe, f"defect-{recipe.name}-{fault}", **extra)
-        return train_losses(trainer, SHORT), adapters(trainer)
+        return train_losses(trainer, steps), adapters(trainer)
 
 
 def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
@@ -193,7 +196,7 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     initial = adapters(trainer)
     mine = train_losses(trainer, recipe.steps)
     assay_cpu = time.process_time() - cpu
-    ref = run_reference(recipe, initial, setup.examples, keep=(SHORT, recipe.steps))
+    ref = run_reference(recipe, initial, setup.examples, keep=tuple(range(1, recipe.steps + 1)))
     measured = controls(ref)
     what = f"{recipe.method}, grad accumulation {recipe.accum}, micro-batch 1, {recipe.steps} steps"
     claim = gate.claim(
@@ -273,11 +276,12 @@ def test_training_dynamics_equal_transformers_peft(gate, setup):
     ref4 = claim_recipe(gate, setup, lora4, six)
     claim_recipe(gate, setup, RECIPES[1], lambda _ref: six(ref4))
     for recipe in RECIPES[2:]:
-        fault, label = METHOD_DEFECTS[recipe.method]
-        losses, weights = short_run(setup, recipe, fault)
+        fault, label, steps = METHOD_DEFECTS[recipe.method]
+        losses, weights = short_run(setup, recipe, fault, steps)
+        what = f"{label} ({fault}), {steps} steps"
 
-        def own(ref: Reference, lo=losses, w=weights, what=f"{label} ({fault}), {SHORT} steps"):
-            return [(what, max_rel(lo, ref.losses[:SHORT]), frobenius_rel(w, ref.snapshots[SHORT]))]
+        def own(ref: Reference, lo=losses, w=weights, n=steps, what=what):
+            return [(what, max_rel(lo, ref.losses[:n]), frobenius_rel(w, ref.snapshots[n]))]
 
         claim_recipe(gate, setup, recipe, own)
 
