@@ -95,6 +95,8 @@ METHOD_DEFECTS = {
     # the loss only 1.01e-4 in 3 steps (first receipt), so it runs 6.
     "dora": ("adapters.dora.norm_axis", "DoRA norm taken per input column", 6),
 }
+# the steps at which the reference keeps its adapters: what the controls compare against
+CONTROL_STEPS = tuple(sorted({SHORT, *(steps for _, _, steps in METHOD_DEFECTS.values())}))
 
 
 @dataclass
@@ -188,6 +190,11 @@ def short_run(setup: Setup, recipe: Recipe, fault: str, steps: int = SHORT, **ex
         return train_losses(trainer, steps), adapters(trainer)
 
 
+def logit_gap(trainer: Trainer, model, probe: list[list[int]]) -> float:
+    """Largest |logit difference| between assay's trained model and ``model`` over ``probe``."""
+    return max(float((logits(trainer.base, i) - logits(model, i)).abs().max()) for i in probe)
+
+
 def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     """The three dynamics claims for one recipe; returns its reference run. ``controls(ref)``
     gives (label, loss difference, adapter difference) per control."""
@@ -196,33 +203,42 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     initial = adapters(trainer)
     mine = train_losses(trainer, recipe.steps)
     assay_cpu = time.process_time() - cpu
-    ref = run_reference(recipe, initial, setup.examples, keep=tuple(range(1, recipe.steps + 1)))
+    ref = run_reference(recipe, initial, setup.examples, keep=(*CONTROL_STEPS, recipe.steps))
     measured = controls(ref)
     what = f"{recipe.method}, grad accumulation {recipe.accum}, micro-batch 1, {recipe.steps} steps"
-    claim = gate.claim(
-        f"dynamics.loss_per_step.{recipe.name}",
-        f"assay's training loss equals transformers + PEFT's at every step ({what}): largest "
-        f"relative difference at most {LOSS_REL:g}",
-        kind="correctness",
-        threshold=Threshold("<=", LOSS_REL),
-        unit="max relative |loss difference|",
-        code=CODE,
-    )
-    claim.measure(max_rel(mine, ref.losses))
-    for label, loss, _ in measured:
-        claim.control(label, loss)
-    claim = gate.claim(
-        f"dynamics.final_adapters.{recipe.name}",
-        f"after the run ({what}) assay's and PEFT's adapter tensors differ by at most "
-        f"{WEIGHTS_REL:g} relative Frobenius norm over all of them",
-        kind="correctness",
-        threshold=Threshold("<=", WEIGHTS_REL),
-        unit="relative Frobenius distance",
-        code=CODE,
-    )
-    claim.measure(frobenius_rel(adapters(trainer), ref.snapshots[recipe.steps]))
-    for label, _, weights in measured:
-        claim.control(label, weights)
+    final = frobenius_rel(adapters(trainer), ref.snapshots[recipe.steps])
+    # (claim, statement, threshold, unit, measured, which control column it is judged on)
+    for kind, statement, bound, unit, value, column in (
+        (
+            "loss_per_step",
+            f"assay's training loss equals transformers + PEFT's at every step ({what}): largest "
+            f"relative difference at most {LOSS_REL:g}",
+            LOSS_REL,
+            "max relative |loss difference|",
+            max_rel(mine, ref.losses),
+            1,
+        ),
+        (
+            "final_adapters",
+            f"after the run ({what}) assay's and PEFT's adapter tensors differ by at most "
+            f"{WEIGHTS_REL:g} relative Frobenius norm over all of them",
+            WEIGHTS_REL,
+            "relative Frobenius distance",
+            final,
+            2,
+        ),
+    ):
+        claim = gate.claim(
+            f"dynamics.{kind}.{recipe.name}",
+            statement,
+            kind="correctness",
+            threshold=Threshold("<=", bound),
+            unit=unit,
+            code=CODE,
+        )
+        claim.measure(value)
+        for row in measured:
+            claim.control(row[0], row[column])
     claim = gate.claim(
         f"dynamics.final_logits.{recipe.name}",
         f"the trained models' logits ({what}) agree within {LOGITS_ABS:g} on three prompts",
@@ -231,21 +247,15 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
         unit="max |logit difference|",
         code=CODE,
     )
-    claim.measure(
-        max(
-            float((logits(trainer.base, i) - logits(ref.model, i)).abs().max()) for i in setup.probe
-        )
-    )
+    claim.measure(logit_gap(trainer, ref.model, setup.probe))
     with ref.model.disable_adapter():  # PEFT's base model: the update never applied
-        off = max(
-            float((logits(trainer.base, i) - logits(ref.model, i)).abs().max()) for i in setup.probe
-        )
+        off = logit_gap(trainer, ref.model, setup.probe)
     claim.control("the reference with its trained adapter switched off", off)
     gate.note(
         f"{recipe.name}: losses assay {', '.join(f'{x:.6f}' for x in mine[:3])} ..., reference "
         f"{', '.join(f'{x:.6f}' for x in ref.losses[:3])} ...; CPU-seconds assay "
-        f"{assay_cpu:.0f}, reference {ref.cpu_s:.0f}; controls (loss, adapters after {SHORT} "
-        "steps): " + "; ".join(f"{label}: {loss:.3g}, {w:.3g}" for label, loss, w in measured)
+        f"{assay_cpu:.0f}, reference {ref.cpu_s:.0f}; controls (loss, adapters): "
+        + "; ".join(f"{label}: {loss:.3g}, {w:.3g}" for label, loss, w in measured)
     )
     return ref
 
@@ -291,10 +301,13 @@ def test_streamed_training_is_bitwise_resident(gate, setup):
     recipe = dataclasses.replace(RECIPES[1], steps=10)
     stream = {"stream": {"tier": "ram", "buffers": 2, "recompute": True}}
     resident = assay_trainer(setup, recipe, "resident")
+    resident_losses = []
+    for step in range(1, recipe.steps + 1):
+        resident_losses.append(resident.train_step().loss)
+        if step == SHORT:  # what the control's short streamed run is compared with
+            resident_early = adapters(resident)
     streamed = assay_trainer(setup, recipe, "streamed", **stream)
-    pairs = zip(
-        train_losses(resident, recipe.steps), train_losses(streamed, recipe.steps), strict=True
-    )
+    pairs = zip(resident_losses, train_losses(streamed, recipe.steps), strict=True)
     differing = sum(a != b for a, b in pairs)
     mine, theirs = adapters(streamed), adapters(resident)
     differing += sum(not torch.equal(mine[n], theirs[n]) for n in theirs)
@@ -309,11 +322,13 @@ def test_streamed_training_is_bitwise_resident(gate, setup):
     )
     claim.measure(differing)
     losses, weights = short_run(setup, recipe, "stream.engine.backward_stale_input", **stream)
-    again = assay_trainer(setup, recipe, "resident-short")
-    reference = train_losses(again, SHORT)
-    control = sum(a != b for a, b in zip(losses, reference, strict=True))
-    control += sum(not torch.equal(weights[n], t) for n, t in adapters(again).items())
+    control = sum(a != b for a, b in zip(losses, resident_losses[:SHORT], strict=True))
+    control += sum(not torch.equal(weights[n], t) for n, t in resident_early.items())
     claim.control("backward recomputes from the previous layer's input, 3 steps", control)
+    gate.note(
+        "streamed_bitwise runs the CPU copy path: a missing wait on an asynchronous CUDA copy "
+        "cannot show here (gate-cuda's stream.copy_race covers it on a GPU box)."
+    )
 
 
 @pytest.mark.xdist_group("dynamics")
