@@ -20,12 +20,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "load_status"),
     ("assay", "atomic", "bounded"),
     ("folder_manifest", "adapter_registry"),
+    ("settings",),
+    ("settings_schema",),
     ("model",),
     ("storage",),
     ("loading", "adapters"),
     ("stream",),
     ("train",),
     ("memory", "distributed", "export", "generate_cli"),
+    ("info_cli", "train_cli"),
     ("cli",),
 )
 # The framework stands apart: it may use the package root and the atomic writer, nothing else.

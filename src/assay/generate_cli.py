@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-
-STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
+from assay.settings import STORAGES
 
 
 def _is_config(path: Path) -> bool:

@@ -131,12 +131,6 @@ def test_cli_help_lists_every_method():
     assert all(name in out for name in NAMES)
 
 
-# Settings whose documented default is prose, not a value: (dotted name, why).
-_PROSE_DEFAULTS = {
-    "tokenizer": "defaults to the model file, described in words",
-    "loss": "the section's description names the default loss type in words",
-    "output.dir": "runs/<config file stem>, a pattern rather than a value",
-}
 # Configs under which every optional field applies (a field that does not apply is None).
 _CONTEXTS = [
     {},
@@ -144,6 +138,7 @@ _CONTEXTS = [
     {"loss": {"type": "chunked_ce"}},
     {"loss": {"type": "simpo"}, "data": {"train": "t.jsonl", "format": "preference"}},
     {"loss": {"type": "kto"}, "data": {"train": "t.jsonl", "format": "kto"}},
+    {"loss": {"type": "dpo"}, "data": {"train": "t.jsonl", "format": "preference"}},
     {
         "loss": {"type": "dpo", "dpo_variant": "robust"},
         "data": {"train": "t.jsonl", "format": "preference"},
@@ -152,35 +147,28 @@ _CONTEXTS = [
 ]
 
 
-def _described_defaults(properties: dict, path: tuple[str, ...] = ()):
-    for key, spec in properties.items():
-        found = re.search(r"Default:? ([^ ,(]+?)\.?(?: |$)", spec.get("description", ""))
-        if found:
-            yield (*path, key), found.group(1)
-        if "properties" in spec:
-            yield from _described_defaults(spec["properties"], (*path, key))
-
-
-def test_every_described_default_is_the_parsed_default(tmp_path):
-    from assay.train.config_schema import _Loader
+def test_every_default_of_the_settings_tree_is_the_parsed_default(tmp_path):
+    """Each key with one default value, omitted, loads as that value under a config where it
+    applies (the schema, docs and help state the same default: they are generated from it)."""
+    from assay.settings_schema import setting_rows
 
     configs = []
     for context in _CONTEXTS:
         raw = {"model": "m", "data": {"train": "t.jsonl"}, "steps": 1, **context}
         configs.append(train_config_from_dict(raw, tmp_path / "c.yaml").to_dict())
     checked = 0
-    for path, text in _described_defaults(_schema()["properties"]):
-        if ".".join(path) in _PROSE_DEFAULTS:
+    for key, found in setting_rows():
+        if found.kind == "section" or found.default is None or found.default_text is not None:
             continue
-        expected = yaml.load(text, Loader=_Loader)
         values = []
         for body in configs:
             value = body
-            for part in path:
+            for part in key.split("."):
                 value = value.get(part) if isinstance(value, dict) else None
             if value is not None:
                 values.append(value)
-        assert values, f"{'.'.join(path)}: no context makes it apply"
-        assert values[0] == expected, f"{'.'.join(path)}: schema says {text}, parser {values[0]}"
+        expected = json.loads(json.dumps(found.default))
+        assert values, f"{key}: no context makes it apply"
+        assert values[0] == expected, f"{key}: the tree says {expected}, parser {values[0]}"
         checked += 1
     assert checked >= 30

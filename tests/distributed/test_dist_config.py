@@ -95,7 +95,7 @@ def test_cli_strategy_override_is_checked_like_the_config(tmp_path, capsys):
 
 
 def test_cli_strategy_override_replaces_the_config_value(tmp_path):
-    from assay.cli import _with_strategy
+    from assay.train_cli import _with_strategy
 
     path = tmp_path / "run.yaml"
     path.write_text(MINIMAL + "distributed: {strategy: ddp, backend: gloo}\n")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.memory.predict import Dims, Plan, Prediction, predict, with_changes
+from assay.settings import default
 
 EXIT_FITS, EXIT_REFUSED = 0, 1
 
@@ -72,7 +73,7 @@ def plan_from_config(config: Any, dims: Dims) -> Plan:
         grad_accum=config.batch.grad_accum,
         gradient_checkpointing=config.gradient_checkpointing,
         loss=config.loss.type,
-        chunk_size=config.loss.chunk_size or 1024,
+        chunk_size=config.loss.chunk_size or default("loss.chunk_size", "chunked_ce"),
         **(
             {"tiny_u": adapter.u, "tiny_sharing": adapter.sharing}
             if adapter.method == "tinylora"
@@ -87,7 +88,8 @@ def knobs(plan: Plan) -> list[tuple[str, Plan]]:
     if not plan.stream_buffers:
         found.append(("streaming with 2 buffers", with_changes(plan, stream_buffers=2)))
     if plan.loss == "ce":
-        found.append(("chunked CE (chunk 1024)", with_changes(plan, loss="chunked_ce")))
+        chunked = with_changes(plan, loss="chunked_ce")
+        found.append((f"chunked CE (chunk {chunked.chunk_size})", chunked))
     if not plan.gradient_checkpointing and not plan.stream_buffers:
         found.append(("gradient checkpointing", with_changes(plan, gradient_checkpointing=True)))
     if plan.storage in ("float32", "bf16") and plan.method != "full":

@@ -23,11 +23,13 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+from assay.settings import DEFAULT_TARGETS, PREFERENCE_LOSSES, default
+
+ATTENTION = DEFAULT_TARGETS
 MLP = ("gate_proj", "up_proj", "down_proj")
 TILE_BYTES = 4 << 20  # storage.linear.DEFAULT_TILE_BYTES: decoded weight per tile
 NF4_BLOCK, NF4_NESTED_BLOCK, STREAM_ALIGN = 64, 256, 64
-PREFERENCE = ("dpo", "ipo", "orpo", "simpo")
+PREFERENCE = PREFERENCE_LOSSES
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit")
 TERMS = (
     "weights",
@@ -64,20 +66,20 @@ class Plan:
     model: Dims
     storage: str = "float32"
     method: str = "lora"
-    rank: int = 8  # the LoRA family's rank; TinyLoRA's r (its truncated SVD rank)
+    rank: int = default("adapter.rank", "lora")  # the LoRA family's; TinyLoRA's r (SVD rank)
     targets: tuple[str, ...] = ATTENTION
     stream_buffers: int | None = None
     stream_recompute: bool = True
-    seq_len: int = 512
+    seq_len: int = default("data.seq_len")
     micro_batch: int = 1
     grad_accum: int = 1
     gradient_checkpointing: bool = False
     loss: str = "ce"
-    chunk_size: int = 1024
+    chunk_size: int = default("loss.chunk_size", "chunked_ce")
     optimizer: str = "adamw"
     compute_dtype: str = "float32"
-    tiny_u: int = 13  # TinyLoRA: trainable scalars per sharing group
-    tiny_sharing: str = "global"  # TinyLoRA: one vector for the model, or one per target
+    tiny_u: int = default("adapter.u", "tinylora")  # trainable scalars per sharing group
+    tiny_sharing: str = default("adapter.sharing", "tinylora")  # one vector, or one per target
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

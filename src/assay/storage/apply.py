@@ -10,11 +10,10 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from assay.errors import ConfigError
+from assay.settings import STORAGES
 from assay.storage.dense import DenseWeight
 from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
 from assay.storage.nf4 import NF4Weight
-
-STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
 
 StorageHook = Callable[[str, nn.Module, str], None]
 _HOOKS: OrderedDict[int, StorageHook] = OrderedDict()

@@ -10,23 +10,56 @@ paths resolved against the config file's directory.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.util
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.adapter_registry import LORA_FAMILY, LoRAOptions, TinyLoRAOptions, build_options
+from assay.adapter_registry import build_options, option_names
+from assay.adapter_registry import method as registered
 from assay.errors import ConfigError
+from assay.settings import (
+    DEFAULT_TARGETS,
+    PREFERENCE_LOSSES,
+    AdapterConfig,
+    BatchConfig,
+    DataConfig,
+    DistributedConfig,
+    LossConfig,
+    OptimConfig,
+    OutputConfig,
+    Rule,
+    StreamConfig,
+    TrainConfig,
+    rules,
+)
+from assay.settings_schema import yaml_body
 from assay.train.config_schema import check_schema, read_yaml
 
-PREFERENCE_LOSSES = ("dpo", "ipo", "orpo", "simpo")
-DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-_BETA_DEFAULT = {"dpo": 0.1, "ipo": 0.1, "orpo": 0.1, "simpo": 2.0, "kto": 0.1}
+__all__ = [
+    "DEFAULT_TARGETS",
+    "PREFERENCE_LOSSES",
+    "AdapterConfig",
+    "BatchConfig",
+    "DataConfig",
+    "DistributedConfig",
+    "LossConfig",
+    "OptimConfig",
+    "OutputConfig",
+    "StreamConfig",
+    "TrainConfig",
+    "config_as_yaml",
+    "config_fingerprint",
+    "load_train_config",
+    "model_path",
+    "parse_size",
+    "tokenizer_path",
+    "train_config_from_dict",
+]
+
 _UNITS = {
     "": 1,
     "B": 1,
@@ -41,136 +74,6 @@ _UNITS = {
 }
 
 
-@dataclass(frozen=True)
-class AdapterConfig:
-    """What trains. Fields that do not apply to ``method`` are None; the defaults of the ones
-    that do are the adapter registry's (``assay.adapter_registry``)."""
-
-    method: str = "lora"
-    rank: int | None = LoRAOptions.rank
-    alpha: float | None = LoRAOptions.alpha
-    targets: tuple[str, ...] = DEFAULT_TARGETS
-    layers: tuple[int, ...] | None = None
-    u: int | None = None
-    r: int | None = None
-    sharing: str | None = None
-    dropout: float | None = LoRAOptions.dropout
-
-    def options(self) -> dict[str, Any]:
-        """The method's own options for ``attach`` (fields that do not apply left out)."""
-        names = ("rank", "alpha", "dropout", "u", "r", "sharing")
-        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Rows and how they become scored tokens; ``mask`` None means the format's default."""
-
-    train: str
-    eval: str | None = None
-    format: str = "auto"
-    mask: str | None = None
-    seq_len: int = 512
-    truncate: bool = False
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """Objective; fields that do not apply to ``type`` are None."""
-
-    type: str = "ce"
-    chunk_size: int | None = None
-    beta: float | None = None
-    gamma: float | None = None
-    desirable_weight: float | None = None
-    undesirable_weight: float | None = None
-    dpo_variant: str | None = None
-    label_smoothing: float | None = None
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    """AdamW hyperparameters and the learning-rate schedule."""
-
-    lr: float = 2e-4
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    grad_clip: float | None = 1.0
-    schedule: str = "constant"
-    warmup_steps: int = 0
-
-
-@dataclass(frozen=True)
-class BatchConfig:
-    """Rows per micro-batch and micro-batches per optimizer step."""
-
-    micro_batch: int = 1
-    grad_accum: int = 1
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    """Run directory (absolute) and the save/log/eval cadence in optimizer steps.
-
-    ``eval_every`` None means no evaluation during training (the final summary still has the
-    eval loss when ``data.eval`` is set)."""
-
-    dir: str
-    save_every: int = 100
-    log_every: int = 10
-    eval_every: int | None = None
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    """Layer streaming tier, number of device slots, and whether backward recomputes layers."""
-
-    tier: str = "ram"
-    buffers: int = 2
-    recompute: bool = True
-
-
-@dataclass(frozen=True)
-class DistributedConfig:
-    """How a run launched under torchrun splits the work; ignored by a plain single process.
-
-    ``ddp`` replicates the model and all-reduces trainable gradients; ``fsdp`` shards the
-    frozen base and the trainables with FSDP2 (``fully_shard``). ``backend`` ``auto`` is gloo
-    on CPU and NCCL on CUDA.
-    """
-
-    strategy: str = "ddp"
-    backend: str = "auto"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """One run, defaults filled. ``model`` is an absolute path or a ``pkg:`` reference."""
-
-    model: str
-    data: DataConfig
-    steps: int
-    output: OutputConfig
-    storage: str = "float32"
-    adapter: AdapterConfig = AdapterConfig()
-    loss: LossConfig = LossConfig()
-    optim: OptimConfig = OptimConfig()
-    batch: BatchConfig = BatchConfig()
-    seed: int = 0
-    gradient_checkpointing: bool = False
-    neftune_alpha: float = 0.0
-    tokenizer: str | None = None
-    stream: StreamConfig | None = None
-    budget: int | None = None
-    distributed: DistributedConfig | None = None
-    source: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (tuples become lists)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
-
-
 # Fields that do not change the training trajectory, or whose content another fingerprint
 # covers (model and data files), so a run can move between directories and still resume.
 # ``distributed`` is among them: the global batch is the same at every world size, so a
@@ -181,37 +84,10 @@ _NOT_FINGERPRINTED = ("source", "output", "budget", "model", "tokenizer", "distr
 def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
     """A mapping that validates against the schema and loads back to an equal config.
 
-    Paths are absolute. Absent optional sections and inapplicable fields are left out; a
-    disabled gradient clip stays an explicit null.
+    Paths are absolute. Absent optional sections and keys that do not apply are left out; a
+    disabled gradient clip stays an explicit null (the settings tree says which keys).
     """
-    body = config.to_dict()
-    body.pop("source")
-    for section, keys in (
-        ("adapter", ("rank", "alpha", "layers", "u", "r", "sharing", "dropout")),
-        (
-            "loss",
-            (
-                "chunk_size",
-                "beta",
-                "gamma",
-                "desirable_weight",
-                "undesirable_weight",
-                "dpo_variant",
-                "label_smoothing",
-            ),
-        ),
-        ("data", ("eval", "mask")),
-        ("output", ("eval_every",)),
-    ):
-        for key in keys:
-            if body[section][key] is None:
-                del body[section][key]
-    if config.adapter.method == "full":
-        del body["adapter"]["targets"]
-    for key in ("stream", "budget", "tokenizer", "distributed"):
-        if body[key] is None:
-            del body[key]
-    return body
+    return yaml_body(config)
 
 
 def config_fingerprint(config: TrainConfig) -> str:
@@ -286,80 +162,72 @@ def _fail(source: Path, field: str, message: str) -> ConfigError:
     return ConfigError(f"{source}: {field}: {message}")
 
 
-def _only_for(
-    section: dict[str, Any],
-    keys: tuple[str, ...],
-    allowed: bool,
-    why: str,
-    *,
-    at: str,
-    source: Path,
-) -> None:
-    for key in keys:
-        if key in section and not allowed:
-            raise _fail(source, f"{at}.{key}", f"does not apply {why}")
+def _typed(found: Rule, value: Any) -> Any:
+    if value is None:
+        return None
+    if found.kind == "number":
+        return float(value)
+    if found.kind == "integer":
+        return int(value)
+    if found.kind == "boolean":
+        return bool(value)
+    if found.kind == "array":
+        number = (found.items or {}).get("type")
+        return tuple(float(v) if number == "number" else v for v in value)
+    return value
+
+
+def _filled(cls: type, raw: dict[str, Any], *, at: str, source: Path) -> dict[str, Any]:
+    """Every plain key of section ``cls``: the given value or the tree's default, typed; a key
+    that does not apply under the section's selector is refused when given and None else."""
+    name = getattr(cls, "selector", None)
+    selector = None if name is None else raw.get(name, rules(cls)[name].default)
+    out = {}
+    for key, found in rules(cls).items():
+        if found.kind == "section":
+            continue
+        if found.applies is not None and selector not in found.applies:
+            if key in raw:
+                raise _fail(
+                    source,
+                    f"{at}.{key}",
+                    f"does not apply to {cls.selector_word} {selector}; it applies to "
+                    f"{found.where()}",
+                )
+            out[key] = found.default if found.held else None
+            continue
+        out[key] = _typed(found, raw.get(key, found.default_for(selector)))
+    return out
 
 
 def _adapter(raw: dict[str, Any], storage: str, source: Path) -> AdapterConfig:
-    method = raw.get("method", "lora")
-    lora, tiny = method in LORA_FAMILY, method == "tinylora"
-    where = {"at": "adapter", "source": source}
-    _only_for(raw, ("rank", "alpha", "dropout"), lora, f"to method {method} (lora family only)",
-              **where)  # fmt: skip
-    _only_for(raw, ("u", "r", "sharing"), tiny, f"to method {method} (tinylora only)", **where)
-    _only_for(raw, ("targets", "layers"), method != "full", "to method full (every weight "
-              "trains)", **where)  # fmt: skip
-    if method == "full" and storage != "float32":
-        raise _fail(
-            source,
-            "adapter.method",
-            f"full trains every weight and needs storage float32, not {storage} "
-            "(frozen bf16/4-bit storage has no gradient); use float32 or an adapter",
-        )
-    layers = raw.get("layers")
-    own = {k: raw[k] for k in ("rank", "alpha", "dropout", "u", "r", "sharing") if k in raw}
-    options = build_options(method, own, where=f"{source}: adapter") if lora or tiny else None
-    lora_opts = options if isinstance(options, LoRAOptions) else None
-    tiny_opts = options if isinstance(options, TinyLoRAOptions) else None
-    return AdapterConfig(
-        method=method,
-        rank=None if lora_opts is None else int(lora_opts.rank),
-        alpha=None if lora_opts is None else float(lora_opts.alpha),
-        targets=tuple(raw.get("targets", DEFAULT_TARGETS)),
-        layers=None if layers is None else tuple(int(i) for i in layers),
-        u=None if tiny_opts is None else int(tiny_opts.u),
-        r=None if tiny_opts is None else int(tiny_opts.r),
-        sharing=None if tiny_opts is None else tiny_opts.sharing,
-        dropout=None if lora_opts is None else float(lora_opts.dropout),
+    body = _filled(AdapterConfig, raw, at="adapter", source=source)
+    method = body["method"]
+    if not registered(method).needs_float_storage or storage == "float32":
+        own = {k: raw[k] for k in option_names(method) if k in raw}
+        build_options(method, own, where=f"{source}: adapter")  # the registry's own checks
+        return AdapterConfig(**body)
+    raise _fail(
+        source,
+        "adapter.method",
+        f"{method} trains every weight and needs storage float32, not {storage} "
+        "(frozen bf16/4-bit storage has no gradient); use float32 or an adapter",
     )
 
 
 def _loss(raw: dict[str, Any], source: Path) -> LossConfig:
-    kind = raw.get("type", "ce")
-    where = {"at": "loss", "source": source}
-    _only_for(raw, ("chunk_size",), kind == "chunked_ce", f"to loss {kind}", **where)
-    _only_for(raw, ("beta",), kind in _BETA_DEFAULT, f"to loss {kind}", **where)
-    _only_for(raw, ("gamma",), kind == "simpo", f"to loss {kind} (simpo only)", **where)
-    weights = ("desirable_weight", "undesirable_weight")
-    _only_for(raw, weights, kind == "kto", f"to loss {kind} (kto only)", **where)
-    is_kto = kind == "kto"
-    robust = kind == "dpo" and raw.get("dpo_variant") == "robust"
-    _only_for(raw, ("dpo_variant",), kind == "dpo", f"to loss {kind} (dpo only)", **where)
-    _only_for(raw, ("label_smoothing",), robust, "unless loss dpo with dpo_variant robust", **where)
-    return LossConfig(
-        type=kind,
-        chunk_size=int(raw.get("chunk_size", 1024)) if kind == "chunked_ce" else None,
-        beta=float(raw.get("beta", _BETA_DEFAULT[kind])) if kind in _BETA_DEFAULT else None,
-        gamma=float(raw.get("gamma", 0.5)) if kind == "simpo" else None,
-        desirable_weight=float(raw.get("desirable_weight", 1.0)) if is_kto else None,
-        undesirable_weight=float(raw.get("undesirable_weight", 1.0)) if is_kto else None,
-        dpo_variant=raw.get("dpo_variant", "sigmoid") if kind == "dpo" else None,
-        label_smoothing=float(raw.get("label_smoothing", 0.1)) if robust else None,
-    )
+    body = _filled(LossConfig, raw, at="loss", source=source)
+    if body["dpo_variant"] != "robust":
+        if "label_smoothing" in raw:
+            raise _fail(source, "loss.label_smoothing",
+                        "does not apply unless loss dpo with dpo_variant robust")  # fmt: skip
+        body["label_smoothing"] = None
+    return LossConfig(**body)
 
 
 def _data(raw: dict[str, Any], loss: str, base: Path, source: Path) -> DataConfig:
-    fmt, mask = raw.get("format", "auto"), raw.get("mask")
+    body = _filled(DataConfig, raw, at="data", source=source)
+    fmt, mask = body["format"], body["mask"]
     wanted = {"kto": ("kto",), **{k: ("preference",) for k in PREFERENCE_LOSSES}}.get(
         loss, ("text", "prompt_completion", "messages")
     )
@@ -377,32 +245,16 @@ def _data(raw: dict[str, Any], loss: str, base: Path, source: Path) -> DataConfi
             "data.mask",
             f"loss {loss} scores completions only; use completion_only or leave mask out",
         )
-    evaluation = raw.get("eval")
-    return DataConfig(
-        train=str(base / raw["train"]),
-        eval=None if evaluation is None else str(base / evaluation),
-        format=fmt,
-        mask=mask,
-        seq_len=int(raw.get("seq_len", 512)),
-        truncate=bool(raw.get("truncate", False)),
-    )
+    body["train"] = str(base / body["train"])
+    body["eval"] = None if body["eval"] is None else str(base / body["eval"])
+    return DataConfig(**body)
 
 
 def _optim(raw: dict[str, Any], steps: int, source: Path) -> OptimConfig:
-    warmup = int(raw.get("warmup_steps", 0))
-    if warmup > steps:
-        raise _fail(source, "optim.warmup_steps", f"{warmup} exceeds steps ({steps})")
-    clip = raw.get("grad_clip", 1.0)
-    b1, b2 = raw.get("betas", (0.9, 0.999))
-    return OptimConfig(
-        lr=float(raw.get("lr", 2e-4)),
-        weight_decay=float(raw.get("weight_decay", 0.0)),
-        betas=(float(b1), float(b2)),
-        eps=float(raw.get("eps", 1e-8)),
-        grad_clip=None if clip is None else float(clip),
-        schedule=raw.get("schedule", "constant"),
-        warmup_steps=warmup,
-    )
+    body = _filled(OptimConfig, raw, at="optim", source=source)
+    if body["warmup_steps"] > steps:
+        raise _fail(source, "optim.warmup_steps", f"{body['warmup_steps']} exceeds steps ({steps})")
+    return OptimConfig(**body)
 
 
 def _budget(value: int | str | None, source: Path) -> int | None:
@@ -461,43 +313,35 @@ def check_training_semantics(config: TrainConfig) -> None:
         )
 
 
+def _optional(cls: type, raw: dict[str, Any] | None, at: str, source: Path) -> Any:
+    return None if raw is None else cls(**_filled(cls, raw, at=at, source=source))
+
+
 def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str]) -> TrainConfig:
     """Validate a parsed config mapping; ``source`` is the file it came from (paths, errors)."""
     path = Path(source)
     check_schema(data, path)
     base = path.resolve().parent
-    steps, storage = int(data["steps"]), data.get("storage", "float32")
-    adapter = _adapter(data.get("adapter", {}), storage, path)
+    top = _filled(TrainConfig, data, at="(top level)", source=path)
     loss = _loss(data.get("loss", {}), path)
-    model = data["model"]
-    out = data.get("output", {})
-    stream = data.get("stream")
-    budget = data.get("budget")
-    distributed = data.get("distributed")
-    config = TrainConfig(
-        model=_resolve(model, base),
-        storage=storage,
-        adapter=adapter,
+    output = _filled(OutputConfig, {"dir": f"runs/{path.stem}", **data.get("output", {})},
+                     at="output", source=path)  # fmt: skip
+    output["dir"] = str(base / output["dir"])
+    top.update(
+        model=_resolve(top["model"], base),
+        tokenizer=_resolve(top["tokenizer"], base),
+        adapter=_adapter(data.get("adapter", {}), top["storage"], path),
         data=_data(data["data"], loss.type, base, path),
         loss=loss,
-        optim=_optim(data.get("optim", {}), steps, path),
-        batch=BatchConfig(**{k: int(v) for k, v in data.get("batch", {}).items()}),
-        steps=steps,
-        seed=int(data.get("seed", 0)),
-        gradient_checkpointing=bool(data.get("gradient_checkpointing", False)),
-        neftune_alpha=float(data.get("neftune_alpha", 0.0)),
-        tokenizer=_resolve(data.get("tokenizer"), base),
-        output=OutputConfig(
-            dir=str(base / out.get("dir", f"runs/{path.stem}")),
-            save_every=int(out.get("save_every", 100)),
-            log_every=int(out.get("log_every", 10)),
-            eval_every=None if out.get("eval_every") is None else int(out["eval_every"]),
-        ),
-        stream=None if stream is None else StreamConfig(**stream),
-        budget=_budget(budget, path),
-        distributed=None if distributed is None else DistributedConfig(**distributed),
+        optim=_optim(data.get("optim", {}), top["steps"], path),
+        batch=_optional(BatchConfig, data.get("batch", {}), "batch", path),
+        output=OutputConfig(**output),
+        stream=_optional(StreamConfig, data.get("stream"), "stream", path),
+        budget=_budget(data.get("budget"), path),
+        distributed=_optional(DistributedConfig, data.get("distributed"), "distributed", path),
         source=str(path),
     )
+    config = TrainConfig(**top)
     check_distributed(config)
     check_training_semantics(config)
     return config

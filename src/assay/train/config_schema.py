@@ -9,10 +9,8 @@ path; an unknown key also names the nearest valid key (difflib).
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from assay.bounded import (
     yaml_document,
 )
 from assay.errors import ConfigError
+from assay.settings_schema import build_schema
 
 _FLOAT = re.compile(
     r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
@@ -97,9 +96,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def validator() -> Draft202012Validator:
-    """The validator for ``schemas/train-config.schema.json`` (checked against the metaschema)."""
-    text = resources.files("assay").joinpath("schemas/train-config.schema.json").read_text("utf-8")
-    schema = json.loads(text)
+    """The validator for the schema the settings tree generates (the shipped
+    ``schemas/train-config.schema.json`` is the same text; a test keeps it so), checked
+    against the metaschema."""
+    schema = build_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 

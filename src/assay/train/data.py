@@ -19,8 +19,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 from assay.model.tokenizer import Tokenizer
+from assay.settings import default as setting_default
 from assay.train.data_masks import Example, RowEncoder, TokenSeq
 from assay.train.data_rows import DataError, read_rows
+
+SEQ_LEN: int = setting_default("data.seq_len")
 
 __all__ = [
     "Batch",
@@ -99,7 +102,7 @@ def load_dataset(
     *,
     format: str = "auto",
     mask: str | None = None,
-    seq_len: int = 512,
+    seq_len: int = SEQ_LEN,
     truncate: bool = False,
 ) -> Dataset:
     """Read, validate and tokenize a JSONL file (see data_rows and data_masks for the rules).

@@ -21,7 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from assay.settings import default as setting_default
+
 _REDUCTIONS = ("mean", "sum")
+
+CHUNK_SIZE: int = setting_default("loss.chunk_size", "chunked_ce")
 
 
 def _flatten(hidden: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -136,7 +140,7 @@ def chunked_cross_entropy(
     weight: Tensor,
     labels: Tensor,
     mask: Tensor,
-    chunk_size: int = 1024,
+    chunk_size: int = CHUNK_SIZE,
     reduction: str = "mean",
 ) -> Tensor:
     """CE equal to :func:`cross_entropy` (to fp32 rounding) with peak O(chunk_size x V).

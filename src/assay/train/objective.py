@@ -138,7 +138,7 @@ class Objective:
                 weight,
                 batch.labels,
                 batch.loss_mask,
-                self.config.loss.chunk_size or 1024,
+                self.config.loss.chunk_size,
                 reduction="sum",
             )
         else:

@@ -1,0 +1,11 @@
+"""The closed vocabularies of a train config: storages, projections, row formats, losses."""
+
+from __future__ import annotations
+
+STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+DEFAULT_TARGETS = PROJECTIONS[:4]
+FORMATS = ("auto", "text", "prompt_completion", "messages", "preference", "kto")
+PREFERENCE_LOSSES = ("dpo", "ipo", "orpo", "simpo")
+LOSSES = ("ce", "chunked_ce", *PREFERENCE_LOSSES, "kto")
+SIZE_UNITS = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")

@@ -1,0 +1,189 @@
+"""``assay train``, ``assay eval`` and ``assay export``: the commands that run a train config.
+
+Each checks the config against the model header and the data before loading weights, and
+refuses a run directory that already holds a run unless told to resume or overwrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.load_status import load_status
+
+
+def _check_fit(config, args: argparse.Namespace) -> None:
+    """Refuse a config predicted over budget (--budget, config budget, or CUDA free memory)."""
+    from assay.memory.estimate_cli import model_dims, plan_from_config, refusal_line, verdict
+    from assay.train.config import model_path, parse_size
+
+    raw = args.budget if args.budget is not None else config.budget
+    if raw is not None:
+        try:
+            budget = parse_size(raw)
+        except ValueError as exc:
+            raise AssayError(f"{args.config}: --budget: {exc}") from None
+    elif str(args.device).startswith("cuda"):
+        import torch
+
+        budget = torch.cuda.mem_get_info(torch.device(args.device))[0]
+    else:
+        return  # CPU without a stated budget: nothing to refuse against
+    result = verdict(plan_from_config(config, model_dims(model_path(config))), budget)
+    if not result["fits"] and not args.force:
+        raise AssayError(
+            f"{args.config}: refusing to train: {refusal_line(result)} (--force to run anyway)"
+        )
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    eval_text = "" if summary["eval_loss"] is None else f", eval loss {summary['eval_loss']:.4f}"
+    ranks = f" on {summary['world_size']} ranks" if summary.get("world_size", 1) > 1 else ""
+    print(
+        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}){ranks}: final "
+        f"loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} tokens/s"
+    )
+    print(f"checkpoint {summary['checkpoint']}")
+
+
+def _with_strategy(config, strategy: str | None):
+    """``config`` with ``distributed.strategy`` overridden by ``--strategy`` (checked again)."""
+    import dataclasses
+
+    from assay.train.config import DistributedConfig, check_distributed
+
+    if strategy is None:
+        return config
+    current = config.distributed or DistributedConfig()
+    changed = dataclasses.replace(
+        config, distributed=dataclasses.replace(current, strategy=strategy)
+    )
+    check_distributed(changed)
+    return changed
+
+
+def _train_distributed(config, args: argparse.Namespace) -> int:
+    """One rank of a torchrun job: join the group, train, print from rank 0, leave the group."""
+    from assay.distributed.context import init
+    from assay.distributed.trainer import DistributedTrainer
+    from assay.train.config import DistributedConfig
+
+    settings = config.distributed or DistributedConfig()
+    context = init(args.device, settings.backend, source=f"{args.config}: distributed")
+    try:
+        args.device = context.device
+        _check_fit(config, args)
+        if context.is_main:
+            _claim_output(config, args)
+        progress = not (args.json or args.no_progress)
+        trainer = DistributedTrainer(config, context, progress=progress)
+        if args.resume:
+            trainer.resume(args.resume)
+        summary = trainer.train(stop_at=args.stop_at)
+        if context.is_main:
+            _print_summary(summary, args.json)
+    finally:
+        context.close()
+    return 0
+
+
+def _preflight(config) -> None:
+    """Config checks against the model header and the data rows, before any weights load."""
+    from assay.train.preflight import check_against_model, check_rows
+
+    check_against_model(config)
+    check_rows(config)
+
+
+def _claim_output(config, args: argparse.Namespace) -> None:
+    """Refuse a run dir that holds a run unless --resume/--overwrite (main process only)."""
+    from assay.train.run_dir import claim_run_dir
+
+    claim_run_dir(Path(config.output.dir), str(args.config), resume=bool(args.resume),
+                  overwrite=args.overwrite)  # fmt: skip
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from assay.distributed.context import launched
+    from assay.train.config import load_train_config
+    from assay.train.loop import Trainer
+
+    config = _with_strategy(load_train_config(args.config), args.strategy)
+    _preflight(config)
+    if launched():
+        return _train_distributed(config, args)
+    _check_fit(config, args)
+    _claim_output(config, args)
+    with load_status("model and data", enabled=not args.no_progress):
+        trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
+    if args.resume:
+        trainer.resume(args.resume)
+    _print_summary(trainer.train(stop_at=args.stop_at), args.json)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from assay.train.checkpoint import load_checkpoint
+    from assay.train.config import load_train_config
+    from assay.train.loop import Trainer
+
+    config = load_train_config(args.config)
+    _preflight(config)
+    with load_status("model and data"):
+        trainer = Trainer(config, device=args.device, progress=False)
+    if args.checkpoint:
+        load_checkpoint(args.checkpoint, fingerprints=None).restore(trainer.params, rng=False)
+    if args.data:
+        from assay.train.data import load_dataset
+
+        data = config.data
+        dataset = load_dataset(args.data, trainer.tokenizer, format=data.format, mask=data.mask,
+                               seq_len=data.seq_len, truncate=data.truncate)  # fmt: skip
+    elif trainer.eval_data is not None:
+        dataset = trainer.eval_data
+    else:
+        raise AssayError(f"{args.config}: data.eval is not set; pass --data FILE")
+    loss = trainer.evaluate(dataset)
+    result = {"eval_loss": loss, "examples": len(dataset), "scored_tokens": dataset.scored_tokens,
+              "checkpoint": args.checkpoint}  # fmt: skip
+    print(
+        json.dumps(result, indent=2)
+        if args.json
+        else f"eval loss {loss:.4f} over "
+        f"{dataset.scored_tokens} scored tokens ({len(dataset)} examples)"
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from assay.export import check_destination, export
+    from assay.train.build import build_model, trainable_parameters
+    from assay.train.checkpoint import load_checkpoint
+    from assay.train.config import load_train_config
+    from assay.train.loop import RUN_CONFIG
+
+    checkpoint_dir = Path(args.checkpoint)
+    run_dir = checkpoint_dir if (checkpoint_dir / "latest").exists() else checkpoint_dir.parent
+    config_path = Path(args.config) if args.config else run_dir / RUN_CONFIG
+    if not config_path.is_file():
+        raise AssayError(f"{config_path}: no run config; pass --config CONFIG.yaml")
+    config = load_train_config(config_path)
+    _preflight(config)
+    out_dir = Path(args.out)
+    check_destination(out_dir, force=args.force)
+    with load_status("model"):
+        _, base = build_model(config)
+    checkpoint = load_checkpoint(checkpoint_dir)
+    if checkpoint.fingerprints["model"] != base.fingerprint.canonical_sha256:
+        raise AssayError(f"{checkpoint.path}: was trained on another model than {config.model}")
+    checkpoint.restore(trainable_parameters(base), rng=False)
+    out = export(base, out_dir, args.format, gguf_type=args.gguf_type, force=args.force)
+    result = {"checkpoint": str(checkpoint.path), "format": args.format, "out": str(out)}
+    print(json.dumps(result) if args.json else f"wrote {out} ({args.format})")
+    return 0
