@@ -22,18 +22,21 @@ import assay
 from assay.adapters import attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
-from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
-from assay.train.objective import Objective
 from assay_testing.real_model import smollm2_path
 from assay_testing.tiny import smollm2_shaped
-from preference_reference import (
-    BETA,
-    GAMMA,
-    completion_logps,
-    formula_loss,
-    kto_batch,
-    pair_batch,
+from preference_reference import completion_logps, formula_loss, pair_batch
+from preference_support import (
+    adapted,
+    inputs,
+    leaky,
+    objective,
+    product,
+    relative,
+    static_bytes,
+    swapped,
+    trainables,
+    unequal,
 )
 
 # the claim a reader looks at first (the index and every record lead with it)
@@ -44,6 +47,7 @@ IMPLEMENTATION = (
     "assay.train.objective",
     "assay.adapters.control",
     "preference_reference",
+    "preference_support",  # the gate's helpers, moved out of this file
 )
 FORMULA_CODE = (*IMPLEMENTATION, "assay.train.data")
 PEAK_CODE = (*IMPLEMENTATION, "assay.train.peak", "assay.train.losses")
@@ -65,80 +69,6 @@ def tiny(tmp_path_factory) -> Path:
     from assay_testing.tiny import save_tiny
 
     return save_tiny("llama3", tmp_path_factory.mktemp("tiny"), seed=11, gguf=False)["hf"]
-
-
-def swapped(batch):
-    """Control subject: chosen and rejected halves swapped (KTO: labels flipped)."""
-    if batch.kto_labels is not None:
-        return dataclasses.replace(batch, kto_labels=~batch.kto_labels)
-    n = batch.input_ids.shape[0] // 2
-    order = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
-    fields = ("input_ids", "attention_mask", "labels", "loss_mask", "lengths")
-    return dataclasses.replace(batch, **{f: getattr(batch, f)[order] for f in fields})
-
-
-def leaky(batch):
-    """Control subject: every real next token scored, prompt included (a masking bug)."""
-    keep = torch.zeros_like(batch.loss_mask)
-    keep[:, :-1] = batch.attention_mask[:, 1:].bool()
-    return dataclasses.replace(batch, loss_mask=keep)
-
-
-# -- the product under test --------------------------------------------------------------------
-def adapted(path: Path, storage: str = "float32", seed: int = 3):
-    model = assay.load(path, storage=storage)
-    attach(model, "lora", rank=4, alpha=8, targets="all-linear")
-    return randomize_adapters(model, seed=seed)
-
-
-def objective(model, base, kind: str, variant: str, smoothing: float, **kwargs) -> Objective:
-    if kind == "chunked_ce":
-        loss = LossConfig(type=kind, chunk_size=1024)
-    else:
-        loss = LossConfig(
-            type=kind,
-            beta=BETA[kind],
-            gamma=GAMMA if kind == "simpo" else None,
-            dpo_variant=variant if kind == "dpo" else None,
-            label_smoothing=smoothing if kind == "dpo" else None,
-        )
-    config = TrainConfig(
-        model="unused", data=DataConfig(train="unused"), steps=1, output=OutputConfig("unused")
-    )
-    return Objective(dataclasses.replace(config, loss=loss), model, base, **kwargs)
-
-
-def trainables(base) -> dict[str, torch.Tensor]:
-    return {n: p for n, p in base.named_parameters() if p.requires_grad}
-
-
-def product(model, base, spec, batch, *, backward_ctx=contextlib.nullcontext, **kwargs):
-    """(loss, {name: grad or None}) from the product objective."""
-    for p in trainables(base).values():
-        p.grad = None
-    loss = objective(model, base, *spec[1:], **kwargs).loss(batch, 0, 1)
-    with backward_ctx():
-        loss.backward()
-    return loss.detach(), {n: p.grad for n, p in trainables(base).items()}
-
-
-def relative(a: dict, b: dict) -> float:
-    """Largest per-tensor max|a - b| / max|b|; a missing gradient counts as 1."""
-    worst = 0.0
-    for name, ref in b.items():
-        got = a.get(name)
-        if got is None:
-            return 1.0
-        worst = max(worst, float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30)))
-    return worst
-
-
-def inputs(spec, seed):
-    if spec[1] == "kto":
-        batch, rows, labels = kto_batch(seed)
-        return batch, rows, labels
-    batch, rows = pair_batch(seed)
-    return batch, rows, None
 
 
 @pytest.mark.parametrize("spec", LOSSES, ids=[s[0] for s in LOSSES])
@@ -191,14 +121,6 @@ def test_loss_and_gradients_match_the_formula(gate, tiny, spec):
             grad_claim.control(label, relative(bad_grads, want_grads))
 
 
-def unequal(a: tuple, b: tuple) -> int:
-    count = int(not torch.equal(a[0], b[0]))
-    for name, g in b[1].items():
-        other = a[1].get(name)
-        count += int(other is None or g is None or not torch.equal(other, g))
-    return count
-
-
 @pytest.mark.parametrize("spec", LOSSES, ids=[s[0] for s in LOSSES])
 def test_streamed_equals_resident(gate, tiny, spec):
     from assay.stream import StreamedModel
@@ -235,15 +157,6 @@ def test_streamed_equals_resident(gate, tiny, spec):
     )
     claim.measure(bad_total)
     claim.control("streamed backward run with the adapters disabled", controls)
-
-
-def static_bytes(*models) -> int:
-    storages = {
-        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-        for m in models
-        for t in [*m.parameters(), *m.buffers()]
-    }
-    return sum(storages.values())
 
 
 def test_dpo_peak_against_sft(gate):

@@ -12,7 +12,6 @@ one thread).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from assay_testing.swap_task import (
     write_sft,
 )
 from assay_testing.travelling import needs_trained_weights
+from quality_support import _near_misses, _variants, preference_accuracy, sampling_noise
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "sft.held_out_exact_match"
@@ -48,6 +48,7 @@ IMPLEMENTATION = (
     "assay.model.decoder",
     "assay.train.loop",
     "assay.train.objective",
+    "quality_support",  # the gate's helpers, moved out of this file
 )
 # Held-out exact match a learned rule must reach. The base model scores 0/48 (it copies or
 # continues the list) and an unrelated answer matches with chance ~1/3000, so 0.8 can only be
@@ -120,14 +121,6 @@ def answers(trainer: Trainer, split: Split) -> list[str]:
     return [tok.decode(g.tokens) for g in out]
 
 
-def sampling_noise(a: float, b: float, n: int) -> float:
-    """Two standard errors of the difference of two held-out scores on ``n`` items each, at
-    their pooled rate: how far two equally good models drift apart by which items they happen
-    to miss (0.058 for 1.0 against 0.958 on 48 items)."""
-    p = (a + b) / 2
-    return 2 * math.sqrt(2 * p * (1 - p) / n)
-
-
 def expected(split: Split) -> list[str]:
     return [item.answer for item in split.held_out]
 
@@ -156,24 +149,6 @@ def train(tmp: Path, name: str, rows_file: Path, split: Split, **over) -> Run:
 
 
 # -- the scorer ----------------------------------------------------------------------------
-def _variants(answer: str) -> list[str]:
-    a, b = answer.split()
-    return [
-        f" {a} {b}",
-        f"{a.title()} {b.title()}",
-        f"{a}  {b}.",
-        f"{a.upper()} {b.upper()}!",
-        f"'{a} {b}'",
-        f"{a} {b}\nInput: x y",
-        f"\n {a} {b} \n",
-    ]
-
-
-def _near_misses(answer: str) -> list[str]:
-    a, b = answer.split()
-    return [f"{b} {a}", a, f"{a} {b} {a}", f"{a}{b}", "", "I can't help with that."]
-
-
 def test_the_scorer_is_gated(gate, split):
     gate.seed(SEED)
     want = expected(split)
@@ -358,26 +333,6 @@ def test_lora_fine_tune_learns_the_held_out_rule(gate, split, tmp_path):
 
 
 # -- preference (DPO) ----------------------------------------------------------------------
-def _completion_logp(trainer: Trainer, prompt: str, completion: str) -> float:
-    tok = trainer.tokenizer
-    head = tok.encode(prompt, add_special_tokens=True)
-    tail = [*tok.encode(completion), tok.eos_id]
-    ids = torch.tensor([head + tail])
-    with torch.no_grad():
-        logp = trainer.base(ids).log_softmax(-1)[0, len(head) - 1 : -1]
-    return float(logp.gather(-1, torch.tensor(tail)[:, None]).sum())
-
-
-def preference_accuracy(trainer: Trainer, split: Split) -> float:
-    """Held-out fraction with log p(swap | prompt) > log p(copy | prompt), eos included."""
-    wins = [
-        _completion_logp(trainer, i.prompt, " " + i.answer)
-        > _completion_logp(trainer, i.prompt, " " + i.unswapped)
-        for i in split.held_out
-    ]
-    return sum(wins) / len(wins)
-
-
 def test_dpo_raises_held_out_preference_accuracy(gate, split, tmp_path):
     needs_trained_weights(gate, "dpo.held_out_preference_accuracy")
     gate.input("model", smollm2_path())

@@ -32,6 +32,7 @@ IMPLEMENTATION = (
     "assay.train.data",
     "assay.atomic",
     "assay.cli",
+    "assay.train_cli",
 )
 TEXT = [
     "Streaming keeps two layers on the device at a time.",

@@ -56,10 +56,13 @@ READERS = (
     "assay.train.data_rows",
     "assay.train.config",
     "assay.train.config_schema",
+    "assay.settings",
+    "assay.settings_schema",
     "assay.train.checkpoint",
     "assay.qualify.receipt",
     "assay.qualify.render",
     "assay.cli",
+    "assay.train_cli",
 )
 END_TO_END = ("gguf.truncated_tensor_data", "jsonl.invalid_utf8", "yaml.full_with_nf4")
 
@@ -418,7 +421,7 @@ def test_issue16_classes_refused_per_class(gate, corpus, corpus_runs):
             kind="correctness",
             threshold=Threshold("==", 0),
             unit="cases not clean",
-            code=[*ISSUE16_READERS, "corpus_robust", "corpus_run"],
+            code=[*ISSUE16_READERS, "corpus_robust", "corpus_outputs", "corpus_run"],
         )
         claim.measure(sum(not o.clean for o in mine) + (0 if mine else 1))
         stripped = [

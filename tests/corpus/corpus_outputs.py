@@ -1,0 +1,222 @@
+"""Issue-16 cases about what a run writes: re-sealed checkpoints, protected run directories,
+export destinations and PEFT folders whose manifest no longer binds; and the helpers every
+issue-16 builder shares (the valid run the cases break, config writing)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+from corpus_harness import Case
+from corpus_inputs import GOOD_ROWS, TOKENIZER, _jsonl, base_config
+
+CASES = yaml.safe_load((Path(__file__).with_name("robust_cases.yaml")).read_text("utf-8"))
+
+# The byte tokenizer (assay_testing.byte_tokenizer) loads in milliseconds where SmolLM2's takes
+# seconds; robust_cases writes it and every config here uses it.
+BYTES_TOKENIZER: list[Path] = []
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    if BYTES_TOKENIZER and config.get("tokenizer") == TOKENIZER:
+        config = {**config, "tokenizer": str(BYTES_TOKENIZER[0])}
+        if config["data"].get("seq_len") == 32:  # bytes are longer than SmolLM2 tokens
+            config["data"] = {**config["data"], "seq_len": 64}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def train_case(name: str, kind: str, path: Path, where: str, watch: Path, *extra: str) -> Case:
+    return Case(f"{kind}.{name}", kind, ("train", str(path), "--json", *extra), path, where, watch)
+
+
+def good_run(root: Path, model: Path) -> tuple[Path, Path, Path]:
+    """(train.jsonl, config, run dir) of a valid tiny run stopped after step 1."""
+    from assay.cli import main
+
+    folder = root / "good-run"
+    folder.mkdir(parents=True)
+    train = folder / "train.jsonl"
+    train.write_bytes(_jsonl(GOOD_ROWS))
+    run = folder / "run"
+    config = write_config(folder / "config.yaml", base_config(model, train, run))
+    if main(["train", str(config), "--json", "--stop-at", "1", "--no-progress"]) != 0:
+        raise RuntimeError("the valid run behind the issue-16 corpus failed")
+    return train, config, run
+
+
+def _reseal(step: Path) -> None:
+    """Recompute the manifest's sha256 and sizes after an edit (what a forger would do)."""
+    manifest_path = step / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for name, entry in manifest["files"].items():
+        data = (step / name).read_bytes()
+        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def _first_state(tensors: dict, suffix: str) -> str:
+    return next(k for k in sorted(tensors) if k.endswith(suffix))
+
+
+def _reshape_moment(tensors: dict) -> None:
+    import torch
+
+    tensors[_first_state(tensors, "/exp_avg")] = torch.zeros(3, 3)
+
+
+def _nan_trainable(tensors: dict) -> None:
+    import torch
+
+    key = sorted(tensors)[0]
+    tensors[key] = torch.full_like(tensors[key], float("nan"))
+
+
+def _negative_second_moment(tensors: dict) -> None:
+    import torch
+
+    key = _first_state(tensors, "/exp_avg_sq")
+    tensors[key] = -torch.ones_like(tensors[key])
+
+
+# The safetensors edits robust_cases.yaml names under `tensors:`.
+TENSOR_EDITS = {
+    "reshape_moment": _reshape_moment,
+    "nan_trainable": _nan_trainable,
+    "negative_second_moment": _negative_second_moment,
+}
+
+
+def _edit_step(step: Path, spec: dict[str, Any]) -> None:
+    """Apply one robust_cases.yaml ``resealed`` edit to a checkpoint step directory."""
+    path = step / spec["file"]
+    if "tensors" in spec:
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(path)
+        TENSOR_EDITS[spec["tensors"]](tensors)
+        save_file(tensors, path)
+        return
+    data = json.loads(path.read_text())
+    if spec.get("clear"):
+        data.clear()
+    data.update(spec.get("set", {}))
+    path.write_text(json.dumps(data))
+
+
+def resealed_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list[Case]:
+    """Checkpoints edited and re-sealed: each must be refused naming the file and field."""
+    train, _config, run = good
+    folder = root / "resealed"
+    folder.mkdir(parents=True)
+    cases = []
+    for name, spec in CASES["resealed"].items():
+        copy = folder / name
+        shutil.copytree(run, copy)
+        step = copy / "step-000001"
+        _edit_step(step, spec)
+        _reseal(step)
+        config = write_config(folder / f"{name}.yaml", base_config(model, train, copy))
+        argv = ("train", str(config), "--resume", str(copy), "--json")
+        cases.append(Case(f"resealed.{name}", "resealed", argv, step / spec["file"],
+                          spec["where"], copy))  # fmt: skip
+    return cases
+
+
+def rundir_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list[Case]:
+    """Training into a directory that holds a run, without --resume or --overwrite."""
+    train, _config, run = good
+    folder = root / "rundir"
+    folder.mkdir(parents=True)
+    copy = folder / "run"
+    shutil.copytree(run, copy)
+    config = write_config(folder / "config.yaml", base_config(model, train, copy))
+    cases = [
+        train_case("existing_run", "rundir", config, "output.dir", folder),
+        train_case(
+            "resume_and_overwrite",
+            "rundir",
+            config,
+            "--overwrite",
+            folder,
+            "--resume",
+            str(copy),
+            "--overwrite",
+        ),
+    ]
+    stray = folder / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("someone else's file\n")
+    config = write_config(folder / "stray.yaml", base_config(model, train, stray))
+    cases.append(train_case("foreign_files", "rundir", config, "output.dir", folder))
+    return cases
+
+
+def export_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list[Case]:
+    """Export into occupied destinations, and PEFT folders whose manifest no longer binds."""
+    from assay.cli import main
+
+    _train, _config, run = good
+    folder = root / "export"
+    folder.mkdir(parents=True)
+    cases = []
+    occupied = folder / "occupied"
+    occupied.mkdir()
+    (occupied / "adapter_config.json").write_text("{}\n")
+    argv = ("export", str(run), "--format", "peft", "--out", str(occupied))
+    cases.append(Case("export.non_empty_peft", "export", argv, occupied, "--force", folder))
+    argv = ("export", str(run), "--format", "safetensors", "--out", str(occupied))
+    cases.append(Case("export.non_empty_merged", "export", argv, occupied, "--force", folder))
+    existing = folder / "model.gguf"
+    existing.write_bytes(b"old")
+    argv = ("export", str(run), "--format", "gguf", "--out", str(existing))
+    cases.append(Case("export.existing_gguf", "export", argv, existing, "--force", folder))
+
+    clean = folder / "peft"
+    if main(["export", str(run), "--format", "peft", "--out", str(clean), "--json"]) != 0:
+        raise RuntimeError("the valid export behind the export cases failed")
+
+    def broken(name: str, change: Any, file: str, where: str) -> None:
+        copy = folder / name
+        shutil.copytree(clean, copy)
+        change(copy)
+        argv = ("load-adapter", str(model), str(copy))
+        cases.append(Case(f"export.{name}", "export", argv, copy / file, where, copy))
+
+    def edit_config(copy: Path) -> None:
+        data = json.loads((copy / "adapter_config.json").read_text())
+        data["use_rslora"] = True
+        (copy / "adapter_config.json").write_text(json.dumps(data))
+
+    broken("config_edited", edit_config, "adapter_config.json", "sha256")
+    broken(
+        "weights_truncated",
+        lambda c: (c / "adapter_model.safetensors").write_bytes(
+            (c / "adapter_model.safetensors").read_bytes()[:-8]
+        ),
+        "adapter_model.safetensors",
+        "sha256",
+    )
+    broken(
+        "weights_missing",
+        lambda c: (c / "adapter_model.safetensors").unlink(),
+        "adapter_model.safetensors",
+        "missing",
+    )
+    broken(
+        "stray_file",
+        lambda c: (c / "adapter_model.bin").write_bytes(b"x"),
+        "adapter_model.bin",
+        "not listed",
+    )
+    broken(
+        "manifest_garbage",
+        lambda c: (c / "assay_manifest.json").write_text('{"a": 1}'),
+        "assay_manifest.json",
+        "format",
+    )
+    return cases
