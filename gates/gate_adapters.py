@@ -71,7 +71,12 @@ PEFT_METHODS = ("lora", "rslora", "lora_fa", "dora")
 ALL_METHODS = ("full", *PEFT_METHODS, "tinylora")
 EXACT = Threshold("==", 0)
 # What each claim runs, by method: attach and the wrapper it builds (import-checked per claim).
-ATTACHING = ("assay.adapters.attach", "assay.adapters.inject", "assay.adapters.base")
+ATTACHING = (
+    "assay.adapters.attach",
+    "assay.adapters.inject",
+    "assay.adapters.base",
+    "assay.adapter_registry",
+)
 METHOD_CODE = {
     "full": (),
     "lora": ("assay.adapters.lora",),

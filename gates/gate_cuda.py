@@ -26,7 +26,13 @@ import torch
 from assay.qualify import Threshold
 
 NO_CUDA = "no CUDA device: run harness/gpu_qualify.sh (--gate-device cuda) on a GPU box"
-VRAM_CODE = ("assay.memory.predict", "assay.memory.measure", "assay_bench.cuda_peaks")
+VRAM_CODE = (
+    "assay.memory.predict",
+    "assay.memory.measure",
+    "assay.adapter_registry",
+    "assay.storage_registry",
+    "assay_bench.cuda_peaks",
+)
 BENCH_CODE = ("assay_bench.subjects", "assay_bench.step", "assay_bench.device")
 
 # Frozen before any row is measured: resident, checkpointed, NF4, chunked loss; long rows at

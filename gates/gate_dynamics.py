@@ -73,6 +73,7 @@ CODE = (
     "assay.adapters.lora",
     "assay.adapters.dora",
     "assay.adapters.attach",
+    "assay.adapter_registry",
     "assay.model.decoder",
 )
 # The controls' power is the defects': a change to a patch stales the claims it controls.

@@ -34,6 +34,8 @@ COHORT = Path(__file__).with_name("memory_cohort.yaml")
 # the predictor, and what the measuring child runs for a cohort row (reported at its exit)
 COHORT_CODE = (
     "assay.memory.predict",
+    "assay.adapter_registry",
+    "assay.storage_registry",
     "assay.memory.measure",
     "assay.train.peak",
     "assay.train.losses",

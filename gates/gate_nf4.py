@@ -37,6 +37,7 @@ IMPLEMENTATION = (
     "assay.storage.nf4",
     "assay.storage.linear",
     "assay.storage.apply",
+    "assay.storage_registry",
     "assay.memory.accounting",
     "nf4_support",  # the gate's helpers, moved out of this file
 )

@@ -19,7 +19,7 @@ PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "load_status"),
     ("assay", "atomic", "bounded"),
-    ("folder_manifest", "adapter_registry"),
+    ("folder_manifest", "adapter_registry", "storage_registry"),
     ("settings",),
     ("settings_schema",),
     ("model",),

@@ -45,17 +45,36 @@ class TinyLoRAOptions:
 
 @dataclass(frozen=True)
 class Method:
-    """One adapter method and the rules every entry point applies to it."""
+    """One adapter method: what it trains and how, as every entry point asks it (attach, the
+    config parser, saving, PEFT I/O and the memory predictor compare no method names)."""
 
     name: str
     summary: str
     options: type
-    #: saved in HF PEFT's folder format (else assay's own, or nothing for ``full``)
-    peft: bool = False
-    #: every target weight itself trains, so the frozen base must be float32
-    needs_float_storage: bool = False
-    #: a streamed run must recompute each layer in backward (trainable base weights)
-    stream_needs_recompute: bool = False
+    #: the folder format it saves as: "peft" (HF PEFT), "assay" (assay's own), None (nothing:
+    #: ``full`` exports a merged model instead)
+    saved_as: str | None = "peft"
+    #: the base weights themselves train (no adapter), so the base must keep its parameters
+    trains_base: bool = False
+    #: the update is scaled by alpha/sqrt(r) (rsLoRA) instead of alpha/r
+    scale_root: bool = False
+    #: the adapter's first factor trains (LoRA-FA freezes A; TinyLoRA's V^T basis is fixed);
+    #: a frozen first factor needs no copy of its input for a gradient
+    first_factor_trains: bool = True
+    #: a learned per-row magnitude rescales the adapted weight (DoRA)
+    magnitude: bool = False
+    #: ``u`` trainable scalars over a frozen truncated-SVD basis (TinyLoRA)
+    svd_basis: bool = False
+
+    @property
+    def peft(self) -> bool:
+        """Saved in HF PEFT's folder format."""
+        return self.saved_as == "peft"
+
+    def peft_flags(self) -> dict[str, bool]:
+        """The ``adapter_config.json`` switches that select this method in PEFT (LoRA-FA has
+        none of its own: PEFT stores it as LoRA)."""
+        return {"use_rslora": self.scale_root, "use_dora": self.magnitude}
 
 
 METHODS: dict[str, Method] = {
@@ -65,14 +84,26 @@ METHODS: dict[str, Method] = {
             "full",
             "every weight trains (float32 storage)",
             NoOptions,
-            needs_float_storage=True,
-            stream_needs_recompute=True,
+            saved_as=None,
+            trains_base=True,
         ),
-        Method("lora", "y = Wx + (alpha/r) B A x", LoRAOptions, peft=True),
-        Method("rslora", "LoRA scaled by alpha/sqrt(r)", LoRAOptions, peft=True),
-        Method("lora_fa", "LoRA with A frozen at its init; only B trains", LoRAOptions, peft=True),
-        Method("dora", "LoRA plus a learned per-row magnitude", LoRAOptions, peft=True),
-        Method("tinylora", "u scalars over a fixed SVD basis", TinyLoRAOptions),
+        Method("lora", "y = Wx + (alpha/r) B A x", LoRAOptions),
+        Method("rslora", "LoRA scaled by alpha/sqrt(r)", LoRAOptions, scale_root=True),
+        Method(
+            "lora_fa",
+            "LoRA with A frozen at its init; only B trains",
+            LoRAOptions,
+            first_factor_trains=False,
+        ),
+        Method("dora", "LoRA plus a learned per-row magnitude", LoRAOptions, magnitude=True),
+        Method(
+            "tinylora",
+            "u scalars over a fixed SVD basis",
+            TinyLoRAOptions,
+            saved_as="assay",
+            first_factor_trains=False,
+            svd_basis=True,
+        ),
     )
 }
 NAMES: tuple[str, ...] = tuple(METHODS)
@@ -87,6 +118,17 @@ def method(name: str) -> Method:
     except (KeyError, TypeError):
         known = ", ".join(NAMES)
         raise ConfigError(f"method {name!r} is unknown; expected one of {known}") from None
+
+
+def from_peft_flags(flags: dict[str, Any]) -> str:
+    """The method a PEFT ``adapter_config.json`` with these ``use_*`` switches holds (a LoRA
+    whose A trains: PEFT has no LoRA-FA of its own)."""
+    wanted = {k: bool(flags.get(k)) for k in ("use_rslora", "use_dora")}
+    return next(
+        m.name
+        for m in METHODS.values()
+        if m.peft and m.first_factor_trains and m.peft_flags() == wanted
+    )
 
 
 def option_names(name: str) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.load_status import load_status
+from assay.storage_registry import storage
 
 
 def _model_info(args: argparse.Namespace) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def _model_info(args: argparse.Namespace) -> dict[str, Any]:
         from assay.model.tokenizer import load_tokenizer
 
         info["tokenizer"] = load_tokenizer(args.model).summary()
-    if args.storage != "float32" or args.quantize_embeddings:
+    if not storage(args.storage).keeps_parameters or args.quantize_embeddings:
         from assay.memory.accounting import owned_bytes
 
         info["owned_bytes"] = owned_bytes(model)

@@ -25,13 +25,16 @@ def load_stored(
     """Like :func:`load`, and also return the fingerprint."""
     # Imported here so that float32 loads never pay for importing bitsandbytes.
     from assay.storage import apply_storage, check_storage, quantize_embeddings
+    from assay.storage_registry import storage as registered_storage
 
     check_storage(storage)
     return load_with_fingerprint(
         path,
         dtype=dtype,
         device=device,
-        layer_hook=None if storage == "float32" else lambda layer: apply_storage(layer, storage),
+        layer_hook=None
+        if registered_storage(storage).keeps_parameters
+        else lambda layer: apply_storage(layer, storage),
         model_hook=(lambda model: quantize_embeddings(model, storage))
         if quantize_embeddings_too
         else None,

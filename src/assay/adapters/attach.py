@@ -94,7 +94,7 @@ def attach(
     if entry.options is LoRAOptions:
         options = {"rank": rank, "alpha": alpha, **options}
     resolved = build_options(method, options)
-    if method == "full":
+    if entry.trains_base:
         if _has_stored_weights(model):
             raise ConfigError(
                 "method 'full' needs storage float32 (every weight trains); this model holds "
@@ -109,15 +109,15 @@ def attach(
     sites = resolve(model, targets, layers)
     options = asdict(resolved)
     shared = None
-    if method == "tinylora" and options["sharing"] == "global":
+    if entry.svd_basis and options["sharing"] == "global":
         shared = nn.Parameter(torch.zeros(int(options["u"])))
     for _, parent, attr in sites:
         base = getattr(parent, attr)
         if isinstance(base, AdapterLinear):
             raise ConfigError(f"{attr} already wraps an adapter")
-        if method == "dora":
+        if entry.magnitude:
             adapter: AdapterLinear = DoRALinear(base, generator=generator, **options)
-        elif method == "tinylora":
+        elif entry.svd_basis:
             adapter = TinyLoRALinear(
                 base, u=options["u"], r=options["r"], vector=shared, generator=generator
             )

@@ -11,16 +11,17 @@ from collections.abc import Iterator
 
 from torch import nn
 
+from assay.adapter_registry import method as registered
 from assay.adapters.attach import adapter_modules
 from assay.errors import ConfigError
 
 
 def _adapters(model: nn.Module, action: str):
     spec = getattr(model, "assay_adapter_spec", None)
-    if spec is not None and spec.method == "full":
+    if spec is not None and registered(spec.method).trains_base:
         raise ConfigError(
-            f"cannot {action} method 'full': the base weights themselves train, so there is no "
-            "separate base to fall back to; keep a frozen reference model instead"
+            f"cannot {action} method {spec.method!r}: the base weights themselves train, so "
+            "there is no separate base to fall back to; keep a frozen reference model instead"
         )
     found = [module for _, module in adapter_modules(model)]
     if not found:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from torch import nn
 
+from assay.adapter_registry import method as registered
 from assay.adapters import peft_io, tinylora_io
 from assay.errors import ConfigError
 
@@ -20,9 +21,12 @@ def save_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     spec = getattr(model, "assay_adapter_spec", None)
     if spec is None:
         raise ConfigError("the model has no adapter attached; nothing to save")
-    if spec.method == "full":
-        raise ConfigError("method 'full' has no separate adapter; export the merged model")
-    if spec.method == "tinylora":
+    saved_as = registered(spec.method).saved_as
+    if saved_as is None:
+        raise ConfigError(
+            f"method {spec.method!r} has no separate adapter; export the merged model"
+        )
+    if saved_as == "assay":
         return tinylora_io.save_tinylora(model, out)
     return peft_io.save_peft(model, out)
 

@@ -16,13 +16,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from assay.adapter_registry import LORA_FAMILY
+from assay.adapter_registry import method as registered
 from assay.adapters.base import AdapterLinear
 from assay.errors import ConfigError
 
 
 def lora_scaling(method: str, rank: int, alpha: float) -> float:
-    """alpha / sqrt(r) for rsLoRA, alpha / r otherwise (PEFT's ``use_rslora`` rule)."""
-    return alpha / math.sqrt(rank) if method == "rslora" else alpha / rank
+    """alpha / sqrt(r) for a method the registry marks ``scale_root`` (rsLoRA), alpha / r
+    otherwise (PEFT's ``use_rslora`` rule)."""
+    return alpha / math.sqrt(rank) if registered(method).scale_root else alpha / rank
 
 
 class LoRALinear(AdapterLinear):
@@ -50,7 +52,7 @@ class LoRALinear(AdapterLinear):
         self.scaling = lora_scaling(method, rank, self.alpha)
         a = torch.empty(rank, self.in_features)
         nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=generator)
-        self.lora_A = nn.Parameter(a, requires_grad=method != "lora_fa")
+        self.lora_A = nn.Parameter(a, requires_grad=registered(method).first_factor_trains)
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank))
 
     def lora_output(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from assay.adapter_registry import PEFT_METHODS
+from assay.adapter_registry import PEFT_METHODS, from_peft_flags
+from assay.adapter_registry import method as registered
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
     read_json,
@@ -68,8 +69,7 @@ def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
         "target_modules": list(spec.targets),
         "layers_to_transform": None if all_layers else list(spec.layers),
         "layers_pattern": None,
-        "use_rslora": spec.method == "rslora",
-        "use_dora": spec.method == "dora",
+        **registered(spec.method).peft_flags(),
         "bias": "none",
         "fan_in_fan_out": False,
         "init_lora_weights": True,
@@ -165,7 +165,7 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
         raise ConfigError(
             f"{where}: use_dora with use_rslora is not supported (DoRA scales by alpha/r)"
         )
-    method = "dora" if cfg.get("use_dora") else "rslora" if cfg.get("use_rslora") else "lora"
+    method = from_peft_flags(cfg)
     dropout = float(cfg.get("lora_dropout") or 0.0)
     spec = AdapterSpec(method, int(cfg["r"]), float(cfg["lora_alpha"]),
                        tuple(_targets(cfg.get("target_modules"), where)),
@@ -180,7 +180,7 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
             spec.alpha,
             set(spec.targets),
             set(spec.layers),
-        ) or (ours.method != spec.method and {ours.method, spec.method} != {"lora", "lora_fa"}):
+        ) or registered(ours.method).peft_flags() != registered(spec.method).peft_flags():
             raise ConfigError(f"{sidecar}: disagrees with {CONFIG}")
         spec = ours
     return spec

@@ -15,6 +15,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from assay.adapter_registry import method as registered
 from assay.adapters.attach import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
     read_json,
@@ -47,7 +48,7 @@ def tinylora_state(model: nn.Module, spec: AdapterSpec) -> dict[str, torch.Tenso
 
 def save_tinylora(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     spec = getattr(model, "assay_adapter_spec", None)
-    if spec is None or spec.method != "tinylora":
+    if spec is None or not registered(spec.method).svd_basis:
         raise ConfigError("save_tinylora needs a model with a tinylora adapter attached")
     if any(m.merged for _, m in adapter_modules(model)):
         raise ConfigError("cannot save a merged adapter; unmerge it first")

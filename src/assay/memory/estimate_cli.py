@@ -13,8 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from assay.adapter_registry import method
 from assay.memory.predict import Dims, Plan, Prediction, predict, with_changes
 from assay.settings import default
+from assay.storage_registry import storage
 
 EXIT_FITS, EXIT_REFUSED = 0, 1
 
@@ -59,12 +61,13 @@ def model_dims(path: Path) -> Dims:
 def plan_from_config(config: Any, dims: Dims) -> Plan:
     """A ``Plan`` for a loaded ``TrainConfig`` (assay.train.config)."""
     adapter = config.adapter
+    tiny = method(adapter.method).svd_basis
     return Plan(
         model=dims,
         storage=config.storage,
         method=adapter.method,
         # TinyLoRA has no LoRA rank: its own r, u and sharing set its memory
-        rank=adapter.r if adapter.method == "tinylora" else adapter.rank or 1,
+        rank=adapter.r if tiny else adapter.rank or 1,
         targets=tuple(adapter.targets),
         stream_buffers=config.stream.buffers if config.stream is not None else None,
         stream_recompute=config.stream.recompute if config.stream is not None else True,
@@ -74,11 +77,7 @@ def plan_from_config(config: Any, dims: Dims) -> Plan:
         gradient_checkpointing=config.gradient_checkpointing,
         loss=config.loss.type,
         chunk_size=config.loss.chunk_size or default("loss.chunk_size", "chunked_ce"),
-        **(
-            {"tiny_u": adapter.u, "tiny_sharing": adapter.sharing}
-            if adapter.method == "tinylora"
-            else {}
-        ),
+        **({"tiny_u": adapter.u, "tiny_sharing": adapter.sharing} if tiny else {}),
     )
 
 
@@ -92,7 +91,7 @@ def knobs(plan: Plan) -> list[tuple[str, Plan]]:
         found.append((f"chunked CE (chunk {chunked.chunk_size})", chunked))
     if not plan.gradient_checkpointing and not plan.stream_buffers:
         found.append(("gradient checkpointing", with_changes(plan, gradient_checkpointing=True)))
-    if plan.storage in ("float32", "bf16") and plan.method != "full":
+    if not storage(plan.storage).quantized and not method(plan.method).trains_base:
         found.append(("nf4 storage", with_changes(plan, storage="nf4")))
     batch = plan.micro_batch
     while batch > 1:

@@ -167,9 +167,11 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
     states, CE or chunked CE against the head weight with every token scored, summed and
     divided by the step's tokens, backward per micro-batch, then AdamW.
     """
+    from assay.adapter_registry import method
     from assay.adapters import attach
     from assay.model import Decoder, ModelConfig
     from assay.storage import apply_storage
+    from assay.storage_registry import storage
     from assay.stream.layout import base_tensors
     from assay.train.losses import chunked_cross_entropy, cross_entropy
     from assay.train.objective import head_weight
@@ -192,14 +194,15 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
         for p in base.parameters():
             p.normal_(0.0, 0.02)
     base.requires_grad_(False)
-    if plan["storage"] != "float32":
+    if not storage(plan["storage"]).keeps_parameters:
         for layer in base.layers:
             apply_storage(layer, plan["storage"])
-    if plan["method"] == "full":
-        attach(base, "full")
+    entry = method(plan["method"])
+    if entry.trains_base:
+        attach(base, plan["method"])
     else:
         options: dict[str, Any] = {"rank": plan["rank"], "alpha": 2 * plan["rank"]}
-        if plan["method"] == "tinylora":
+        if entry.svd_basis:
             options = {"u": plan["tiny_u"], "r": plan["rank"], "sharing": plan["tiny_sharing"]}
         attach(base, plan["method"], targets=list(plan["targets"]), **options)
     base.gradient_checkpointing = plan["gradient_checkpointing"]

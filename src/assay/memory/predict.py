@@ -23,13 +23,16 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from assay.adapter_registry import method
 from assay.settings import DEFAULT_TARGETS, PREFERENCE_LOSSES, default
+from assay.storage_registry import Storage, storage
 
 ATTENTION = DEFAULT_TARGETS
 MLP = ("gate_proj", "up_proj", "down_proj")
 TILE_BYTES = 4 << 20  # storage.linear.DEFAULT_TILE_BYTES: decoded weight per tile
 NF4_BLOCK, NF4_NESTED_BLOCK, STREAM_ALIGN = 64, 256, 64
 PREFERENCE = PREFERENCE_LOSSES
+HALF_DTYPES = ("bfloat16", "bf16", "float16")  # compute dtypes of 2 bytes
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit")
 TERMS = (
     "weights",
@@ -129,26 +132,26 @@ def _projections(d: Dims) -> dict[str, tuple[int, int]]:
     }
 
 
-def _stored_bytes(rows: int, cols: int, storage: str) -> int:
+def _stored_bytes(rows: int, cols: int, held: Storage) -> int:
     """Bytes a frozen projection's store holds (NF4 code tables are counted per model)."""
     n = rows * cols
-    if storage == "float32":
-        return 4 * n
-    if storage == "bf16":
-        return 2 * n
+    if not held.quantized:
+        return held.element_bytes * n
     blocks = -(-n // NF4_BLOCK)
     packed = -(-n // 2)
-    if storage == "nf4":
+    if not held.double_quant:
         return packed + 4 * blocks
     return packed + blocks + 4 * -(-blocks // NF4_NESTED_BLOCK) + 4  # codes, absmax2, offset
 
 
-def _code_tables(storage: str) -> int:
+def _code_tables(held: Storage) -> int:
     """Shared per-device NF4 tables: the 16-entry NF4 map and, with double quant, 256 codes."""
-    return {"nf4": 64, "nf4_double_quant": 64 + 1024}.get(storage, 0)
+    if not held.quantized:
+        return 0
+    return 64 + (1024 if held.double_quant else 0)
 
 
-def _layer_block_bytes(d: Dims, storage: str) -> int:
+def _layer_block_bytes(d: Dims, held: Storage) -> int:
     """One layer's streamed block: every base tensor 64-byte aligned (stream/layout.py)."""
 
     def aligned(n: int) -> int:
@@ -157,12 +160,12 @@ def _layer_block_bytes(d: Dims, storage: str) -> int:
     sizes = [4 * d.hidden_size, 4 * d.hidden_size]  # the two RMSNorm weights
     for rows, cols in _projections(d).values():
         n = rows * cols
-        if storage in ("float32", "bf16"):
-            sizes.append(_stored_bytes(rows, cols, storage))
+        if not held.quantized:
+            sizes.append(_stored_bytes(rows, cols, held))
             continue
         blocks = -(-n // NF4_BLOCK)
         sizes += [-(-n // 2), 64]  # packed codes, the NF4 map
-        if storage == "nf4":
+        if not held.double_quant:
             sizes.append(4 * blocks)
         else:
             sizes += [blocks, 4 * -(-blocks // NF4_NESTED_BLOCK), 1024, 4]
@@ -171,13 +174,13 @@ def _layer_block_bytes(d: Dims, storage: str) -> int:
 
 def _trainables(plan: Plan) -> list[int]:
     """Element counts of every trainable tensor."""
-    d = plan.model
-    if plan.method == "full":
+    d, entry = plan.model, method(plan.method)
+    if entry.trains_base:
         embed = [d.vocab_size * d.hidden_size] * (1 if d.tie_word_embeddings else 2)
         per_layer = [r * c for r, c in _projections(d).values()] + [d.hidden_size] * 2
         return embed + per_layer * d.num_layers + [d.hidden_size]
     shapes = _projections(d)
-    if plan.method == "tinylora":  # only v trains: one vector, or one per adapted projection
+    if entry.svd_basis:  # only v trains: one vector, or one per adapted projection
         if plan.tiny_sharing == "global":
             return [plan.tiny_u]
         return [plan.tiny_u] * len(plan.targets) * d.num_layers
@@ -185,8 +188,8 @@ def _trainables(plan: Plan) -> list[int]:
     for name in plan.targets:
         rows, cols = shapes[name]
         a, b = plan.rank * cols, rows * plan.rank
-        found += [b] if plan.method == "lora_fa" else [a, b]  # LoRA-FA's A is frozen
-        if plan.method == "dora":
+        found += [a, b] if entry.first_factor_trains else [b]  # LoRA-FA's A is frozen
+        if entry.magnitude:
             found.append(rows)  # magnitude vector
     return found * d.num_layers
 
@@ -194,16 +197,17 @@ def _trainables(plan: Plan) -> list[int]:
 def _frozen_adapter_bytes(plan: Plan) -> int:
     """Adapter tensors that do not train but live beside the base: LoRA-FA's A; TinyLoRA's
     U (out x r), S (r), V^T (r x in) and random projections P (u x r x r), per target."""
-    if plan.method not in ("lora_fa", "tinylora"):
+    entry = method(plan.method)
+    if entry.trains_base or entry.first_factor_trains:
         return 0
     shapes, r = _projections(plan.model), plan.rank
     per_layer = 0
     for name in plan.targets:
         rows, cols = shapes[name]
-        if plan.method == "lora_fa":
-            per_layer += 4 * r * cols
-        else:
+        if entry.svd_basis:
             per_layer += 4 * (rows * r + r + r * cols + plan.tiny_u * r * r)
+        else:
+            per_layer += 4 * r * cols
     return per_layer * plan.model.num_layers
 
 
@@ -221,9 +225,9 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
     With a frozen input (layer 0 of a resident run: the embedding is frozen) a part saves
     only once something before it, or its own adapter, needs a gradient.
     """
-    d, e = plan.model, _elem(plan)
+    d, e, entry = plan.model, _elem(plan), method(plan.method)
     h, f, q = d.hidden_size, d.intermediate_size, d.num_heads * d.head_dim
-    full = plan.method == "full"
+    full = entry.trains_base
     targets = set(_projections(d)) if full else set(plan.targets)
     norm = 4 * h + 4 if e == 2 else e * h + 4  # RMSNorm saves its fp32 view and the rsqrt
     qkv = bool(targets & {"q_proj", "k_proj", "v_proj"})
@@ -232,7 +236,7 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
     mlp_grad = residual_grad or bool(targets & {"gate_proj", "up_proj"})
     # an adapter whose first factor is frozen (LoRA-FA's A, TinyLoRA's V^T) needs no copy of
     # its input for a weight gradient: only its own rank-wide product is kept
-    keeps_input = plan.method not in ("lora_fa", "tinylora")
+    keeps_input = entry.first_factor_trains
     saved = norm if input_needs_grad else 0.0
     if qkv and keeps_input:
         saved += e * h  # normed input kept for the adapters' (or weights') gradients
@@ -253,7 +257,7 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
         saved += e * f
     if not full:
         saved += 4 * plan.rank * len(targets)  # each adapter's A x
-    if plan.method == "dora":
+    if entry.magnitude:
         # the magnitude's gradient keeps both terms it rescales: the base output and the
         # LoRA output, each as wide as the projection's output
         shapes = _projections(d)
@@ -262,19 +266,20 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
 
 
 def _elem(plan: Plan) -> int:
-    return 2 if plan.compute_dtype in ("bfloat16", "bf16", "float16") else 4
+    return 2 if plan.compute_dtype in HALF_DTYPES else 4
 
 
 def _tile_workspace(plan: Plan) -> int:
     """Decoded weight of the largest frozen tile (storage.linear, storage.nf4.workspace_bytes)."""
-    if plan.storage == "float32":
+    held = storage(plan.storage)
+    if held.keeps_parameters:
         return 0
     best = 0
     for rows, cols in _projections(plan.model).values():
         fit = max(TILE_BYTES // (cols * 4), 1)
-        align = NF4_BLOCK // math.gcd(NF4_BLOCK, cols) if plan.storage != "bf16" else 1
+        align = NF4_BLOCK // math.gcd(NF4_BLOCK, cols) if held.quantized else 1
         tile = min(max(fit // align, 1) * align, rows)
-        scales = 0 if plan.storage == "bf16" else (-(-tile * cols // NF4_BLOCK) + 1) * 4
+        scales = (-(-tile * cols // NF4_BLOCK) + 1) * 4 if held.quantized else 0
         best = max(best, tile * cols * 4 + scales)
     return best
 
@@ -286,7 +291,7 @@ def _loss_terms(plan: Plan, tokens: int) -> tuple[float, float, float]:
     if plan.loss == "chunked_ce":
         c = min(plan.chunk_size, tokens)
         chunk = 4 * (2 * c * v + tokens * h + 2 * c * h)  # logits/probs, grad_h, chunk rows
-        if plan.method != "full":
+        if not method(plan.method).trains_base:
             # Frozen head: grad_h is formed in the forward (the hidden states themselves are
             # the head input kept above); grad_h and its scaled copy meet in the backward.
             return tokens * (8 + 8), chunk, 8 * tokens * h
@@ -303,7 +308,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
     ``scope`` "cpu-tensor" (what gate-memory validates) has no allocator slack; the CUDA
     scopes add a stated, unvalidated slack (see ``allocator_slack``).
     """
-    d = plan.model
+    d, entry, held = plan.model, method(plan.method), storage(plan.storage)
     rows = plan.micro_batch * (2 if plan.loss in PREFERENCE else 1)  # chosen + rejected
     tokens = rows * plan.seq_len
     streamed = bool(plan.stream_buffers)
@@ -311,20 +316,20 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
 
     embed = 4 * d.vocab_size * h * (1 if d.tie_word_embeddings else 2) + 4 * h
     if streamed:
-        weights = embed + plan.stream_buffers * _layer_block_bytes(d, plan.storage)
+        weights = embed + plan.stream_buffers * _layer_block_bytes(d, held)
     else:
-        per_layer = sum(_stored_bytes(r, c, plan.storage) for r, c in _projections(d).values())
-        weights = embed + d.num_layers * (per_layer + 8 * h) + _code_tables(plan.storage)
+        per_layer = sum(_stored_bytes(r, c, held) for r, c in _projections(d).values())
+        weights = embed + d.num_layers * (per_layer + 8 * h) + _code_tables(held)
     counts = _trainables(plan)
     trainable = 4 * sum(counts)
-    adapter = 0 if plan.method == "full" else trainable + _frozen_adapter_bytes(plan)
-    if plan.method == "full":
+    adapter = 0 if entry.trains_base else trainable + _frozen_adapter_bytes(plan)
+    if entry.trains_base:
         weights = max(weights, trainable)
     optimizer = _optimizer_bytes(plan, counts)
     grads = trainable
 
     rope = 2 * e * rows * plan.seq_len * d.head_dim
-    head_in = 4 * h + 4 + (4 * h if plan.method == "full" else 0)  # final norm (+ head input)
+    head_in = 4 * h + 4 + (4 * h if entry.trains_base else 0)  # final norm (+ head input)
     if (streamed and plan.stream_recompute) or plan.gradient_checkpointing:
         # Only each layer's input is kept; one layer at a time is recomputed in backward.
         kept = tokens * (d.num_layers * e * h + head_in) + rope
@@ -333,14 +338,14 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
         kept = (
             tokens
             * (
-                _layer_saved(plan, plan.method == "full")
+                _layer_saved(plan, entry.trains_base)
                 + (d.num_layers - 1) * _layer_saved(plan, True)
                 + head_in
             )
             + rope
         )
         last_layer = 0.0
-    if plan.method == "tinylora":
+    if entry.svd_basis:
         # each adapter's U * S product, made in its forward and kept as the weight of the
         # last linear until the backward has used it
         shapes = _projections(d)
@@ -351,7 +356,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
     # MLP backward: the down projection's input gradient beside a dequantized tile; then the
     # gradients of the silu output and the up output (a down adapter's input gradient is
     # accumulated into the first in place, and its saved input is gone by then).
-    down = plan.method == "full" or "down_proj" in plan.targets
+    down = entry.trains_base or "down_proj" in plan.targets
     layer_ws = max(e * tokens * f + tile, e * tokens * f * (2 if down else 3))
     phases = {
         "loss forward": (kept, loss_saved + loss_fwd, 0.0),

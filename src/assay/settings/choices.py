@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-STORAGES = ("float32", "bf16", "nf4", "nf4_double_quant")
+from assay.storage_registry import STORAGES
+
+__all__ = ["STORAGES"]  # the storage registry's names, re-exported for the settings
+
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DEFAULT_TARGETS = PROJECTIONS[:4]
 FORMATS = ("auto", "text", "prompt_completion", "messages", "preference", "kto")

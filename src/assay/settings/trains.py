@@ -5,10 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from assay.adapter_registry import LORA_FAMILY, NAMES, SHARINGS, LoRAOptions, TinyLoRAOptions
+from assay.adapter_registry import (
+    LORA_FAMILY,
+    METHODS,
+    NAMES,
+    SHARINGS,
+    LoRAOptions,
+    TinyLoRAOptions,
+)
 from assay.settings.choices import DEFAULT_TARGETS, FORMATS, LOSSES, PREFERENCE_LOSSES, PROJECTIONS
 from assay.settings.rule import setting
 
+# methods that put adapters on target projections (not the base weights themselves)
+ADAPTED = tuple(n for n, m in METHODS.items() if not m.trains_base)
 _LORA = {"applies": LORA_FAMILY, "applies_text": "lora family", "base": "lora"}
 _TINY = {"applies": ("tinylora",), "base": "lora"}
 
@@ -42,7 +51,7 @@ class AdapterConfig:
         items={"enum": list(PROJECTIONS)},
         min_items=1,
         unique=True,
-        applies=tuple(n for n in NAMES if n != "full"),
+        applies=ADAPTED,
         applies_text="adapter methods (full trains every weight)",
         held=True,
         base="lora",
@@ -55,7 +64,7 @@ class AdapterConfig:
         items={"type": "integer", "minimum": 0},
         min_items=1,
         unique=True,
-        applies=tuple(n for n in NAMES if n != "full"),
+        applies=ADAPTED,
         applies_text="adapter methods (full trains every weight)",
         base="lora",
     )

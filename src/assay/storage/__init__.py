@@ -6,7 +6,6 @@ NF4 bytes come from bitsandbytes and are decoded per use into a bounded row tile
 """
 
 from assay.storage.apply import (
-    STORAGES,
     apply_storage,
     check_storage,
     make_store,
@@ -16,6 +15,7 @@ from assay.storage.apply import (
 from assay.storage.dense import DenseWeight
 from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
 from assay.storage.nf4 import NF4Weight
+from assay.storage_registry import STORAGES
 
 __all__ = [
     "DEFAULT_TILE_BYTES",

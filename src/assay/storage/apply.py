@@ -9,11 +9,10 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from assay.errors import ConfigError
-from assay.settings import STORAGES
 from assay.storage.dense import DenseWeight
 from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
 from assay.storage.nf4 import NF4Weight
+from assay.storage_registry import storage as registered_storage
 
 StorageHook = Callable[[str, nn.Module, str], None]
 _HOOKS: OrderedDict[int, StorageHook] = OrderedDict()
@@ -38,16 +37,15 @@ def _fire(phase: str, module: nn.Module, storage: str) -> None:
 
 def check_storage(storage: str) -> str:
     """``storage`` if it names a storage, else ConfigError listing the valid names."""
-    if storage not in STORAGES:
-        raise ConfigError(f"unknown storage {storage!r}; expected one of {', '.join(STORAGES)}")
-    return storage
+    return registered_storage(storage).name
 
 
 def make_store(weight: torch.Tensor, storage: str) -> nn.Module:
-    """A weight store for a 2-D ``weight`` under a non-float32 ``storage``."""
-    if storage == "bf16":
+    """A weight store for a 2-D ``weight`` under a storage that converts (not float32)."""
+    entry = registered_storage(storage)
+    if not entry.quantized:
         return DenseWeight(weight, dtype=torch.bfloat16)
-    return NF4Weight(weight, double_quant=storage == "nf4_double_quant")
+    return NF4Weight(weight, double_quant=entry.double_quant)
 
 
 def _children_to_convert(module: nn.Module):
@@ -70,7 +68,7 @@ def apply_storage(
     """
     check_storage(storage)
     _fire("before", module, storage)
-    if storage != "float32":
+    if not registered_storage(storage).keeps_parameters:
         if isinstance(module, nn.Linear):
             module = _convert(module, storage, tile_bytes)
         else:
@@ -94,7 +92,7 @@ def quantize_embeddings(
     """
     check_storage(storage)
     _fire("before", model, storage)
-    if storage != "float32":
+    if not registered_storage(storage).keeps_parameters:
         embedding, head = model.embed_tokens, model.lm_head
         tied = head.weight.untyped_storage().data_ptr() == (
             embedding.weight.untyped_storage().data_ptr()

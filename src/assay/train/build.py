@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from assay.adapter_registry import method
 from assay.adapters import attach
 from assay.loading import load
 from assay.model.tokenizer import Tokenizer, load_tokenizer
@@ -34,7 +35,7 @@ def build_model(
     base = load(model_path(config), storage=config.storage)
     adapter = config.adapter
     kwargs: dict = {}
-    if adapter.method != "full":
+    if not method(adapter.method).trains_base:
         kwargs = {"targets": list(adapter.targets), "layers": adapter.layers, **adapter.options()}
     attach(base, adapter.method, seed=config.seed, **kwargs)
     base.gradient_checkpointing = config.gradient_checkpointing

@@ -37,6 +37,7 @@ from assay.settings import (
     rules,
 )
 from assay.settings_schema import yaml_body
+from assay.storage_registry import storage as registered_storage
 from assay.train.config_schema import check_schema, read_yaml
 
 __all__ = [
@@ -203,7 +204,7 @@ def _filled(cls: type, raw: dict[str, Any], *, at: str, source: Path) -> dict[st
 def _adapter(raw: dict[str, Any], storage: str, source: Path) -> AdapterConfig:
     body = _filled(AdapterConfig, raw, at="adapter", source=source)
     method = body["method"]
-    if not registered(method).needs_float_storage or storage == "float32":
+    if not registered(method).trains_base or registered_storage(storage).keeps_parameters:
         own = {k: raw[k] for k in option_names(method) if k in raw}
         build_options(method, own, where=f"{source}: adapter")  # the registry's own checks
         return AdapterConfig(**body)
@@ -284,7 +285,7 @@ def check_distributed(config: TrainConfig) -> None:
             "fsdp cannot shard a streamed base (the stream store holds it outside the module); "
             "use strategy ddp with streaming (each rank streams its own base) or drop stream",
         )
-    if config.storage != "float32":
+    if not registered_storage(config.storage).keeps_parameters:
         raise _fail(
             source,
             "distributed.strategy",

@@ -47,8 +47,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.adapters.lora:lora_scaling",
-                'alpha / math.sqrt(rank) if method == "rslora"',
-                'alpha / rank if method == "rslora"',
+                "alpha / math.sqrt(rank) if registered(method).scale_root",
+                "alpha / rank if registered(method).scale_root",
             ),
         ),
     ),
@@ -69,7 +69,7 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.adapters.lora:LoRALinear.__init__",
-                'requires_grad=method != "lora_fa"',
+                "requires_grad=registered(method).first_factor_trains",
                 "requires_grad=True",
             ),
         ),
@@ -191,8 +191,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.adapters.peft_io:peft_config",
-                '"use_rslora": spec.method == "rslora",',
-                '"use_rslora": False,',
+                "**registered(spec.method).peft_flags(),",
+                '**registered(spec.method).peft_flags(), "use_rslora": False,',
             ),
         ),
     ),

@@ -34,7 +34,7 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.memory.predict:_trainables",
-                '[b] if plan.method == "lora_fa" else [a, b]',
+                "[a, b] if entry.first_factor_trains else [b]",
                 "[a, b]",
             ),
         ),

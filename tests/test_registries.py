@@ -1,0 +1,79 @@
+"""Methods and storages are asked, never named: outside the two registries no code compares a
+method or storage with one of their names; it reads the registered entry's attributes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from assay.adapter_registry import METHODS, NAMES, from_peft_flags
+from assay.storage_registry import STORAGE_ENTRIES, STORAGES
+
+PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
+REGISTRIES = {"adapter_registry.py", "storage_registry.py"}
+KNOWN = set(NAMES) | set(STORAGES)
+
+
+def _names(node: ast.AST) -> set[str]:
+    """The string constants ``node`` is or holds (a tuple, list or set of them)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_names(e) for e in node.elts)) if node.elts else set()
+    return set()
+
+
+def name_comparisons(source: str, where: str = "<text>") -> list[str]:
+    """``where:line`` of every ==, !=, in or not in between something and a method or storage
+    name (or a collection of them)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        if any(_names(side) & KNOWN for side in sides):
+            found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_no_method_or_storage_is_compared_by_name_outside_the_registries():
+    found = []
+    for path in sorted(PRODUCT.rglob("*.py")):
+        if path.name not in REGISTRIES:
+            found += name_comparisons(path.read_text("utf-8"), str(path.relative_to(PRODUCT)))
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'if spec.method == "full": pass',
+        'x = storage != "float32"',
+        'ok = method in ("lora_fa", "tinylora")',
+        'ok = plan["storage"] not in {"bf16", "nf4"}',
+    ],
+)
+def test_the_check_finds_a_comparison_by_name(text):
+    """Control: each way of naming a method or storage in a comparison is caught."""
+    assert name_comparisons(text) == ["<text>:1"]
+
+
+def test_every_entry_is_consistent():
+    for entry in METHODS.values():
+        if entry.trains_base:
+            assert entry.saved_as is None and not entry.peft
+        if entry.svd_basis:
+            assert not entry.first_factor_trains
+    assert [s for s in STORAGE_ENTRIES.values() if s.keeps_parameters] == [
+        STORAGE_ENTRIES["float32"]
+    ]
+
+
+@pytest.mark.parametrize("name", [n for n, m in METHODS.items() if m.peft])
+def test_peft_flags_read_back_to_the_method_peft_stores(name):
+    """LoRA-FA is stored as LoRA (PEFT has no frozen-A variant); every other PEFT method reads
+    back as itself."""
+    expected = "lora" if not METHODS[name].first_factor_trains else name
+    assert from_peft_flags(METHODS[name].peft_flags()) == expected
