@@ -288,6 +288,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/model/test_generate.py::test_one_prompt_alone_matches_transformers",),
     ),
     Mutant(
+        "model.generate.cached_position_stale",
+        ("tests/model/test_generate.py::test_cached_equals_full_recompute_with_adapters",),
+    ),
+    Mutant(
+        "model.cache.pads_attended",
+        (
+            "tests/model/test_generate.py::test_greedy_matches_transformers_generate_on_a_padded_batch",
+        ),
+    ),
+    Mutant(
         "testing.grader.raw_compare",
         ("tests/testing/test_grader.py::test_formatting_variants_are_accepted",),
     ),

@@ -148,6 +148,30 @@ def test_a_stale_cache_is_caught(tiny_models, monkeypatch):
     assert [list(g.tokens) for g in broken] != want
 
 
+def test_kept_logits_are_transformers_output_logits(tiny_models):
+    """``keep_logits``: per row, the logits each new token was chosen from, as transformers'
+    ``output_logits`` gives them on the same left-padded batch; their argmax is the token."""
+    path = tiny_models["llama3"]["hf"]
+    prompts = _prompts()
+    got = generate(assay.load(path), prompts, max_new_tokens=NEW, eos_id=None, keep_logits=True)
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    with torch.no_grad():
+        out = _hf(path).generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW,
+                                 do_sample=False, pad_token_id=0, eos_token_id=None,
+                                 output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    want = torch.stack(out.logits, dim=1)
+    for row, g in enumerate(got):
+        assert g.logits.shape == (NEW, want.shape[-1]) and g.logits.dtype == torch.float32
+        assert torch.equal(g.logits.argmax(-1), torch.tensor(g.tokens))
+        torch.testing.assert_close(g.logits, want[row], rtol=0, atol=1e-4)
+    assert generate(assay.load(path), prompts, max_new_tokens=2, eos_id=None)[0].logits is None
+
+
 def test_bad_requests_are_one_line_errors(tiny_models):
     model = assay.load(tiny_models["llama3"]["hf"])
     with pytest.raises(AssayError, match="no prompts"):

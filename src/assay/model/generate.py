@@ -21,10 +21,13 @@ from assay.model.cache import KVCache
 
 @dataclass(frozen=True)
 class Generation:
-    """One prompt's greedy continuation: new token ids (no eos) and why it stopped."""
+    """One prompt's greedy continuation: new token ids (no eos) and why it stopped; with
+    ``keep_logits``, the float32 logits [steps, vocab] each emitted token (and a stopping eos)
+    was chosen from, as transformers' ``output_logits`` gives them."""
 
     tokens: tuple[int, ...]
     stop: str  # "eos" or "length"
+    logits: torch.Tensor | None = None
 
 
 def _decoder(model: nn.Module) -> nn.Module:
@@ -66,12 +69,14 @@ def generate(
     eos_id: int | Iterable[int] | None,
     pad_id: int = 0,
     use_cache: bool = True,
+    keep_logits: bool = False,
 ) -> list[Generation]:
     """Greedy (argmax, ties to the lowest id) continuations of every prompt, in order.
 
     ``use_cache=False`` recomputes the whole sequence at every step with the training forward:
-    the reference the cached path is tested against. Raises AssayError on an empty prompt list,
-    an empty prompt or a negative ``max_new_tokens``.
+    the reference the cached path is tested against. ``keep_logits`` returns each row's logits
+    per step (to compare with another implementation, or to score). Raises AssayError on an
+    empty prompt list, an empty prompt or a negative ``max_new_tokens``.
     """
     if not prompts:
         raise AssayError("generate: no prompts")
@@ -87,6 +92,7 @@ def generate(
     out: list[list[int]] = [[] for _ in range(rows)]
     done = [False] * rows
     stop = ["length"] * rows
+    kept: list[list[torch.Tensor]] = [[] for _ in range(rows)]
     cache = KVCache(len(decoder.layers)) if use_cache else None
     step_ids, positions = ids, _positions(mask)
     for _ in range(max_new_tokens):
@@ -98,6 +104,8 @@ def generate(
         for row in range(rows):
             if done[row]:
                 continue
+            if keep_logits:
+                kept[row].append(logits[row].float())
             token = int(chosen[row])
             if token in stops:
                 done[row], stop[row] = True, "eos"
@@ -110,4 +118,7 @@ def generate(
         ids = torch.cat((ids, fed[:, None]), dim=1)
         mask = torch.cat((mask, torch.ones((rows, 1), dtype=mask.dtype, device=device)), dim=1)
         step_ids, positions = fed[:, None], _positions(mask)[:, -1:]
-    return [Generation(tuple(tokens), s) for tokens, s in zip(out, stop, strict=True)]
+    return [
+        Generation(tuple(tokens), s, torch.stack(steps) if steps else None)
+        for tokens, s, steps in zip(out, stop, kept, strict=True)
+    ]

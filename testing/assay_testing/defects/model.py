@@ -24,6 +24,28 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "model.generate.cached_position_stale",
+        "cached decoding rotates each new token at the previous token's position",
+        (
+            Edit(
+                "assay.model.generate:generate",
+                "step_ids, positions = fed[:, None], _positions(mask)[:, -1:]",
+                "step_ids, positions = fed[:, None], _positions(mask)[:, -2:-1]",
+            ),
+        ),
+    ),
+    Defect(
+        "model.cache.pads_attended",
+        "the cached attention mask lets every query attend to the left padding",
+        (
+            Edit(
+                "assay.model.cache:cached_attention_mask",
+                "& padding.bool()[:, None, None, :]",
+                "& torch.ones_like(padding, dtype=torch.bool)[:, None, None, :]",
+            ),
+        ),
+    ),
+    Defect(
         "model.generate.sample",
         "the next token is sampled from the softmax instead of the argmax",
         (
