@@ -15,6 +15,7 @@ from typing import Any
 from assay.errors import ConfigError
 
 SHARINGS = ("global", "per_target")
+INF = float("inf")
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,9 @@ def _check(options: Any, prefix: str) -> None:
     if isinstance(options, LoRAOptions):
         if not isinstance(options.rank, int) or isinstance(options.rank, bool) or options.rank < 1:
             raise ConfigError(f"{prefix}rank must be a positive integer, got {options.rank!r}")
+        alpha = options.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < INF:
+            raise ConfigError(f"{prefix}alpha must be a positive finite number, got {alpha!r}")
         if not 0.0 <= float(options.dropout) < 1.0:
             raise ConfigError(f"{prefix}dropout must be in [0, 1), got {options.dropout!r}")
     if isinstance(options, TinyLoRAOptions):

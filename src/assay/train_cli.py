@@ -105,7 +105,7 @@ def _claim_output(config, args: argparse.Namespace) -> None:
     """Refuse a run dir that holds a run unless --resume/--overwrite (main process only)."""
     from assay.train.run_dir import claim_run_dir
 
-    claim_run_dir(Path(config.output.dir), str(args.config), resume=bool(args.resume),
+    claim_run_dir(Path(config.output.dir), str(args.config), resume=args.resume,
                   overwrite=args.overwrite)  # fmt: skip
 
 
@@ -161,6 +161,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _outside_the_run(out: Path, run: Path) -> None:
+    """Refuse an export destination that is, contains or lies inside the source run: writing
+    (or ``--force`` clearing) it would destroy the checkpoints being exported."""
+    where, source = out.resolve(), run.resolve()
+    if where == source or source in where.parents or where in source.parents:
+        raise AssayError(
+            f"{out}: --out is, contains or lies inside the run {run} being exported; "
+            "choose a folder outside it"
+        )
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from assay.export import check_destination, export
     from assay.train.build import build_model, trainable_parameters
@@ -176,6 +187,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     config = load_train_config(config_path)
     _preflight(config)
     out_dir = Path(args.out)
+    _outside_the_run(out_dir, run_dir)
     check_destination(out_dir, force=args.force)
     with load_status("model"):
         _, base = build_model(config)

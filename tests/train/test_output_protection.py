@@ -86,3 +86,67 @@ def test_a_resealed_checkpoint_is_checked_field_by_field(workspace, capsys, file
     assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"assay: error: {step / file}: {field}: "), err
+
+
+def test_resume_from_a_folder_without_a_checkpoint_is_refused(workspace, tmp_path, capsys):
+    """Data loss of issue 30: --resume of an empty folder used to start at step 0 and write
+    into output.dir, over the run there."""
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    capsys.readouterr()
+    assert main(["train", str(config), "--json", "--no-progress", "--resume", str(empty)]) == 2
+    assert f"--resume {empty}: holds no checkpoint" in capsys.readouterr().err
+    assert main(["train", str(config), "--json", "--no-progress", "--resume", "nowhere"]) == 2
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+
+
+def test_another_runs_checkpoint_never_writes_into_this_run(workspace, tmp_path, capsys):
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    capsys.readouterr()
+    assert main(["train", str(config), "--json", "--no-progress", "--resume", str(copy)]) == 2
+    assert "holds another run" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    # the run's own step folder still resumes it
+    step = run / "step-000001"
+    assert main(["train", str(config), "--json", "--no-progress", "--resume", str(step)]) == 0
+    assert _steps(run) == [1, 2]
+
+
+def test_overwrite_that_cannot_delete_leaves_the_old_run_whole(workspace, monkeypatch, capsys):
+    import shutil
+
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
+    files = sorted(p.relative_to(run) for p in run.rglob("*"))
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    capsys.readouterr()
+    assert main(["train", str(config), "--json", "--no-progress", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    aside = next(run.parent.glob(f".{run.name}.replaced-*"))
+    assert "could not be deleted" in err and str(aside) in err
+    assert sorted(p.relative_to(aside) for p in aside.rglob("*")) == files
+
+
+def test_export_into_the_run_itself_is_refused(workspace, capsys):
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    files = sorted(run.rglob("*"))
+    for out in (run, run / "exported", run.parent):
+        capsys.readouterr()
+        argv = ["export", str(run), "--format", "peft", "--out", str(out), "--force"]
+        assert main(argv) == 2
+        assert "lies inside the run" in capsys.readouterr().err
+    assert sorted(run.rglob("*")) == files
