@@ -43,6 +43,10 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
+    if not summary["steps_this_run"]:  # resumed at (or stopped before) its last step
+        print(f"nothing to train: the run is at step {summary['steps']}")
+        print(f"checkpoint {summary['checkpoint']}")
+        return
     eval_text = "" if summary["eval_loss"] is None else f", eval loss {summary['eval_loss']:.4f}"
     ranks = f" on {summary['world_size']} ranks" if summary.get("world_size", 1) > 1 else ""
     print(

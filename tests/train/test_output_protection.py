@@ -150,3 +150,13 @@ def test_export_into_the_run_itself_is_refused(workspace, capsys):
         assert main(argv) == 2
         assert "lies inside the run" in capsys.readouterr().err
     assert sorted(run.rglob("*")) == files
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_train(workspace, capsys):
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", str(config), "--no-progress", "--resume", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nothing to train: the run is at step 2\n")
+    assert _steps(run) == [1, 2]
