@@ -70,11 +70,16 @@ def test_a_model_directory_with_a_tokenizer(workspace, capsys):
         (["MODEL", "--prompt", "x"], "has no GGUF tokenizer"),
         (["MODEL", "--prompt", "x", "--max-new-tokens", "-1"], "expected 0 or more"),
         (["MODEL", "--prompt", ""], "a prompt is empty"),
+        (["MODEL", "--tokenizer", "TOK", "--prompt", "x", "--max-new-tokens", "100000"],
+         "--max-new-tokens 100000: the longest prompt"),
+        (["MODEL", "--tokenizer", "TOK", "--prompt", "x", "--prompt", "LONG"],
+         "--prompt 2: "),
     ],
-)
+)  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(workspace, capsys, argv, message):
     _, config, _ = workspace
-    argv = [config["model"] if a == "MODEL" else a for a in argv]
+    names = {"MODEL": config["model"], "TOK": config["tokenizer"], "LONG": "word " * 20000}
+    argv = [names.get(a, a) for a in argv]
     capsys.readouterr()
     assert main(["generate", *argv]) == 2
     err = capsys.readouterr().err

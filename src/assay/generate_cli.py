@@ -61,6 +61,23 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return assay.load(source, storage=args.storage), load_tokenizer(tokenizer_source)
 
 
+def _within_context(prompts: list[list[int]], new: int, context: int) -> None:
+    """Refuse, naming the option, a prompt or a continuation past the model's context: the
+    rotary positions beyond it were never trained, so the output would be silently wrong."""
+    for number, prompt in enumerate(prompts, 1):
+        if len(prompt) > context:
+            raise AssayError(
+                f"--prompt {number}: {len(prompt)} tokens exceed the model's context of "
+                f"{context} tokens"
+            )
+    longest = max(len(p) for p in prompts)
+    if longest + new > context:
+        raise AssayError(
+            f"--max-new-tokens {new}: the longest prompt ({longest} tokens) plus {new} new "
+            f"tokens exceed the model's context of {context}; use at most {context - longest}"
+        )
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from assay.model.generate import generate
 
@@ -76,6 +93,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             for p in texts
         ]
     prompts = [tok.encode(t, add_special_tokens=True) for t in texts]
+    _within_context(prompts, args.max_new_tokens, model.config.max_position_embeddings)
     pad = next((i for i in (tok.pad_id, tok.eos_id, 0) if i is not None), 0)
     results = generate(
         model, prompts, max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, pad_id=pad
