@@ -142,7 +142,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with load_status("model and data"):
         trainer = Trainer(config, device=args.device, progress=False)
     if args.checkpoint:
-        load_checkpoint(args.checkpoint, fingerprints=None).restore(trainer.params, rng=False)
+        saved = load_checkpoint(args.checkpoint, fingerprints=None)
+        if saved.fingerprints.get("model") != trainer.fingerprints["model"]:
+            raise AssayError(
+                f"{saved.path}: was trained on another model (sha256 "
+                f"{str(saved.fingerprints.get('model'))[:12]}) than {config.model} (sha256 "
+                f"{trainer.fingerprints['model'][:12]})"
+            )
+        saved.restore(trainer.params, rng=False)
     if args.data:
         from assay.train.data import load_dataset
 

@@ -160,3 +160,20 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(workspace, capsy
     out = capsys.readouterr().out
     assert out.startswith("nothing to train: the run is at step 2\n")
     assert _steps(run) == [1, 2]
+
+
+def test_eval_of_a_checkpoint_trained_on_another_model_is_refused(workspace, tmp_path, capsys):
+    """A silent wrong answer of issue 30: eval used to score another model's checkpoint."""
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    other = {**yaml.safe_load(config.read_text()), **save_text_run(tmp_path / "other", seed=5)}
+    other_config = tmp_path / "other.yaml"
+    other_config.write_text(yaml.safe_dump(other))
+    rows = ["--data", other["data"]["train"], "--json"]
+    capsys.readouterr()
+    assert main(["eval", str(other_config), "--checkpoint", str(run), *rows]) == 2
+    err = capsys.readouterr().err
+    assert "was trained on another model" in err and err.count("\n") == 1, err
+    assert main(["eval", str(config), "--checkpoint", str(run), *rows]) == 0, (
+        capsys.readouterr().err
+    )
