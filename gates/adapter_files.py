@@ -1,4 +1,5 @@
-"""Helpers for gate-adapters' file round trips and direct measurements (not a gate module).
+"""Helpers for gate-exports' file round trips and gate-adapters' direct measurements (not a
+gate module).
 
 Corrupt PEFT folders and exported tensors the way a wrong writer would, load them through
 PEFT, transformers and the gguf package, and measure frozen tensors byte for byte.

@@ -1,6 +1,6 @@
 """Helpers for gate-adapters' parity claims (not a gate module): the subjects, PEFT twins
 holding exactly our adapter tensors, the comparisons, the broken variants the controls use,
-TinyLoRA's dense fp64 reference, and bitwise restore counts.
+TinyLoRA's dense fp64 reference, and bitwise restore counts (gate-exports' restore claims).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A case starts from a small, honest ledger of three chained receipts (written thr
 ``write_receipt``, records and index rendered), then tampers the way a careful forger would:
 it re-renders the records afterwards so that only the ledger, back-links, signatures or
 staleness can give it away. :func:`detected` runs ``verify`` (with signatures and staleness)
-and says whether the tamper shows. Shared by gates/gate_robustness.py and tests/qualify.
+and says whether the tamper shows. Shared by gates/gate_faults.py and tests/qualify.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``export_merged`` never mutates the model: each adapted projection's merged weight is computed
 densely in fp32 (an NF4 or bf16 base is dequantized first, then W + delta W), so a model trained
 on NF4 storage exports as a plain float model. Tolerances, measured in tests/test_export.py and
-gate-adapters: F32 files give logits within 1e-4 of the adapted model (the merged weight is one
+gate-exports: F32 files give logits within 1e-4 of the adapted model (the merged weight is one
 fp32 rounding away from computing W x + s B(A x) separately); F16 files round each weight to
 11 significant bits, so they are compared against the same merged weights rounded to fp16.
 ``export`` is the entry point for ``assay export --format peft|safetensors|gguf``.

@@ -236,14 +236,14 @@ MUTANTS: tuple[Mutant, ...] = (
     # writes, bounded inputs, export, generation, the grader and the ledger (merged later)
     Mutant(
         "atomic.in_place",
-        ("gates/gate_robustness.py::test_faults_inside_writes",),
+        ("gates/gate_faults.py::test_faults_inside_writes",),
     ),
     Mutant(
         "atomic.ignore_short_write",
         (),
         status="equivalent",
         reason="alone it changes nothing: os.write on a regular Linux file takes every byte; "
-        "gate-robustness arms it with atomic.short_write and catches it (3 files wrong)",
+        "gate-faults arms it with atomic.short_write and catches it (3 files wrong)",
     ),
     Mutant(
         "atomic.short_write",
@@ -256,7 +256,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "atomic.kill_mid_write",
         (),
         status="equivalent",
-        reason="not a defect but a crash injected mid-write; gate-robustness shows the last good "
+        reason="not a defect but a crash injected mid-write; gate-faults shows the last good "
         "file survives it, so the product's behaviour is unchanged by design",
     ),
     Mutant(

@@ -161,7 +161,7 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     layers = list(range(num_layers)) if layers is None else layers
     layers = [layers] if isinstance(layers, int) else layers
     if cfg.get("use_dora") and cfg.get("use_rslora"):
-        # Found by gate-adapters' PEFT round trip: this used to load with alpha/r, silently.
+        # Found by the PEFT round trip now in gate-exports: this used to load with alpha/r.
         raise ConfigError(
             f"{where}: use_dora with use_rslora is not supported (DoRA scales by alpha/r)"
         )

@@ -56,7 +56,7 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
-    # Control for gate-adapters: the file must load in another implementation (transformers'
+    # Control for gate-exports: the file must load in another implementation (transformers'
     # GGUF loader), not only in assay's own reader.
     Defect(
         "model.gguf_export.skip_qk_permute",
