@@ -24,7 +24,7 @@ def _version(dist: str) -> str | None:
 
 
 def pytest_gate_environment(config: pytest.Config) -> dict[str, Any]:
-    from assay.qualify.environment import torch_stack
+    from assay.qualify.plugin.environment import torch_stack
 
     return {
         **torch_stack(),

@@ -31,7 +31,7 @@ from assay.distributed.context import DistContext, init
 from assay.distributed.state import gather
 from assay.distributed.trainer import DistributedTrainer
 from assay.distributed.wrap import full_base_bytes, local_base_bytes
-from assay.qualify.child_imports import report_at_exit
+from assay.qualify.plugin.child_imports import report_at_exit
 from assay.train.config import load_train_config
 from assay.train.data import Batch, Cursor
 from assay.train.loop import Trainer

@@ -41,7 +41,7 @@ IMPLEMENTATION = (
 
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory) -> dict:
-    from assay.qualify.environment import resolve_device
+    from assay.qualify.plugin.environment import resolve_device
     from assay_testing.text_run import save_text_run
 
     device = resolve_device(request.config.getoption("gate_device"))

@@ -60,7 +60,7 @@ def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="states lost",
-        code=["assay.atomic", "assay.train.checkpoint", "assay.qualify.receipt", "crash"],
+        code=["assay.atomic", "assay.train.checkpoint", "assay.qualify.ledger.receipt", "crash"],
     )
     claim.measure(lost)
     for r in reports:
@@ -95,11 +95,11 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
         unit="tamper cases unseen",
         code=[
             str(Path(__file__).with_name("tamper_cases.py")),
-            "assay.qualify.chain",
-            "assay.qualify.sign",
-            "assay.qualify.stale",
-            "assay.qualify.standing",  # verify's receipt and chain checks run here
-            "assay.qualify.verify",
+            "assay.qualify.ledger.chain",
+            "assay.qualify.ledger.sign",
+            "assay.qualify.judging.stale",
+            "assay.qualify.judging.standing",  # verify's receipt and chain checks run here
+            "assay.qualify.judging.verify",
         ],
     )
     unseen = [c for c in tamper_cases.CASES if not tamper_cases.detected(tmp_path / c, c)]

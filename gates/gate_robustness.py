@@ -44,8 +44,8 @@ READERS = (
     "assay.settings",
     "assay.settings_schema",
     "assay.train.checkpoint",
-    "assay.qualify.receipt",
-    "assay.qualify.render",
+    "assay.qualify.ledger.receipt",
+    "assay.qualify.publishing.render",
     "assay.cli",
     "assay.train_cli",
 )
@@ -112,7 +112,7 @@ def test_markdown_injection_renders_inert(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="live markup kinds",
-        code=["assay.qualify.render", "assay.qualify.receipt", "corpus_inputs"],
+        code=["assay.qualify.publishing.render", "assay.qualify.ledger.receipt", "corpus_inputs"],
     )
     claim.measure(len(live_markup(record)) + int("Forged heading" not in record))
     claim.control("the same string pasted into a record unescaped", len(live_markup(INJECTION)))

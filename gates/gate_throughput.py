@@ -19,7 +19,7 @@ import torch
 
 from assay.model.flops import SUMMARY as FLOP_MODEL
 from assay.qualify import Threshold
-from assay.qualify.timing import Timing
+from assay.qualify.plugin.timing import Timing
 from assay.stream.kept import SlotRef
 from assay_bench.report import run_benchmark
 from assay_bench.step import max_abs_diff, trainable_grads

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from assay.qualify.child_imports import report_at_exit
+from assay.qualify.plugin.child_imports import report_at_exit
 from assay.train.config import load_train_config
 from assay.train.loop import Trainer
 from assay_testing.faults import pause_at_event

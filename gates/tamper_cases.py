@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.chain import HEADER, LEDGER, ledger_path, read_ledger, write_receipt
-from assay.qualify.index import render_all
-from assay.qualify.receipt import dump_receipt, receipt_filename, seal
-from assay.qualify.verify import verify_all, verify_signatures, verify_stale
+from assay.qualify.judging.verify import verify_all, verify_signatures, verify_stale
+from assay.qualify.ledger.chain import HEADER, LEDGER, ledger_path, read_ledger, write_receipt
+from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal
+from assay.qualify.publishing.index import render_all
 
 GATE = "demo"
 CODE = "src/demo_impl.py"
@@ -190,7 +190,7 @@ def _keygen(path: Path) -> str:
 def forged_signature(ledger: Ledger, keys: Path) -> Path:
     """Sign as alice, then copy alice's signature of one receipt onto another (and sign a
     third with a key nobody allowed). Returns the allowed-signers file."""
-    from assay.qualify.sign import sig_path, sign_receipts
+    from assay.qualify.ledger.sign import sig_path, sign_receipts
 
     keys.mkdir(parents=True, exist_ok=True)
     alice = _keygen(keys / "alice")

@@ -6,7 +6,8 @@ The device tool brings back at most 8 files, each at most 16 MiB, at most two fo
 writes exactly four plain files directly in OUT:
 
 - ``assay-gpu-<commit12>.tar.gz``: the receipts each gate gained on the box since the kit's
-  ledger heads (:func:`assay.qualify.archive.pack`, with their figures), the box's provenance,
+  ledger heads (:func:`assay.qualify.ledger.archive.pack`, with their figures), the box's
+  provenance,
   ``summary.tsv``, ``environment.txt``, the run log and each gate's log (gzipped; cut to their
   last 256 KiB, then less, until the archive fits 16 MiB);
 - ``summary.txt``: one line per gate (exit code, seconds, receipt status) and the archive's sha256;
@@ -65,7 +66,7 @@ def _summary_rows(run: Path) -> list[list[str]]:
 
 
 def _status_of(run: Path, gate: str, seeded: dict[str, str | None]) -> str:
-    from assay.qualify.archive import receipts_after
+    from assay.qualify.ledger.archive import receipts_after
 
     entries = receipts_after(run / "receipts", gate, seeded[gate])
     if not entries:
@@ -76,7 +77,7 @@ def _status_of(run: Path, gate: str, seeded: dict[str, str | None]) -> str:
 
 def pack_run(run: Path, out: Path) -> Path:
     """Write the four files into ``out``; return the archive's path."""
-    from assay.qualify.archive import pack
+    from assay.qualify.ledger.archive import pack
 
     # a run stopped before seeding or preflight still sends its summary and logs home
     seeded = _json(run / "seeded.json").get("heads", {})

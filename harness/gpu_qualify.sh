@@ -168,7 +168,7 @@ fi
 "$PY" - "$RUN" "$KIT/manifest.json" $GATES <<'PYEOF' || stop "could not seed the receipts folder"
 import json, shutil, sys
 from pathlib import Path
-from assay.qualify.chain import chain_head
+from assay.qualify.ledger.chain import chain_head
 run, kit, gates = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), sys.argv[3:]
 path = run / "seeded.json"
 seeded = json.loads(path.read_text()) if path.is_file() else {}

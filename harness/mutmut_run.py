@@ -47,9 +47,9 @@ NO_MUTANT = "assay_generate_only__no_such_mutant"
 SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "qualify": (
         (
-            "src/assay/qualify/receipt.py",
-            "src/assay/qualify/verify.py",
-            "src/assay/qualify/threshold.py",
+            "src/assay/qualify/ledger/receipt.py",
+            "src/assay/qualify/judging/verify.py",
+            "src/assay/qualify/judging/threshold.py",
         ),
         (
             "tests/qualify/test_canonical_sha.py",

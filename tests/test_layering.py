@@ -144,8 +144,14 @@ def test_qualify_has_no_import_cycle():
             {"assay.stream.engine": {"assay.memory.predict"}},
             ["assay.stream.engine -> assay.memory.predict"],
         ),
-        ({"assay.qualify.gate": {"assay.model"}}, ["assay.qualify.gate -> assay.model"]),
-        ({"assay": {"assay.qualify.child_imports"}}, ["assay -> assay.qualify.child_imports"]),
+        (
+            {"assay.qualify.plugin.gate": {"assay.model"}},
+            ["assay.qualify.plugin.gate -> assay.model"],
+        ),
+        (
+            {"assay": {"assay.qualify.plugin.child_imports"}},
+            ["assay -> assay.qualify.plugin.child_imports"],
+        ),
         ({"assay.train.loop": {"assay_testing.tiny"}}, ["assay.train.loop -> assay_testing.tiny"]),
         ({"assay.cli": {"assay_bench.step"}}, ["assay.cli -> assay_bench.step"]),
     ],

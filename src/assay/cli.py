@@ -18,7 +18,7 @@ from assay.settings import rule as setting_rule
 from assay.train_cli import cmd_eval, cmd_export, cmd_train
 
 if os.environ.get("ASSAY_GATE_IMPORTS"):  # a gate test's child: report the code it ran
-    from assay.qualify.child_imports import report_at_exit
+    from assay.qualify.plugin.child_imports import report_at_exit
 
     report_at_exit()
 
@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_render_and_verify(sub)
-        from assay.qualify.attest import add_attest
+        from assay.qualify.ledger.attest import add_attest
 
         add_attest(sub)
     from assay.memory.estimate_cli import add_estimate

@@ -181,11 +181,11 @@ def checkpoint_cases(root: Path, model: Path) -> list[Case]:
 
 def make_receipt(receipts: Path, note: str) -> Path:
     """Write one valid, sealed receipt of gate ``corpus`` that carries ``note``."""
-    from assay.qualify.assemble import build_receipt
-    from assay.qualify.chain import write_receipt
-    from assay.qualify.environment import describe_code, describe_environment
-    from assay.qualify.gate import Gate
-    from assay.qualify.receipt import utc_now
+    from assay.qualify.ledger.chain import write_receipt
+    from assay.qualify.ledger.receipt import utc_now
+    from assay.qualify.plugin.assemble import build_receipt
+    from assay.qualify.plugin.environment import describe_code, describe_environment
+    from assay.qualify.plugin.gate import Gate
 
     gate = Gate("corpus", "cpu", "gates/gate_corpus.py::test_x", Path.cwd())
     claim = gate.claim("x", note, kind="correctness", threshold=Threshold("==", 0), unit="n")
@@ -268,7 +268,7 @@ def live_markup(record: str) -> list[str]:
 
 def injection_record(root: Path) -> tuple[Path, str]:
     """Render a valid receipt whose statement, control and note carry INJECTION."""
-    from assay.qualify.index import render_all
+    from assay.qualify.publishing.index import render_all
 
     folder = root / "receipts" / "markdown_injection"
     make_receipt(folder / "receipts", INJECTION)

@@ -109,9 +109,9 @@ def test_dry_run_comes_home_as_one_archive_and_imports(wheels: Path, tmp_path: P
     from assay.cli import main
     from assay.model.gguf_export import write_gguf
     from assay.qualify import verify_all
-    from assay.qualify.archive import read_archive
-    from assay.qualify.chain import chain_head, read_ledger
-    from assay.qualify.standing import gate_standing
+    from assay.qualify.judging.standing import gate_standing
+    from assay.qualify.ledger.archive import read_archive
+    from assay.qualify.ledger.chain import chain_head, read_ledger
     from assay_testing.tiny import llama_config
 
     pack = harness_module("gpu_pack")

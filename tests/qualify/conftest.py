@@ -3,7 +3,7 @@ the top-level conftest)."""
 
 from __future__ import annotations
 
-# the same for coverage's C tracer, which gate sessions start (assay.qualify.executed)
+# the same for coverage's C tracer, which gate sessions start (assay.qualify.plugin.executed)
 import coverage.tracer  # noqa: F401
 import pytest
 

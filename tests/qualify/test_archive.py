@@ -1,4 +1,4 @@
-"""Receipts made on a GPU box come home as one archive (assay.qualify.archive) and join the
+"""Receipts made on a GPU box come home as one archive (assay.qualify.ledger.archive) and join the
 ledger the box chained onto, beside the CPU receipts of the same gate."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from assay.cli import main
 from assay.errors import AssayError
 from assay.qualify import verify_all
-from assay.qualify.archive import pack, read_archive
-from assay.qualify.chain import chain_head, read_ledger
-from assay.qualify.standing import gate_standing
+from assay.qualify.judging.standing import gate_standing
+from assay.qualify.ledger.archive import pack, read_archive
+from assay.qualify.ledger.chain import chain_head, read_ledger
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 DEVICE_GATE = """
@@ -87,7 +87,7 @@ def test_box_receipts_join_beside_the_cpu_ones_and_verify(home, tmp_path, capsys
     assert {c["id"]: c["device"] for c in cuda["claims"]} == {"diff": "cuda", "tokens": "cpu"}
     record = (home.records / "alpha.md").read_text()
     assert "ran on cuda" in record and "ran on cpu" in record
-    from assay.qualify.wording import commit_text
+    from assay.qualify.publishing.wording import commit_text
 
     assert "from the GPU kit's manifest" in commit_text(cuda["code"])
     # the same archive again: nothing to do, still verifies
@@ -219,7 +219,7 @@ def test_a_gate_that_gained_nothing_is_left_out_of_the_archive(home, tmp_path):
 
 
 def test_bad_provenance_is_a_one_line_usage_error(home, tmp_path):
-    from assay.qualify.environment import provenance_state
+    from assay.qualify.plugin.environment import provenance_state
 
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"commit": "nothex", "dirty": False}))
@@ -235,7 +235,7 @@ def test_bad_provenance_is_a_one_line_usage_error(home, tmp_path):
 
 
 def test_a_cpu_run_is_never_compared_with_a_cuda_baseline(home, tmp_path):
-    from assay.qualify.baseline import find_baseline
+    from assay.qualify.judging.baseline import find_baseline
 
     archive, _ = _box_run(home, tmp_path)
     assert _import(archive, home.receipts) == 0

@@ -41,7 +41,7 @@ def test_c(gate):
     c.measure(0)
     c.control("broken", 2)
 """
-REPORTS = "from assay.qualify.child_imports import report_at_exit; report_at_exit(); "
+REPORTS = "from assay.qualify.plugin.child_imports import report_at_exit; report_at_exit(); "
 
 
 def test_a_module_only_a_child_process_imported_counts_when_the_child_reports(gates):
@@ -125,7 +125,7 @@ def test_child_imports_reads_each_report_once_and_restores_the_environment(tmp_p
     import json
     import os
 
-    from assay.qualify.child_imports import ENV, ChildImports
+    from assay.qualify.plugin.child_imports import ENV, ChildImports
 
     monkeypatch.setenv(ENV, "outer")
     children = ChildImports()

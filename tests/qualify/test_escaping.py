@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from assay.qualify.render import cell, text
+from assay.qualify.publishing.render import cell, text
 
 INJECTION = (
     "x | y\n<script>alert(1)</script> ![img](http://e.vil/a.png) [link](javascript:1) `code` **b**"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from assay.qualify.stale import check_receipt
+from assay.qualify.judging.stale import check_receipt
 
 PYPROJECT = '[project]\nname = "toypkg"\nversion = "0.1"\n'
 PACKAGE = {
@@ -209,7 +209,8 @@ def test_a_session_without_gate_modules_never_loads_coverage(pytester):
     pytester.makepyfile(test_plain="import sys\n\ndef test_x():\n    assert 1\n")
     pytester.makeconftest(
         "import sys\n\ndef pytest_sessionfinish(session):\n"
-        "    assert 'coverage' not in sys.modules and 'assay.qualify.executed' not in sys.modules\n"
+        "    assert 'coverage' not in sys.modules\n"
+        "    assert 'assay.qualify.plugin.executed' not in sys.modules\n"
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()

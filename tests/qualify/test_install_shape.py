@@ -40,7 +40,8 @@ def test_the_framework_api_never_imports_the_trainer_stack():
         "import json, sys, assay, assay.qualify as q\n"
         "names = [q.Threshold, q.Tolerance, q.Gate, q.measure_time, q.headline, q.render_all,"
         " q.verify_all, q.read_receipt]\n"
-        "import assay.qualify.plugin, assay.qualify.session, assay.qualify.environment\n"
+        "import assay.qualify.plugin.hooks, assay.qualify.plugin.session\n"
+        "import assay.qualify.plugin.environment\n"
         f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -132,4 +133,4 @@ def test_the_wheel_holds_the_product_not_its_test_machinery(wheel):
     assert packages == {"assay"}, "only the product ships: tests' helpers live in testing/"
     machinery = [n for n in names if n.startswith(("assay/testing/", "assay/bench/"))]
     assert machinery == [] and not any("sitecustomize" in n for n in names)
-    assert {"assay/qualify/plugin.py", "assay/train/loop.py", "assay/cli.py"} <= set(names)
+    assert {"assay/qualify/plugin/hooks.py", "assay/train/loop.py", "assay/cli.py"} <= set(names)

@@ -13,15 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
 import tamper_cases  # noqa: E402
-from assay.qualify.chain import (  # noqa: E402
+from assay.qualify.judging.verify import verify_all  # noqa: E402
+from assay.qualify.ledger.chain import (  # noqa: E402
     BACK_LINK,
     ensure_ledger,
     ledger_path,
     read_ledger,
     write_receipt,
 )
-from assay.qualify.receipt import dump_receipt, receipt_filename, seal  # noqa: E402
-from assay.qualify.verify import verify_all  # noqa: E402
+from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal  # noqa: E402
 
 
 def test_honest_ledger_verifies_and_each_receipt_links_the_one_before(tmp_path):
@@ -117,7 +117,7 @@ def test_sessions_writing_one_gate_at_once_keep_one_unbroken_chain(tmp_path):
         pool.map(_write_one, [(str(receipts), i) for i in range(12)])
     entries, problems = read_ledger(ledger_path(receipts, "demo"))
     assert problems == [] and len(entries) == 12
-    from assay.qualify.index import render_all
+    from assay.qualify.publishing.index import render_all
 
     render_all(receipts, tmp_path)
     assert verify_all(receipts, tmp_path) == []

@@ -1,4 +1,4 @@
-"""The receipts folder checked against its git history (assay.qualify.history).
+"""The receipts folder checked against its git history (assay.qualify.ledger.history).
 
 Each case builds a throwaway git repository; receipts are fake files and the LEDGER plain
 text, since only the shape of the history is checked here (chain.py checks the content)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from assay.qualify.history import CORRECTIONS_HEADER, check_history, gate_history, rewrite
+from assay.qualify.ledger.history import CORRECTIONS_HEADER, check_history, gate_history, rewrite
 
 GATE = "g"
 ROOT = Path(__file__).resolve().parents[2]

@@ -56,9 +56,10 @@ PROBE = """
 import sys
 
 def test_nothing_heavy_loaded():
-    import assay.qualify.plugin  # loaded by pytest11 before this test runs
-    heavy = [m for m in ("jinja2", "jsonschema", "torch", "assay.qualify.receipt",
-                         "assay.qualify.render", "assay.qualify.gate") if m in sys.modules]
+    import assay.qualify.plugin.hooks  # loaded by pytest11 before this test runs
+    heavy = [m for m in ("jinja2", "jsonschema", "torch", "assay.qualify.ledger.receipt",
+                         "assay.qualify.publishing.render", "assay.qualify.plugin.gate")
+             if m in sys.modules]
     assert heavy == [], heavy
 """
 
@@ -67,7 +68,9 @@ def test_a_session_without_gates_imports_no_jinja2_jsonschema_or_torch(pytester,
     pytester.makepyfile(test_probe=PROBE)
     # only our plugin: other installed plugins may import what they like
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    result = pytester.runpytest_subprocess("-p", "assay.qualify.plugin", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "-p", "assay.qualify.plugin.hooks", "-p", "no:cacheprovider"
+    )
     assert result.ret == 0, result.stdout.str()
     assert not (pytester.path / "records").exists()
 
@@ -80,7 +83,7 @@ def test_plugin_import_cost_is_reported():
         import pytest
         before = set(sys.modules)
         t = time.perf_counter()
-        import assay.qualify.plugin
+        import assay.qualify.plugin.hooks
         ms = (time.perf_counter() - t) * 1e3
         print(json.dumps({"ms": ms, "modules": sorted(set(sys.modules) - before)}))
         """

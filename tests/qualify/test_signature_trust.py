@@ -18,15 +18,15 @@ sys.path.insert(0, str(ROOT / "gates"))
 
 import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
-from assay.qualify.receipt import dump_receipt, receipt_filename, seal  # noqa: E402
-from assay.qualify.sign import (  # noqa: E402
+from assay.qualify.judging.verify import verify_signatures  # noqa: E402
+from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal  # noqa: E402
+from assay.qualify.ledger.sign import (  # noqa: E402
     ENV_VAR,
     sig_path,
     sign_receipts,
     signature_state,
     trusted_signers,
 )
-from assay.qualify.verify import verify_signatures  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,

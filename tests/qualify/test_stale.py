@@ -14,10 +14,10 @@ sys.path.insert(0, str(ROOT / "gates"))
 
 import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
-from assay.qualify.chain import write_receipt  # noqa: E402
-from assay.qualify.index import render_all  # noqa: E402
-from assay.qualify.stale import check_receipt, gate_needs  # noqa: E402
-from assay.qualify.verify import verify_all, verify_stale  # noqa: E402
+from assay.qualify.judging.stale import check_receipt, gate_needs  # noqa: E402
+from assay.qualify.judging.verify import verify_all, verify_stale  # noqa: E402
+from assay.qualify.ledger.chain import write_receipt  # noqa: E402
+from assay.qualify.publishing.index import render_all  # noqa: E402
 
 
 def _sha(path: Path) -> str:
@@ -50,7 +50,7 @@ def _project(root: Path, needs: str | None = None) -> tuple[Path, Path]:
 
 def _strip_unknown(receipt: dict) -> dict:
     """Drop per-claim ``code_files`` when this schema does not know them yet (pre-merge)."""
-    from assay.qualify.receipt import receipt_schema
+    from assay.qualify.ledger.receipt import receipt_schema
 
     claim = receipt_schema()["$defs"]["claim"]["properties"]
     if "code_files" not in claim:
@@ -70,7 +70,7 @@ def test_changed_file_is_listed_with_the_claims_that_used_it(tmp_path):
     failing, reported = verify_stale(receipts, tmp_path)
     assert reported == [] and len(failing) == 1
     assert "src/b.py changed" in failing[0] and "src/a.py" not in failing[0]
-    from assay.qualify.receipt import receipt_schema
+    from assay.qualify.ledger.receipt import receipt_schema
 
     if "code_files" in receipt_schema()["$defs"]["claim"]["properties"]:
         assert "(claims: diff_b)" in failing[0]

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
 
 from assay.cli import main
-from assay.qualify.site import build_site
+from assay.qualify.publishing.site import build_site
 
 GATE = """
 def test_good(gate):
@@ -167,9 +167,9 @@ def test_the_site_shows_what_the_record_shows(gates, tmp_path, capsys):
 
 def test_same_second_receipts_follow_the_ledger_not_the_sha(tmp_path):
     import tamper_cases
-    from assay.qualify.chain import write_receipt
-    from assay.qualify.index import render_all
-    from assay.qualify.standing import gate_standing
+    from assay.qualify.judging.standing import gate_standing
+    from assay.qualify.ledger.chain import write_receipt
+    from assay.qualify.publishing.index import render_all
 
     synthetic_receipt = tamper_cases.synthetic_receipt
 
@@ -282,14 +282,14 @@ def test_readme_figures_come_from_the_receipts_and_verify_checks_them(gates, cap
 
 
 def test_one_claim_is_singular_and_absent_libraries_get_no_column():
-    from assay.qualify.view import gate_view
-    from assay.qualify.wording import counts_text
+    from assay.qualify.publishing.view import gate_view
+    from assay.qualify.publishing.wording import counts_text
     from tamper_cases import synthetic_receipt
 
     receipt = synthetic_receipt("2026-01-01T00:00:00Z", 0.0, "0" * 64)
     receipt["receipt_sha256"] = "a" * 64
     assert counts_text(receipt).startswith("1 claim: 1 pass")
-    from assay.qualify.standing import standing_of
+    from assay.qualify.judging.standing import standing_of
 
     columns = [k for k, _ in gate_view(standing_of("demo", [receipt]))["environment"]]
     assert columns == ["Device", "CPU", "Python", "OS"]  # no torch, CUDA or bitsandbytes

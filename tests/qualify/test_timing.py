@@ -8,7 +8,7 @@ import time
 import pytest
 
 from assay.errors import AssayError
-from assay.qualify.timing import Timing, measure_control, measure_time
+from assay.qualify.plugin.timing import Timing, measure_control, measure_time
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -107,7 +107,7 @@ def test_a_timing_claim_records_statistics_in_its_unit(gates):
     gates.write(
         "clock",
         """
-from assay.qualify.timing import Timing
+from assay.qualify.plugin.timing import Timing
 
 def test_t(gate):
     c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<", 5), unit="ms")
@@ -128,8 +128,8 @@ def test_histogram_is_a_png(tmp_path):
 
 
 def test_a_timing_needs_a_time_unit():
-    from assay.qualify.gate import Gate
-    from assay.qualify.threshold import Threshold
+    from assay.qualify.judging.threshold import Threshold
+    from assay.qualify.plugin.gate import Gate
 
     g = Gate("g", "cpu", "n", __import__("pathlib").Path.cwd())
     claim = g.claim("c", "s", kind="performance", threshold=Threshold("<", 1), unit="tok/s")

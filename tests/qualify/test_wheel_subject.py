@@ -95,7 +95,7 @@ def test_gate_runs_against_the_installed_wheel_and_names_it(tmp_path):
     (project / "gate_wheel.py").write_text(textwrap.dedent(GATE), "utf-8")
     pytest_argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "gate_wheel.py"]
     pytest_argv += ["--gate-device", "cpu"]
-    plugin = (ROOT / "src/assay/qualify/plugin.py").read_text("utf-8")
+    plugin = (ROOT / "src/assay/qualify/plugin/hooks.py").read_text("utf-8")
     receipts_opt = "--gate-receipts" if '"--gate-receipts"' in plugin else "--receipts"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(ASSAY_SUBJECT_WHEEL=str(wheel), PYTHONSAFEPATH="1", OMP_NUM_THREADS="1")

@@ -42,7 +42,7 @@ def _seed(mode: str, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     if mode == "receipt":
         from assay.atomic import atomic_write_json
-        from assay.qualify.receipt import write_atomic
+        from assay.qualify.ledger.receipt import write_atomic
 
         write_atomic(directory / "r000000.json", state.receipt_bytes(0), overwrite=False)
         atomic_write_json(directory / "index.json", {"count": 0})
@@ -211,7 +211,7 @@ def _read_back(name: str, directory: Path) -> int:
 def write_receipt_state(directory: Path, step: int) -> None:
     """A receipt write and its index, as the receipt mode of the kill child does it."""
     from assay.atomic import atomic_write_json
-    from assay.qualify.receipt import write_atomic
+    from assay.qualify.ledger.receipt import write_atomic
 
     write_atomic(directory / f"r{step:06d}.json", state.receipt_bytes(step), overwrite=False)
     atomic_write_json(directory / "index.json", {"count": step})

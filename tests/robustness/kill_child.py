@@ -28,7 +28,7 @@ def main() -> None:
             write_checkpoint(directory, step)
         elif mode == "receipt":
             from assay.atomic import atomic_write_json
-            from assay.qualify.receipt import write_atomic
+            from assay.qualify.ledger.receipt import write_atomic
 
             write_atomic(directory / f"r{step:06d}.json", receipt_bytes(step), overwrite=False)
             atomic_write_json(directory / "index.json", {"count": step})

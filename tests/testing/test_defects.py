@@ -76,7 +76,7 @@ def test_unknown_names_are_refused():
 
 
 PROBE = (
-    "from assay.qualify.threshold import judge\n"
+    "from assay.qualify.judging.threshold import judge\n"
     "claim = {'threshold': {'op': '<=', 'value': 1}, 'measurement': {'value': 0},"
     " 'controls': [{'name': 'c', 'measured': 0}]}\n"
     "print(judge(claim)['verdict'])\n"

@@ -7,8 +7,7 @@ import random
 import toystats
 
 from assay.errors import AssayError
-from assay.qualify import Threshold, Tolerance
-from assay.qualify.timing import measure_control, measure_time
+from assay.qualify import Threshold, Tolerance, measure_control, measure_time
 
 N = 2000
 

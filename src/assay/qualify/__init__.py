@@ -1,6 +1,10 @@
 """assay.qualify: gates as a pytest plugin, schema-checked receipts and rendered records.
 
-Knows nothing of training and never imports torch. Names load lazily (PEP 562), so importing
+Four parts: ``ledger`` (receipts, the hash chain, history, corrections, signatures, archives),
+``judging`` (thresholds, standings, staleness, baselines, verify), ``publishing`` (records, the
+index, the site, README spans) and ``plugin`` (the pytest plugin: gates, claims, sessions, the
+environment, executed code). The names below are the public API and stay here whatever moves
+inside. Knows nothing of training and never imports torch. Names load lazily (PEP 562), so importing
 the package, or the pytest plugin inside it, costs no jinja2 or jsonschema import.
 """
 
@@ -10,27 +14,29 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "Claim": "assay.qualify.gate",
-    "Gate": "assay.qualify.gate",
-    "Threshold": "assay.qualify.threshold",
-    "Tolerance": "assay.qualify.threshold",
-    "Timing": "assay.qualify.timing",
-    "measure_time": "assay.qualify.timing",
-    "SCHEMA_ID": "assay.qualify.receipt",
-    "canonical_json": "assay.qualify.receipt",
-    "read_receipt": "assay.qualify.receipt",
-    "receipt_schema": "assay.qualify.receipt",
-    "receipt_sha256": "assay.qualify.receipt",
-    "write_receipt": "assay.qualify.chain",
-    "headline": "assay.qualify.assemble",
-    "render_all": "assay.qualify.index",
-    "render_gate": "assay.qualify.render",
-    "render_text": "assay.qualify.render",
-    "verify_all": "assay.qualify.verify",
-    "check_records": "assay.qualify.verify",
-    "Standing": "assay.qualify.standing",
-    "gate_standing": "assay.qualify.standing",
-    "measure_control": "assay.qualify.timing",
+    "Claim": "assay.qualify.plugin.gate",
+    "Gate": "assay.qualify.plugin.gate",
+    "Threshold": "assay.qualify.judging.threshold",
+    "Tolerance": "assay.qualify.judging.threshold",
+    "Timing": "assay.qualify.plugin.timing",
+    "measure_time": "assay.qualify.plugin.timing",
+    "SCHEMA_ID": "assay.qualify.ledger.receipt",
+    "canonical_json": "assay.qualify.ledger.receipt",
+    "read_receipt": "assay.qualify.ledger.receipt",
+    "receipt_schema": "assay.qualify.ledger.receipt",
+    "receipt_sha256": "assay.qualify.ledger.receipt",
+    "write_receipt": "assay.qualify.ledger.chain",
+    "headline": "assay.qualify.plugin.assemble",
+    "render_all": "assay.qualify.publishing.index",
+    "render_gate": "assay.qualify.publishing.render",
+    "render_text": "assay.qualify.publishing.render",
+    "verify_all": "assay.qualify.judging.verify",
+    "check_records": "assay.qualify.judging.verify",
+    "Standing": "assay.qualify.judging.standing",
+    "gate_standing": "assay.qualify.judging.standing",
+    "measure_control": "assay.qualify.plugin.timing",
+    "report_at_exit": "assay.qualify.plugin.child_imports",
+    "torch_stack": "assay.qualify.plugin.environment",
 }
 
 __all__ = sorted(_LAZY)

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from assay.errors import AssayError
-from assay.qualify.index import render_all
-from assay.qualify.sign import sign_receipts
-from assay.qualify.site import build_site
-from assay.qualify.verify import check_records
+from assay.qualify.judging.verify import check_records
+from assay.qualify.ledger.sign import sign_receipts
+from assay.qualify.publishing.index import render_all
+from assay.qualify.publishing.site import build_site
 
 DEFAULT_RECEIPTS = Path("records/receipts")
 
@@ -43,7 +43,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Print each problem on one line, the notes, and each gate's standing (or JSON); 0 when
-    all is well, 1 when problems exist (see :func:`assay.qualify.verify.check_records`).
+    all is well, 1 when problems exist (see :func:`assay.qualify.judging.verify.check_records`).
 
     Signatures are checked whenever a receipt has one, against trusted signers from outside
     the tree (``--allowed-signers``, ``$ASSAY_ALLOWED_SIGNERS``, the user config) or, failing
@@ -119,10 +119,10 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    """Import a receipt archive from a GPU box (:mod:`assay.qualify.archive`), render, verify.
-    0 when the records verify afterwards, 1 when they do not, 2 when the archive is refused
+    """Import a receipt archive from a GPU box (:mod:`assay.qualify.ledger.archive`), render,
+    verify. 0 when the records verify afterwards, 1 when they do not, 2 when the archive is refused
     (nothing written then)."""
-    from assay.qualify.archive import import_archive
+    from assay.qualify.ledger.archive import import_archive
 
     receipts, records = _dirs(args)
     try:

@@ -11,7 +11,7 @@ DEFECTS: tuple[Defect, ...] = (
         "verify ignores the LEDGER and the receipts' back-links",
         (
             Edit(
-                "assay.qualify.chain:check_chain",
+                "assay.qualify.ledger.chain:check_chain",
                 "    path = Path(gate_dir) / LEDGER\n",
                 "    return []\n    path = Path(gate_dir) / LEDGER\n",
             ),
@@ -22,7 +22,7 @@ DEFECTS: tuple[Defect, ...] = (
         "a claim passes on its measurement alone, whatever its controls",
         (
             Edit(
-                "assay.qualify.threshold:judge",
+                "assay.qualify.judging.threshold:judge",
                 'verdict = "pass" if conclusive else "inconclusive"',
                 'verdict = "pass"',
             ),
@@ -33,7 +33,7 @@ DEFECTS: tuple[Defect, ...] = (
         "receipt_sha256 does not cover the claims",
         (
             Edit(
-                "assay.qualify.receipt:receipt_sha256",
+                "assay.qualify.ledger.receipt:receipt_sha256",
                 "if k != SHA_FIELD}",
                 'if k not in (SHA_FIELD, "claims")}',
             ),
@@ -44,7 +44,7 @@ DEFECTS: tuple[Defect, ...] = (
         "validation does not re-judge the controls' failed flags",
         (
             Edit(
-                "assay.qualify.receipt:_consistency",
+                "assay.qualify.ledger.receipt:_consistency",
                 'if [c["failed"] for c in judged["controls"]] != flags:',
                 "if False:",
             ),
@@ -55,7 +55,7 @@ DEFECTS: tuple[Defect, ...] = (
         "a signature is reported good without being checked",
         (
             Edit(
-                "assay.qualify.sign:signature_state",
+                "assay.qualify.ledger.sign:signature_state",
                 "    if trusted is None or not Path(trusted).is_file():\n",
                 '    return Signature(path, "unchecked", "signed", "good signature")\n'
                 "    if trusted is None or not Path(trusted).is_file():\n",
@@ -67,7 +67,7 @@ DEFECTS: tuple[Defect, ...] = (
         "staleness is never reported: every record counts as current",
         (
             Edit(
-                "assay.qualify.stale:check_receipt",
+                "assay.qualify.judging.stale:check_receipt",
                 '    gate = receipt["gate"]\n',
                 "    return None\n",
             ),
@@ -78,7 +78,7 @@ DEFECTS: tuple[Defect, ...] = (
         "verify checks only the newest receipt of a gate",
         (
             Edit(
-                "assay.qualify.verify:verify_tree",
+                "assay.qualify.judging.verify:verify_tree",
                 "        problems.extend(standing.problems)\n",
                 "        heads = [r['receipt_sha256'][:12] for r in standing.receipts[-1:]]\n"
                 "        problems.extend(p for p in standing.problems if all(h in p for h in heads))\n",  # noqa: E501
@@ -90,7 +90,7 @@ DEFECTS: tuple[Defect, ...] = (
         "verify does not compare a record with a fresh render",
         (
             Edit(
-                "assay.qualify.verify:record_problems",
+                "assay.qualify.judging.verify:record_problems",
                 "    if standing.receipts and record",
                 "    if False and record",
             ),

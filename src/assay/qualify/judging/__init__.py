@@ -1,0 +1,1 @@
+"""Judging: thresholds, standings (which receipt counts), staleness, baselines and verification."""

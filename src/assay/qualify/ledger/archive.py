@@ -1,0 +1,308 @@
+"""Receipts made away from home (a lent GPU box) travel back as one archive and join the ledger.
+
+Design: **the box chains onto the ledger heads it carried.** The tree that travels holds
+``records/receipts``; the box seeds its own receipts folder from it, so each receipt made there
+links (``previous_receipt_sha256``, sealed content) to the head the gate had when the kit was
+built. Seals are never recomputed, so an archive can only join a ledger whose head is still
+that one: :func:`import_archive` refuses, with one line, when the head moved meanwhile (run the
+kit again from the current tree). One ledger per gate keeps every device's runs in one order;
+the standing then gives each device its own head, and since an archive lands only directly on
+the head it was built against, an older commit's receipt cannot be appended after a newer one
+of the same device.
+
+The archive (``.tar.gz``) holds ``manifest.json`` (format, the kit's provenance, each gate's
+chained-onto head and receipt names in ledger order, every other member's bytes and sha256),
+the receipts under ``receipts/<gate>/``, their figures under ``figures/<gate>/``, and whatever
+else the packer adds (logs, summary). Importing checks the archive against its manifest and
+every receipt against the schema, its seal and its back-link before writing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+
+ARCHIVE_FORMAT = "assay.receipt-archive/1"
+MANIFEST = "manifest.json"
+# what a member may be called: no absolute paths, no .., nothing odd
+_MEMBER = re.compile(r"^(?!\.\.?/)[A-Za-z0-9_.-]+(/(?!\.\.?(/|$))[A-Za-z0-9_.-]+){0,3}$")
+MAX_UNPACKED = 512 << 20  # bytes read from an archive at most, whatever its headers say
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def receipts_after(receipts_dir: Path, gate: str, base: str | None) -> list[tuple[str, str]]:
+    """Ledger entries of ``gate`` written after the entry sealed ``base`` (all when None).
+    AssayError when ``base`` is not in the ledger."""
+    from assay.qualify.ledger.chain import ledger_path, read_ledger
+
+    path = ledger_path(receipts_dir, gate)
+    entries, problems = read_ledger(path) if path.exists() else ([], [])
+    if problems:
+        raise AssayError(problems[0])
+    if base is None:
+        return entries
+    shas = [sha for sha, _ in entries]
+    if base not in shas:
+        raise AssayError(f"{path}: the seeded head {base[:12]} is not in the ledger")
+    return entries[shas.index(base) + 1 :]
+
+
+def pack(
+    target: Path,
+    receipts_dir: Path,
+    records_dir: Path,
+    base_heads: dict[str, str | None],
+    provenance: dict[str, Any],
+    extra: dict[str, bytes] | None = None,
+) -> dict[str, Any]:
+    """Write ``target`` (.tar.gz): every receipt each gate of ``base_heads`` gained after its
+    base head, with its figures and the ``extra`` members (name -> bytes). Written to a temp
+    name, fsynced and renamed; returns the manifest."""
+    from assay.atomic import fsync_file
+
+    members: dict[str, bytes] = {}
+    gates: dict[str, dict[str, Any]] = {}
+    for gate, base in sorted(base_heads.items()):
+        names = [name for _, name in receipts_after(receipts_dir, gate, base)]
+        if not names:
+            continue  # nothing to bring home: an empty entry would only block the import
+        for name in names:
+            data = (Path(receipts_dir) / gate / name).read_bytes()
+            members[f"receipts/{gate}/{name}"] = data
+            for figure in json.loads(data).get("figures", []):
+                members[figure["path"]] = (Path(records_dir) / figure["path"]).read_bytes()
+        gates[gate] = {"chained_onto": base, "receipts": names}
+    for name, data in (extra or {}).items():
+        if not _MEMBER.match(name) or name == MANIFEST or name in members:
+            raise AssayError(f"archive member {name!r}: expected a new relative name")
+        members[name] = data
+    manifest = {
+        "format": ARCHIVE_FORMAT,
+        "provenance": provenance,
+        "gates": gates,
+        "files": [
+            {"path": name, "bytes": len(data), "sha256": _sha256(data)}
+            for name, data in sorted(members.items())
+        ],
+    }
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for name, data in [(MANIFEST, _manifest_bytes(manifest)), *sorted(members.items())]:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    fsync_file(tmp)
+    tmp.replace(target)
+    return manifest
+
+
+def _manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode("utf-8")
+
+
+def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and members of an archive, checked: only plain files with safe names,
+    each listed in the manifest with its bytes and sha256, none missing, none extra.
+    AssayError names the archive and the first thing wrong."""
+    members: dict[str, bytes] = {}
+    total = 0
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for info in tar:
+                if not info.isfile() or not _MEMBER.match(info.name) or info.name in members:
+                    raise AssayError(f"{path}: member {info.name!r} is not a plain, safe, new file")
+                total += info.size
+                if total > MAX_UNPACKED:
+                    raise AssayError(f"{path}: unpacks to over {MAX_UNPACKED >> 20} MiB")
+                handle = tar.extractfile(info)
+                members[info.name] = handle.read() if handle else b""
+    except (OSError, tarfile.TarError, EOFError) as err:
+        raise AssayError(f"{path}: not a readable .tar.gz ({err})") from None
+    try:
+        manifest = json.loads(members.pop(MANIFEST))
+    except KeyError:
+        raise AssayError(f"{path}: no {MANIFEST}") from None
+    except ValueError as err:
+        raise AssayError(f"{path}: {MANIFEST} is not JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != ARCHIVE_FORMAT:
+        raise AssayError(f"{path}: {MANIFEST} format is not {ARCHIVE_FORMAT!r}")
+    try:
+        listed = {f["path"]: f for f in manifest.get("files", [])}
+        sums = {name: str(f["sha256"]) for name, f in listed.items()}
+    except (TypeError, KeyError, AttributeError):
+        raise AssayError(f"{path}: {MANIFEST} files: expected [{{path, bytes, sha256}}]") from None
+    if not _gates_well_formed(manifest.get("gates", {})):
+        raise AssayError(
+            f"{path}: {MANIFEST} gates: expected {{gate name: {{chained_onto: 64 hex or null, "
+            "receipts: [file names]}}}}"
+        )
+    for name in sorted(set(listed) | set(members)):
+        if name not in members:
+            raise AssayError(f"{path}: {name} is in the manifest but not in the archive")
+        if name not in listed:
+            raise AssayError(f"{path}: {name} is in the archive but not in the manifest")
+        if _sha256(members[name]) != sums[name]:
+            raise AssayError(f"{path}: {name} sha256 differs from the manifest's")
+    return manifest, members
+
+
+def _gates_well_formed(gates: Any) -> bool:
+    from assay.qualify.ledger.receipt import GATE_NAME
+
+    if not isinstance(gates, dict):
+        return False
+    for gate, entry in gates.items():
+        if not (isinstance(gate, str) and GATE_NAME.match(gate) and isinstance(entry, dict)):
+            return False
+        base, names = entry.get("chained_onto"), entry.get("receipts", [])
+        if base is not None and not (isinstance(base, str) and re.fullmatch(r"[0-9a-f]{64}", base)):
+            return False
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return False
+    return True
+
+
+@dataclass
+class Imported:
+    """What an import wrote, and what was already home."""
+
+    written: list[Path] = field(default_factory=list)
+    present: list[Path] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    gates: list[str] = field(default_factory=list)
+
+
+def _checked_gate(
+    archive: Path, gate: str, entry: dict[str, Any], members: dict[str, bytes], receipts_dir: Path
+) -> tuple[list[tuple[str, dict[str, Any], bytes]], int]:
+    """The gate's receipts from the archive, each valid and linked to the one before, and how
+    many of them the home ledger already holds right after the base head."""
+    from assay.qualify.ledger.chain import ledger_path, read_ledger
+    from assay.qualify.ledger.receipt import problems_in, receipt_filename
+
+    link = entry.get("chained_onto")
+    found = []
+    for name in entry.get("receipts", []):
+        member = f"receipts/{gate}/{name}"
+        if member not in members:
+            raise AssayError(f"{archive}: {member} is listed for gate {gate} but absent")
+        try:
+            receipt = json.loads(members[member])
+        except ValueError as err:
+            raise AssayError(f"{archive}: {member} is not JSON ({err})") from None
+        problems = problems_in(receipt)
+        if problems:
+            raise AssayError(f"{archive}: {member}: invalid receipt: {problems[0]}")
+        if receipt["gate"] != gate or receipt_filename(receipt) != name:
+            raise AssayError(f"{archive}: {member} is not named and filed as its content says")
+        if receipt.get("previous_receipt_sha256") != link:
+            raise AssayError(f"{archive}: {member} does not link to the receipt before it")
+        link = receipt["receipt_sha256"]
+        found.append((name, receipt, members[member]))
+    ledger = ledger_path(receipts_dir, gate)
+    if not ledger.exists() and any((Path(receipts_dir) / gate).glob("*.json")):
+        raise AssayError(f"{ledger}: missing; run `assay render` once to list the receipts")
+    entries, problems = read_ledger(ledger) if ledger.exists() else ([], [])
+    if problems:
+        raise AssayError(problems[0])
+    shas = [sha for sha, _ in entries]
+    base = entry.get("chained_onto")
+    start = 0 if base is None else shas.index(base) + 1 if base in shas else -1
+    if start < 0:
+        raise AssayError(
+            f"{ledger}: the archive chains {gate} onto {base[:12]}, which this ledger does not "
+            "hold; import into the records the kit was built from"
+        )
+    held = shas[start:]
+    present = 0
+    while (
+        present < min(len(held), len(found))
+        and held[present] == found[present][1]["receipt_sha256"]
+    ):
+        present += 1
+    if present < len(held) and present < len(found):
+        head = shas[-1][:12]
+        raise AssayError(
+            f"{ledger}: head moved since the kit was built (the archive chains {gate} onto "
+            f"{(base or 'genesis')[:12]}, the head is now {head}); run the kit again from this tree"
+        )
+    return found, present
+
+
+def import_archive(archive: Path, receipts_dir: Path, records_dir: Path) -> Imported:
+    """Add an archive's receipts (and figures) to ``receipts_dir``/``records_dir``: every check
+    first (manifest, schema, seals, back-links, ledger heads, figure bytes), then the writes,
+    so a refused archive writes nothing. Receipts the ledger already holds are skipped, so the
+    same archive, or a later one from the same lease that repeats them, imports once."""
+    from assay.qualify.ledger.chain import locked
+
+    manifest, members = read_archive(archive)
+    gates = sorted(g for g, e in manifest.get("gates", {}).items() if e.get("receipts"))
+    with contextlib.ExitStack() as held:
+        for gate in gates:  # checked and written under the locks, so no run lands in between
+            held.enter_context(locked(receipts_dir, gate))
+        return _import_locked(archive, manifest, members, gates, receipts_dir, records_dir)
+
+
+def _import_locked(
+    archive: Path,
+    manifest: dict[str, Any],
+    members: dict[str, bytes],
+    gates: list[str],
+    receipts_dir: Path,
+    records_dir: Path,
+) -> Imported:
+    from assay.qualify.ledger.chain import append
+    from assay.qualify.ledger.receipt import write_atomic
+
+    planned: list[tuple[str, list[tuple[str, dict[str, Any], bytes]]]] = []
+    figures: dict[str, bytes] = {}
+    already: list[Path] = []
+    for gate in gates:
+        entry = manifest["gates"][gate]
+        found, present = _checked_gate(archive, gate, entry, members, receipts_dir)
+        for name, receipt, _ in found[present:]:
+            target = Path(receipts_dir) / gate / name
+            if target.exists():
+                raise AssayError(f"{target}: exists but is not in the ledger; not overwritten")
+            for figure in receipt.get("figures", []):
+                if not re.fullmatch(
+                    rf"figures/{re.escape(gate)}/[A-Za-z0-9_.-]+\.png", figure["path"]
+                ):
+                    raise AssayError(f"{archive}: figure path {figure['path']!r} is not its gate's")
+                data = members.get(figure["path"])
+                if data is None or _sha256(data) != figure["sha256"]:
+                    raise AssayError(f"{archive}: figure {figure['path']} missing or altered")
+                home = Path(records_dir) / figure["path"]
+                if home.exists() and home.read_bytes() != data:
+                    raise AssayError(f"{home}: exists with other bytes; not overwritten")
+                figures[figure["path"]] = data
+        planned.append((gate, found[present:]))
+        already.extend(Path(receipts_dir) / gate / name for name, _, _ in found[:present])
+    done = Imported(present=already)
+    for name, data in sorted(figures.items()):
+        home = Path(records_dir) / name
+        if not home.exists():
+            write_atomic(home, data, overwrite=False)
+            done.figures.append(home)
+    for gate, todo in planned:
+        done.gates.append(gate)
+        for name, receipt, data in todo:
+            target = Path(receipts_dir) / gate / name
+            write_atomic(target, data, overwrite=False)
+            append(receipts_dir, gate, receipt["receipt_sha256"], name)
+            done.written.append(target)
+    return done

@@ -1,0 +1,170 @@
+"""Receipts on disk: canonical hashing, schema validation, append-only atomic writes, loading."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from assay.atomic import fsync_dir
+from assay.errors import AssayError
+from assay.qualify.judging.threshold import judge
+
+SCHEMA_ID = "assay.qualification-receipt/1"
+SHA_FIELD = "receipt_sha256"
+GATE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def canonical_json(obj: Any) -> bytes:
+    """UTF-8 bytes of ``obj`` as sorted, compact JSON; raises ValueError on NaN or infinity."""
+    text = json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return text.encode("utf-8")
+
+
+def receipt_sha256(receipt: dict[str, Any]) -> str:
+    """sha256 hex of the canonical JSON of ``receipt`` without its ``receipt_sha256`` field."""
+    body = {k: v for k, v in receipt.items() if k != SHA_FIELD}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def seal(receipt: dict[str, Any]) -> dict[str, Any]:
+    """Return ``receipt`` with ``receipt_sha256`` set from its content."""
+    sealed = {k: v for k, v in receipt.items() if k != SHA_FIELD}
+    sealed[SHA_FIELD] = receipt_sha256(sealed)
+    return sealed
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    # imported here: reading a ledger (assay.qualify.ledger.chain) needs no schema validator
+    from jsonschema import Draft202012Validator
+
+    text = resources.files("assay").joinpath("schemas/receipt.schema.json").read_text("utf-8")
+    schema = json.loads(text)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def receipt_schema() -> dict[str, Any]:
+    """The receipt JSON Schema (Draft 2020-12) shipped in the package."""
+    return dict(_validator().schema)
+
+
+def non_finite(value: Any, where: str) -> list[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{where}: {value!r} is not a finite number (JSON cannot carry it)"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite(v, f"{where}.{k}")]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in non_finite(v, f"{where}[{i}]")]
+    return []
+
+
+def _consistency(receipt: dict[str, Any]) -> list[str]:
+    problems = []
+    ids = [c.get("id") for c in receipt.get("claims", [])]
+    for dup in sorted({i for i in ids if ids.count(i) > 1}):
+        problems.append(f"claims: id {dup!r} appears more than once")
+    for i, claim in enumerate(receipt.get("claims", [])):
+        judged = judge(claim)
+        if judged["verdict"] != claim["verdict"]:
+            problems.append(
+                f"claims[{i}].verdict: {claim['verdict']!r} but the data give {judged['verdict']!r}"
+            )
+        flags = [c["failed"] for c in claim["controls"]]
+        if [c["failed"] for c in judged["controls"]] != flags:
+            problems.append(f"claims[{i}].controls: 'failed' flags disagree with the threshold")
+    return problems
+
+
+def problems_in(receipt: Any) -> list[str]:
+    """Every reason ``receipt`` is not a valid receipt, as ``field: problem`` lines.
+
+    Checks, in order: finite numbers, the JSON Schema (with formats), verdicts consistent
+    with the thresholds, and ``receipt_sha256`` matching the content. Empty means valid.
+    """
+    problems = non_finite(receipt, "receipt")
+    if problems:
+        return problems
+    errors = sorted(_validator().iter_errors(receipt), key=lambda e: list(e.absolute_path))
+    for err in errors:
+        where = "/".join(str(p) for p in err.absolute_path) or "(top)"
+        problems.append(f"{where}: {err.message}")
+    if problems:
+        return problems
+    problems.extend(_consistency(receipt))
+    if receipt[SHA_FIELD] != receipt_sha256(receipt):
+        problems.append(f"{SHA_FIELD}: does not match the content (tampered or edited)")
+    return problems
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO-8601 with a ``Z`` suffix, to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def receipt_filename(receipt: dict[str, Any]) -> str:
+    """``<UTC timestamp>-<first 12 hex of sha>.json`` for a sealed receipt."""
+    stamp = receipt["created"].replace("-", "").replace(":", "").split(".")[0].rstrip("Z")
+    return f"{stamp}Z-{receipt[SHA_FIELD][:12]}.json"
+
+
+def write_atomic(path: Path, data: bytes, *, overwrite: bool) -> None:
+    """Write ``data`` to ``path`` via a fsynced temp file in the same directory.
+
+    With ``overwrite=False`` an existing ``path`` is never replaced: AssayError instead.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # fails if path exists: append-only without a race
+            except FileExistsError as err:
+                raise AssayError(f"{path}: already exists; receipts are never overwritten") from err
+            os.unlink(tmp)
+        fsync_dir(path.parent)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def dump_receipt(receipt: dict[str, Any]) -> bytes:
+    """The on-disk form: sorted, indented UTF-8 JSON with a trailing newline."""
+    text = json.dumps(receipt, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def read_receipt(path: Path) -> dict[str, Any]:
+    """Parse one receipt file and return it if valid; AssayError naming the file otherwise."""
+    try:
+        data = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AssayError(f"{path}: not a readable JSON receipt ({err})") from err
+    problems = problems_in(data)
+    if problems:
+        raise AssayError(f"{path}: invalid receipt: {problems[0]}")
+    return data
+
+
+def receipt_paths(receipts_dir: Path, gate: str | None = None) -> list[Path]:
+    """Receipt files under ``receipts_dir`` (one gate, or all), sorted by path."""
+    root = Path(receipts_dir)
+    pattern = f"{gate}/*.json" if gate else "*/*.json"
+    return sorted(p for p in root.glob(pattern) if p.is_file() and not p.name.startswith("."))

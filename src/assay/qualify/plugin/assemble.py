@@ -1,0 +1,184 @@
+"""Merge the fragments that each gate test declared into one unsealed receipt."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from assay.qualify.judging.threshold import judge
+from assay.qualify.ledger.receipt import SCHEMA_ID
+from assay.qualify.plugin.executed import attach as attach_executed
+from assay.qualify.plugin.gate import file_sha256
+
+TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    seen: list[Any] = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
+    """A declared claim in receipt form: measurement, threshold, verdict, margin, controls."""
+    measurement = claim["measurement"] or {"value": None, "unit": claim["unit"]}
+    verdict = judge(claim)
+    derived = {"derived": True} if claim.get("derived") else {}
+    return {
+        **derived,
+        "id": claim["id"],
+        "statement": claim["statement"],
+        "kind": claim["kind"],
+        "measurement": measurement,
+        "threshold": claim["threshold"],
+        "verdict": verdict["verdict"],
+        "margin": verdict["margin"],
+        "controls": verdict["controls"],
+        "test": nodeid,
+        **({"code_files": claim["code_files"]} if claim.get("code_files") else {}),
+        **{k: claim[k] for k in ("code_source", "executed_files", "device") if k in claim},
+    }
+
+
+def gate_status(claims: list[dict[str, Any]], outcomes: list[str]) -> str:
+    """``fail`` if a claim failed or a test's own code failed; ``inconclusive`` if a claim is
+    inconclusive or nothing was claimed; ``pass`` otherwise."""
+    verdicts = {c["verdict"] for c in claims}
+    if "fail" in verdicts or any(o in ("failed", "error") for o in outcomes):
+        return "fail"
+    if "inconclusive" in verdicts or not claims:
+        return "inconclusive"
+    return "pass"
+
+
+def figure_name(source: Path, sha: str) -> str:
+    """A content-addressed, filesystem-safe name so a figure is never overwritten by another."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", source.stem)[:80] or "figure"
+    return f"{stem}-{sha[:12]}.png"
+
+
+def plan_figures(gate: str, fragments: list[dict[str, Any]]) -> list[tuple[Path, dict[str, str]]]:
+    """Pairs (source PNG, receipt entry) with entry paths relative to the records directory."""
+    planned: list[tuple[Path, dict[str, str]]] = []
+    for fragment in fragments:
+        for fig in fragment["figures"]:
+            source = Path(fig["source"])
+            sha = file_sha256(source)
+            entry = {
+                "path": f"figures/{gate}/{figure_name(source, sha)}",
+                "caption": fig["caption"],
+                "sha256": sha,
+            }
+            if fig.get("derived"):
+                entry["derived"] = True
+            if entry not in [e for _, e in planned]:
+                planned.append((source, entry))
+    return planned
+
+
+def duplicate_claims(fragments: list[dict[str, Any]]) -> list[str]:
+    """One line per claim id declared by more than one test of the same gate."""
+    where: dict[str, list[str]] = {}
+    for fragment in fragments:
+        for claim in fragment["claims"]:
+            where.setdefault(claim["id"], []).append(fragment["nodeid"])
+    return [
+        f"claim {cid!r} is declared by several tests: {', '.join(nodes)}"
+        for cid, nodes in sorted(where.items())
+        if len(nodes) > 1
+    ]
+
+
+def build_receipt(
+    gate: str,
+    fragments: list[dict[str, Any]],
+    *,
+    figures: list[dict[str, str]],
+    code: dict[str, Any],
+    environment: dict[str, Any],
+    run: dict[str, Any],
+    created: str,
+    subject: dict[str, Any] | None = None,
+    partial: str | None = None,
+    failures: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The unsealed receipt for ``gate`` from its tests' fragments (ordered by node id).
+
+    ``run`` supplies argv, nox_session, device; seeds, duration and tests come from the
+    fragments. ``baseline`` is left None for the caller to fill. ``subject`` is the project
+    under test; ``partial`` says why the run left tests of this gate out (``run.partial``);
+    ``failures`` lists tests that failed or raised, each with its exception line; any makes
+    the status ``fail``.
+    """
+    ordered = sorted(fragments, key=lambda f: (f.get("order", 0), f["nodeid"]))
+    attach_executed(ordered)  # per claim: measured files, the gate-wide ones merged
+    claims = [judged_claim(c, f["nodeid"]) for f in ordered for c in f["claims"]]
+    outcomes = [f["outcome"] for f in ordered]
+    # a test whose own code passed but whose claim missed fails in pytest; its claim verdict
+    # already speaks for it (fail or inconclusive), so only other failures force ``fail``
+    passed = {f["nodeid"] for f in ordered if f["outcome"] == "passed"}
+    outcomes += [
+        "failed" for x in failures or [] if not (x["when"] == "call" and x["nodeid"] in passed)
+    ]
+    extra_run: dict[str, Any] = {}
+    if partial:
+        extra_run.update(partial=True, partial_reason=partial)
+    if failures:
+        extra_run["failures"] = failures
+    receipt = {
+        "schema": SCHEMA_ID,
+        "gate": gate,
+        "receipt_id": str(uuid.uuid4()),
+        "created": created,
+        "status": gate_status(claims, outcomes),
+        "claims": claims,
+        "corrects": _unique([c for f in ordered for c in f["corrects"]]),
+        "not_tested": _unique([n for f in ordered for n in f["not_tested"]]),
+        "inputs": _unique([i for f in ordered for i in f["inputs"]]),
+        "figures": figures,
+        "notes": _unique([n for f in ordered for n in f["notes"]]),
+        "code": code,
+        "environment": environment,
+        "run": {
+            **run,
+            "seeds": _unique([s for f in ordered for s in f["seeds"]]),
+            "duration_s": round(sum(f["duration_s"] for f in ordered), 6),
+            "tests": [{"nodeid": f["nodeid"], "outcome": f["outcome"]} for f in ordered],
+            **extra_run,
+        },
+        "baseline": None,
+    }
+    if subject is not None:
+        receipt["subject"] = subject
+    return receipt
+
+
+def headline(receipts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of ``receipts`` in ledger order (oldest first), the newest complete one; the newest
+    partial one only when none is complete. A run with ``-k``, ``--deselect``, node ids or an
+    early stop never replaces a complete run as headline (or as baseline)."""
+    complete = [r for r in receipts if not r["run"].get("partial")]
+    return (complete or receipts)[-1]
+
+
+def check_corrections(receipt: dict[str, Any], earlier: list[dict[str, Any]]) -> list[str]:
+    """Problems with ``receipt['corrects']``: each must name an earlier receipt of the same
+    gate (by sha256) that holds the corrected claim id."""
+    by_sha = {r["receipt_sha256"]: r for r in earlier}
+    problems = []
+    for c in receipt["corrects"]:
+        target = by_sha.get(c["receipt_sha256"])
+        if target is None:
+            problems.append(
+                f"correction of {c['receipt_sha256'][:12]}: no such receipt for gate "
+                f"{receipt['gate']!r}"
+            )
+        elif c["claim_id"] not in {claim["id"] for claim in target["claims"]}:
+            problems.append(
+                f"correction of {c['receipt_sha256'][:12]}: it has no claim {c['claim_id']!r}"
+            )
+    return problems

@@ -1,0 +1,101 @@
+"""What a gate session's child processes imported, so that ``code=`` is checked there too.
+
+A claim may list only code its test ran (:meth:`assay.qualify.plugin.gate.Gate.stale_code`), which
+is checked against ``sys.modules`` of the process running the test. Code that runs in a child
+process (a CLI run, torchrun ranks, a module fixture's measuring job) is imported there
+instead. Once a process has collected gate tests, the plugin points :data:`ENV` at a private
+directory (:class:`ChildImports`); a child that calls :func:`report_at_exit` writes the names
+of the modules it imported into it when it exits normally, and every later gate test of that
+process counts them as imported, exactly as it counts its own ``sys.modules``.
+
+A project makes its child processes report by calling :func:`report_at_exit` in its child
+entry points (assay does, at import of ``assay.cli`` and in its gates' child scripts). It costs
+one environment lookup when no gate session is running. Standard library only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ENV = "ASSAY_GATE_IMPORTS"
+_registered = False
+
+
+def report_at_exit() -> None:
+    """Inside a gate session's child process, write its imported module names at exit.
+
+    Does nothing when :data:`ENV` is unset (no gate session) and registers once per process.
+    A child killed by a signal writes nothing: its imports are simply not counted.
+    """
+    global _registered
+    directory = os.environ.get(ENV)
+    if not directory or _registered:
+        return
+    _registered = True
+    atexit.register(_write, Path(directory))
+
+
+def _write(directory: Path) -> None:
+    if not directory.is_dir():  # the session that started us has finished and cleaned up
+        return
+    names = {name for name in list(sys.modules) if isinstance(name, str)}
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:  # `python -m pkg.mod` runs pkg.mod under __main__
+        names.add(spec.name)
+    # temp file then rename: the reader never sees half a list
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=".imports-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(sorted(names), handle)
+    os.replace(temp, directory / f"imports-{os.getpid()}.json")
+
+
+class ChildImports:
+    """One process's collector: owns :data:`ENV` from :meth:`start` to :meth:`stop` and reads
+    each child's report once, however many gate tests ask."""
+
+    def __init__(self) -> None:
+        self.directory: Path | None = None
+        self._previous: str | None = None
+        self._read: set[str] = set()
+        self._names: set[str] = set()
+
+    def start(self) -> None:
+        """Point :data:`ENV` at a fresh directory (once); children started from now report."""
+        if self.directory is not None:
+            return
+        self.directory = Path(tempfile.mkdtemp(prefix="assay-gate-imports-"))
+        self._previous = os.environ.get(ENV)
+        os.environ[ENV] = str(self.directory)
+
+    def names(self) -> set[str]:
+        """The union of the module names every child that has exited so far reported."""
+        if self.directory is None:
+            return self._names
+        for path in sorted(self.directory.glob("imports-*.json")):
+            if path.name in self._read:
+                continue
+            self._read.add(path.name)
+            try:
+                names = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError):  # a child that died mid-write reported nothing
+                continue
+            if isinstance(names, list):
+                self._names.update(n for n in names if isinstance(n, str))
+        return self._names
+
+    def stop(self) -> None:
+        """Restore :data:`ENV` as it was before :meth:`start` and remove the directory."""
+        if self.directory is None:
+            return
+        if self._previous is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = self._previous
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory = None

@@ -1,0 +1,287 @@
+"""The box a receipt was measured on: versions, CPU, GPU, relevant variables and code identity.
+
+Nothing here imports torch on its own: the torch/CUDA/NVML facts are read when the session
+already imported torch (the project under test uses it), or when a project asks for them
+through the ``pytest_gate_environment`` hook (assay's gates/conftest.py does). Everything
+degrades to ``None`` when a component is absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from assay import DISTRIBUTION
+from assay.errors import AssayError
+
+ENV_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUDA_LAUNCH_BLOCKING",
+)
+
+
+def resolve_device(choice: str | None) -> str:
+    """``cpu`` or ``cuda`` for a ``--gate-device`` choice; ``auto`` (or None: the option was
+    not given) is cuda when the session already imported torch and it sees a GPU, so a
+    project without torch never pays its import."""
+    if choice in ("cpu", "cuda"):
+        return choice
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def torch_stack() -> dict[str, Any]:
+    """torch, CUDA, cuDNN, torch threads and (when torch sees CUDA) the NVML GPU facts, as
+    ``pytest_gate_environment`` fields; imports torch. Empty when torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "cudnn": None if cudnn is None else str(cudnn),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": _gpu() if torch.cuda.is_available() else None,
+    }
+
+
+def _as_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _gpu() -> dict[str, Any] | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver or no GPU: NVML raises its own error types
+        return None
+    try:
+        if pynvml.nvmlDeviceGetCount() == 0:
+            return None
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(int(first) if first.isdigit() else 0)
+        facts: dict[str, Any] = {"name": _as_str(pynvml.nvmlDeviceGetName(handle))}
+        probes = {
+            "compute_capability": lambda: "{}.{}".format(
+                *pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            ),
+            "memory_bytes": lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+            "driver": lambda: _as_str(pynvml.nvmlSystemGetDriverVersion()),
+            "sm_clock_mhz": lambda: int(
+                pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            ),
+            "sm_clock_max_mhz": lambda: int(
+                pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+            ),
+        }
+        for key, probe in probes.items():
+            try:
+                facts[key] = probe()
+            except Exception:  # one unsupported query must not hide the others
+                facts[key] = None
+        return facts
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+TOP_LEVEL = ("torch", "cuda", "cudnn", "bitsandbytes", "transformers", "gpu")
+
+
+def describe_environment(contributions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The receipt's ``environment`` object; every required field present, unknowns as None.
+
+    ``contributions`` are the ``pytest_gate_environment`` hook results: the fields named in
+    ``TOP_LEVEL`` (and ``torch_threads``) fill the standard slots, any other field goes to
+    ``stack`` as text. torch is described without a hook only if it is already imported.
+    """
+    merged: dict[str, Any] = torch_stack() if "torch" in sys.modules else {}
+    for extra in contributions or []:
+        merged.update(extra or {})
+    stack = {
+        k: None if v is None else str(v)
+        for k, v in merged.items()
+        if k not in TOP_LEVEL and k != "torch_threads"
+    }
+    env: dict[str, Any] = {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "os": platform.platform(),
+        **{k: merged.get(k) for k in TOP_LEVEL},
+        "cpu": {
+            "model": _cpu_model(),
+            "threads": os.cpu_count(),
+            "torch_threads": merged.get("torch_threads"),
+        },
+        "env": {name: os.environ.get(name) for name in ENV_VARS},
+    }
+    if stack:
+        env["stack"] = dict(sorted(stack.items()))
+    return env
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def tree_state(root: Path) -> dict[str, Any]:
+    """The git state of ``root`` now: commit, whether tracked files differ from it, and the
+    set of untracked paths. Taken before a session writes anything, so the records and
+    receipts it writes cannot make its own receipts dirty."""
+    commit = _git(root, "rev-parse", "HEAD")
+    if not commit:
+        return {"commit": None, "changed": None, "untracked": []}
+    status = _git(root, "status", "--porcelain", "--untracked-files=all") or ""
+    lines = [line for line in status.splitlines() if line.strip()]
+    top = (_git(root, "rev-parse", "--show-toplevel") or str(root)).strip()
+    prefix = Path(top).resolve()
+    untracked = []
+    for line in lines:
+        if line.startswith("?? "):
+            path = (prefix / line[3:].strip().strip('"')).resolve()
+            try:
+                untracked.append(path.relative_to(Path(root).resolve()).as_posix())
+            except ValueError:
+                untracked.append(path.as_posix())
+    return {
+        "commit": commit.strip(),
+        "changed": any(not line.startswith("?? ") for line in lines),
+        "untracked": sorted(untracked),
+    }
+
+
+def provenance_state(path: Path) -> dict[str, Any]:
+    """A :func:`tree_state` for a tree without ``.git`` (a GPU box): commit, dirty flag and tree
+    sha256 from the JSON at ``path``, which the kit wrote from its manifest after checking the
+    travelled files. AssayError names the file and field when it is not that."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError) as err:
+        raise AssayError(f"{path}: provenance not readable as JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise AssayError(f"{path}: expected a JSON object {{commit, dirty, tree_sha256}}")
+    commit, dirty = data.get("commit"), data.get("dirty")
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
+        raise AssayError(f"{path}: commit: expected a 40-64 hex digit git commit, got {commit!r}")
+    if not isinstance(dirty, bool):
+        raise AssayError(f"{path}: dirty: expected true or false, got {dirty!r}")
+    state = {"commit": commit, "changed": dirty, "untracked": [], "source": "kit manifest"}
+    tree = data.get("tree_sha256")
+    if tree is not None:
+        if not isinstance(tree, str) or not re.fullmatch(r"[0-9a-f]{64}", tree):
+            raise AssayError(f"{path}: tree_sha256: expected 64 hex digits, got {tree!r}")
+        state["tree_sha256"] = tree
+    return state
+
+
+def describe_code(
+    root: Path,
+    files: list[dict[str, str]],
+    package: str = DISTRIBUTION,
+    tree: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The receipt's ``code`` object: git commit and dirty flag of ``root`` (None outside git),
+    the installed version of ``package`` (the gate plugin's) and the exercised ``files``
+    sorted by path. ``tree`` is :func:`tree_state` taken at session start (taken now if None).
+    Dirty means a tracked file differed from the commit, or a hashed file was untracked
+    (``untracked_files`` counts those); other untracked files do not count."""
+    state = tree if tree is not None else tree_state(root)
+    unique = {f["path"]: f for f in files}
+    code: dict[str, Any] = {
+        "commit": state["commit"],
+        "dirty": None,
+        "package_version": _version(package),
+        "files": [unique[p] for p in sorted(unique)],
+    }
+    if state["commit"] is not None:
+        untracked = set(state["untracked"])
+        hashed_untracked = sum(p in untracked for p in unique)
+        code["dirty"] = bool(state["changed"]) or hashed_untracked > 0
+        code["untracked_files"] = hashed_untracked
+        if state.get("source"):  # absent: git
+            code["commit_source"] = state["source"]
+        if state.get("tree_sha256"):
+            code["tree_sha256"] = state["tree_sha256"]
+    return code
+
+
+def _pyproject(root: Path) -> tuple[str | None, str | None]:
+    path = root / "pyproject.toml"
+    if not path.is_file():
+        return None, None
+    text = path.read_text("utf-8", errors="replace")
+    try:
+        import tomllib
+
+        project = tomllib.loads(text).get("project", {})
+        return project.get("name"), project.get("version")
+    except ImportError:  # Python 3.10: read the two keys of [project] by hand
+        section = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+        body = section.group(1) if section else ""
+        found = {k: re.search(rf'^{k}\s*=\s*"([^"]*)"', body, re.M) for k in ("name", "version")}
+        return tuple(m.group(1) if m else None for m in found.values())  # type: ignore[return-value]
+    except ValueError:
+        return None, None
+
+
+def describe_subject(root: Path, override: str | None = None) -> dict[str, Any]:
+    """The project under test (see :mod:`assay.qualify.plugin.subject`): named by the ini
+    ``gate_project`` (``name`` or ``name==version``) when set, else by ``[project]`` of the
+    rootdir's pyproject.toml; identified by what the gates imported, with the declared
+    version kept beside it when they differ."""
+    from assay.qualify.plugin.subject import imported_identity
+
+    if override:
+        name, _, version = override.partition("==")
+        name, declared, source = name.strip(), version.strip() or None, "ini gate_project"
+    else:
+        name, declared = _pyproject(root)
+        source = "pyproject.toml" if name else "none"
+    if not name:
+        return {"name": None, "version": None, "source": source}
+    return imported_identity(name, declared, source)

@@ -1,0 +1,399 @@
+"""The ``gate`` fixture object: what one gate test declares, kept as JSON-ready data.
+
+Everything here is plain data so that it can travel from pytest-xdist workers to the
+controller. Bad declarations raise :class:`AssayError` at the line that made them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import statistics
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.qualify.judging.threshold import KINDS, Threshold
+
+# seconds per unit, for timing measurements recorded in a claim's own time unit
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in chunks so large model files stay cheap."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # numpy/torch scalars expose __float__; accept them, nothing else
+        if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
+            return float(value)
+        raise AssayError(f"{where}: expected a number, got {value!r}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise AssayError(f"{where}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _is_path(item: str | Path) -> bool:
+    return isinstance(item, Path) or "/" in item or item.endswith(".py")
+
+
+class Claim:
+    """One claim: a statement, a threshold, one measurement and the controls that must fail it."""
+
+    def __init__(self, data: dict[str, Any], threshold: Threshold) -> None:
+        self._data = data
+        self.threshold = threshold
+
+    @property
+    def id(self) -> str:
+        """The claim id, unique within its gate."""
+        return self._data["id"]
+
+    def measure(
+        self,
+        value: float | None = None,
+        *,
+        samples: Iterable[float] | None = None,
+        timing: Any = None,
+    ) -> None:
+        """Record the measurement: one ``value``, repeated ``samples`` (value = median), or a
+        ``timing`` from :func:`assay.qualify.plugin.timing.measure_time` (value = median time per
+        call in the claim's unit, one of s, ms, us, ns; its statistics go in the receipt).
+
+        A claim is measured exactly once. NaN is kept as measured; the receipt then fails
+        schema validation and is not written, which is the honest outcome.
+        """
+        where = f"claim {self.id!r} measure"
+        if self._data["measurement"] is not None:
+            raise AssayError(f"{where}: already measured; a claim takes one measurement")
+        if sum(x is not None for x in (value, samples, timing)) != 1:
+            raise AssayError(f"{where}: pass exactly one of value, samples= or timing=")
+        unit = self._data["unit"]
+        if timing is not None:
+            if unit not in TIME_UNITS:
+                raise AssayError(f"{where}: a timing needs the claim unit s, ms, us or ns")
+            scale = 1.0 / TIME_UNITS[unit]
+            stats = timing.stats(scale)
+            self._data["measurement"] = {
+                "value": stats["median"],
+                "unit": unit,
+                "samples": {k: stats[k] for k in ("n", "min", "median", "max")},
+                "timing": stats,
+            }
+            return
+        if samples is None:
+            self._data["measurement"] = {"value": _number(value, where), "unit": unit}
+            return
+        numbers = [_number(s, f"{where} samples") for s in samples]
+        if not numbers:
+            raise AssayError(f"{where}: samples is empty; expected at least one number")
+        median = statistics.median(numbers)
+        samples = {"n": len(numbers), "min": min(numbers), "median": median, "max": max(numbers)}
+        if len(numbers) > 1:  # the spread, as for timings: quartiles, IQR, Tukey outliers
+            q1, _, q3 = statistics.quantiles(numbers, n=4)
+            iqr = q3 - q1
+            outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in numbers)
+            samples.update(q1=q1, q3=q3, iqr=iqr, outliers=outliers)
+        self._data["measurement"] = {"value": median, "unit": unit, "samples": samples}
+
+    def control(self, name: str, measured: float) -> None:
+        """Record the same check on a deliberately broken subject; it must miss the threshold."""
+        where = f"claim {self.id!r} control"
+        name = _text(name, f"{where} name")
+        if any(c["name"] == name for c in self._data["controls"]):
+            raise AssayError(f"{where}: control {name!r} declared twice")
+        self._data["controls"].append({"name": name, "measured": _number(measured, where)})
+
+    def ran_on(self, device: str) -> None:
+        """Record the device this claim's tensors were on (``cpu``, ``cuda``, ``cuda:1`` ...), as
+        the test read it from its tensors or model. The framework imports no torch: it only
+        stores the device type, so a claim measured on the CPU inside a run started with
+        ``--gate-device cuda`` is labelled cpu."""
+        where = f"claim {self.id!r} ran_on"
+        kind = _text(device, where).split(":", 1)[0].strip().lower()
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
+            raise AssayError(
+                f"{where}: expected a device type like 'cpu' or 'cuda', not {device!r}"
+            )
+        self._data["device"] = kind
+
+    @property
+    def measured(self) -> float | None:
+        """The measured value, or None before :meth:`measure`."""
+        m = self._data["measurement"]
+        return None if m is None else m["value"]
+
+
+def blank_fragment(gate: str, nodeid: str) -> dict[str, Any]:
+    """What one test declares about ``gate``, before it declares anything."""
+    return {
+        "gate": gate,
+        "nodeid": nodeid,
+        "claims": [],
+        "not_tested": [],
+        "inputs": [],
+        "figures": [],
+        "notes": [],
+        "seeds": [],
+        "files": [],
+        "corrects": [],
+    }
+
+
+class Gate:
+    """What one test of gate ``name`` declares; created per test by the ``gate`` fixture."""
+
+    def __init__(self, name: str, device: str, nodeid: str, rootdir: Path) -> None:
+        self.name = name
+        self.device = device
+        self.nodeid = nodeid
+        self._root = rootdir
+        self._module_path: Path | None = None
+        # (claim id, or "" for gate.uses; dotted module): each must have been imported
+        self._declared: list[tuple[str, str]] = []
+        self._child_imports: set[str] = set()
+        self._claims: list[Claim] = []
+        self._data: dict[str, Any] = {"device": device, **blank_fragment(name, nodeid)}
+
+    def claim(
+        self,
+        claim_id: str,
+        statement: str,
+        *,
+        kind: str,
+        threshold: Threshold,
+        unit: str = "",
+        code: Iterable[str | Path] = (),
+        derived: bool = False,
+    ) -> Claim:
+        """Declare a claim and return it, to be measured and controlled by the test.
+
+        ``code`` names the implementation this claim exercises (dotted modules or paths; a
+        package stands for every ``.py`` file under it); the receipt records them, with the
+        gate module itself, as the claim's ``code_files``. They are a floor: what the test
+        executed is measured on top (:mod:`assay.qualify.plugin.executed`). A
+        dotted module that neither the test's process nor a child process of it that reported
+        (see :mod:`assay.qualify.plugin.child_imports`) had imported by the end of the test is a
+        stale
+        declaration and errors the test (see :meth:`stale_code`). ``derived=True`` marks a
+        value computed by arithmetic from other measurements; the record labels it as such.
+        """
+        claim_id = _text(claim_id, "gate.claim id")
+        where = f"claim {claim_id!r}"
+        statement = _text(statement, f"{where} statement")
+        if kind not in KINDS:
+            raise AssayError(f"{where} kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        if not isinstance(threshold, Threshold):
+            raise AssayError(f"{where} threshold: expected assay.qualify.Threshold")
+        if not isinstance(unit, str):
+            raise AssayError(f"{where} unit: expected a string, got {unit!r}")
+        if any(c.id == claim_id for c in self._claims):
+            raise AssayError(f"{where}: declared twice in gate {self.name!r}")
+        if isinstance(code, (str, Path)):
+            code = [code]
+        code_files = [self._file_entry(self._module_path)] if self._module_path else []
+        for item in code:
+            if isinstance(item, str) and not _is_path(item):
+                self._declared.append((claim_id, item))
+            for path in self._resolve_module(item):
+                entry = self._file_entry(path)
+                if entry not in code_files:
+                    code_files.append(entry)
+        for entry in code_files:
+            if entry not in self._data["files"]:
+                self._data["files"].append(entry)
+        data = {
+            "id": claim_id,
+            "statement": statement,
+            "kind": kind,
+            "unit": unit,
+            "threshold": threshold.to_dict(kind),
+            "measurement": None,
+            "controls": [],
+            "code_files": code_files,
+        }
+        if derived:
+            data["derived"] = True
+        self._data["claims"].append(data)
+        claim = Claim(data, threshold)
+        self._claims.append(claim)
+        return claim
+
+    def uses(self, *modules_or_paths: str | Path) -> None:
+        """Record implementation files exercised (dotted module names or paths) by sha256, for
+        the whole gate, import-checked like ``code=``. Prefer ``gate.claim(..., code=[...])``,
+        which records them per claim."""
+        for item in modules_or_paths:
+            if isinstance(item, str) and not _is_path(item):
+                self._declared.append(("", item))
+            for path in self._resolve_module(item):
+                entry = self._file_entry(path)
+                if entry not in self._data["files"]:
+                    self._data["files"].append(entry)
+
+    def module(self, path: Path) -> None:
+        """Set the gate module's own file; it heads every claim's ``code_files``."""
+        self._module_path = path
+        self.uses(path)
+
+    def child_imports(self, modules: Iterable[str]) -> None:
+        """Count ``modules`` as imported: what this process's child processes reported."""
+        self._child_imports.update(modules)
+
+    def stale_code(self) -> list[str]:
+        """One line per declared module that neither this process nor a reporting child ever
+        imported: a claim may list only code its test ran, so a renamed, removed or unused
+        module cannot stay listed."""
+        return [
+            f"{f'claim {cid!r} code' if cid else 'gate.uses'}: module {name!r} was never "
+            "imported by its test; list only code the claim runs"
+            for cid, name in self._declared
+            if name not in sys.modules and name not in self._child_imports
+        ]
+
+    def _file_entry(self, path: Path) -> dict[str, str]:
+        return {"path": self._display(path), "sha256": file_sha256(path)}
+
+    def input(self, role: str, path: str | Path) -> None:
+        """Record an input file by role, size in bytes and sha256."""
+        role = _text(role, "gate.input role")
+        p = Path(path)
+        if not p.is_file():
+            raise AssayError(f"gate.input {role!r}: {p} is not a file")
+        entry = {
+            "role": role,
+            "path": self._display(p),
+            "bytes": p.stat().st_size,
+            "sha256": file_sha256(p),
+        }
+        if entry not in self._data["inputs"]:
+            self._data["inputs"].append(entry)
+
+    def seed(self, *seeds: int) -> None:
+        """Record the random seeds this test used."""
+        for s in seeds:
+            if isinstance(s, bool) or not isinstance(s, int):
+                raise AssayError(f"gate.seed: expected an integer, got {s!r}")
+            if s not in self._data["seeds"]:
+                self._data["seeds"].append(s)
+
+    def not_tested(self, item: str, reason: str) -> None:
+        """Write down something this gate does not test, and why."""
+        entry = {"item": _text(item, "gate.not_tested item"), "reason": _text(reason, "reason")}
+        if entry not in self._data["not_tested"]:
+            self._data["not_tested"].append(entry)
+
+    def note(self, text: str) -> None:
+        """Add a free-text note to the record."""
+        text = _text(text, "gate.note")
+        if text not in self._data["notes"]:
+            self._data["notes"].append(text)
+
+    def figure(self, path: str | Path, caption: str, *, derived: bool = False) -> None:
+        """Attach a PNG with a caption; copied under ``records/figures/<gate>/`` at session end.
+
+        ``derived=True`` marks a figure plotted from arithmetic rather than measurements."""
+        p = Path(path)
+        caption = _text(caption, "gate.figure caption")
+        if not p.is_file():
+            raise AssayError(f"gate.figure: {p} is not a file")
+        with p.open("rb") as handle:
+            if handle.read(len(PNG_MAGIC)) != PNG_MAGIC:
+                raise AssayError(f"gate.figure: {p} is not a PNG file")
+        entry: dict[str, Any] = {"source": str(p.resolve()), "caption": caption}
+        if derived:
+            entry["derived"] = True
+        self._data["figures"].append(entry)
+
+    def correct(self, receipt_sha256: str, claim_id: str, reason: str) -> None:
+        """Declare that this receipt corrects claim ``claim_id`` of an earlier receipt.
+
+        The earlier receipt is never rewritten; the record shows this correction, dated,
+        beside the original row. The referenced receipt must exist in this gate's receipts.
+        """
+        sha = _text(receipt_sha256, "gate.correct receipt_sha256").lower()
+        if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
+            raise AssayError(f"gate.correct receipt_sha256: expected 64 hex digits, got {sha!r}")
+        entry = {
+            "receipt_sha256": sha,
+            "claim_id": _text(claim_id, "gate.correct claim_id"),
+            "reason": _text(reason, "gate.correct reason"),
+        }
+        if entry not in self._data["corrects"]:
+            self._data["corrects"].append(entry)
+
+    def fragment(self) -> dict[str, Any]:
+        """This test's declarations as JSON-serialisable data (a deep copy)."""
+        import copy
+
+        return copy.deepcopy(self._data)
+
+    def _resolve_module(self, item: str | Path) -> list[Path]:
+        """The files ``item`` names: a path's file; a module's source file; every ``.py`` file
+        of a package, recursively (``__init__.py`` first), so an edit to ``pkg/_core.py``
+        stales a claim that lists ``pkg``."""
+        if isinstance(item, Path) or _is_path(item):
+            path = Path(item)
+            if not path.is_file():
+                raise AssayError(f"gate.uses: {path} is not a file")
+            return [path]
+        try:
+            spec = importlib.util.find_spec(item)
+        except (ImportError, ValueError) as err:
+            raise AssayError(f"gate.uses: cannot find module {item!r}: {err}") from err
+        if spec is not None and spec.submodule_search_locations:
+            files = package_files(spec.origin, spec.submodule_search_locations)
+            if files:
+                return files
+        if spec is None or not spec.origin or not Path(spec.origin).is_file():
+            raise AssayError(f"gate.uses: module {item!r} has no source file")
+        return [Path(spec.origin)]
+
+    def _display(self, path: Path) -> str:
+        return display_path(self._root, path)
+
+
+def package_files(origin: str | None, locations: Iterable[str]) -> list[Path]:
+    """Every ``.py`` file under a package's directories (caches skipped), its ``__init__.py``
+    (``origin``) first and the rest sorted, so the list is the same on every machine."""
+    first = [Path(origin)] if origin and origin.endswith(".py") and Path(origin).is_file() else []
+    rest = {
+        path
+        for location in locations
+        for path in Path(location).rglob("*.py")
+        if "__pycache__" not in path.parts and path.is_file()
+    }
+    return first + sorted(rest - set(first))
+
+
+def display_path(root: Path, path: Path) -> str:
+    """``path`` as receipts show it: relative to ``root`` (the rootdir) when under it; a file of
+    an installed assay as its checkout path ``src/assay/...`` (so staleness still works);
+    else absolute."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        pass
+    import assay
+
+    package = Path(assay.__file__).resolve().parent
+    try:
+        return "src/assay/" + resolved.relative_to(package).as_posix()
+    except ValueError:
+        return resolved.as_posix()

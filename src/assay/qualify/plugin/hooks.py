@@ -1,0 +1,338 @@
+"""pytest plugin for gates: the ``gate`` fixture, its options, and receipts as gates finish.
+
+Registered as the pytest11 entry point ``assay_qualify``. Each test of ``gate_<name>.py``
+declares claims through the fixture; the declarations ride on the test's teardown report
+(so they cross from xdist workers with it), and the process that owns the session writes a
+gate's validated receipt and renders its record as soon as the gate's last test finishes.
+
+Start-up is cheap on purpose: this module imports only pytest and the standard library. The
+gate declaration code, receipts (jsonschema), records (jinja2) and environment probes load
+on first use, so a session without gate tests pays for none of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GATE = pytest.StashKey[Any]()
+OUTCOME = pytest.StashKey[str]()
+STATE = pytest.StashKey[Any]()
+CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collected gate tests
+MEASURE = pytest.StashKey[Any]()  # this process's executed.Measure, once it saw a gate module
+FRAGMENT_KEY = "assay_gate_fragment"
+GATE_MODULE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
+DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from assay.qualify.plugin import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("assay gates", "assay gates: qualification receipts and records")
+    dirs = (
+        ("receipts", "where receipts are appended, one folder per gate", "records/receipts"),
+        ("records", "where records are rendered (default: parent of the receipts dir)", None),
+        (
+            "baseline",
+            "fail on regression against the newest complete receipt per gate in DIR;"
+            " must not overlap the receipts dir",
+            None,
+        ),
+    )
+    for name, text, default in dirs:
+        shown = f" (default: {default})" if default else ""
+        group.addoption(
+            f"--gate-{name}",
+            dest=f"gate_{name}",
+            metavar="DIR",
+            default=None,
+            help=f"{text}{shown}. Write --gate-{name}=DIR: in the space form pytest may take DIR "
+            "for a test path when it picks the rootdir. Ini: gate_" + name,
+        )
+        parser.addini(f"gate_{name}", f"{text} (relative to the ini file)", default=default)
+    group.addoption(
+        "--gate-no-render",
+        dest="gate_no_render",
+        action="store_true",
+        default=False,
+        help="write receipts but do not render records (ini: gate_render = false)",
+    )
+    parser.addini("gate_render", "render records after writing receipts", type="bool", default=True)
+    group.addoption(
+        "--gate-no-write",
+        dest="gate_no_write",
+        action="store_true",
+        default=False,
+        help="try the gates: print each gate's verdict but write no receipt, record or figure",
+    )
+    group.addoption(
+        "--gate-device",
+        dest="gate_device",
+        choices=("cpu", "cuda", "auto"),
+        default=None,
+        help="device gates measure on; auto = cuda when the session's torch sees one "
+        "(ini: gate_device; default auto)",
+    )
+    parser.addini("gate_device", "device gates measure on: cpu, cuda or auto", default="auto")
+    group.addoption(
+        "--gate-provenance",
+        dest="gate_provenance",
+        metavar="FILE",
+        default=None,
+        help="JSON naming the commit a tree without .git was made from ({commit, dirty, "
+        "tree_sha256}, as the GPU kit writes); used only when git knows no commit",
+    )
+    parser.addini(
+        "gate_project",
+        "the project under test, as name or name==version (default: "
+        "[project] of the rootdir's pyproject.toml)",
+        default="",
+    )
+
+
+def _space_form_outside(config: pytest.Config) -> str | None:
+    """The trap of ``--gate-baseline DIR``: pytest picks the rootdir before plugins' options
+    are known, so an existing DIR outside the invocation directory counts as a test path,
+    moves the rootdir (and loses the ini file). The ``=`` form is one token and is safe."""
+    args = [str(a) for a in config.invocation_params.args]
+    here = config.invocation_params.dir.resolve()
+    for option, value in itertools.pairwise(args):
+        if option in DIR_OPTIONS:
+            path = (config.invocation_params.dir / value).resolve()
+            if path.exists() and here not in [path, *path.parents]:
+                return (
+                    f"{option} {value}: write {option}={value}; in the space form pytest takes "
+                    "the directory for a test path when it picks the rootdir"
+                )
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    trap = _space_form_outside(config)
+    if trap:
+        raise pytest.UsageError(trap)
+    if config.getoption("gate_baseline", None) or config.getini("gate_baseline"):
+        from assay.qualify.judging.baseline import refuse_self_baseline
+        from assay.qualify.plugin.session import setting_dir
+
+        baseline = setting_dir(config, "gate_baseline")
+        receipts = setting_dir(config, "gate_receipts")
+        refusal = refuse_self_baseline(baseline, receipts) if baseline and receipts else None
+        if refusal:
+            raise pytest.UsageError(refusal)
+    provenance = config.getoption("gate_provenance", None)
+    if provenance:  # checked now, so a bad file is a usage error, not a collection crash
+        from assay.errors import AssayError
+        from assay.qualify.plugin.environment import provenance_state
+
+        try:
+            provenance_state(config.invocation_params.dir / provenance)
+        except AssayError as err:
+            raise pytest.UsageError(f"--gate-provenance: {err}") from None
+    if not _is_worker(config):
+        config.pluginmanager.register(_Reports(config), "assay_gate_reports")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _state(config: pytest.Config) -> Any:
+    if STATE not in config.stash:
+        from assay.qualify.plugin.session import GateSession
+
+        config.stash[STATE] = GateSession(config)
+    return config.stash[STATE]
+
+
+def _has_gate(nodeids: list[str]) -> bool:
+    return any(GATE_MODULE.match(n.split("::", 1)[0].rsplit("/", 1)[-1]) for n in nodeids)
+
+
+def gate_name(path: Path) -> str:
+    """The gate's name from its module file ``gate_<name>.py``; AssayError otherwise."""
+    match = GATE_MODULE.match(path.name)
+    if match is None:
+        from assay.errors import AssayError
+
+        raise AssayError(f"{path}: the gate fixture needs a module named gate_<name>.py")
+    return match.group(1)
+
+
+@pytest.fixture
+def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
+    """The declaration surface of one gate test (see docs/gate-api.md)."""
+    from assay.qualify.plugin.environment import resolve_device
+    from assay.qualify.plugin.gate import Gate, display_path
+    from assay.qualify.plugin.session import plain_nodeid
+
+    config = request.config
+    choice = config.getoption("gate_device", None) or config.getini("gate_device") or "auto"
+    nodeid = plain_nodeid(request.node.nodeid)
+    g = Gate(gate_name(request.path), resolve_device(choice), nodeid, config.rootpath)
+    g.module(request.path)  # the gate's own source is part of what every claim ran
+    request.node.stash[GATE] = g
+    start = time.perf_counter()
+    yield g
+    children = config.stash.get(CHILDREN, None)
+    if children is not None:  # what this process's children ran counts like its own imports
+        g.child_imports(children.names())
+    fragment = g.fragment()
+    measure = config.stash.get(MEASURE, None)
+    if measure is not None:  # the files of the project under test this test executed
+        fragment["executed"] = measure.report(
+            request.node, lambda path: display_path(config.rootpath, path)
+        )
+    fragment["outcome"] = request.node.stash.get(OUTCOME, "error")
+    fragment["duration_s"] = time.perf_counter() - start
+    # collection order is the same in every xdist worker, so it orders claims stably
+    items = request.session.items
+    fragment["order"] = items.index(request.node) if request.node in items else len(items)
+    # rides on the teardown report, which xdist serialises to the controller
+    request.node.user_properties.append((FRAGMENT_KEY, fragment))
+    stale = g.stale_code()
+    if stale:
+        pytest.fail(f"gate {g.name!r}: " + "; ".join(stale), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Record how the test's own code ended, then fail it if any of its claims did not pass."""
+    declared = item.stash.get(GATE, None)
+    if declared is None:
+        return (yield)
+    try:
+        result = yield
+    except pytest.skip.Exception:
+        item.stash[OUTCOME] = "skipped"
+        raise
+    except BaseException:
+        item.stash[OUTCOME] = "failed"
+        raise
+    item.stash[OUTCOME] = "passed"
+    from assay.qualify.judging.threshold import explain, judge
+
+    reasons = [explain(c, judge(c)) for c in declared.fragment()["claims"]]
+    reasons = [r for r in reasons if r]
+    if reasons:
+        pytest.fail(f"gate {declared.name!r}: " + "; ".join(reasons), pytrace=False)
+    return result
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items and _has_gate([i.nodeid for i in items]):
+        state = _state(items[0].config)
+        state.deselected = (state.deselected or set()) | {i.nodeid for i in items}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Where gate tests were collected: children report their imports from now on; a single
+    process records the collected gate tests (and takes the tree state, before any write).
+
+    An xdist worker instead tags each gate test with what ``-k``/``-m``/``--deselect`` removed
+    from its gate: only workers collect, and the tag rides on every report to the controller.
+    """
+    ids = [item.nodeid for item in session.items]
+    if not _has_gate(ids):
+        return
+    _start_child_imports(session.config)
+    state = _state(session.config)
+    if _is_worker(session.config):
+        _tag_deselected(session.items, state.deselected or set())
+        return
+    state.deselected = state.deselected or set()  # deselection is known in this process
+    state.expect(ids)
+
+
+def _start_child_imports(config: pytest.Config) -> None:
+    """Children started from here on (module fixtures included) report their imports."""
+    from assay.qualify.plugin.child_imports import ChildImports
+
+    if CHILDREN not in config.stash:
+        config.stash[CHILDREN] = ChildImports()
+        config.stash[CHILDREN].start()
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> None:
+    """Before a gate module is imported: measure what it and its tests execute (once per
+    process; :mod:`assay.qualify.plugin.executed` and coverage load only here)."""
+    config = parent.config
+    if GATE_MODULE.match(module_path.name) and MEASURE not in config.stash:
+        from assay.qualify.plugin.executed import Measure
+
+        config.stash[MEASURE] = Measure(config)
+        config.pluginmanager.register(config.stash[MEASURE], "assay_gate_measure")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    children = config.stash.get(CHILDREN, None)
+    if children is not None:
+        children.stop()
+    measure = config.stash.get(MEASURE, None)
+    if measure is not None:
+        measure.close()
+
+
+def _tag_deselected(items: list[pytest.Item], deselected: set[str]) -> None:
+    from assay.qualify.plugin.session import DESELECTED_KEY, gate_of
+
+    per_gate: dict[str, list[str]] = {}
+    for nodeid in deselected:
+        gate = gate_of(nodeid)
+        if gate is not None:
+            per_gate.setdefault(gate, []).append(nodeid)
+    for item in items:
+        gate = gate_of(item.nodeid)
+        if gate is not None:
+            item.user_properties.append((DESELECTED_KEY, sorted(per_gate.get(gate, []))))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist controller: every worker collects the same tests; the first list is enough."""
+    if _has_gate(ids):
+        _state(node.config).expect(list(ids))
+
+
+class _Reports:
+    """Registered in the controlling process: reads gate fragments and failures off reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml etc. see the fragment property
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if _has_gate([report.nodeid]):
+            _state(self.config).report(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if _is_worker(config) or STATE not in config.stash:
+        return
+    state = config.stash[STATE]
+    state.finish()
+    if state.problems and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or (not state.written and not state.problems):
+        return
+    terminalreporter.section("assay gates")
+    for path, status in state.written:
+        shown = path if path.startswith("not written") else f"receipt ({status}): {path}"
+        terminalreporter.line(shown)
+    for problem in state.problems:
+        terminalreporter.line(f"ERROR {problem}", red=True)

@@ -1,0 +1,126 @@
+"""The index ``records/README.md``: one row per gate, rendered from the receipts.
+
+Each row: the gate (linking its record), what it gates (the first paragraph of the gate
+module's docstring, when ``gates/gate_<name>.py`` is under the project root), the headline
+claim of the receipt the standing shows, the standing's status with its reasons, date,
+devices, receipt count and whether the record is stale. The stale column and the gate
+description come from the working tree; they are marked, and ``verify`` re-derives them.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from assay.qualify.judging.standing import Standing, gate_standing
+from assay.qualify.ledger.chain import ensure_ledger
+from assay.qualify.ledger.receipt import write_atomic
+from assay.qualify.publishing.render import (
+    cell,
+    gates_in,
+    load_gate,
+    project_root,
+    render_gate,
+    standing_stale,
+)
+from assay.qualify.publishing.wording import headline_text
+
+INDEX = "README.md"
+INDEX_MARK = "# Gate records"
+
+
+def what_it_gates(root: Path, gate: str) -> str:
+    """First paragraph of ``gates/gate_<gate>.py``'s docstring, one line; '' when absent."""
+    try:
+        tree = ast.parse((Path(root) / "gates" / f"gate_{gate}.py").read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return ""
+    doc = ast.get_docstring(tree) or ""
+    first = " ".join(doc.strip().split("\n\n")[0].split())
+    prefix = f"gate-{gate}:"
+    return first[len(prefix) :].strip() if first.startswith(prefix) else first
+
+
+def index_row(standing: Standing, root: Path) -> str:
+    """One index row from a gate's standing; the tree-derived cells are marked."""
+    from assay.qualify.judging.stale import cell as stale_cell
+    from assay.qualify.judging.stale import from_tree
+
+    head = standing.head
+    gate = standing.gate
+    what = from_tree(cell(what_it_gates(root, gate) or "n/a"))
+    created = head["created"] if head else "none"
+    devices = ", ".join(d.device for d in standing.devices) or "none"
+    return (
+        f"| [{cell(gate)}]({gate}.md) | {what} | {cell(headline_text(head))} | "
+        f"{cell(standing.summary())} | {created} | {cell(devices)} | "
+        f"{len(standing.receipts)} | {stale_cell(standing_stale(standing))} |"
+    )
+
+
+def standings(receipts_dir: Path, records_dir: Path, root: Path) -> list[Standing]:
+    """The standing of every gate with receipts under ``receipts_dir``, sorted by gate."""
+    return [gate_standing(receipts_dir, g, records_dir, root) for g in gates_in(receipts_dir)]
+
+
+def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> str:
+    """The index Markdown from every gate's standing."""
+    root = root or project_root(records_dir)
+    lines = [
+        f"{INDEX_MARK}",
+        "",
+        "Rendered by `assay render` from the receipts under `receipts/`; do not edit. Each",
+        "gate's receipts form a hash-chained ledger (`receipts/<gate>/LEDGER`), checked by",
+        "`assay verify`; `assay verify --stale` lists records whose code changed since. The",
+        "status is the gate's standing: the newest complete run of each device, with partial",
+        "runs, missing claims and skipped tests taken into account (see docs/records.md).",
+        "",
+        "| Gate | What it gates | Headline claim | Status | Date (UTC) | Devices | Receipts "
+        "| Stale |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [index_row(s, root) for s in standings(receipts_dir, records_dir, root)]
+    return "\n".join(lines) + "\n"
+
+
+def index_path(records_dir: Path) -> Path:
+    """Where the index lives: ``<records>/README.md``."""
+    return Path(records_dir) / INDEX
+
+
+def render_index(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
+    """Rebuild ``<records>/README.md``; return its path."""
+    path = index_path(records_dir)
+    write_atomic(path, index_text(receipts_dir, records_dir, root).encode("utf-8"), overwrite=True)
+    return path
+
+
+def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> list[Path]:
+    """Rebuild every record from the receipts; return the record paths, sorted by gate.
+
+    Raises AssayError naming the file if any receipt is invalid or tampered: a record is
+    never rendered from a receipt that does not verify. Gates without a LEDGER get one
+    (legacy receipts listed by creation time); the index ``README.md`` is rebuilt too.
+    """
+    gates = gates_in(receipts_dir)
+    for g in gates:
+        ensure_ledger(receipts_dir, g)
+        load_gate(receipts_dir, g)  # an invalid receipt stops the render, naming its file
+    paths = [render_gate(g, receipts_dir, records_dir, root) for g in gates]
+    if gates:
+        render_index(receipts_dir, records_dir, root)
+        render_readme(receipts_dir, records_dir, root or project_root(records_dir))
+    return paths
+
+
+def render_readme(receipts_dir: Path, records_dir: Path, root: Path) -> Path | None:
+    """Refill the standing spans of ``<root>/README.md`` (see
+    :mod:`assay.qualify.publishing.readme`)."""
+    from assay.qualify.publishing.readme import fill, readme_path
+
+    path = readme_path(root)
+    if path is None:
+        return None
+    found = {s.gate: s for s in standings(receipts_dir, records_dir, root)}
+    write_atomic(path, fill(path.read_text("utf-8"), found).encode("utf-8"), overwrite=True)
+    return path

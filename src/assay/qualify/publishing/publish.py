@@ -1,0 +1,237 @@
+"""Session end: turn collected fragments into validated receipts, figures and records."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.qualify.judging.baseline import compare, find_baseline, no_baseline
+from assay.qualify.ledger.chain import write_receipt
+from assay.qualify.ledger.receipt import (
+    problems_in,
+    read_receipt,
+    receipt_paths,
+    seal,
+    utc_now,
+)
+from assay.qualify.plugin.assemble import (
+    build_receipt,
+    check_corrections,
+    duplicate_claims,
+    plan_figures,
+)
+from assay.qualify.plugin.environment import describe_code, describe_environment
+from assay.qualify.plugin.gate import file_sha256
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where and how to publish: directories, device, the pytest argv and the project root."""
+
+    receipts: Path
+    records: Path
+    baseline: Path | None
+    render: bool
+    device: str
+    argv: list[str]
+    root: Path
+    # gate session facts (plugin/session.py): probed once, tree state taken before any write
+    environment: dict[str, Any] | None = None
+    tree: dict[str, Any] | None = None
+    subject: dict[str, Any] | None = None
+    partial: dict[str, str] = field(default_factory=dict)  # gate -> why the run is partial
+    failures: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # gate -> failures
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # gate -> headline, skipped
+
+
+WHEEL_ENV = "ASSAY_SUBJECT_WHEEL"
+
+
+def wheel_subject() -> dict[str, str] | None:
+    """``{"filename", "sha256"}`` of the wheel named by $ASSAY_SUBJECT_WHEEL, else None.
+
+    Set by ``nox -s gates-wheel``. The imported ``assay`` must then come from an installed
+    package, not a source checkout (a ``src/assay`` path): AssayError otherwise, so a receipt
+    never claims a wheel it did not exercise.
+    """
+    value = os.environ.get(WHEEL_ENV)
+    if not value:
+        return None
+    import assay
+
+    wheel = Path(value)
+    if not wheel.is_file():
+        raise AssayError(f"${WHEEL_ENV}={value}: no such wheel file")
+    origin = Path(assay.__file__).resolve()
+    if "site-packages" not in origin.parts and "dist-packages" not in origin.parts:
+        raise AssayError(
+            f"${WHEEL_ENV} is set but assay was imported from {origin}, not an installed wheel"
+        )
+    return {"filename": wheel.name, "sha256": file_sha256(wheel)}
+
+
+def _earlier(receipts: Path, gate: str) -> tuple[list[dict[str, Any]], list[str]]:
+    found, problems = [], []
+    for path in receipt_paths(receipts, gate):
+        try:
+            found.append(read_receipt(path))
+        except AssayError as err:
+            problems.append(str(err))
+    return found, problems
+
+
+def _copy_figures(planned: list[tuple[Path, dict[str, str]]], records: Path) -> None:
+    for source, entry in planned:
+        target = records / entry["path"]
+        if target.exists():
+            continue  # content-addressed name: an existing file already holds these bytes
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+
+
+def _assemble(
+    gate: str, fragments: list[dict[str, Any]], options: Options, environment: dict[str, Any]
+) -> tuple[dict[str, Any] | None, list[tuple[Path, dict[str, str]]], list[str], list[str]]:
+    """(unsealed receipt or None, planned figures, regressions, problems) for one gate."""
+    problems = duplicate_claims(fragments)
+    if problems:
+        return None, [], [], problems
+    planned = plan_figures(gate, fragments)
+    files = [f for fragment in fragments for f in fragment["files"]]
+    receipt = build_receipt(
+        gate,
+        fragments,
+        figures=[entry for _, entry in planned],
+        code=describe_code(options.root, files, tree=options.tree),
+        environment=environment,
+        run={
+            "argv": options.argv,
+            "nox_session": os.environ.get("NOX_CURRENT_SESSION"),
+            "device": options.device,
+        },
+        created=utc_now(),
+        subject=options.subject,
+        partial=options.partial.get(gate),
+        failures=options.failures.get(gate),
+    )
+    extras = options.extras.get(gate, {})
+    if extras.get("headline_claim"):
+        receipt["headline_claim"] = extras["headline_claim"]
+    if extras.get("skipped"):
+        receipt["run"]["skipped"] = extras["skipped"]
+    wheel = wheel_subject()
+    if wheel is not None:
+        receipt["wheel"] = wheel
+        if isinstance(receipt.get("subject"), dict):  # issue 17's subject, where present
+            receipt["subject"]["source"] = "wheel"
+    regressions: list[str] = []
+    if options.baseline is not None:
+        found = find_baseline(options.baseline, gate, options.device)
+        if found is None:
+            receipt["baseline"] = no_baseline(str(options.baseline))
+        else:
+            receipt["baseline"] = compare(receipt["claims"], found[1], str(found[0]))
+            regressions = list(receipt["baseline"]["regressions"])
+    if receipt["corrects"]:
+        earlier, _ = _earlier(options.receipts, gate)
+        problems = check_corrections(receipt, earlier)
+        if problems:
+            return None, [], [], [f"receipt not written: {p}" for p in problems]
+    try:
+        invalid = problems_in(seal(receipt))
+    except ValueError:
+        invalid = ["the receipt holds a number JSON cannot carry (NaN or infinity)"]
+    if invalid:
+        return None, [], [], ["receipt is invalid and was not written: " + "; ".join(invalid)]
+    return receipt, planned, regressions, []
+
+
+def _publish_gate(
+    gate: str, fragments: list[dict[str, Any]], options: Options, environment: dict[str, Any]
+) -> tuple[tuple[str, str] | None, list[str]]:
+    receipt, planned, regressions, problems = _assemble(gate, fragments, options, environment)
+    if receipt is None:
+        return None, problems
+    _copy_figures(planned, options.records)
+    path = write_receipt(receipt, options.receipts)
+    return (str(path), receipt["status"]), regressions
+
+
+def _by_gate(fragments: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_gate: dict[str, list[dict[str, Any]]] = {}
+    for fragment in fragments:
+        by_gate.setdefault(fragment["gate"], []).append(fragment)
+    return by_gate
+
+
+def preview(fragments: list[dict[str, Any]], options: Options) -> list[tuple[str, str]]:
+    """What :func:`publish` would write, as ``("not written: ...", status)`` lines; touches
+    nothing on disk (``--gate-no-write``). The status is the run's own verdict; the gate's
+    standing would also weigh its ledger, which a trial run does not change."""
+    shown = []
+    environment = options.environment or describe_environment()
+    by_gate = _by_gate(fragments)
+    for gate in sorted(by_gate):
+        try:
+            receipt, _, regressions, problems = _assemble(gate, by_gate[gate], options, environment)
+        except AssayError as err:
+            receipt, regressions, problems = None, [], [str(err)]
+        if receipt is None:
+            shown.append((f"not written: gate {gate!r}: {'; '.join(problems)}", "error"))
+            continue
+        partial = " (partial run)" if receipt["run"].get("partial") else ""
+        regressed = f", {len(regressions)} regression(s)" if regressions else ""
+        shown.append(
+            (
+                f"not written (--gate-no-write): gate {gate!r}: {receipt['status']}{partial}"
+                f"{regressed}, {len(receipt['claims'])} claim(s)",
+                receipt["status"],
+            )
+        )
+    return shown
+
+
+def publish(
+    fragments: list[dict[str, Any]], options: Options
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Write one receipt per gate and render its record; return (written, problems).
+
+    ``written`` holds (receipt path, status); ``problems`` holds one line per session error
+    (invalid receipt, bad correction, regression, render failure), each naming its gate.
+    An invalid receipt is never written.
+    """
+    from assay.qualify.publishing.index import render_index
+    from assay.qualify.publishing.render import render_gate
+
+    by_gate = _by_gate(fragments)
+    environment = options.environment or describe_environment()
+    written: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for gate in sorted(by_gate):
+        try:
+            done, gate_problems = _publish_gate(gate, by_gate[gate], options, environment)
+        except AssayError as err:
+            done, gate_problems = None, [str(err)]
+        problems.extend(
+            p if p.startswith(f"gate {gate!r}") else f"gate {gate!r}: {p}" for p in gate_problems
+        )
+        if done is None:
+            continue
+        written.append(done)
+        if options.render:
+            try:
+                render_gate(gate, options.receipts, options.records, options.root)
+            except AssayError as err:
+                problems.append(f"gate {gate!r}: record not rendered: {err}")
+    if options.render and written:
+        try:
+            render_index(options.receipts, options.records, options.root)
+        except AssayError as err:
+            problems.append(f"index not rendered: {err}")
+    return written, problems

@@ -1,0 +1,132 @@
+"""``assay publish --html DIR``: a static site of the index, records, figures and ledgers.
+
+Pages are rendered straight from the receipts with an autoescaping template, so every string
+a gate wrote is inert text; a Content-Security-Policy forbids scripts and any outside asset.
+Layout: ``index.html``, ``<gate>.html``, ``figures/<gate>/*.png`` and
+``receipts/<gate>/{*.json, *.json.sig, LEDGER.txt}``; every link is relative.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from assay.qualify.judging.stale import STALE_CLOSE, STALE_OPEN
+from assay.qualify.judging.stale import cell as stale_cell
+from assay.qualify.judging.standing import Standing
+from assay.qualify.ledger.chain import ledger_path
+from assay.qualify.ledger.receipt import receipt_filename, write_atomic
+from assay.qualify.ledger.sign import sig_path
+from assay.qualify.publishing.index import standings, what_it_gates
+from assay.qualify.publishing.render import project_root, standing_stale
+from assay.qualify.publishing.view import gate_view
+from assay.qualify.publishing.wording import headline_text
+
+
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+    )
+    return env.get_template("site.html.j2")
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def _stale_text(found: Any) -> str:
+    """The index's stale cell (one wording for Markdown and HTML), without its tree markers."""
+    return stale_cell(found).removeprefix(STALE_OPEN).removesuffix(STALE_CLOSE)
+
+
+def _copy_evidence(standing: Standing, receipts_dir: Path, records_dir: Path, out: Path) -> None:
+    """The gate's receipts, signatures, LEDGER and the shown receipt's figures."""
+    gate = standing.gate
+    for receipt in standing.receipts:
+        path = receipts_dir / gate / receipt_filename(receipt)
+        _copy(path, out / "receipts" / gate / path.name)
+        if sig_path(path).exists():
+            _copy(sig_path(path), out / "receipts" / gate / sig_path(path).name)
+    ledger = ledger_path(receipts_dir, gate)
+    if ledger.exists():
+        _copy(ledger, out / "receipts" / gate / "LEDGER.txt")
+    else:
+        note = b"no LEDGER yet: run `assay render` to start this gate's ledger\n"
+        write_atomic(out / "receipts" / gate / "LEDGER.txt", note, overwrite=True)
+    for fig in standing.head["figures"] if standing.head else []:
+        if (records_dir / fig["path"]).is_file():
+            _copy(records_dir / fig["path"], out / fig["path"])
+
+
+def _signed(receipts_dir: Path, gate: str, entries: list[dict[str, Any]]) -> None:
+    for e in entries:
+        sig = sig_path(receipts_dir / gate / f"{e['file']}")
+        e["sig_href"] = f"receipts/{gate}/{sig.name}" if sig.exists() else ""
+
+
+def build_site(
+    receipts_dir: Path,
+    records_dir: Path,
+    out: Path,
+    root: Path | None = None,
+    problems: list[str] | None = None,
+) -> Path:
+    """Write the site into ``out`` and return the path of its ``index.html``.
+
+    Every page shows what the gate's standing says, as the Markdown record does. The caller
+    (``assay publish``) refuses a tree that does not verify unless told to go on; then
+    ``problems`` are shown in a banner on every page.
+    """
+    receipts_dir, records_dir, out = Path(receipts_dir), Path(records_dir), Path(out)
+    root = root or project_root(records_dir)
+    template = _template()
+    banner = list(problems or [])
+    rows = []
+    out.mkdir(parents=True, exist_ok=True)
+    for standing in standings(receipts_dir, records_dir, root):
+        if standing.head is None:
+            continue
+        gate = standing.gate
+        stale = standing_stale(standing)
+        rows.append(
+            {
+                "gate": gate,
+                "href": f"{gate}.html",
+                "what": what_it_gates(root, gate) or "n/a",
+                "headline": headline_text(standing.head),
+                "status": standing.status,
+                "summary": standing.summary(),
+                "date": standing.head["created"],
+                "devices": ", ".join(d.device for d in standing.devices),
+                "count": len(standing.receipts),
+                "stale": _stale_text(stale),
+            }
+        )
+        _copy_evidence(standing, receipts_dir, records_dir, out)
+        view = gate_view(standing)
+        for entry, receipt in zip(view["ledger"], reversed(standing.receipts), strict=True):
+            entry["file"] = receipt_filename(receipt)
+            entry["href"] = f"receipts/{gate}/{entry['file']}"
+        _signed(receipts_dir, gate, view["ledger"])
+        stale_banner = ""
+        if stale is not None and not stale.ci_runs:
+            stale_banner = f"Stale since {stale.since}: needs a {stale.needs} run to refresh"
+        page = template.render(
+            page="gate",
+            title=f"Gate record: {gate}",
+            v=view,
+            broken=banner,
+            stale=stale_banner,
+            ledger_href=f"receipts/{gate}/LEDGER.txt",
+        )
+        write_atomic(out / f"{gate}.html", page.encode("utf-8"), overwrite=True)
+    index = out / "index.html"
+    text = template.render(page="index", title="Gate records", rows=rows, broken=banner)
+    write_atomic(index, text.encode("utf-8"), overwrite=True)
+    return index
