@@ -26,13 +26,14 @@ from assay.train.loop import Trainer
 from assay_testing import defects
 from assay_testing.peers import hf_model
 from assay_testing.real_model import smollm2_path
-from assay_testing.swap_task import SEED, make_split, sft_rows, write_sft
+from assay_testing.swap_task import ADAPTER, SEED, make_split, sft_rows, write_sft
 from assay_testing.travelling import needs_trained_weights
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "generate.tokens_equal"
 
 IMPLEMENTATION = (
+    "assay_testing.swap_task",
     "assay.model.generate",
     "assay.model.cache",
     "assay.model.decoder",
@@ -49,13 +50,6 @@ STEPS = 10
 LOGITS = Threshold("<=", 1e-4)
 CACHE_DEFECT = "model.generate.cached_position_stale"
 PADDING_DEFECT = "model.cache.pads_attended"
-ADAPTER = {
-    "method": "lora",
-    "rank": 8,
-    "alpha": 16,
-    "targets": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "layers": list(range(20, 30)),
-}
 
 
 def _prompts(tokenizer, split) -> list[list[int]]:

@@ -26,6 +26,7 @@ from assay.train.loop import Trainer
 from assay_testing import defects, grader
 from assay_testing.real_model import smollm2_path
 from assay_testing.swap_task import (
+    ADAPTER,
     SEED,
     Split,
     make_split,
@@ -56,15 +57,6 @@ IMPLEMENTATION = (
 TARGET = 0.8
 SFT_STEPS = 30
 LR = 2e-3
-# LoRA r8 on the attention projections of the top 10 of 30 layers: backward stops at layer 20,
-# which keeps a step near 0.5 CPU-seconds on this 135M model.
-ADAPTER = {
-    "method": "lora",
-    "rank": 8,
-    "alpha": 16,
-    "targets": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "layers": list(range(20, 30)),
-}
 # Held-out preference accuracy DPO must reach (chosen = the swap, rejected = the copy).
 PREF_TARGET = 0.9
 DPO_STEPS = 30

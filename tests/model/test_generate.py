@@ -21,14 +21,20 @@ def _prompts(seed: int = 5, lengths=(5, 9, 3)) -> list[list[int]]:
     return [torch.randint(3, 320, (n,), generator=g).tolist() for n in lengths]
 
 
-def _hf_generate(hf, prompts, new: int = NEW, eos: int | None = None) -> list[list[int]]:
-    """transformers' greedy generate on the same left-padded batch, cut at the first eos."""
+def _left_padded(prompts) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(ids, attention mask, width) of ``prompts`` padded on the left with token 0."""
     width = max(len(p) for p in prompts)
     ids = torch.zeros((len(prompts), width), dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt) :] = torch.tensor(prompt)
         mask[row, width - len(prompt) :] = 1
+    return ids, mask, width
+
+
+def _hf_generate(hf, prompts, new: int = NEW, eos: int | None = None) -> list[list[int]]:
+    """transformers' greedy generate on the same left-padded batch, cut at the first eos."""
+    ids, mask, width = _left_padded(prompts)
     with torch.no_grad():
         out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
                           pad_token_id=0, eos_token_id=eos)  # fmt: skip
@@ -154,12 +160,7 @@ def test_kept_logits_are_transformers_output_logits(tiny_models):
     path = tiny_models["llama3"]["hf"]
     prompts = _prompts()
     got = generate(assay.load(path), prompts, max_new_tokens=NEW, eos_id=None, keep_logits=True)
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros((len(prompts), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt)
-        mask[row, width - len(prompt) :] = 1
+    ids, mask, _ = _left_padded(prompts)
     with torch.no_grad():
         out = _hf(path).generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW,
                                  do_sample=False, pad_token_id=0, eos_token_id=None,
