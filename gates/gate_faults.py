@@ -106,9 +106,9 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
     claim.measure(len(unseen))
     gate.note(f"tamper cases: {', '.join(tamper_cases.CASES)}; unseen: {unseen or 'none'}")
     controls = {
-        "qualify.chain.unchained": ["re-seal", "delete", "reorder", "insert"],
-        "qualify.sign.accept_any": ["forged signature"],
-        "qualify.stale.ignore": ["stale code file"],
+        "qualify.ledger.chain.unchained": ["re-seal", "delete", "reorder", "insert"],
+        "qualify.ledger.sign.accept_any": ["forged signature"],
+        "qualify.judging.stale.ignore": ["stale code file"],
     }
     for fault, cases in controls.items():
         with defects.inject(fault):

@@ -201,27 +201,27 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # qualify (no torch)
     Mutant(
-        "qualify.receipt.hash_skips_claims",
+        "qualify.ledger.receipt.hash_skips_claims",
         ("tests/qualify/test_verify.py::test_tampered_receipt_is_caught_naming_the_file",),
     ),
     Mutant(
-        "qualify.receipt.controls_not_judged",
+        "qualify.ledger.receipt.controls_not_judged",
         (
             "tests/qualify/test_verify_every_receipt.py::test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught",
         ),
     ),
     Mutant(
-        "qualify.threshold.controls_ignored",
+        "qualify.judging.threshold.controls_ignored",
         ("tests/qualify/test_threshold.py::test_verdict_passes_only_with_failing_controls",),
     ),
     Mutant(
-        "qualify.verify.newest_receipt_only",
+        "qualify.judging.verify.newest_receipt_only",
         (
             "tests/qualify/test_verify_every_receipt.py::test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught",
         ),
     ),
     Mutant(
-        "qualify.verify.record_not_compared",
+        "qualify.judging.verify.record_not_compared",
         (
             "tests/qualify/test_verify.py::test_record_out_of_sync_is_caught_and_render_all_repairs_it",
         ),
@@ -321,15 +321,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "stream.copy_race claim is its killer on a GPU box",
     ),
     Mutant(
-        "qualify.chain.unchained",
+        "qualify.ledger.chain.unchained",
         ("tests/qualify/test_ledger_chain.py::test_tampered_ledger_is_reported_after_a_rerender",),
     ),
     Mutant(
-        "qualify.sign.accept_any",
+        "qualify.ledger.sign.accept_any",
         ("tests/qualify/test_signatures.py::test_forged_signatures_are_reported",),
     ),
     Mutant(
-        "qualify.stale.ignore",
+        "qualify.judging.stale.ignore",
         ("tests/qualify/test_stale.py::test_changed_gate_file_is_stale",),
     ),
 )

@@ -68,9 +68,9 @@ def test_entry_names_existing_killers_and_a_status(mutant):
 
 def test_unknown_names_are_refused():
     with pytest.raises(KeyError, match=r"unknown fault point 'qualify\.typo'"):
-        defects.parse("qualify.stale.ignore, qualify.typo")
-    assert defects.parse(" qualify.stale.ignore , atomic.short_write=3 ") == {
-        "qualify.stale.ignore": "1",
+        defects.parse("qualify.judging.stale.ignore, qualify.typo")
+    assert defects.parse(" qualify.judging.stale.ignore , atomic.short_write=3 ") == {
+        "qualify.judging.stale.ignore": "1",
         "atomic.short_write": "3",
     }
 
@@ -91,8 +91,8 @@ def test_a_child_started_with_child_env_runs_the_defect_and_a_bad_name_stops_it(
         )
 
     assert child("").stdout.strip() == "inconclusive"  # the control passed: cannot fail
-    assert child("qualify.threshold.controls_ignored").stdout.strip() == "pass"
-    env = defects.child_env("qualify.stale.ignore")
+    assert child("qualify.judging.threshold.controls_ignored").stdout.strip() == "pass"
+    env = defects.child_env("qualify.judging.stale.ignore")
     env["ASSAY_FAULTS"] = "qualify.typo"
     stopped = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
     assert stopped.returncode == 3 and "unknown fault point 'qualify.typo'" in stopped.stderr

@@ -20,7 +20,7 @@ SUBJECT = """
 import os, time
 
 def test_sees_no_defect():
-    assert "qualify.stale.ignore" not in os.environ.get("ASSAY_FAULTS", "").split(",")
+    assert "qualify.judging.stale.ignore" not in os.environ.get("ASSAY_FAULTS", "").split(",")
 
 def test_always_passes():
     pass
@@ -48,18 +48,18 @@ def test_killed_survived_invalid_and_error_from_one_clean_run(subject):
     results = run_mutants(
         [
             (
-                "qualify.stale.ignore",
+                "qualify.judging.stale.ignore",
                 [nodes[0]],
                 120,
             ),  # the killer fails only when the defect is armed
-            ("qualify.chain.unchained", [nodes[0]], 120),  # armed, but nothing looks at it
+            ("qualify.ledger.chain.unchained", [nodes[0]], 120),  # armed, but nothing looks at it
             (
-                "qualify.stale.ignore",
+                "qualify.judging.stale.ignore",
                 [nodes[2]],
                 120,
             ),  # fails with or without the fault: not a kill
             (
-                "qualify.stale.ignore",
+                "qualify.judging.stale.ignore",
                 ["test_subject.py::test_missing"],
                 120,
             ),  # never ran in the clean run
@@ -73,8 +73,8 @@ def test_killed_survived_invalid_and_error_from_one_clean_run(subject):
 
 
 def test_a_run_past_its_budget_is_a_timeout_not_a_kill(subject):
-    run = run_pytest(["test_subject.py::test_hangs"], faults="qualify.stale.ignore", root=subject,
-                     scratch=subject, timeout_s=3)  # fmt: skip
+    run = run_pytest(["test_subject.py::test_hangs"], faults="qualify.judging.stale.ignore",
+                     root=subject, scratch=subject, timeout_s=3)  # fmt: skip
     assert run.returncode is None
     assert classify(run, True) == "timeout"
 

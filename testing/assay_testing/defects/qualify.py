@@ -7,7 +7,7 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
-        "qualify.chain.unchained",
+        "qualify.ledger.chain.unchained",
         "verify ignores the LEDGER and the receipts' back-links",
         (
             Edit(
@@ -18,7 +18,7 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.threshold.controls_ignored",
+        "qualify.judging.threshold.controls_ignored",
         "a claim passes on its measurement alone, whatever its controls",
         (
             Edit(
@@ -29,7 +29,7 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.receipt.hash_skips_claims",
+        "qualify.ledger.receipt.hash_skips_claims",
         "receipt_sha256 does not cover the claims",
         (
             Edit(
@@ -40,7 +40,7 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.receipt.controls_not_judged",
+        "qualify.ledger.receipt.controls_not_judged",
         "validation does not re-judge the controls' failed flags",
         (
             Edit(
@@ -51,7 +51,7 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.sign.accept_any",
+        "qualify.ledger.sign.accept_any",
         "a signature is reported good without being checked",
         (
             Edit(
@@ -63,7 +63,7 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.stale.ignore",
+        "qualify.judging.stale.ignore",
         "staleness is never reported: every record counts as current",
         (
             Edit(
@@ -74,7 +74,7 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.verify.newest_receipt_only",
+        "qualify.judging.verify.newest_receipt_only",
         "verify checks only the newest receipt of a gate",
         (
             Edit(
@@ -86,7 +86,7 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.verify.record_not_compared",
+        "qualify.judging.verify.record_not_compared",
         "verify does not compare a record with a fresh render",
         (
             Edit(
