@@ -37,7 +37,6 @@ WRITE_CODE = (
     "assay.model.gguf_export",
     "assay.model.loader",
     "assay.stream.store",
-    "assay.train.loop",
     "torn_writes",
 )
 EXPORT_CODE = ("assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io")
