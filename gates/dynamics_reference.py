@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from assay_testing.peers import hf_model
+from assay_testing.peers import hf_bnb_nf4, hf_model
 from assay_testing.real_model import smollm2_path
 from assay_testing.swap_task import WORDS
 
@@ -47,10 +47,12 @@ class Recipe:
     eps: float = 1e-8
     seed: int = 0
     projections: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    storage: str = "float32"  # or nf4_double_quant: the reference is transformers + bitsandbytes
 
     @property
     def name(self) -> str:
-        return f"{self.method}-accum{self.accum}"
+        quantized = "-nf4dq" if self.storage == "nf4_double_quant" else ""
+        return f"{self.method}-accum{self.accum}{quantized}"
 
 
 @dataclass
@@ -113,7 +115,8 @@ def peft_name(name: str) -> str:
 
 
 def peft_model(recipe: Recipe):
-    """transformers fp32 SmolLM2 from the bundled GGUF with PEFT's adapter for ``recipe``."""
+    """transformers SmolLM2 from the bundled GGUF (fp32, or bitsandbytes NF4 double quant with
+    fp32 compute for an NF4 recipe: QLoRA) with PEFT's adapter for ``recipe``."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -125,7 +128,9 @@ def peft_model(recipe: Recipe):
         use_rslora=recipe.method == "rslora",
         use_dora=recipe.method == "dora",
     )
-    return get_peft_model(hf_model(smollm2_path()), config)
+    quantized = recipe.storage == "nf4_double_quant"
+    base = (hf_bnb_nf4 if quantized else hf_model)(smollm2_path())
+    return get_peft_model(base, config)
 
 
 def run_reference(

@@ -46,6 +46,7 @@ from adapters_support import EXACT, PEFT_METHODS, code, qwen2_subject, smollm2_s
 from assay.adapters import adapter_modules, attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
+from moved_claims import retire_moved_claims
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "peft.smollm2.lora"
@@ -260,3 +261,20 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
         claim.control(
             "layers.0.input_layernorm left trainable", sum(before[k] != after[k] for k in before)
         )
+
+
+# Claims that gate-exports has held since the split (stop 34), retired here while gate-exports'
+# newest receipt passes each one.
+MOVED_TO_EXPORTS = (
+    tuple(f"restore.{m}" for m in ("lora", "rslora", "lora_fa", "dora", "tinylora"))
+    + tuple(
+        f"peft_files.{way}.{m}"
+        for m in ("lora", "rslora", "dora")
+        for way in ("assay_to_peft", "peft_to_assay")
+    )
+    + ("export.safetensors.transformers", "export.gguf.reader", "export.gguf.transformers")
+)
+
+
+def test_claims_moved_to_gate_exports_live_there(gate, pytestconfig):
+    gate.note(retire_moved_claims(gate, "exports", MOVED_TO_EXPORTS, pytestconfig))

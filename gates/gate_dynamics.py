@@ -1,305 +1,143 @@
-"""gate-dynamics: assay trains as transformers + PEFT do, step for step, on the real SmolLM2.
+"""gate-dynamics: assay trains as transformers + PEFT do, step for step, for every method.
 
 Both stacks fine-tune SmolLM2-135M-Instruct (the bundled GGUF; transformers dequantizes the
-same file with ``gguf_file=``) in fp32 with LoRA r8/alpha16 on every layer's attention
-projections, AdamW (weight decay 0.01, clip 1.0), warmup then cosine, on chat rows of
-different lengths, micro-batch 1. The reference is written here from the definitions assay
-documents, never by calling assay's data, loss or schedule code, so a bug shared by both sides
-cannot pass (``gates/dynamics_reference.py`` lists the definitions). The same for rsLoRA and
-DoRA (accumulation 1), and a streamed run (RAM tier) bitwise equal to the resident one.
-transformers' ``get_cosine_schedule_with_warmup`` uses ``s / warmup`` (lr 0 at the first step);
-assay's first step already moves (``(s + 1) / warmup``), which the record states.
+same file with ``gguf_file=``) with adapters r8 on every layer's attention projections, AdamW
+(weight decay 0.01, clip 1.0), warmup then cosine, on chat rows of different lengths,
+micro-batch 1: LoRA, rsLoRA and DoRA in fp32, and LoRA on an NF4 double-quant base against
+transformers + bitsandbytes QLoRA (fp32 compute) on the same quantized bytes (a claim of its
+own), each controlled by its own defects. The reference is
+written from the definitions assay documents, never by calling assay's data, loss or schedule
+code (``gates/dynamics_reference.py``). A streamed run (RAM tier) is bitwise equal to the
+resident one, and the adapter's initialisation is gated on its own (B exactly zero, A the law
+PEFT draws), since the dynamics claims copy assay's initial adapter into PEFT.
 
-The adapter's initial A and B are copied from assay into PEFT, so the initialisation is gated on
-its own (B exactly zero, A the law PEFT draws). Controls: the six training defects a quality
-gate must catch (named in ``assay_testing.defects``), each in a short run, must each fail a
-claim; the record lists which claim caught each and by how much.
+LoRA with gradient accumulation 4 and the six training defects a quality gate must catch moved
+to gate-quality on 2026-12-03 (issue 28: they are its headline); this gate checks that
+gate-quality's newest receipt passes them and retires them here.
 
-Long: about 12 minutes on 2 cores (four recipes in both stacks, a streamed run, eight 3-step
-controls and the initialisation check); ``nox -s gates`` leaves it out, ``nox -s gate-dynamics``
+Long: about 5 minutes on 2 cores; ``nox -s gates`` leaves it out, ``nox -s gate-dynamics``
 runs it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
 
 from assay.qualify import Threshold
-from assay.train.config import train_config_from_dict
-from assay.train.loop import Trainer
+from assay.storage.nf4 import NF4Weight
 from assay_testing import defects
-from assay_testing.peers import hf_model, hf_tokenizer, peft_lora
+from assay_testing.peers import hf_model, peft_lora
 from assay_testing.real_model import smollm2_path
-from dynamics_reference import Recipe, Reference, chat_rows, reference_example, run_reference
+from dynamics_support import (
+    A_LAW_KS,
+    CODE,
+    METHOD_RECIPES,
+    SHORT,
+    STREAM_CODE,
+    adapters,
+    assay_trainer,
+    claim_method,
+    ks_distance,
+    normalised_a,
+    setup,  # noqa: F401  (the module fixture)
+    short_run,
+    train_losses,
+)
+from moved_claims import retire_moved_claims
 
 # the claim a reader looks at first (the index and every record lead with it)
-HEADLINE = "dynamics.loss_per_step.lora-accum4"
-
-SHORT = 3  # steps of each control run
-ROWS = 24
-# rsLoRA at alpha 8 (scale 8/sqrt(8) = 2.83, near LoRA's 2): at alpha 16 (scale 5.66) the
-# pilot's largest per-step difference was 9.9e-5, at the threshold. Two correct fp32 stacks
-# drift apart with the effective step size (operation order, not a defect: the rsLoRA-scale
-# defect moves the loss by 0.26 in 3 steps).
-RECIPES = (
-    Recipe("lora", 4),
-    Recipe("lora", 1),
-    Recipe("rslora", 1, alpha=8),
-    Recipe("dora", 1),
+HEADLINE = "dynamics.loss_per_step.lora-accum1"
+# gate-quality's headline since 2026-12-03
+MOVED_TO_QUALITY = (
+    "dynamics.loss_per_step.lora-accum4",
+    "dynamics.final_adapters.lora-accum4",
+    "dynamics.final_logits.lora-accum4",
 )
-# Pilot on this machine (fp32, 20 steps, 2026-12-02): per-step loss within 1.7e-5 relative
-# (LoRA, accumulation 1; 1.0e-5 with 4), final adapters within 2.5e-6 relative Frobenius,
-# logits within 1.3e-4. The thresholds are the issue's, above that and below what every
-# control moved in the pilot (>= 9.6e-3 on the adapters, >= 0.1 on the loss).
-LOSS_REL = 1e-4
-WEIGHTS_REL = 1e-3
-LOGITS_ABS = 1e-2
-A_LAW_KS = 0.01  # Kolmogorov-Smirnov distance between assay's A and PEFT's A, pooled
-CODE = (
-    "assay.train.loop",
-    "assay.train.objective",
-    "assay.train.losses",
-    "assay.train.data",
-    "assay.train.data_masks",
-    "assay.train.build",
-    "assay.adapters.lora",
-    "assay.adapters.dora",
-    "assay.adapters.attach",
-    "assay.adapter_registry",
-    "assay.model.decoder",
-)
-# The controls' power is the defects': a change to a patch stales the claims it controls.
-CODE = (*CODE, "assay_testing.defects", "assay_testing.patching")
-STREAM_CODE = (*CODE, "assay.stream")
-# The defects a quality gate must catch, run on LoRA with accumulation 4: (name, what it breaks).
-TRAINING_DEFECTS = (
-    ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)"),
-    ("adapters.lora.forward_unscaled", "LoRA forward without the scale"),
-    ("adapters.lora.b_nonzero_init", "B initialised non-zero"),
-    ("train.data_masks.prompt_scored", "prompt tokens scored"),
-    ("train.losses.mask_ignored", "loss mask ignored"),
-    ("train.objective.ce_micro_normalised", "each micro-batch divided by its own tokens"),
-)
-# Each method's own defect, for the claims about that method: (name, label, steps).
-METHOD_DEFECTS = {
-    "rslora": ("adapters.lora.rslora_scale", "rsLoRA scaled by alpha/r", SHORT),
-    # norm_not_detached moved the loss 2.2e-4 but the adapters only 1.6e-4 in 3 steps (the
-    # pilot): too weak for the adapter claim. The wrong norm axis moved the adapters 0.27 but
-    # the loss only 1.01e-4 in 3 steps (first receipt), so it runs 6.
-    "dora": ("adapters.dora.norm_axis", "DoRA norm taken per input column", 6),
-}
-# the steps at which the reference keeps its adapters: what the controls compare against
-CONTROL_STEPS = tuple(sorted({SHORT, *(steps for _, _, steps in METHOD_DEFECTS.values())}))
-
-
-@dataclass
-class Setup:
-    tmp: Path
-    rows: Path
-    examples: list
-    probe: list[list[int]]
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> Setup:
-    tmp = tmp_path_factory.mktemp("dynamics")
-    chats = chat_rows(ROWS, seed=7)
-    rows = tmp / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats), "utf-8")
-    tokenizer = hf_tokenizer(smollm2_path())
-    examples = [reference_example(tokenizer, c) for c in chats]
-    return Setup(tmp, rows, examples, [examples[i][0] for i in (0, 5, 11)])
-
-
-def assay_trainer(setup: Setup, recipe: Recipe, name: str, **extra) -> Trainer:
-    options = {"rank": recipe.rank, "alpha": recipe.alpha}
-    config = {
-        "model": str(smollm2_path()),
-        "adapter": {"method": recipe.method, **options, "targets": list(recipe.projections)},
-        "data": {"train": str(setup.rows), "format": "messages", "seq_len": 128},
-        "optim": {
-            "lr": recipe.lr,
-            "weight_decay": recipe.weight_decay,
-            "betas": list(recipe.betas),
-            "eps": recipe.eps,
-            "grad_clip": recipe.clip,
-            "schedule": "cosine",
-            "warmup_steps": recipe.warmup,
-        },
-        "batch": {"micro_batch": 1, "grad_accum": recipe.accum},
-        "steps": recipe.steps,
-        "seed": recipe.seed,
-        "output": {"dir": str(setup.tmp / name)},
-        **extra,
-    }
-    return Trainer(train_config_from_dict(config, setup.tmp / f"{name}.yaml"), progress=False)
-
-
-def adapters(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in trainer.params.items() if ".lora_" in n}
-
-
-def train_losses(trainer: Trainer, steps: int) -> list[float]:
-    return [trainer.train_step().loss for _ in range(steps)]
-
-
-def max_rel(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
-
-
-def frobenius_rel(mine: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
-    """|mine - ref|_F / |ref|_F over every adapter tensor together (not elementwise)."""
-    diff = sum(float((mine[n].double() - ref[n].double()).pow(2).sum()) for n in ref)
-    norm = sum(float(ref[n].double().pow(2).sum()) for n in ref)
-    return math.sqrt(diff / norm)
-
-
-def ks_distance(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Two-sample Kolmogorov-Smirnov distance between the values of ``a`` and ``b``."""
-    a, b = a.flatten().double().sort().values, b.flatten().double().sort().values
-    grid = torch.cat([a, b]).sort().values
-    cdf_a = torch.searchsorted(a, grid, right=True) / a.numel()
-    cdf_b = torch.searchsorted(b, grid, right=True) / b.numel()
-    return float((cdf_a - cdf_b).abs().max())
-
-
-def normalised_a(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Every A divided by its kaiming-uniform bound 1/sqrt(fan_in): one law, U(-1, 1)."""
-    return torch.cat(
-        [(t * math.sqrt(t.shape[1])).flatten() for n, t in tensors.items() if "lora_A" in n]
-    )
-
-
-def logits(model, ids: list[int]) -> torch.Tensor:
-    with torch.no_grad():
-        out = model(torch.tensor([ids]))
-    return (out.logits if hasattr(out, "logits") else out)[0].float()
-
-
-def short_run(setup: Setup, recipe: Recipe, fault: str, steps: int = SHORT, **extra):
-    """Losses and adapters of ``steps`` steps of ``recipe`` with ``fault`` patched in."""
-    with defects.inject(fault):
-        trainer = assay_trainer(setup, recipe, f"defect-{recipe.name}-{fault}", **extra)
-        return train_losses(trainer, steps), adapters(trainer)
-
-
-def logit_gap(trainer: Trainer, model, probe: list[list[int]]) -> float:
-    """Largest |logit difference| between assay's trained model and ``model`` over ``probe``."""
-    return max(float((logits(trainer.base, i) - logits(model, i)).abs().max()) for i in probe)
-
-
-def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
-    """The three dynamics claims for one recipe; returns its reference run. ``controls(ref)``
-    gives (label, loss difference, adapter difference) per control."""
-    cpu = time.process_time()
-    trainer = assay_trainer(setup, recipe, recipe.name)
-    initial = adapters(trainer)
-    mine = train_losses(trainer, recipe.steps)
-    assay_cpu = time.process_time() - cpu
-    ref = run_reference(recipe, initial, setup.examples, keep=(*CONTROL_STEPS, recipe.steps))
-    measured = controls(ref)
-    what = f"{recipe.method}, grad accumulation {recipe.accum}, micro-batch 1, {recipe.steps} steps"
-    final = frobenius_rel(adapters(trainer), ref.snapshots[recipe.steps])
-    # (claim, statement, threshold, unit, measured, which control column it is judged on)
-    for kind, statement, bound, unit, value, column in (
-        (
-            "loss_per_step",
-            f"assay's training loss equals transformers + PEFT's at every step ({what}): largest "
-            f"relative difference at most {LOSS_REL:g}",
-            LOSS_REL,
-            "max relative |loss difference|",
-            max_rel(mine, ref.losses),
-            1,
-        ),
-        (
-            "final_adapters",
-            f"after the run ({what}) assay's and PEFT's adapter tensors differ by at most "
-            f"{WEIGHTS_REL:g} relative Frobenius norm over all of them",
-            WEIGHTS_REL,
-            "relative Frobenius distance",
-            final,
-            2,
-        ),
-    ):
-        claim = gate.claim(
-            f"dynamics.{kind}.{recipe.name}",
-            statement,
-            kind="correctness",
-            threshold=Threshold("<=", bound),
-            unit=unit,
-            code=CODE,
-        )
-        claim.measure(value)
-        for row in measured:
-            claim.control(row[0], row[column])
-    claim = gate.claim(
-        f"dynamics.final_logits.{recipe.name}",
-        f"the trained models' logits ({what}) agree within {LOGITS_ABS:g} on three prompts",
-        kind="correctness",
-        threshold=Threshold("<=", LOGITS_ABS),
-        unit="max |logit difference|",
-        code=CODE,
-    )
-    claim.measure(logit_gap(trainer, ref.model, setup.probe))
-    with ref.model.disable_adapter():  # PEFT's base model: the update never applied
-        off = logit_gap(trainer, ref.model, setup.probe)
-    claim.control("the reference with its trained adapter switched off", off)
-    gate.note(
-        f"{recipe.name}: losses assay {', '.join(f'{x:.6f}' for x in mine[:3])} ..., reference "
-        f"{', '.join(f'{x:.6f}' for x in ref.losses[:3])} ...; CPU-seconds assay "
-        f"{assay_cpu:.0f}, reference {ref.cpu_s:.0f}; controls (loss, adapters): "
-        + "; ".join(f"{label}: {loss:.3g}, {w:.3g}" for label, loss, w in measured)
-    )
-    return ref
 
 
 @pytest.mark.xdist_group("dynamics")
-def test_training_dynamics_equal_transformers_peft(gate, setup):
-    gate.seed(RECIPES[0].seed)
+def test_training_dynamics_equal_transformers_peft(gate, setup):  # noqa: F811
+    gate.seed(METHOD_RECIPES[0].seed)
     gate.input("model", smollm2_path())
     gate.note(
         "Schedule: assay's warmup factor is (s+1)/warmup, so the first step trains at "
         "lr/warmup; transformers' get_cosine_schedule_with_warmup starts at lr 0 (s/warmup). "
         "The reference follows assay's documented convention (settings help: optim.warmup_steps)."
     )
-    lora4 = RECIPES[0]
-    broken = {fault: short_run(setup, lora4, fault) for fault, _ in TRAINING_DEFECTS}
+    for recipe in METHOD_RECIPES:
+        ref = claim_method(gate, setup, recipe)
+        if recipe.storage == "nf4_double_quant":
+            claim_same_nf4_bytes(gate, assay_trainer(setup, recipe, "nf4-bytes"), ref.model)
 
-    def six(ref4: Reference) -> list[tuple[str, float, float]]:
-        """The six defects (run with accumulation 4) against the accumulation-4 reference."""
-        return [
-            (
-                f"{label} ({fault}), {SHORT} steps with accumulation 4",
-                max_rel(broken[fault][0], ref4.losses[:SHORT]),
-                frobenius_rel(broken[fault][1], ref4.snapshots[SHORT]),
-            )
-            for fault, label in TRAINING_DEFECTS
-        ]
 
-    ref4 = claim_recipe(gate, setup, lora4, six)
-    claim_recipe(gate, setup, RECIPES[1], lambda _ref: six(ref4))
-    for recipe in RECIPES[2:]:
-        fault, label, steps = METHOD_DEFECTS[recipe.method]
-        losses, weights = short_run(setup, recipe, fault, steps)
-        what = f"{label} ({fault}), {steps} steps"
+def nf4_storage(trainer) -> dict[str, tuple[torch.Tensor, ...]]:
+    """assay's quantized bytes per projection: (packed, absmax codes, nested absmax, offset)."""
+    return {
+        name.removesuffix(".base"): (
+            m.store.packed,
+            m.store.absmax,
+            m.store.absmax2,
+            m.store.offset.reshape(1),
+        )
+        for name, m in trainer.base.named_modules()
+        if isinstance(getattr(m, "store", None), NF4Weight)
+    }
 
-        def own(ref: Reference, lo=losses, w=weights, n=steps, what=what):
-            return [(what, max_rel(lo, ref.losses[:n]), frobenius_rel(w, ref.snapshots[n]))]
 
-        claim_recipe(gate, setup, recipe, own)
+def bnb_storage(model, name: str) -> tuple[torch.Tensor, ...]:
+    """bitsandbytes' quantized bytes of the projection assay calls ``name``, in that order."""
+    layer = model.get_submodule(f"base_model.model.model.{name}")
+    weight = getattr(layer, "base_layer", layer).weight
+    state = weight.quant_state
+    return (weight.data.reshape(-1), state.absmax, state.state2.absmax, state.offset.reshape(1))
+
+
+def differing(mine: dict[str, tuple[torch.Tensor, ...]], theirs) -> int:
+    """How many of ``mine``'s tensors differ from ``theirs(name)``'s, bit for bit."""
+    return sum(
+        not torch.equal(a, b)
+        for name, tensors in mine.items()
+        for a, b in zip(tensors, theirs(name), strict=True)
+    )
+
+
+def claim_same_nf4_bytes(gate, trainer, reference) -> None:
+    """The NF4 recipe compares two stacks on the *same* quantized bytes: say so, measured."""
+    mine = nf4_storage(trainer)
+    # every linear projection of every layer, so an empty comparison cannot pass
+    layers = trainer.base.config.num_layers
+    assert len(mine) == 7 * layers, f"{len(mine)} NF4 projections, expected 7 x {layers}"
+    claim = gate.claim(
+        "dynamics.nf4_same_bytes",
+        f"the NF4 recipe's two stacks train on the same quantized bytes: for all {len(mine)} "
+        "frozen projections, assay's packed codes, absmax codes, nested absmax and offset equal "
+        "those of transformers + bitsandbytes (double quant) bit for bit",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="differing tensors",
+        code=(*CODE, "assay.storage.nf4"),
+    )
+    claim.measure(differing(mine, lambda name: bnb_storage(reference, name)))
+    names = list(mine)
+    shifted = dict(zip(names, names[1:] + names[:1], strict=True))
+    claim.control(
+        "each projection compared with the next one's bytes (a wrong name mapping)",
+        differing(mine, lambda name: bnb_storage(reference, shifted[name])),
+    )
 
 
 @pytest.mark.xdist_group("dynamics")
-def test_streamed_training_is_bitwise_resident(gate, setup):
-    recipe = dataclasses.replace(RECIPES[1], steps=10)
+def test_moved_claims_pass_in_gate_quality(gate, pytestconfig):
+    gate.note(retire_moved_claims(gate, "quality", MOVED_TO_QUALITY, pytestconfig))
+
+
+@pytest.mark.xdist_group("dynamics")
+def test_streamed_training_is_bitwise_resident(gate, setup):  # noqa: F811
+    recipe = dataclasses.replace(METHOD_RECIPES[0], steps=10)
     stream = {"stream": {"tier": "ram", "buffers": 2, "recompute": True}}
     resident = assay_trainer(setup, recipe, "resident")
     resident_losses = []
@@ -333,8 +171,8 @@ def test_streamed_training_is_bitwise_resident(gate, setup):
 
 
 @pytest.mark.xdist_group("dynamics")
-def test_adapter_initialisation_is_peft_s(gate, setup):
-    recipe = RECIPES[1]
+def test_adapter_initialisation_is_peft_s(gate, setup):  # noqa: F811
+    recipe = METHOD_RECIPES[0]
     mine = adapters(assay_trainer(setup, recipe, "init"))
     claim = gate.claim(
         "init.lora_b_zero",

@@ -50,7 +50,10 @@ SUMMARY = Path(
 )
 CORE_PACKAGES = ("storage", "adapters", "train", "stream", "qualify")
 KILL_RATE = 0.90
-MUTMUT_FLOOR = 0.50  # a package whose tests miss half of the operator mutants is not gated
+# The bar each package's tests must reach (issue 27's goal, set before its measured runs):
+# 0.75 of sampled operator mutants killed, 0.85 for qualify, whose verdicts everything relies on.
+MUTMUT_BAR = {"qualify": 0.85}
+MUTMUT_DEFAULT_BAR = 0.75
 MUTMUT_MIN_SAMPLE = 20  # fewer tested mutants give an interval too wide to gate on
 RUNNER = (
     "assay_testing.defects",
@@ -228,12 +231,13 @@ def test_mutmut_score_per_package(gate):
             continue
         gate.seed(row["seed"])
         modules = ", ".join(Path(m).stem for m in row["modules"])
+        bar = MUTMUT_BAR.get(package, MUTMUT_DEFAULT_BAR)
         claim = gate.claim(
             item,
             f"mutmut {summary['tool_version']} score of {package} ({modules}) over a seeded "
-            f"uniform sample of {n} of its {population} mutants is at least {MUTMUT_FLOOR:.0%}",
+            f"uniform sample of {n} of its {population} mutants is at least {bar:.0%}",
             kind="correctness",
-            threshold=Threshold(">=", MUTMUT_FLOOR),
+            threshold=Threshold(">=", bar),
             unit="(killed + timeout) / tested, sampled mutants",
             code=[*MUTMUT_CODE, *(str(ROOT / m) for m in row["modules"])],
         )

@@ -19,12 +19,15 @@ import torch
 
 from assay.model.flops import SUMMARY as FLOP_MODEL
 from assay.qualify import Threshold
+from assay.qualify.judging.standing import load_checked
+from assay.qualify.plugin.session import setting_dir
 from assay.qualify.plugin.timing import Timing
 from assay.stream.kept import SlotRef
-from assay_bench.report import run_benchmark
+from assay_bench.report import TARGETS, run_benchmark
 from assay_bench.step import max_abs_diff, trainable_grads
 from assay_bench.subjects import DESCRIPTIONS, SUBJECTS
 from assay_testing.real_model import smollm2_path
+from throughput_support import SEQ, amdahl_note, flop_check_note, profile_note
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "resident.over_peft.seq256"
@@ -42,11 +45,30 @@ TIMED = (
     "assay_bench.subjects",
     "assay.train.losses",
     "assay_testing.peers",
+    "throughput_support",
 )
 STREAM_CODE = (*TIMED, "assay.stream.engine", "assay.stream.pool", "assay.stream.kept")
-SEQS = (256, 512)
+SEQS = (SEQ, 512)
 PROFILED = ("assay", "peft", "assay-nf4", "bnb-nf4")
 TOLERANCE = 0.1  # run-to-run noise allowed against a baseline receipt
+# Issue 29's targets, set on 2026-12-03 by the dated corrections in THRESHOLD_MOVES; they were
+# 1.4x over PEFT and bitsandbytes, 65% of the ceiling and 1.15x streamed over resident.
+OVER_PEFT = TARGETS["resident_over_peft"][1]
+ALL_LINEAR_OVER_PEFT = TARGETS["all_linear_over_peft"][1]
+CEILING_FRACTION = TARGETS["ceiling_fraction"][1]
+NF4_OVER_BNB = TARGETS["nf4_over_bnb"][1]
+STREAM_OVER_RESIDENT = TARGETS["stream_over_resident"][1]
+# The newest receipt under the old thresholds (2026-12-01): it failed the four speed claims.
+FAILING = "10efce5116896f72978cc12c88509f77256ab015d24ff94bfef07b79a508d366"
+THRESHOLD_MOVES = {
+    "resident.over_peft.seq256": f">= 1.4 -> >= {OVER_PEFT} (measured 1.045 in {FAILING[:12]})",
+    "resident.over_peft.seq512": f">= 1.4 -> >= {OVER_PEFT} (measured 1.069 in {FAILING[:12]})",
+    "resident.ceiling_fraction": f">= 0.65 -> >= {CEILING_FRACTION} (measured 0.596 in "
+    f"{FAILING[:12]})",
+    "nf4.over_bnb": f">= 1.4 -> >= {NF4_OVER_BNB} (measured 1.047 in {FAILING[:12]})",
+    "stream.ram_over_resident": f"<= 1.15 -> <= {STREAM_OVER_RESIDENT} (measured 1.075 in "
+    f"{FAILING[:12]}, which passed)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -68,44 +90,6 @@ def bench():
         generator=torch.Generator().manual_seed(1),
     )
     return result, subjects, ids
-
-
-def profile_note(result, name: str) -> str:
-    prof = result["profiles"][name]
-    parts = ", ".join(
-        f"{cat} {v['s']:.3f} s ({v['fraction']:.1%})" for cat, v in prof["categories"].items()
-    )
-    return f"profile of one extra {name} step at seq {SEQS[0]} ({prof['step_s']:.3f} s): {parts}"
-
-
-def amdahl_note(result, peer: str, target: float) -> str:
-    a = result["amdahl"][peer]
-    verdict = "below" if a["bound"] < target else "above"
-    return (
-        f"Amdahl bound over {peer} at seq {a['seq']}: its median step is "
-        f"{a['median_step_s']:.3f} s and the {a['gemm_calls']} GEMMs of one of its steps "
-        f"({a['gemm_flops'] / 1e9:.1f} GFLOP, shapes from its profile) take "
-        f"{a['gemm_replay_s']:.3f} s replayed alone, so doing the same GEMMs at this machine's "
-        f"speed with every other op free gains at most {a['bound']:.3f}x, {verdict} the "
-        f"{target}x target; keeping its attention kernels ({a['profiled_attention_s']:.3f} s) "
-        f"as necessary work, {a['bound_with_attention']:.3f}x. Cross-check inside the profile "
-        f"(profiled step {a['profiled_step_s']:.3f} s / profiled matmul "
-        f"{a['profiled_matmul_s']:.3f} s): {a['bound_in_profile']:.3f}x. fp32 numerics: only "
-        "fewer or faster GEMMs could go further"
-    )
-
-
-def flop_check_note(result, name: str) -> str:
-    prof = result["profiles"][name]
-    flops = result["subjects"][name]["seq"][str(SEQS[0])]["flops"]
-    expected = flops["model"] - flops["attention"]
-    return (
-        f"FLOP model check ({name}, seq {SEQS[0]}): the profiled step ran "
-        f"{prof['gemm_flops'] / 1e9:.2f} GFLOP in GEMMs; the model, less attention (SDPA is "
-        f"not a GEMM), counts {expected / 1e9:.2f} GFLOP. It also counts the first layer's "
-        "q/k/v input gradients, which autograd skips for a frozen embedding, and the head for "
-        "the unscored last position, which chunked CE skips"
-    )
 
 
 def declare_common(gate, result) -> None:
@@ -198,21 +182,35 @@ def test_resident_against_peft(gate, bench, tmp_path):
             gate,
             result,
             f"resident.over_peft.seq{seq}",
-            f"assay resident LoRA trains SmolLM2 at >= 1.4x the tokens/s of transformers + PEFT "
-            f"(seq {seq}, fp32, same step, same machine, same session)",
-            Threshold(">=", 1.4, tolerance=TOLERANCE),
+            f"assay resident LoRA trains SmolLM2 at >= {OVER_PEFT}x the tokens/s of transformers "
+            f"+ PEFT (seq {seq}, fp32, same step, same machine, same session)",
+            Threshold(">=", OVER_PEFT, tolerance=TOLERANCE),
             f"resident_over_peft@{seq}",
             (
                 "assay resident with per-layer gradient checkpointing (redundant recompute)",
                 f"ckpt_over_peft@{seq}",
             ),
         )
+    ratio_claim(
+        gate,
+        result,
+        f"resident.all_linear.over_peft.seq{SEQS[0]}",
+        f"assay resident LoRA on every linear layer trains SmolLM2 at >= {ALL_LINEAR_OVER_PEFT}x "
+        f"the tokens/s of transformers + PEFT with target_modules='all-linear' (seq {SEQS[0]}, "
+        "fp32, same rank and alpha, same session)",
+        Threshold(">=", ALL_LINEAR_OVER_PEFT, tolerance=TOLERANCE),
+        f"all_linear_over_peft@{SEQS[0]}",
+        (
+            "assay all-linear with per-layer gradient checkpointing (redundant recompute)",
+            f"all_linear_ckpt_over_peft@{SEQS[0]}",
+        ),
+    )
     fraction = gate.claim(
         "resident.ceiling_fraction",
-        f"assay resident LoRA at seq {SEQS[0]} achieves >= 65% of the same-session fp32 GEMM "
-        "ceiling, counting model FLOPs only (assay.model.flops)",
+        f"assay resident LoRA at seq {SEQS[0]} achieves >= {CEILING_FRACTION:.0%} of the "
+        "same-session fp32 GEMM ceiling, counting model FLOPs only (assay.model.flops)",
         kind="performance",
-        threshold=Threshold(">=", 0.65, tolerance=TOLERANCE),
+        threshold=Threshold(">=", CEILING_FRACTION, tolerance=TOLERANCE),
         unit="fraction of ceiling",
         code=(*TIMED, "assay_bench.gemm"),
     )
@@ -225,7 +223,7 @@ def test_resident_against_peft(gate, bench, tmp_path):
     )
     gate.note(profile_note(result, "assay"))
     gate.note(profile_note(result, "peft"))
-    gate.note(amdahl_note(result, "peft", 1.4))
+    gate.note(amdahl_note(result, "peft", OVER_PEFT))
     gate.note(flop_check_note(result, "assay"))
     gate.note(flop_check_note(result, "peft"))
 
@@ -237,9 +235,9 @@ def test_nf4_against_bitsandbytes(gate, bench):
         gate,
         result,
         "nf4.over_bnb",
-        f"assay NF4 (double quant) LoRA trains SmolLM2 at >= 1.4x the tokens/s of transformers + "
-        f"bitsandbytes NF4 double quant + PEFT (fp32 compute, seq {SEQS[0]}, CPU)",
-        Threshold(">=", 1.4, tolerance=TOLERANCE),
+        f"assay NF4 (double quant) LoRA trains SmolLM2 at >= {NF4_OVER_BNB}x the tokens/s of "
+        f"transformers + bitsandbytes NF4 double quant + PEFT (fp32 compute, seq {SEQS[0]}, CPU)",
+        Threshold(">=", NF4_OVER_BNB, tolerance=TOLERANCE),
         f"nf4_over_bnb@{SEQS[0]}",
         (
             "assay NF4 with per-layer gradient checkpointing (redundant recompute)",
@@ -253,7 +251,7 @@ def test_nf4_against_bitsandbytes(gate, bench):
     )
     gate.note(profile_note(result, "assay-nf4"))
     gate.note(profile_note(result, "bnb-nf4"))
-    gate.note(amdahl_note(result, "bnb-nf4", 1.4))
+    gate.note(amdahl_note(result, "bnb-nf4", NF4_OVER_BNB))
 
 
 def test_stream_against_resident(gate, bench):
@@ -264,8 +262,9 @@ def test_stream_against_resident(gate, bench):
         result,
         "stream.ram_over_resident",
         f"assay streamed from the RAM tier (2 slots, activations kept, layers re-fetched in "
-        f"backward) takes <= 1.15x the step time of assay resident (seq {SEQS[0]})",
-        Threshold("<=", 1.15, tolerance=TOLERANCE),
+        f"backward) takes <= {STREAM_OVER_RESIDENT}x the step time of assay resident "
+        f"(seq {SEQS[0]})",
+        Threshold("<=", STREAM_OVER_RESIDENT, tolerance=TOLERANCE),
         f"stream_over_resident@{SEQS[0]}",
         (
             "streamed with recompute=True (each layer recomputed in backward)",
@@ -348,3 +347,28 @@ def wrong_layer_grads(streamed, ids, layer: int, loss: str) -> dict[str, torch.T
         return trainable_grads(streamed, ids, prefix="model.", loss=loss)
     finally:
         del kept._unpack
+
+
+def test_thresholds_moved_to_issue_29s_targets(gate, pytestconfig):
+    """Each moved threshold is a dated correction citing the receipt that failed under the old
+    one, written once (a ledger that already holds it, or never held that receipt, gets none)."""
+    receipts = setting_dir(pytestconfig, "gate_receipts")
+    ledger = receipts / gate.name / "LEDGER" if receipts is not None else None
+    if ledger is None or FAILING not in ledger.read_text("utf-8"):
+        gate.note("threshold moves: this ledger does not hold the failing receipt; none written")
+        return
+    done = {
+        c["claim_id"]
+        for r in load_checked(receipts, gate.name)[0]
+        for c in r["corrects"]
+        if c["receipt_sha256"] == FAILING
+    }
+    for claim_id, move in THRESHOLD_MOVES.items():
+        if claim_id not in done:
+            gate.correct(
+                FAILING,
+                claim_id,
+                f"2026-12-03: threshold {move}; issue 29 sets the targets (1.3x over PEFT, 70% "
+                "of the ceiling, 1.25x over bitsandbytes, streamed <= 1.10x) against the "
+                "unchanged same-session peers and ceiling",
+            )

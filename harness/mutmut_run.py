@@ -34,7 +34,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from assay_testing.mutation import mutmut_score, sample_order, wilson_interval
+from assay_testing.mutation import (
+    MUTMUT_NO_TESTS,
+    MUTMUT_SURVIVED,
+    mutmut_score,
+    sample_order,
+    wilson_interval,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = ROOT / "records" / "mutation" / "mutmut-summary.json"
@@ -54,8 +60,14 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (
             "tests/qualify/test_canonical_sha.py",
             "tests/qualify/test_verify.py",
+            "tests/qualify/test_verify_checks.py",
             "tests/qualify/test_invalid_receipts.py",
             "tests/qualify/test_threshold.py",
+            "tests/qualify/test_judging_rules.py",
+            "tests/qualify/test_receipt_files.py",
+            "tests/qualify/test_tolerance_modes.py",
+            "tests/qualify/test_stale.py",
+            "tests/qualify/test_signatures.py",
         ),
     ),
     "train": (
@@ -70,6 +82,7 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "tests/train/test_preference.py",
             "tests/train/test_checkpoint.py",
             "tests/train/test_checkpoint_files_verified.py",
+            "tests/train/test_objective.py",
         ),
     ),
     "storage": (
@@ -90,8 +103,8 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
 }
 # mutmut runs the tests from mutants/, which holds only src/ and tests/ unless told otherwise;
-# tests that find data relative to their own file (examples/, schemas/) need these copied too.
-ALSO_COPY = ("examples", "schemas", "gates", "harness")
+# tests that find data relative to their own file (examples/, schemas/, the noxfile) need these too.
+ALSO_COPY = ("examples", "schemas", "gates", "harness", "noxfile.py")
 
 
 def _config(modules: tuple[str, ...], tests: tuple[str, ...]) -> str:
@@ -143,6 +156,14 @@ def _mutmut(work: Path, names: list[str], max_children: int, timeout_s: float) -
     return (done.stdout[-2000:] + done.stderr[-2000:]).replace("\r", "\n")
 
 
+def _diff(work: Path, name: str) -> str:
+    """The mutant's diff as ``mutmut show`` prints it, so survivors can be read after the
+    scratch copy is gone (and judged: a missing test, or an equivalent mutant)."""
+    done = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=work,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return (done.stdout or done.stderr)[-1500:]
+
+
 def _exit_codes(work: Path) -> dict[str, int | None]:
     codes: dict[str, int | None] = {}
     for meta in sorted((work / "mutants").rglob("*.meta")):
@@ -190,7 +211,11 @@ def run_package(
             batches.append({"size": len(names), "wall_s": round(time.perf_counter() - t0)})
             done += names
         codes = _exit_codes(work)
+        survivors = {
+            n: _diff(work, n) for n in done if codes.get(n) in MUTMUT_SURVIVED | MUTMUT_NO_TESTS
+        }
     row.update(
+        survivor_diffs=survivors,
         population=len(population),
         population_names=sorted(population),
         sampled={n: codes.get(n) for n in done},
@@ -206,7 +231,9 @@ def run_package(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("packages", nargs="*", default=sorted(SCOPES), choices=sorted(SCOPES))
+    # Checked below, not by `choices`: Python 3.11's argparse tests an empty `*` list against
+    # choices as one value and refuses it, so the no-argument default (all) would never run.
+    parser.add_argument("packages", nargs="*", help=f"default: all of {', '.join(sorted(SCOPES))}")
     parser.add_argument("--max-children", type=int, default=1)
     parser.add_argument("--sample", type=int, default=100, help="mutants run per package")
     parser.add_argument("--seed", type=int, default=SEED)
@@ -214,11 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=720.0, help="seconds per package")
     parser.add_argument("--out", type=Path, default=SUMMARY)
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.packages) - set(SCOPES))
+    if unknown:
+        parser.error(f"unknown package {unknown[0]!r}; expected one of {', '.join(sorted(SCOPES))}")
     import mutmut
 
     old = json.loads(args.out.read_text("utf-8")) if args.out.is_file() else {"packages": {}}
     packages = dict(old.get("packages", {}))
-    for name in args.packages:
+    for name in args.packages or sorted(SCOPES):
         packages[name] = run_package(
             name,
             sample=args.sample,
@@ -227,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             max_children=args.max_children,
             cap_s=args.cap,
         )
-        short = ("population_names", "sampled", "sources_sha256", "tests_sha256", "not_run")
+        short = ("population_names", "sampled", "sources_sha256", "tests_sha256", "not_run",
+                 "survivor_diffs")  # fmt: skip
         print(name, {k: v for k, v in packages[name].items() if k not in short}, flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         summary = {

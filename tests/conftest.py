@@ -40,3 +40,25 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str,
 
     root = tmp_path_factory.mktemp("tiny")
     return {family: save_tiny(family, root, seed=i) for i, family in enumerate(FAMILIES)}
+
+
+@pytest.fixture
+def tiny_lora_config(tmp_path):
+    """A writer of a LoRA config over a tiny llama3 (byte tokenizer, 6 text rows) training into
+    ``tmp_path/run``: ``tiny_lora_config(steps=6) -> config path``."""
+    import yaml
+
+    from assay_testing.text_run import save_text_run
+
+    files = save_text_run(tmp_path, seed=2)
+
+    def write(steps: int = 6) -> Path:
+        body = {**files, "storage": "float32", "steps": steps, "seed": 1,
+                "adapter": {"method": "lora", "rank": 2, "alpha": 4, "targets": ["q_proj"]},
+                "batch": {"micro_batch": 2},
+                "output": {"dir": str(tmp_path / "run"), "save_every": 100}}  # fmt: skip
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(body))
+        return path
+
+    return write

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
 from assay.bounded import (
+    INT_DIGITS,
     InputTooLarge,
+    RefusedFile,
     count_expanded,
     loads_json,
     lone_surrogate,
     non_finite,
+    parse_json,
     read_capped,
     read_json_file,
+    read_text_bounded,
 )
 from assay.errors import AssayError, ConfigError
 from assay.train.config_schema import read_yaml
@@ -62,8 +68,11 @@ def test_json_hazards_are_one_line_errors(tmp_path):
         loads_json('{"a": NaN}', "w")
     with pytest.raises(AssayError, match=r"w: a\[0\]: lone surrogate"):
         loads_json('{"a": ["\\ud800"]}', "w")
-    with pytest.raises(AssayError, match="nested too deeply"):
+    with pytest.raises(AssayError, match="nested deeper than 100 levels"):
         loads_json("[" * 100_000 + "]" * 100_000, "w")
+    with pytest.raises(AssayError, match="nested deeper than 100 levels"):
+        loads_json("[" * 101 + "]" * 101, "w")  # parses, but deeper than any real file
+    assert loads_json("[" * 100 + "]" * 100, "w") is not None
     assert loads_json('{"a": "\\ud83d\\ude00"}', "w") == {"a": "\U0001f600"}  # a valid pair
     with pytest.raises(ConfigError, match="no such file"):
         read_json_file(tmp_path / "missing.json", ConfigError)
@@ -83,4 +92,52 @@ def test_a_modest_alias_blowup_is_refused_not_just_a_bomb(tmp_path):
     path = tmp_path / "blowup.yaml"
     path.write_text(levels)
     with pytest.raises(ConfigError, match=r"blowup\.yaml: YAML aliases expand to over 2,000"):
+        read_yaml(path)
+
+
+def test_integers_past_the_digit_limit_are_json_errors_at_their_place():
+    long = "1" + "0" * INT_DIGITS
+    with pytest.raises(json.JSONDecodeError, match=r"an integer of 4,301 digits.*column 7"):
+        parse_json('{"a": ' + long + "}")
+    assert parse_json('{"a": ' + long[:-1] + "}")["a"] == int(long[:-1])  # the limit itself
+    with pytest.raises(json.JSONDecodeError, match="4,301 digits"):
+        parse_json(b'{"n": -' + long.encode() + b"}")
+
+
+def test_yaml_integers_past_the_digit_limit_name_their_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model: m\nseed: " + "9" * (INT_DIGITS + 1) + "\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: line 2: invalid YAML \(an integer of 4,301"):
+        read_yaml(path)
+    path.write_text("seed: " + "9" * INT_DIGITS + "\n")
+    assert read_yaml(path)["seed"] == int("9" * INT_DIGITS)
+
+
+def test_bounded_text_refuses_links_out_of_the_folder_devices_and_oversize(tmp_path):
+    home = tmp_path / "gate"
+    home.mkdir()
+    (home / "ok").write_text("fine\n")
+    assert read_text_bounded(home / "ok", within=home) == "fine\n"
+    (home / "zero").symlink_to("/dev/zero")
+    with pytest.raises(RefusedFile, match="outside"):
+        read_text_bounded(home / "zero", within=home)
+    with pytest.raises(RefusedFile, match="not a regular file"):
+        read_text_bounded(home / "zero")  # no folder given: still not read forever
+    (home / "big").write_bytes(b"a" * 101)
+    with pytest.raises(RefusedFile, match="limit is 100 bytes"):
+        read_text_bounded(home / "big", cap=100)
+    (home / "inside").symlink_to(home / "ok")  # a link that stays home is followed
+    assert read_text_bounded(home / "inside", within=home) == "fine\n"
+
+
+def test_merge_keys_share_settings_and_x_keys_hold_anchors(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "x-optim: &optim {lr: 0.001, warmup_steps: 2}\n"
+        "optim:\n  <<: *optim\n  lr: 0.01\n"  # a key beside the merge overrides it
+        "steps: 3\n"
+    )
+    assert read_yaml(path) == {"optim": {"lr": 0.01, "warmup_steps": 2}, "steps": 3}
+    path.write_text("optim: {lr: 0.1, lr: 0.2}\n")  # duplicates are still refused
+    with pytest.raises(ConfigError, match="duplicate key 'lr'"):
         read_yaml(path)

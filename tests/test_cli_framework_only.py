@@ -52,6 +52,7 @@ TRAINER_RUNS = {
     "estimate": ["estimate", "config.yaml"],
     "generate": ["generate", "model.gguf", "--prompt", "hi"],
     "generate, arguments missing": ["generate"],
+    "status": ["status", "run"],
 }
 
 

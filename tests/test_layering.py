@@ -27,12 +27,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("loading", "adapters"),
     ("stream",),
     ("train",),
-    ("memory", "distributed", "export", "generate_cli"),
+    ("memory", "distributed", "export", "generate_cli", "status_cli"),
     ("info_cli", "train_cli"),
     ("cli",),
 )
-# The framework stands apart: it may use the package root and the atomic writer, nothing else.
-INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "qualify"}}
+# The framework stands apart: it may use the package root, the atomic writer and the bounded
+# readers, nothing else.
+INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "bounded", "qualify"}}
 # Test machinery and benchmarks (testing/, outside the wheel): nothing in the product imports them.
 OUTSIDE = {"assay_testing", "assay_bench"}
 

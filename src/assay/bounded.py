@@ -6,6 +6,10 @@ A loader that reads a hostile file must answer quickly, so each one reads throug
   naming the file, the size and the cap);
 - :func:`loads_json` parses JSON with the depth error and lone-surrogate escapes turned into
   one-line errors (``\\ud800`` decodes to a str that no UTF-8 encoder or tokenizer accepts);
+- :func:`parse_json` is ``json.loads`` with integers bounded to :data:`INT_DIGITS` digits (a
+  longer one is a ``JSONDecodeError`` at its position, where Python's own limit would raise a
+  bare ``ValueError`` that every reader catching JSON errors misses); YAML readers get the same
+  bound through :func:`depth_limited`;
 - :func:`count_expanded` counts the nodes a YAML document would have after its aliases are
   expanded, without expanding them, so an alias bomb is refused before construction.
 
@@ -19,17 +23,22 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import AssayError
+
+if TYPE_CHECKING:  # imported where used: the gate framework reads JSON here without pyyaml
+    import yaml
 
 CONFIG_BYTES = 1 << 20  # a YAML train config or a small JSON sidecar
 JSON_BYTES = 16 << 20  # manifests, adapter configs, receipts
 JSONL_BYTES = 4 << 30  # a data file: read line by line, each line capped below
 JSONL_LINE_BYTES = 16 << 20
 YAML_NODES = 2_000  # nodes after alias expansion; a real config has about a hundred
+# Python's own int-to-string limit: a number this long is refused by the reader, with its place,
+# and a shorter one reaches the schema, which names the field and its range.
+INT_DIGITS = 4300
+JSON_DEPTH = 100  # levels of nesting; a receipt has about eight, a data row four
 
 
 class InputTooLarge(AssayError):
@@ -49,6 +58,33 @@ def read_capped(path: str | os.PathLike[str], cap: int, what: str) -> bytes:
     if len(data) > cap:  # grew while reading, or a special file with no size
         raise InputTooLarge(f"{path}: {what} is over the limit of {cap:,} bytes")
     return data
+
+
+class RefusedFile(OSError):
+    """A file refused before it is read: not a regular file, a link that leaves its folder, or
+    over its size cap. An OSError, so readers that report an unreadable file on one line report
+    these the same way."""
+
+
+def read_text_bounded(
+    path: str | os.PathLike[str], cap: int = JSON_BYTES, within: Path | None = None
+) -> str:
+    """The UTF-8 text of ``path`` (UnicodeDecodeError when it is not UTF-8), read only if it is a
+    regular file of at most ``cap`` bytes and, when ``within`` is given, does not resolve to a
+    place outside that folder (RefusedFile, naming the file, otherwise). A LEDGER linked to
+    ``/dev/zero`` is refused at once instead of read until memory runs out."""
+    path = Path(path)
+    if within is not None:
+        target, home = path.resolve(), Path(within).resolve()
+        if target != home and home not in target.parents:
+            raise RefusedFile(f"{path}: links to {target}, outside {within}; not followed")
+    if path.exists() and not path.is_file():
+        raise RefusedFile(f"{path}: not a regular file")
+    try:
+        data = read_capped(path, cap, "file")
+    except InputTooLarge as exc:
+        raise RefusedFile(str(exc)) from None
+    return data.decode("utf-8")
 
 
 def lone_surrogate(value: Any) -> str | None:
@@ -92,16 +128,66 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a finite number")
 
 
+def long_integer(digits: str) -> str | None:
+    """Why ``digits`` (an integer literal) is too long to read, or None when it is not."""
+    count = len(digits.lstrip("+-").replace("_", ""))
+    if count > INT_DIGITS:
+        return f"an integer of {count:,} digits; the limit is {INT_DIGITS:,}"
+    return None
+
+
+def parse_json(text: str | bytes, *, finite: bool = False) -> Any:
+    """``json.loads(text)`` with integer literals bounded to :data:`INT_DIGITS` digits: a longer
+    one raises ``json.JSONDecodeError`` at its position (a ``UnicodeDecodeError`` for bytes that
+    are not UTF-8), so readers that turn JSON errors into one line cover it too. ``finite``
+    also refuses the NaN and Infinity literals (``ValueError``)."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8")
+
+    def bounded_int(digits: str) -> int:
+        why = long_integer(digits)
+        if why is not None:
+            raise json.JSONDecodeError(why, text, max(text.find(digits), 0))
+        return int(digits)
+
+    constants = {"parse_constant": _refuse_constant} if finite else {}
+    try:
+        data = json.loads(text, parse_int=bounded_int, **constants)
+    except RecursionError:  # hostile nesting: an error at the document, not a crash
+        data = None
+        depth = JSON_DEPTH + 1
+    else:
+        depth = nesting_depth(data, JSON_DEPTH)
+    if depth > JSON_DEPTH:  # shallower than Python's recursion limit, deeper than any real file
+        raise json.JSONDecodeError(f"nested deeper than {JSON_DEPTH} levels", text, 0)
+    return data
+
+
+def nesting_depth(value: Any, cap: int) -> int:
+    """Levels of lists and objects in ``value`` (a scalar is 0), counted without recursion and
+    stopping once past ``cap``, so a parsed hostile document can be measured safely."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > cap:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth) for child in children)
+    return deepest
+
+
 def loads_json(text: str | bytes, where: str, error: type[AssayError] = AssayError) -> Any:
     """Parse JSON; ``error`` (one line starting with ``where``) for invalid JSON, nesting too
     deep, NaN/Infinity literals or a lone surrogate escape such as ``\\ud800``."""
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        data = parse_json(text, finite=True)
     except json.JSONDecodeError as exc:
         msg = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         raise error(f"{where}: invalid JSON ({msg})") from None
-    except RecursionError:
-        raise error(f"{where}: invalid JSON (nested too deeply)") from None
     except ValueError as exc:
         raise error(f"{where}: invalid JSON ({exc})") from None
     bad = lone_surrogate(data)
@@ -134,6 +220,8 @@ def count_expanded(node: yaml.Node, cap: int) -> int:
     count is linear in the composed graph even for a billion-laughs document. Returns a value
     above ``cap`` as soon as the count passes it.
     """
+    import yaml
+
     memo: dict[int, int] = {}
     active: set[int] = set()
 
@@ -171,10 +259,18 @@ class DepthLimit(Exception):
 
 def depth_limited(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
     """A subclass of ``loader`` whose composer refuses nesting past :data:`YAML_DEPTH`, so a
-    hostile ``[[[[...`` stops after 64 levels instead of at Python's recursion limit."""
+    hostile ``[[[[...`` stops after 64 levels instead of at Python's recursion limit, and whose
+    integers are bounded to :data:`INT_DIGITS` digits (an error at the number's line)."""
+    import yaml
 
     class Limited(loader):  # type: ignore[misc,valid-type]
         _depth = 0
+
+        def construct_yaml_int(self, node):
+            why = long_integer(str(node.value))
+            if why is not None:
+                raise yaml.constructor.ConstructorError(None, None, why, node.start_mark)
+            return super().construct_yaml_int(node)
 
         def compose_node(self, parent, index):
             self._depth += 1
@@ -185,6 +281,8 @@ def depth_limited(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
             finally:
                 self._depth -= 1
 
+    # the constructor table holds functions, not method names: the override must be registered
+    Limited.add_constructor("tag:yaml.org,2002:int", Limited.construct_yaml_int)
     return Limited
 
 

@@ -25,7 +25,7 @@ if os.environ.get("ASSAY_GATE_IMPORTS"):  # a gate test's child: report the code
 EXIT_USAGE = 2
 # Commands that run the trainer, so need the `train` extra; the rest (render, verify, sign,
 # publish, attest, docs) are the gate framework's and run without torch.
-TRAINER_COMMANDS = frozenset({"info", "train", "eval", "export", "estimate", "generate"})
+TRAINER_COMMANDS = frozenset({"info", "train", "eval", "export", "estimate", "generate", "status"})
 # Top-level import names of the `train` extra's distributions (pyyaml imports as yaml).
 TRAIN_EXTRA_MODULES = frozenset(
     {"torch", "bitsandbytes", "gguf", "safetensors", "numpy", "yaml", "tokenizers", "tqdm"}
@@ -135,7 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--device", default="cpu", help="compute device (default cpu)")
     train.add_argument(
         "--budget",
-        help="device memory budget, e.g. 4GiB (default: config budget, else CUDA free memory)",
+        help="device memory budget, e.g. 4GiB (default: the config's budget, else the "
+        "device's free memory: CUDA free memory, or MemAvailable on CPU)",
+    )
+    train.add_argument(
+        "--report-to",
+        choices=("none", "tensorboard"),
+        default="none",
+        help="also write metrics as TensorBoard event files under OUTPUT_DIR/tensorboard "
+        "(needs: pip install tensorboard); metrics.jsonl stays the record (default none)",
     )
     train.add_argument(
         "--force", action="store_true", help="train even when the predicted peak exceeds the budget"
@@ -191,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     from assay.generate_cli import add_generate
 
     add_generate(sub)
+    from assay.status_cli import add_status
+
+    add_status(sub)
     return parser
 
 

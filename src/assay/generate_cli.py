@@ -83,8 +83,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     if args.max_new_tokens < 0:
         raise AssayError(f"--max-new-tokens {args.max_new_tokens}: expected 0 or more")
-    if any(not p for p in args.prompt):
-        raise AssayError("--prompt: a prompt is empty")
+    for number, prompt in enumerate(args.prompt, 1):
+        if not prompt:
+            raise AssayError(f"--prompt {number}: a prompt is empty")
+        try:  # argv that is not UTF-8 arrives with its bytes escaped as lone surrogates
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise AssayError(
+                f"--prompt {number}: not valid UTF-8 (byte {exc.start} of the prompt)"
+            ) from None
     model, tok = _load(args)
     texts = args.prompt
     if args.chat:

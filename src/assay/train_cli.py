@@ -8,19 +8,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import AssayError
 from assay.load_status import load_status
 
+if TYPE_CHECKING:
+    from assay.train.graceful import GracefulStop
+
 
 def _check_fit(config, args: argparse.Namespace) -> None:
-    """Refuse a config predicted over budget (--budget, config budget, or CUDA free memory)."""
-    from assay.memory.estimate_cli import model_dims, plan_from_config, refusal_line, verdict
+    """Refuse, before anything loads, a config predicted over its budget: --budget, the
+    config's budget, else the free memory of the device (CUDA's free memory, or the host's
+    MemAvailable on CPU). The refusal names the setting behind the largest term."""
+    from assay.memory.estimate_cli import (
+        memory_available,
+        model_dims,
+        plan_from_config,
+        refusal_line,
+        verdict,
+    )
     from assay.train.config import model_path, parse_size
 
     raw = args.budget if args.budget is not None else config.budget
+    name = "the budget"
     if raw is not None:
         try:
             budget = parse_size(raw)
@@ -30,18 +43,22 @@ def _check_fit(config, args: argparse.Namespace) -> None:
         import torch
 
         budget = torch.cuda.mem_get_info(torch.device(args.device))[0]
+        name = "the device's free memory"
     else:
-        return  # CPU without a stated budget: nothing to refuse against
+        budget, name = memory_available(), "the memory available (MemAvailable)"
+        if budget is None:
+            return  # no way to know the host's free memory here
     result = verdict(plan_from_config(config, model_dims(model_path(config))), budget)
     if not result["fits"] and not args.force:
-        raise AssayError(
-            f"{args.config}: refusing to train: {refusal_line(result)} (--force to run anyway)"
-        )
+        raise AssayError(f"{args.config}: {refusal_line(result, name)} (--force to run anyway)")
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    if summary["stopped"]:
+        print(f"checkpoint {summary['checkpoint']}")
         return
     if not summary["steps_this_run"]:  # resumed at (or stopped before) its last step
         print(f"nothing to train: the run is at step {summary['steps']}")
@@ -54,6 +71,25 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         f"loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} tokens/s"
     )
     print(f"checkpoint {summary['checkpoint']}")
+
+
+def _reporter(args: argparse.Namespace, run_dir: Path, main: bool = True):
+    """The ``--report-to`` reporter's context (a null one for ``none`` or another rank)."""
+    import contextlib
+
+    if args.report_to != "tensorboard" or not main:
+        return contextlib.nullcontext(None)
+    from assay.train.report import tensorboard_report
+
+    return tensorboard_report(run_dir)
+
+
+def _say_stopped(summary: dict[str, Any], stop: GracefulStop, args: argparse.Namespace) -> None:
+    """The one line a signalled run ends with: where it stopped and how to go on."""
+    if summary["stopped"]:
+        run_dir = Path(summary["checkpoint"]).parent
+        print(f"stopped at step {summary['steps']} ({stop.name}); resume with: assay train "
+              f"{args.config} --resume {run_dir}", file=sys.stderr)  # fmt: skip
 
 
 def _with_strategy(config, strategy: str | None):
@@ -77,6 +113,7 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
     from assay.distributed.context import init
     from assay.distributed.trainer import DistributedTrainer
     from assay.train.config import DistributedConfig
+    from assay.train.graceful import GracefulStop
 
     settings = config.distributed or DistributedConfig()
     context = init(args.device, settings.backend, source=f"{args.config}: distributed")
@@ -89,12 +126,14 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
         trainer = DistributedTrainer(config, context, progress=progress)
         if args.resume:
             trainer.resume(args.resume)
-        summary = trainer.train(stop_at=args.stop_at)
+        with GracefulStop() as stop, _reporter(args, trainer.out_dir, context.is_main) as report:
+            summary = trainer.train(stop_at=args.stop_at, stop_requested=stop, report=report)
         if context.is_main:
             _print_summary(summary, args.json)
+            _say_stopped(summary, stop, args)
     finally:
         context.close()
-    return 0
+    return stop.exit_code if summary["stopped"] else 0
 
 
 def _preflight(config) -> None:
@@ -116,9 +155,14 @@ def _claim_output(config, args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from assay.distributed.context import launched
     from assay.train.config import load_train_config
+    from assay.train.graceful import GracefulStop
     from assay.train.loop import Trainer
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
+    if args.report_to == "tensorboard":
+        from assay.train.report import check_tensorboard
+
+        check_tensorboard()
     _preflight(config)
     if launched():
         return _train_distributed(config, args)
@@ -128,8 +172,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
     if args.resume:
         trainer.resume(args.resume)
-    _print_summary(trainer.train(stop_at=args.stop_at), args.json)
-    return 0
+    with GracefulStop() as stop, _reporter(args, trainer.out_dir) as report:
+        summary = trainer.train(stop_at=args.stop_at, stop_requested=stop, report=report)
+    _print_summary(summary, args.json)
+    _say_stopped(summary, stop, args)
+    return stop.exit_code if summary["stopped"] else 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

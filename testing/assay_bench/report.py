@@ -44,13 +44,17 @@ COMPARISONS = (
     ("stream_over_resident", "stream-ram", "assay", "time"),
     ("stream_recompute_over_resident", "stream-ram+recompute", "assay", "time"),
     ("stream_recompute_over_ckpt", "stream-ram+recompute", "assay+ckpt", "time"),
+    ("all_linear_over_peft", "assay-all", "peft-all", "speedup"),
+    ("all_linear_ckpt_over_peft", "assay-all+ckpt", "peft-all", "speedup"),
 )
-# The issue's targets (printed by the harness, judged by gate-throughput).
+# Issue 29's targets (printed by the harness, judged by gate-throughput, which moved to them
+# from issue 10's 1.4x / 1.4x / 1.15x / 0.65 by dated corrections on 2026-12-03).
 TARGETS = {
-    "resident_over_peft": (">=", 1.4),
-    "nf4_over_bnb": (">=", 1.4),
-    "stream_over_resident": ("<=", 1.15),
-    "ceiling_fraction": (">=", 0.65),
+    "resident_over_peft": (">=", 1.3),
+    "all_linear_over_peft": (">=", 1.3),
+    "nf4_over_bnb": (">=", 1.25),
+    "stream_over_resident": ("<=", 1.10),
+    "ceiling_fraction": (">=", 0.70),
 }
 PEERS = {"peft": "assay", "bnb-nf4": "assay-nf4"}
 LOSS_TEXT = {

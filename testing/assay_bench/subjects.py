@@ -27,9 +27,13 @@ DESCRIPTIONS = {
     "assay-nf4": "assay resident, NF4 double-quant base (fp32 compute)",
     "bnb-nf4": "transformers + bitsandbytes NF4 double quant (fp32 compute) + PEFT",
     "assay-nf4+ckpt": "assay resident, NF4 double-quant base, per-layer gradient checkpointing",
+    "peft-all": "transformers + PEFT, fp32 base, LoRA on every linear layer (all-linear)",
+    "assay-all": "assay resident, fp32 base, LoRA on every linear layer",
+    "assay-all+ckpt": "assay resident, fp32 base, LoRA on every linear layer, per-layer "
+    "gradient checkpointing",
 }
 SUBJECTS = tuple(DESCRIPTIONS)
-RECOMPUTING = ("assay+ckpt", "assay-nf4+ckpt", "stream-ram+recompute")
+RECOMPUTING = ("assay+ckpt", "assay-nf4+ckpt", "stream-ram+recompute", "assay-all+ckpt")
 HF_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -72,11 +76,13 @@ def build_subjects(
     config = open_source(path).config
     built: dict[str, Subject] = {}
 
-    def lora(storage: str):
+    def lora(storage: str, targets: str = "attention"):
         model = assay.load(path, storage=storage)
-        return attach(model, "lora", rank=rank, alpha=alpha, targets="attention").train()
+        return attach(model, "lora", rank=rank, alpha=alpha, targets=targets).train()
 
-    def add(name: str, model, *, recompute: bool = False, setup=None, forward=None) -> None:
+    def add(
+        name: str, model, *, recompute: bool = False, setup=None, forward=None, targets="attention"
+    ) -> None:
         built[name] = Subject(
             name=name,
             description=DESCRIPTIONS[name],
@@ -85,21 +91,23 @@ def build_subjects(
             optimizer=_optimizer(_trainable(model), lr),
             config=config,
             lora_rank=rank,
+            lora_targets=targets,
             recompute=recompute,
             setup=setup or (lambda: None),
             loss="ce" if forward is not None else assay_loss,
         )
 
-    for storage, plain, checkpointed in (
-        ("float32", "assay", "assay+ckpt"),
-        ("nf4_double_quant", "assay-nf4", "assay-nf4+ckpt"),
+    for storage, targets, plain, checkpointed in (
+        ("float32", "attention", "assay", "assay+ckpt"),
+        ("nf4_double_quant", "attention", "assay-nf4", "assay-nf4+ckpt"),
+        ("float32", "all-linear", "assay-all", "assay-all+ckpt"),
     ):
         if plain in names or checkpointed in names:
-            progress(f"loading assay {storage}")
-            model = lora(storage)
+            progress(f"loading assay {storage}, LoRA on {targets}")
+            model = lora(storage, targets)
             for name, on in ((plain, False), (checkpointed, True)):
                 if name in names:
-                    add(name, model, recompute=on, setup=_checkpointing(model, on))
+                    add(name, model, recompute=on, setup=_checkpointing(model, on), targets=targets)
     for name, recompute in (("stream-ram", False), ("stream-ram+recompute", True)):
         if name in names:
             from assay.stream import StreamedModel
@@ -122,6 +130,17 @@ def build_subjects(
             wrapped = peft_lora(dense, rank, alpha, HF_TARGETS).train()
             add("peft", wrapped, forward=_hf_forward(wrapped))
         del dense
+    if "peft-all" in names:
+        from peft import LoraConfig, get_peft_model
+
+        from assay_testing.peers import hf_model
+
+        progress("loading transformers fp32 for PEFT all-linear")
+        all_linear = LoraConfig(
+            r=rank, lora_alpha=alpha, target_modules="all-linear", lora_dropout=0.0, bias="none"
+        )
+        wrapped = get_peft_model(hf_model(path), all_linear).train()
+        add("peft-all", wrapped, forward=_hf_forward(wrapped), targets="all-linear")
     return {name: built[name] for name in names}
 
 

@@ -123,6 +123,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
     ),
     Mutant(
+        "train.loop.stop_unsaved",
+        ("tests/train/test_graceful_stop.py::test_a_stop_saves_the_step_it_stopped_at",),
+    ),
+    Mutant(
+        "train.graceful.second_signal_ignored",
+        (
+            "tests/train/test_graceful_stop.py::"
+            "test_the_first_signal_asks_the_second_interrupts_and_handlers_come_back",
+        ),
+    ),
+    Mutant(
         "train.data.epoch_order_repeats",
         (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
     ),
@@ -184,12 +195,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("stream.engine.backward_stale_input", (_STREAM_BITWISE,)),
     Mutant(
         "stream.engine.prefetch_wrong_layer",
-        ("tests/stream/test_prefetch_order.py::test_forward_fetches_every_layer_once",),
-        status="equivalent",
-        reason="performance only: the pool fetches any layer it lacks when the layer is used, so "
-        "a wrong prefetch changes neither numbers nor the fetch count (measured: one fetch per "
-        "layer with and without it); only copy/compute overlap is lost, which a timing gate "
-        "(gate-stream on CUDA) sees, not a CPU unit test",
+        (
+            "tests/stream/test_prefetch_order.py::"
+            "test_the_next_layer_is_on_its_way_while_a_layer_computes",
+        ),
     ),
     Mutant(
         "stream.engine.cache_key_ignores_bytes",
@@ -262,6 +271,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "bounded.unbounded_aliases",
         ("tests/test_bounded.py::test_a_modest_alias_blowup_is_refused_not_just_a_bomb",),
+    ),
+    Mutant(
+        "bounded.long_integers_read",
+        (
+            "tests/test_bounded.py::test_integers_past_the_digit_limit_are_json_errors_at_their_place",
+        ),
+    ),
+    Mutant(
+        "train.config_schema.merge_keys_refused",
+        ("tests/test_bounded.py::test_merge_keys_share_settings_and_x_keys_hold_anchors",),
     ),
     Mutant(
         "train.data_rows.allow_surrogates",

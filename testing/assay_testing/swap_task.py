@@ -1,9 +1,11 @@
-"""The quality gate's task: swap two words. Generated here, from a fixed seed, by our own code.
+"""The swap task: swap two words. Generated here, from a fixed seed, by our own code.
 
-A prompt ``Input: cat river\nOutput:`` asks for `` river cat``. Nothing in the prompt says
-what to do, so a base model cannot know the rule (it tends to copy or continue the list); a
-LoRA fine-tune learns it in a few hundred rows, and held-out pairs (no unordered pair of them is
-in training) show whether it learned the rule rather than the rows.
+A prompt ``Input: cat river\nOutput:`` asks for `` river cat``. A LoRA fine-tune learns it in
+a few hundred rows, which makes it gate-generation's quick way to a trained adapter. It was
+gate-quality's task until issue 28 measured that the base model, prompted with 8 solved
+examples, already scores 0.81 on it: it is learnt from the prompt format alone, so it cannot
+tell a correct trainer from a broken one. gate-quality keeps it as the control of its headroom
+claim and trains on :mod:`assay_testing.keyed_task`.
 """
 
 from __future__ import annotations
@@ -50,11 +52,6 @@ class Item:
     def answer(self) -> str:
         return f"{self.second} {self.first}"
 
-    @property
-    def unswapped(self) -> str:
-        """The most tempting wrong answer: the input copied."""
-        return f"{self.first} {self.second}"
-
 
 @dataclass(frozen=True)
 class Split:
@@ -73,18 +70,6 @@ def make_split(train: int = 256, held_out: int = 48, seed: int = SEED) -> Split:
     return Split(tuple(items[:train]), tuple(items[train:]))
 
 
-def shuffled_targets(items: tuple[Item, ...], seed: int = SEED) -> list[tuple[str, str]]:
-    """(prompt, completion) rows whose completions are a derangement of the right answers:
-    the control that keeps format and vocabulary but breaks the input-to-output relation."""
-    rng = random.Random(seed + 1)
-    order = list(range(len(items)))
-    while True:
-        rng.shuffle(order)
-        if all(i != j for i, j in enumerate(order)):
-            break
-    return [(item.prompt, " " + items[j].answer) for item, j in zip(items, order, strict=True)]
-
-
 def sft_rows(items: tuple[Item, ...]) -> list[tuple[str, str]]:
     return [(item.prompt, " " + item.answer) for item in items]
 
@@ -93,16 +78,4 @@ def write_sft(path: Path, rows: list[tuple[str, str]]) -> Path:
     """prompt_completion JSONL, written atomically."""
     text = "".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rows)
     atomic_write_bytes(path, text.encode())
-    return path
-
-
-def write_preference(path: Path, items: tuple[Item, ...], *, swap: bool = False) -> Path:
-    """preference JSONL: chosen = the swap, rejected = the copy (``swap`` flips them)."""
-    lines = []
-    for item in items:
-        chosen, rejected = " " + item.answer, " " + item.unswapped
-        if swap:
-            chosen, rejected = rejected, chosen
-        lines.append(json.dumps({"prompt": item.prompt, "chosen": chosen, "rejected": rejected}))
-    atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode())
     return path

@@ -70,7 +70,8 @@ def test_a_peft_saved_adapter_loads_into_assay(fresh, qwen2_dir, ids, tmp_path, 
             if "lora_B" in name:
                 param.normal_(0, 0.05)
     theirs.save_pretrained(tmp_path)
-    ours = load_adapter(fresh(), tmp_path)
+    with pytest.warns(UserWarning, match=r"the base model could not be verified"):
+        ours = load_adapter(fresh(), tmp_path)  # PEFT records no fingerprint of the base
     assert ours.assay_adapter_spec.method == method
     with torch.no_grad():
         error = (theirs(input_ids=ids).logits - ours(ids)).abs().max()
@@ -127,3 +128,22 @@ def test_dora_with_rslora_scaling_is_refused_not_loaded_with_alpha_over_r(fresh,
     path.write_text(json.dumps({**json.loads(path.read_text()), "use_rslora": True}))
     with pytest.raises(ConfigError, match="use_dora with use_rslora is not supported"):
         load_adapter(fresh(), tmp_path)
+
+
+def test_an_adapter_saved_from_one_base_is_refused_on_another(fresh, tiny_models, tmp_path):
+    import warnings
+
+    import assay
+
+    model = fresh()
+    attach(model, "lora", rank=2, alpha=4, targets=["q_proj"])
+    save_adapter(model, tmp_path / "a")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its own base: verified, so no warning either
+        load_adapter(fresh(), tmp_path / "a")
+    other = assay.load(tiny_models["qwen2"]["hf"], storage="float32")
+    other.fingerprint = type(other.fingerprint)(
+        **{**other.fingerprint.__dict__, "canonical_sha256": "f" * 64}
+    )  # the same shapes, other weights: only the fingerprint can tell
+    with pytest.raises(ConfigError, match=r"base_model_sha256: trained on another base model"):
+        load_adapter(other, tmp_path / "a")

@@ -2,7 +2,8 @@
 
 A case passes when the CLI exits 2 with exactly one stderr line that names the file and the
 field, row or offset, no exception escapes (no traceback), nothing is printed to stdout and
-the case's directory is left exactly as it was (no partial output).
+the case's directory is left exactly as it was (no partial output). A case of legal input
+(``accept``) passes when the CLI exits 0 and reports no error.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Case:
     file: Path
     where: str
     watch: Path
+    env: tuple[tuple[str, str | None], ...] = ()  # set (None: unset) for the run
+    accept: bool = False  # legal input: must succeed (exit 0, no error line), not be refused
 
 
 @dataclass
@@ -79,8 +82,37 @@ def hang_guard(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def judge_accepted(code: int | None, stderr: str) -> list[str]:
+    """The checks on legal input: it ran (exit 0) and reported no error."""
+    problems = [] if code == 0 else [f"exit code {code}, expected 0 (legal input refused)"]
+    if "Traceback" in stderr or "error:" in stderr:
+        problems.append(f"an error was reported: {stderr.strip()[-200:]!r}")
+    return problems
+
+
+@contextlib.contextmanager
+def environment(changes: tuple[tuple[str, str | None], ...]) -> Iterator[None]:
+    """``os.environ`` with ``changes`` applied for the block, then put back exactly."""
+    saved = {name: os.environ.get(name) for name, _ in changes}
+    try:
+        for name, value in changes:
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def judge_message(case: Case, code: int | None, stderr: str) -> list[str]:
     """The checks on an error report; also used by the gate's 'names the file' control."""
+    if case.accept:
+        return judge_accepted(code, stderr)
     problems = []
     if code != 2:
         problems.append(f"exit code {code}, expected 2")
@@ -132,6 +164,7 @@ def run_case(case: Case, main: Callable[[list[str]], int] | None = None) -> Outc
         with (
             contextlib.redirect_stderr(err),
             contextlib.redirect_stdout(out),
+            environment(case.env),
             hang_guard(HANG_SECONDS),
         ):
             code = main(list(case.argv))
@@ -146,6 +179,8 @@ def run_case(case: Case, main: Callable[[list[str]], int] | None = None) -> Outc
     outcome.problems = judge_message(case, code, outcome.stderr)
     if hung:
         outcome.problems.append(f"no answer within {HANG_SECONDS} s")
+    if case.accept:  # legal input may print and write what a run prints and writes
+        return outcome
     if out.getvalue().strip():
         outcome.problems.append("printed output on stdout")
     if snapshot(case.watch) != before:

@@ -15,6 +15,7 @@ from corpus_harness import Case
 from corpus_inputs import checkpoint_cases, config_cases, data_cases, receipt_cases
 from corpus_models import gguf_cases, safetensors_cases
 from corpus_robust import robust_cases
+from corpus_round3 import round3_cases
 
 # The GGUF tokenizer vocabulary, so the tiny model trains with the SmolLM2 tokenizer.
 VOCAB = 49152
@@ -35,6 +36,7 @@ def build_corpus(root: Path) -> list[Case]:
         *checkpoint_cases(root, trainable),
         *receipt_cases(root),
         *robust_cases(root / "issue16", trainable),
+        *round3_cases(root / "issue30", trainable),
     ]
 
 

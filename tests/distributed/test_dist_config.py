@@ -136,6 +136,34 @@ def test_bad_torchrun_environment_is_a_one_line_error(monkeypatch):
         init("cpu")
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"MASTER_ADDR": None}, r"^environment: MASTER_ADDR is not set \(torchrun sets it"),
+        ({"MASTER_PORT": None}, r"^environment: MASTER_PORT is not set"),
+        ({"MASTER_PORT": "70000"}, r"^environment: MASTER_PORT=70000: expected a port 1..65535$"),
+        ({"RANK": "2"}, r"^environment: RANK=2: expected 0..1 \(WORLD_SIZE=2\)$"),
+        ({"RANK": "-1"}, r"^environment: RANK=-1: expected 0..1"),
+        ({"WORLD_SIZE": "0", "RANK": "0"}, r"^environment: WORLD_SIZE=0: expected 1 or more$"),
+        ({"LOCAL_RANK": "-3"}, r"^environment: LOCAL_RANK=-3: expected 0 or more$"),
+        ({"ASSAY_DIST_TIMEOUT_S": "-5"}, r"^environment: ASSAY_DIST_TIMEOUT_S=-5: expected"),
+        ({"ASSAY_DIST_TIMEOUT_S": "9" * 30}, r"ASSAY_DIST_TIMEOUT_S=9{30}: expected seconds 1\.\."),
+    ],
+)
+def test_an_incomplete_or_impossible_torchrun_environment_is_refused_by_name(
+    monkeypatch, changes, message
+):
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29500", "ASSAY_DIST_TIMEOUT_S": None}  # fmt: skip
+    for name, value in {**env, **changes}.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=message):
+        init("cpu")  # refused before any rendezvous: a mistake here would hang, not fail
+
+
 def test_distributed_config_is_a_plain_dataclass():
     assert dataclasses.asdict(DistributedConfig()) == {"strategy": "ddp", "backend": "auto"}
     assert yaml.safe_dump(dataclasses.asdict(DistributedConfig("fsdp")))

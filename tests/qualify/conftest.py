@@ -10,7 +10,7 @@ import pytest
 # In-process pytester runs restore sys.modules afterwards; a torch first imported inside one
 # (by the environment probe) would be unloaded and fail to re-import. Load it once up front.
 import torch  # noqa: F401
-from gatekit import GateRun
+from gatekit import PASSING_GATE, GateRun
 
 
 @pytest.fixture
@@ -24,3 +24,14 @@ def no_user_trust(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep the real ~/.config and $ASSAY_ALLOWED_SIGNERS (trusted signers) out of every test."""
     monkeypatch.delenv("ASSAY_ALLOWED_SIGNERS", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "home" / "config"))
+
+
+@pytest.fixture
+def published(gates: GateRun) -> GateRun:
+    """One passing gate ``pub`` run, rendered and verified clean."""
+    from assay.qualify import verify_all
+
+    gates.write("pub", PASSING_GATE.format(value="2e-4"))
+    assert gates.run().ret == 0
+    assert verify_all(gates.receipts, gates.records) == []
+    return gates

@@ -46,7 +46,19 @@ class GateRun:
         return self.pytester.runpytest(*argv)
 
     def receipt_files(self, gate: str, receipts: Path | None = None) -> list[Path]:
-        return sorted(((receipts or self.receipts) / gate).glob("*.json"))
+        """The gate's receipt files, oldest first: in LEDGER order where a ledger exists,
+        since file names written in the same second sort by hash, not by time."""
+        folder = (receipts or self.receipts) / gate
+        files = sorted(folder.glob("*.json"))
+        ledger = folder / "LEDGER"
+        if not ledger.is_file():
+            return files
+        order = [
+            line.split()[1]
+            for line in ledger.read_text("utf-8").splitlines()
+            if line and not line.startswith("#")
+        ]
+        return sorted(files, key=lambda f: order.index(f.name) if f.name in order else len(order))
 
     def only_receipt(self, gate: str, receipts: Path | None = None) -> dict[str, Any]:
         files = self.receipt_files(gate, receipts)

@@ -196,8 +196,18 @@ def test_a_hand_edit_inside_a_tree_span_fails_verify(gates, capsys):
 
 
 def test_verify_of_nothing_is_an_error(tmp_path, capsys):
-    assert main(["verify", f"--receipts={tmp_path / 'none'}"]) == 1
-    assert "nothing to verify" in capsys.readouterr().out
+    missing, empty = tmp_path / "none", tmp_path / "empty"
+    empty.mkdir()
+    (empty / "demo").mkdir()  # a gate folder with no receipt in it is still nothing
+    for command in ("verify", "publish"):
+        extra = [f"--html={tmp_path / 'site'}"] if command == "publish" else []
+        assert main([command, f"--receipts={missing}", *extra]) == 2
+        out = capsys.readouterr()
+        assert out.err == f"assay {command}: {missing}: no such receipts folder\n"
+        assert out.out == ""
+        assert main([command, f"--receipts={empty}", *extra]) == 2
+        assert "holds no receipts" in capsys.readouterr().err
+    assert not (tmp_path / "site").exists()
 
 
 def test_publish_refuses_a_ledger_verify_rejects_unless_told_and_then_says_so(

@@ -5,18 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from gatekit import PASSING_GATE
 
 from assay.errors import AssayError
 from assay.qualify import render_all, verify_all
-
-
-@pytest.fixture
-def published(gates):
-    gates.write("pub", PASSING_GATE.format(value="2e-4"))
-    assert gates.run().ret == 0
-    assert verify_all(gates.receipts, gates.records) == []
-    return gates
+from assay.qualify.judging.verify import check_records
 
 
 def test_tampered_receipt_is_caught_naming_the_file(published):
@@ -67,3 +59,34 @@ def test_render_all_is_deterministic(published):
     first = record.read_bytes()
     render_all(published.receipts, published.records)
     assert record.read_bytes() == first
+
+
+def test_check_records_reports_a_clean_tree_and_names_what_breaks_it(published):
+    report = check_records(published.receipts, published.records)
+    assert report.problems == []
+    as_json = report.as_json()
+    assert as_json["ok"] is True and as_json["problems"] == []
+    assert as_json["standings"] == {
+        "pub": {"status": "pass", "summary": report.standings[0].summary()}
+    }
+    index = published.records / "README.md"
+    index.write_text(index.read_text("utf-8") + "forged line\n", encoding="utf-8")
+    report = check_records(published.receipts, published.records)
+    assert report.problems == [
+        f"{index}: index out of sync with the receipts or the working tree "
+        "(hand-edited, or rendered before a change: run `assay render`)"
+    ]
+    assert report.as_json()["ok"] is False
+
+
+def test_a_stray_markdown_file_in_latin_1_is_not_a_crash(published):
+    (published.records / "notes.md").write_bytes("caf\xe9\n".encode("latin-1"))
+    assert check_records(published.receipts, published.records).problems == []
+
+
+def test_a_ledger_linked_out_of_its_folder_is_refused_not_read(published):
+    ledger = published.receipts / "pub" / "LEDGER"
+    ledger.unlink()
+    ledger.symlink_to("/dev/zero")
+    problems = check_records(published.receipts, published.records).problems
+    assert any(str(ledger) in p and "outside" in p for p in problems), problems

@@ -110,7 +110,7 @@ def test_owner_check_raises_on_a_recycled_slot(tiny_models):
 
 def test_full_method_refuses_the_disk_tier(tiny_models, tmp_path):
     model = attach(assay.load(tiny_models["qwen2"]["hf"]), "full")
-    with pytest.raises(ConfigError, match="RAM tier"):
+    with pytest.raises(ConfigError, match=r"^method full streams from the RAM tier only"):
         StreamedModel(model, tier="disk", cache_dir=tmp_path)
 
 

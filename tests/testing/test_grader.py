@@ -1,4 +1,4 @@
-"""The exact-match grader and the swap task the quality gate trains on."""
+"""The exact-match grader and the swap task gate-generation trains on."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from assay_testing import defects, grader
-from assay_testing.swap_task import make_split, shuffled_targets, write_preference, write_sft
+from assay_testing.swap_task import make_split, sft_rows, write_sft
 
 
 @pytest.mark.parametrize(
@@ -47,13 +47,8 @@ def test_the_split_is_fixed_and_held_out_pairs_are_unseen():
     assert make_split(seed=2) != split
 
 
-def test_shuffled_targets_never_keep_an_answer(tmp_path):
+def test_sft_rows_are_written_as_jsonl(tmp_path):
     items = make_split().train
-    rows = shuffled_targets(items)
-    assert sorted(c for _, c in rows) == sorted(" " + i.answer for i in items)
-    assert all(c != " " + i.answer for (_, c), i in zip(rows, items, strict=True))
-    path = write_sft(tmp_path / "s.jsonl", rows)
-    assert json.loads(path.read_text().splitlines()[0])["prompt"] == items[0].prompt
-    pref = write_preference(tmp_path / "p.jsonl", items[:2], swap=True)
-    row = json.loads(pref.read_text().splitlines()[0])
-    assert row["chosen"] == " " + items[0].unswapped and row["rejected"] == " " + items[0].answer
+    path = write_sft(tmp_path / "s.jsonl", sft_rows(items))
+    row = json.loads(path.read_text().splitlines()[0])
+    assert row == {"prompt": items[0].prompt, "completion": " " + items[0].answer}

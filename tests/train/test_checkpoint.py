@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -150,6 +151,39 @@ def test_damaged_checkpoint_is_a_one_line_error_naming_the_file(tmp_path, damage
     with pytest.raises(CheckpointError, match=expected) as info:
         load_checkpoint(tmp_path)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ({"format": "other"}, r"not an .* manifest"),
+        ({"files": ["trainables.safetensors"]}, r"field 'files' is missing or malformed"),
+        ({"fingerprints": None}, r"field 'fingerprints' is missing or malformed"),
+        ({"step": -1}, r"field 'step' is not a non-negative integer"),
+        ({"step": True}, r"field 'step' is not a non-negative integer"),
+    ],
+)
+def test_a_malformed_manifest_is_refused_naming_the_field(tmp_path, edit, expected):
+    path = _saved(tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, **edit}))
+    with pytest.raises(CheckpointError, match=expected):
+        load_checkpoint(tmp_path)
+
+
+def test_saving_over_the_latest_step_is_refused(tmp_path: Path) -> None:
+    _saved(tmp_path, 3)
+    with pytest.raises(CheckpointError, match=r"step-000003: is the latest checkpoint; refusing"):
+        _saved(tmp_path, 3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a process without CUDA")
+def test_cuda_generators_restored_without_cuda_name_the_checkpoint(tmp_path: Path) -> None:
+    ckpt = load_checkpoint(_saved(tmp_path))
+    tensors = {**ckpt.rng_tensors, "torch_cuda/0": ckpt.rng_tensors["torch_cpu"]}
+    ckpt = dataclasses.replace(ckpt, rng_tensors=tensors)
+    with pytest.raises(CheckpointError, match=r"step-000001: saved 1 CUDA generator"):
+        ckpt.restore(dict(_model(0).named_parameters()), rng=True)
 
 
 def test_restore_refuses_other_parameters(tmp_path: Path) -> None:

@@ -79,8 +79,11 @@ def test_no_scored_tokens_and_bad_arguments_raise() -> None:
             fn(h, w, labels, none)
     with pytest.raises(ValueError, match="chunk_size"):
         chunked_cross_entropy(h, w, labels, mask, chunk_size=0)
-    with pytest.raises(ValueError, match="disagree"):
-        cross_entropy(h, w, labels[:, :-1], mask)
+    for fn in (cross_entropy, chunked_cross_entropy):
+        with pytest.raises(ValueError, match="disagree"):
+            fn(h, w, labels[:, :-1], mask)
+        with pytest.raises(ValueError, match="disagree"):
+            fn(h, w, labels, mask[:, :-1])
 
 
 def test_chunked_ce_peak_is_below_full_ce_peak_at_smollm2_vocab(capsys) -> None:

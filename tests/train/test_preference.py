@@ -10,9 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import assay
-from assay.adapters import attach
-from assay.adapters.perturb import randomize_adapters
 from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
 from assay.train.data_masks import Example, TokenSeq
@@ -112,16 +109,6 @@ def test_kto_mismatched_pairs_rotate_completions():
     assert ids[1, :4].tolist() == [10, 11, 8, 9] and attention[1].sum() == 4
     scored = [labels[0, t].item() for t in range(ids.shape[1]) if loss_mask[0, t]]
     assert scored == [12, 13, 14]
-
-
-@pytest.fixture(scope="module")
-def tiny_adapted(tmp_path_factory):
-    from assay_testing.tiny import save_tiny
-
-    path = save_tiny("llama3", tmp_path_factory.mktemp("pref"), seed=4, gguf=False)["hf"]
-    model = assay.load(path)
-    attach(model, "lora", rank=4, alpha=8, targets="all-linear")
-    return randomize_adapters(model, seed=1)
 
 
 def _objective(model, kind: str) -> Objective:

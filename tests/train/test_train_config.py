@@ -157,7 +157,7 @@ def test_budget_sizes_parse_to_bytes(tmp_path: Path) -> None:
     config = load_train_config(_write(tmp_path, MINIMAL + "budget: 1.5GiB\n"))
     assert config.budget == 3 * 2**29
     assert load_train_config(_write(tmp_path, MINIMAL + "budget: 1000\n")).budget == 1000
-    assert "budget: must be a positive size" in _error(tmp_path, MINIMAL + "budget: 0GiB\n")
+    assert "budget: a size must be at least 1 byte" in _error(tmp_path, MINIMAL + "budget: 0GiB\n")
 
 
 def test_config_fingerprint_tracks_training_fields_only(tmp_path: Path) -> None:

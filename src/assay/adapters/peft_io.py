@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,42 @@ def save_peft(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     config = peft_config(spec, model)
     write_safetensors_atomic(folder / WEIGHTS, peft_state(model), metadata={"format": "pt"})
     write_json_atomic(folder / CONFIG, config)
-    write_json_atomic(folder / SIDECAR, {"format": "assay-peft/1", "spec": spec.to_dict()})
+    side: dict[str, Any] = {"format": "assay-peft/1", "spec": spec.to_dict()}
+    base = base_sha256(model)
+    if base is not None:
+        side["base_model_sha256"] = base
+    write_json_atomic(folder / SIDECAR, side)
     return folder
+
+
+def base_sha256(model: nn.Module) -> str | None:
+    """The canonical sha256 of the weights ``model`` was loaded from (None when unknown)."""
+    fingerprint = getattr(model, "fingerprint", None)
+    return getattr(fingerprint, "canonical_sha256", None)
+
+
+def check_base(folder: Path, model: nn.Module) -> None:
+    """ConfigError, naming both, when the folder's recorded base model is not ``model``; a
+    one-line warning when nothing was recorded (a folder PEFT wrote: shapes are checked, the
+    base model itself cannot be)."""
+    sidecar = folder / SIDECAR
+    recorded = None
+    if sidecar.is_file():
+        side = read_json(sidecar)
+        recorded = side.get("base_model_sha256") if isinstance(side, dict) else None
+    ours = base_sha256(model)
+    if recorded is None or ours is None:
+        name = read_json(folder / CONFIG).get("base_model_name_or_path")
+        named = f" (it names {name!r})" if name else ""
+        warnings.warn(
+            f"{folder}: the base model could not be verified{named}; only shapes were checked",
+            stacklevel=3,
+        )
+    elif recorded != ours:
+        raise ConfigError(
+            f"{sidecar}: base_model_sha256: trained on another base model (sha256 "
+            f"{str(recorded)[:12]}) than the one given (sha256 {ours[:12]})"
+        )
 
 
 def _targets(value: Any, where: Path) -> list[str]:
@@ -194,6 +229,7 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     """
     folder = Path(path)
     spec = spec_from_peft(folder, len(model.layers))
+    check_base(folder, model)
     attach(model, spec.method, rank=spec.rank, alpha=spec.alpha, targets=list(spec.targets),
            layers=spec.layers, seed=spec.seed, **spec.options)  # fmt: skip
     expected = peft_state(model)

@@ -43,8 +43,41 @@ def _env_int(name: str, default: int | None = None) -> int:
         return default
     try:
         return int(value)
-    except ValueError as exc:
-        raise ConfigError(f"environment: {name}={value!r} is not an integer") from exc
+    except ValueError:
+        shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+        raise ConfigError(f"environment: {name}={shown!r} is not an integer") from None
+
+
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
+def _checked_environment() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from a torchrun environment, each checked, with the
+    rendezvous address and the collective timeout: ConfigError naming the variable and what
+    was expected, instead of a hang or an error deep inside torch.distributed."""
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    local_rank = _env_int("LOCAL_RANK", 0)
+    if world < 1:
+        raise ConfigError(f"environment: WORLD_SIZE={world}: expected 1 or more")
+    if not 0 <= rank < world:
+        raise ConfigError(f"environment: RANK={rank}: expected 0..{world - 1} (WORLD_SIZE={world})")
+    if local_rank < 0:
+        raise ConfigError(f"environment: LOCAL_RANK={local_rank}: expected 0 or more")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            raise ConfigError(
+                f"environment: {name} is not set (torchrun sets it; a job launched by hand "
+                "needs MASTER_ADDR and MASTER_PORT beside RANK and WORLD_SIZE)"
+            )
+    port = _env_int("MASTER_PORT")
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"environment: MASTER_PORT={port}: expected a port 1..65535")
+    timeout = _env_int(TIMEOUT_ENV, 1800)
+    if not 1 <= timeout <= MAX_TIMEOUT_S:
+        raise ConfigError(
+            f"environment: {TIMEOUT_ENV}={timeout}: expected seconds 1..{MAX_TIMEOUT_S} (a week)"
+        )
+    return rank, world, local_rank
 
 
 @dataclass(frozen=True)
@@ -116,15 +149,14 @@ def init(device: str = "cpu", backend: str = "auto", source: str = "distributed"
     """
     if not launched():
         return DistContext(device=str(device))
-    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
-    local_rank = _env_int("LOCAL_RANK", 0)
+    rank, world, local_rank = _checked_environment()
     chosen = resolve_backend(backend, device, f"{source}.backend")
     if str(device).startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(f"{source}: --device {device} but CUDA is not available")
         device = f"cuda:{local_rank}"
         torch.cuda.set_device(device)
-    timeout = timedelta(seconds=_env_int(TIMEOUT_ENV, 1800))
+    timeout = timedelta(seconds=_env_int(TIMEOUT_ENV, 1800))  # bounded in _checked_environment
     owns = not dist.is_initialized()
     if owns:
         kwargs = {"device_id": torch.device(device)} if chosen == "nccl" else {}

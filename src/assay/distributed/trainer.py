@@ -150,6 +150,11 @@ class DistributedTrainer(Trainer):
         self.context.barrier()
         return path
 
+    def _agree_to_stop(self, asked: bool) -> bool:
+        # torchrun forwards a signal to every worker, but not at the same step: the max over
+        # ranks makes them all stop (and save) after the same step.
+        return self.context.all_reduce_sum([1.0 if asked else 0.0])[0] > 0
+
     def _summary_extra(self) -> dict[str, Any]:
         return {
             "world_size": self.context.world_size,

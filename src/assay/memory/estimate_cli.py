@@ -140,21 +140,65 @@ def verdict(plan: Plan, budget: int) -> dict[str, Any]:
     }
 
 
-def refusal_line(result: dict[str, Any]) -> str:
-    """One line naming the knobs that would fit, e.g. 'streaming with 2 buffers: 1.90 GiB'."""
+# The setting that sizes each term of a prediction: what a refusal names as the field to change.
+TERM_SETTINGS = {
+    "weights": "storage",
+    "adapter": "adapter.rank",
+    "gradients": "adapter.rank",
+    "optimizer": "adapter.rank",
+    "activations": "batch.micro_batch",
+    "logits_and_loss": "batch.micro_batch",
+}
+SHOWN_FIXES = 3
+
+
+def largest_part(result: dict[str, Any]) -> tuple[str, str]:
+    """(setting, 'the largest part is <term> (<GiB>)') for the biggest term of the prediction."""
+    terms = result["prediction"]["terms"]
+    term = max(TERM_SETTINGS, key=lambda t: terms.get(t, 0))
+    setting = TERM_SETTINGS[term]
+    if setting == "adapter.rank":
+        chosen = method(result["plan"]["method"])
+        setting = "adapter.method" if chosen.trains_base else setting
+        setting = "adapter.u" if chosen.svd_basis else setting
+    return setting, f"the largest part is {term.replace('_', ' ')} ({gib(terms[term])})"
+
+
+def refusal_line(result: dict[str, Any], budget_name: str = "the budget") -> str:
+    """One line naming the setting behind the largest term and up to three knobs that would
+    fit, e.g. 'batch.micro_batch: predicted peak ... ; fits with micro-batch 4 x ...: 1.90 GiB'."""
     total, budget = result["prediction"]["total_bytes"], result["budget_bytes"]
-    head = f"predicted peak {gib(total)} exceeds the budget {gib(budget)}"
+    setting, part = largest_part(result)
+    head = f"{setting}: predicted peak {gib(total)} exceeds {budget_name} {gib(budget)}; {part}"
     if not result["fixes"]:
         return head + "; no single knob searched makes it fit"
-    options = "; ".join(f"{f['knob']}: {gib(f['total_bytes'])}" for f in result["fixes"])
-    return f"{head}; fits with {options}"
+    shown = result["fixes"][:SHOWN_FIXES]
+    options = "; ".join(f"{f['knob']}: {gib(f['total_bytes'])}" for f in shown)
+    more = len(result["fixes"]) - len(shown)
+    return f"{head}; fits with {options}" + (f" (and {more} more)" if more else "")
+
+
+def memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes the kernel says can be allocated without swapping (``MemAvailable``); None where
+    the file or the field is missing (not Linux)."""
+    try:
+        lines = meminfo.read_text("ascii", "replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, rest = line.partition(":")
+        if key == "MemAvailable" and rest.split() and rest.split()[0].isdigit():
+            return int(rest.split()[0]) * 1024  # the file states kB
+    return None
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from assay.errors import ConfigError
     from assay.train.config import load_train_config, model_path, parse_size
+    from assay.train.preflight import check_against_model
 
     config = load_train_config(args.config)
+    check_against_model(config)
     raw = args.budget if args.budget is not None else config.budget
     if raw is None:
         raise ConfigError(f"{args.config}: no budget: pass --budget (e.g. 4GiB) or set budget")

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from assay.bounded import read_json_file
+from assay.bounded import parse_json, read_json_file
 from assay.errors import ModelFileError
 from assay.model.config import ModelConfig, config_from_hf
 
@@ -50,11 +50,9 @@ def check_safetensors_header(path: Path) -> dict[str, dict]:
             )
         raw = handle.read(header_len)
     try:
-        header = json.loads(raw)
+        header = parse_json(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ModelFileError(f"{path}: header is not valid JSON ({err})") from None
-    except RecursionError:  # hostile nesting depth
-        raise ModelFileError(f"{path}: header is not valid JSON (nested too deeply)") from None
     if not isinstance(header, dict):
         raise ModelFileError(f"{path}: header is not a JSON object")
     data_size = size - 8 - header_len

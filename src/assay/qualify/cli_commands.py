@@ -23,6 +23,18 @@ def _dirs(args: argparse.Namespace) -> tuple[Path, Path]:
     return receipts, records
 
 
+def _nothing_to_check(receipts: Path) -> str | None:
+    """Why ``receipts`` cannot be verified at all (absent, not a folder, no receipt in it), or
+    None: an answer of "ok" about nothing would read as a pass."""
+    if not receipts.exists():
+        return f"{receipts}: no such receipts folder"
+    if not receipts.is_dir():
+        return f"{receipts}: not a folder of receipts"
+    if not any(receipts.glob("*/*.json")):
+        return f"{receipts}: holds no receipts (expected <gate>/<receipt>.json); nothing to verify"
+    return None
+
+
 def run_render(args: argparse.Namespace) -> int:
     """Rebuild every record; print the paths (or JSON). 0 on success, 2 on invalid receipts."""
     receipts, records = _dirs(args)
@@ -52,6 +64,10 @@ def run_verify(args: argparse.Namespace) -> int:
     whose code changed fail for gates CI re-runs and are reported for the others.
     """
     receipts, records = _dirs(args)
+    empty = _nothing_to_check(receipts)
+    if empty is not None:
+        print(f"assay verify: {empty}", file=sys.stderr)
+        return 2
     report = check_records(
         receipts,
         records,
@@ -92,8 +108,12 @@ def run_sign(args: argparse.Namespace) -> int:
 def run_publish(args: argparse.Namespace) -> int:
     """Build the static site into ``--html DIR``: 0 on success; 1 when the records do not
     verify (nothing is built) unless ``--allow-broken``, which builds with a banner naming
-    every problem on every page; 2 on a write error."""
+    every problem on every page; 2 on a write error or a receipts folder with nothing in it."""
     receipts, records = _dirs(args)
+    empty = _nothing_to_check(receipts)
+    if empty is not None:
+        print(f"assay publish: {empty}", file=sys.stderr)
+        return 2
     report = check_records(receipts, records, allowed_signers=args.allowed_signers)
     if report.problems and not args.allow_broken:
         for problem in report.problems:

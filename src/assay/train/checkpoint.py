@@ -22,7 +22,6 @@ refuses a checkpoint whose fingerprints differ from the run's. No pickle anywher
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -42,7 +41,7 @@ from assay.atomic import (
     staged_directory,
     write_synced,
 )
-from assay.bounded import JSON_BYTES, InputTooLarge, read_capped
+from assay.bounded import JSON_BYTES, InputTooLarge, parse_json, read_capped
 from assay.train.checkpoint_state import (
     CheckpointError,
     capture_rng,
@@ -225,7 +224,7 @@ def _verified(directory: Path, manifest: Mapping[str, Any]) -> dict[str, bytes]:
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     try:
-        manifest = json.loads(read_capped(path, JSON_BYTES, "checkpoint manifest"))
+        manifest = parse_json(read_capped(path, JSON_BYTES, "checkpoint manifest"))
     except InputTooLarge as exc:
         raise CheckpointError(str(exc)) from None
     except FileNotFoundError as exc:
@@ -276,7 +275,7 @@ def load_checkpoint(
     files = _verified(directory, manifest)
     try:
         tensors = {n: st_load(files[n]) for n in _FILES if n.endswith(".safetensors")}
-        meta = {n: json.loads(files[n]) for n in _FILES if n.endswith(".json")}
+        meta = {n: parse_json(files[n]) for n in _FILES if n.endswith(".json")}
     except Exception as exc:  # verified bytes that still fail to parse: a bad writer
         raise CheckpointError(f"{directory}: cannot parse checkpoint files ({exc})") from exc
     return Checkpoint(

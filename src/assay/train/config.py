@@ -110,15 +110,25 @@ def config_fingerprint(config: TrainConfig) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+MAX_SIZE = 1 << 60  # one EiB: past any machine's memory, far below a float's precision limit
+
+
 def parse_size(value: int | str) -> int:
-    """Bytes in ``value``: an integer, or a string such as ``4GiB``, ``512MiB``, ``2.5GB``."""
+    """Bytes in ``value``: an integer, or a string such as ``4GiB``, ``512MiB``, ``2.5GB``;
+    between 1 byte and :data:`MAX_SIZE` (ValueError saying which bound, for any other)."""
     if isinstance(value, int):
-        return value
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
-    if match is None or match.group(2) not in _UNITS:
-        units = ", ".join(u for u in _UNITS if u)
-        raise ValueError(f"{value!r} is not a size such as 4GiB (units: {units}, or bytes)")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+        size = value
+    else:
+        match = re.fullmatch(r"\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([A-Za-z]*)\s*", value)
+        if match is None or match.group(2) not in _UNITS:
+            units = ", ".join(u for u in _UNITS if u)
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise ValueError(f"{shown!r} is not a size such as 4GiB (units: {units}, or bytes)")
+        size = float(match.group(1)) * _UNITS[match.group(2)]
+    if not 1 <= size <= MAX_SIZE:
+        raise ValueError("a size must be at least 1 byte" if size < 1 else
+                         "a size can be at most 1 EiB (2**60 bytes)")  # fmt: skip
+    return int(size)
 
 
 def _resolve(reference: str | None, base: Path) -> str | None:
@@ -261,10 +271,10 @@ def _optim(raw: dict[str, Any], steps: int, source: Path) -> OptimConfig:
 def _budget(value: int | str | None, source: Path) -> int | None:
     if value is None:
         return None
-    size = parse_size(value)
-    if size <= 0:
-        raise _fail(source, "budget", f"must be a positive size, got {value!r}")
-    return size
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise _fail(source, "budget", str(exc)) from None
 
 
 def check_distributed(config: TrainConfig) -> None:

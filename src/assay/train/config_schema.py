@@ -2,8 +2,9 @@
 
 YAML is parsed with a SafeLoader that (a) refuses duplicate keys, which PyYAML would silently
 collapse, and (b) reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``; a learning rate
-silently read as a string is a classic trap). Schema errors name the file and the dotted field
-path; an unknown key also names the nearest valid key (difflib).
+silently read as a string is a classic trap). Merge keys (``<<: *anchor``) are expanded, and
+top-level keys starting with ``x-`` are set aside as anchor holders. Schema errors name the
+file and the dotted field path; an unknown key also names the nearest valid key (difflib).
 """
 
 from __future__ import annotations
@@ -49,15 +50,29 @@ _Loader.yaml_implicit_resolvers = {
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 
 
+_MERGE = "tag:yaml.org,2002:merge"
+EXTENSION = "x-"
+
+
 def _mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    """A mapping whose own keys are plain scalars, each written once; merge keys (``<<:
+    *defaults``) are expanded, and a key written beside them overrides the merged value."""
     seen: set[Any] = set()
     for key_node, _value in node.value:
+        if key_node.tag == _MERGE:
+            continue
+        if not isinstance(key_node, yaml.ScalarNode):
+            kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a name, not a {kind}", key_node.start_mark
+            )
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
+    loader.flatten_mapping(node)  # SafeLoader's merge: the merged pairs first, then our own
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
 
@@ -91,7 +106,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     bad = lone_surrogate(data)
     if bad is not None:
         raise ConfigError(f"{path}: {bad}: lone surrogate escape is not text")
-    return data
+    # Top-level ``x-`` keys hold anchors for merge keys (``x-defaults: &d``, then ``<<: *d``),
+    # as in Compose files; they are not settings.
+    return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith(EXTENSION))}
 
 
 @lru_cache(maxsize=1)
@@ -136,7 +153,8 @@ def describe(error: ValidationError) -> str:
     kind, value, rule = error.validator, error.instance, error.validator_value
     if kind == "additionalProperties":
         known = sorted(error.schema.get("properties", {}))
-        extra = sorted(k for k in value if k not in known)[0]
+        # keys may be numbers as well as names (``5: x``): order them as text
+        extra = sorted((k for k in value if k not in known), key=str)[0]
         return f"{_join(where, str(extra))}: unknown key ({_suggest(str(extra), known)})"
     if kind == "required":
         missing = next(k for k in rule if k not in value)

@@ -37,6 +37,13 @@ __all__ = [
 ]
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of epoch ``epoch``'s shuffle: ``seed * 1_000_003 + epoch`` taken modulo 2**64,
+    the range ``torch.Generator.manual_seed`` accepts, so every legal seed (up to 2**63 - 1)
+    has an order, and every seed whose product fits keeps the order it always had."""
+    return (seed * 1_000_003 + epoch) % (1 << 64)
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Encoded examples of one JSONL file and what produced them."""
@@ -222,7 +229,7 @@ class BatchIterator:
         """The visiting order of one epoch."""
         if self._order_epoch != epoch:
             if self.cursor.shuffle:
-                gen = torch.Generator().manual_seed(self.cursor.seed * 1_000_003 + epoch)
+                gen = torch.Generator().manual_seed(epoch_seed(self.cursor.seed, epoch))
                 self._order = torch.randperm(self.size, generator=gen).tolist()
             else:
                 self._order = list(range(self.size))

@@ -20,7 +20,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from assay.bounded import JSONL_BYTES, JSONL_LINE_BYTES, InputTooLarge, lone_surrogate, read_capped
+from assay.bounded import (
+    JSONL_BYTES,
+    JSONL_LINE_BYTES,
+    InputTooLarge,
+    lone_surrogate,
+    parse_json,
+    read_capped,
+)
 from assay.errors import AssayError
 
 FORMATS = ("text", "prompt_completion", "messages", "preference", "kto")
@@ -153,11 +160,9 @@ def read_rows(path: str | os.PathLike[str], fmt: str = "auto") -> RowFile:
         if not text.strip():
             continue
         try:
-            data = json.loads(text)
+            data = parse_json(text)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-        except RecursionError:  # hostile nesting depth
-            raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
         if not isinstance(data, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(data).__name__}")
         bad = lone_surrogate(data)

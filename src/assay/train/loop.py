@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
 from assay.train.run_dir import not_started
+from assay.train.run_state import recorded_state
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.yaml"
@@ -255,16 +257,26 @@ class Trainer:
         atomic_write_bytes(path, text.encode())
         return path
 
-    def train(self, stop_at: int | None = None) -> dict[str, Any]:
+    def train(
+        self,
+        stop_at: int | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+        report: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """Run to ``config.steps`` (or stop after step ``stop_at``, saving a checkpoint there),
         logging and checkpointing; returns the summary. Only the main process shows the
-        progress bar and writes the run config and metrics."""
+        progress bar and writes the run config and metrics.
+
+        ``stop_requested`` is asked after every optimizer step (every rank agrees on the
+        answer); once it says True the run saves a checkpoint at that step and ends, with
+        ``"stopped": True`` in the summary (no final evaluation). ``report`` receives each
+        metrics line after it is written (main process only)."""
         config = self.config
         last = config.steps if stop_at is None else min(stop_at, config.steps)
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.write_run_config()
-        started, records = time.perf_counter(), []
+        started, records, stopped = time.perf_counter(), [], False
         bar = tqdm(
             total=last,
             initial=self.step,
@@ -273,6 +285,9 @@ class Trainer:
             dynamic_ncols=True,
         )
         with contextlib.ExitStack() as stack:
+            outcome = stack.enter_context(
+                recorded_state(self.out_dir, self.is_main, config.steps, lambda: self.step)
+            )
             stack.enter_context(bar)
             log = None
             if self.is_main:
@@ -288,10 +303,18 @@ class Trainer:
                 if log is not None:
                     log.write(json.dumps(line) + "\n")
                     log.flush()
+                    if report is not None:
+                        report(line)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{record.tokens_per_s:.0f}")
-                if record.step % config.output.save_every == 0 or record.step == last:
+                saved = record.step % config.output.save_every == 0 or record.step == last
+                if saved:
                     self.save()
+                if stop_requested is not None and self._agree_to_stop(stop_requested()):
+                    if not saved:
+                        self.save()
+                    stopped, outcome["reason"] = True, "signal"
+                    break
         elapsed = time.perf_counter() - started
         tokens = sum(r.tokens for r in records)
         return {
@@ -302,7 +325,8 @@ class Trainer:
             "tokens": tokens,
             "seconds": elapsed,
             "tokens_per_s": tokens / elapsed if elapsed else None,
-            "eval_loss": self.evaluate() if self.eval_data is not None else None,
+            "eval_loss": self.evaluate() if self.eval_data is not None and not stopped else None,
+            "stopped": stopped,
             "checkpoint": str(self.out_dir / f"step-{self.step:06d}"),
             "fingerprints": self.fingerprints,
             "train_examples": len(self.train_data),
@@ -311,6 +335,11 @@ class Trainer:
 
     def _summary_extra(self) -> dict[str, Any]:
         return {}
+
+    def _agree_to_stop(self, asked: bool) -> bool:
+        """Whether the run stops after this step; a job of several ranks stops when any is
+        asked (so all stop at the same step)."""
+        return asked
 
     def save(self) -> Path:
         return save_checkpoint(

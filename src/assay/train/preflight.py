@@ -26,6 +26,7 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
     """ConfigError (config file, field, valid range) for settings the model cannot honour:
 
     - ``adapter.layers`` entries outside 0..num_layers-1;
+    - ``stream.buffers`` beyond the number of layers;
     - ``data.seq_len`` beyond the model's context length (``max_position_embeddings``);
       positions past it were never trained and RoPE scaling does not cover them.
     """
@@ -39,6 +40,12 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
                 f"{source}: adapter.layers: {outside[0]} is not a layer of the model "
                 f"(valid 0..{model.num_layers - 1}, it has {model.num_layers} layers)"
             )
+    stream = config.stream
+    if stream is not None and stream.buffers is not None and stream.buffers > model.num_layers:
+        raise ConfigError(
+            f"{source}: stream.buffers: {stream.buffers} exceeds the model's {model.num_layers} "
+            f"layers (valid 2..{model.num_layers}; more buffers than layers is the resident run)"
+        )
     context = model.max_position_embeddings
     if config.data.seq_len > context:
         raise ConfigError(

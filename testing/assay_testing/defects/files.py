@@ -93,6 +93,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "bounded.long_integers_read",
+        "integer literals of any length are read (Python's own limit raises a bare ValueError)",
+        (Edit("assay.bounded:long_integer", "if count > INT_DIGITS:", "if False:"),),
+    ),
+    Defect(
         "export.in_place",
         "an export writes straight into --out, unstaged",
         (

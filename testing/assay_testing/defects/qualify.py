@@ -91,8 +91,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.qualify.judging.verify:record_problems",
-                "    if standing.receipts and record",
-                "    if False and record",
+                "    if standing.receipts and text",
+                "    if False and text",
             ),
         ),
     ),

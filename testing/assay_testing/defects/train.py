@@ -18,6 +18,33 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "train.loop.stop_unsaved",
+        "a signalled run ends without saving the step it stopped at",
+        (Edit("assay.train.loop:Trainer.train", "if not saved:", "if not saved and False:"),),
+    ),
+    Defect(
+        "train.graceful.second_signal_ignored",
+        "a second SIGINT/SIGTERM during a graceful stop is ignored instead of stopping at once",
+        (
+            Edit(
+                "assay.train.graceful:GracefulStop._handle",
+                "raise KeyboardInterrupt  # the second signal: stop now",
+                "return",
+            ),
+        ),
+    ),
+    Defect(
+        "train.config_schema.merge_keys_refused",
+        "a YAML merge key (<<: *anchor) is read as a key of its own and refused",
+        (
+            Edit(
+                "assay.train.config_schema:_mapping",
+                "        if key_node.tag == _MERGE:\n            continue\n",
+                "",
+            ),
+        ),
+    ),
+    Defect(
         "train.checkpoint.rng_not_restored",
         "resume does not restore the random generators",
         (Edit("assay.train.checkpoint:Checkpoint.restore", "if rng:", "if rng and False:"),),
@@ -91,8 +118,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.train.data:BatchIterator.order",
-                "self.cursor.seed * 1_000_003 + epoch",
-                "self.cursor.seed * 1_000_003 + 0",
+                "epoch_seed(self.cursor.seed, epoch)",
+                "epoch_seed(self.cursor.seed, 0)",
             ),
         ),
     ),

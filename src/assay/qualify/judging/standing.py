@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.bounded import parse_json, read_text_bounded
 from assay.qualify.ledger.chain import check_chain, ledger_path, read_ledger
 from assay.qualify.ledger.receipt import SHA_FIELD, problems_in, receipt_filename, receipt_paths
 from assay.qualify.plugin.assemble import check_corrections
@@ -169,7 +170,7 @@ def _count(n: int, noun: str) -> str:
 
 def _check_file(path: Path, gate: str) -> tuple[dict[str, Any] | None, list[str]]:
     try:
-        data = json.loads(path.read_text("utf-8"))
+        data = parse_json(read_text_bounded(path, within=path.parent))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         return None, [f"{path}: not readable JSON ({err})"]
     problems = []

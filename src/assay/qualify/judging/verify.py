@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.bounded import read_text_bounded
 from assay.errors import AssayError
 from assay.qualify.judging.standing import Standing
 from assay.qualify.ledger.receipt import receipt_paths
@@ -24,7 +25,11 @@ def record_problems(standing: Standing, records_dir: Path) -> list[str]:
     record = record_path(records_dir, standing.gate)
     if not record.is_file():
         return [f"{record}: record missing for gate {standing.gate!r} (run `assay render`)"]
-    if standing.receipts and record.read_text("utf-8") != record_with_banner(standing):
+    try:
+        text = read_text_bounded(record, within=records_dir)
+    except (OSError, UnicodeDecodeError) as err:
+        return [f"{record}: record not readable ({err})"]
+    if standing.receipts and text != record_with_banner(standing):
         return [
             f"{record}: record out of sync with its receipts or the working tree "
             "(hand-edited, or rendered before a change: run `assay render`)"
@@ -40,7 +45,11 @@ def _check_index(receipts_dir: Path, records_dir: Path, root: Path) -> list[str]
         fresh = index_text(receipts_dir, records_dir, root)
     except AssayError:
         return []  # an invalid receipt is already reported against its own file
-    if index.read_text("utf-8") != fresh:
+    try:
+        text = read_text_bounded(index, within=records_dir)
+    except (OSError, UnicodeDecodeError) as err:
+        return [f"{index}: index not readable ({err})"]
+    if text != fresh:
         return [
             f"{index}: index out of sync with the receipts or the working tree "
             "(hand-edited, or rendered before a change: run `assay render`)"
@@ -143,8 +152,12 @@ def verify_tree(
     names = {s.gate for s in gates}
     if records_dir.is_dir():
         for md in sorted(records_dir.glob("*.md")):
-            with md.open(encoding="utf-8") as handle:
-                first = handle.readline()
+            try:
+                with md.open("rb") as handle:  # only the first line says whether it is a record
+                    first = handle.readline(len(RECORD_MARK) * 4).decode("utf-8", "replace")
+            except OSError as err:
+                problems.append(f"{md}: not readable ({err.strerror or err})")
+                continue
             if first.startswith(RECORD_MARK) and md.stem not in names:
                 problems.append(f"{md}: record has no receipts in {receipts_dir}")
     return problems, gates

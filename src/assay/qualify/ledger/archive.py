@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.bounded import parse_json
 from assay.errors import AssayError
 
 ARCHIVE_FORMAT = "assay.receipt-archive/1"
@@ -81,7 +82,7 @@ def pack(
         for name in names:
             data = (Path(receipts_dir) / gate / name).read_bytes()
             members[f"receipts/{gate}/{name}"] = data
-            for figure in json.loads(data).get("figures", []):
+            for figure in parse_json(data).get("figures", []):
                 members[figure["path"]] = (Path(records_dir) / figure["path"]).read_bytes()
         gates[gate] = {"chained_onto": base, "receipts": names}
     for name, data in (extra or {}).items():
@@ -132,7 +133,7 @@ def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     except (OSError, tarfile.TarError, EOFError) as err:
         raise AssayError(f"{path}: not a readable .tar.gz ({err})") from None
     try:
-        manifest = json.loads(members.pop(MANIFEST))
+        manifest = parse_json(members.pop(MANIFEST))
     except KeyError:
         raise AssayError(f"{path}: no {MANIFEST}") from None
     except ValueError as err:
@@ -200,7 +201,7 @@ def _checked_gate(
         if member not in members:
             raise AssayError(f"{archive}: {member} is listed for gate {gate} but absent")
         try:
-            receipt = json.loads(members[member])
+            receipt = parse_json(members[member])
         except ValueError as err:
             raise AssayError(f"{archive}: {member} is not JSON ({err})") from None
         problems = problems_in(receipt)

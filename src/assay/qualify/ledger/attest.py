@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import atomic_write_bytes, json_bytes
+from assay.bounded import parse_json
 from assay.errors import AssayError
 from assay.qualify.ledger.dsse import (
     PAYLOAD_TYPE,
@@ -167,14 +168,14 @@ def check_attestation(path: Path, trusted: list[Any], wheel: Path | None = None)
     receipt is malformed, or (with ``wheel``) the subject's sha256 is not the wheel's.
     """
     try:
-        envelope = json.loads(Path(path).read_text("utf-8"))
+        envelope = parse_json(Path(path).read_text("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise EnvelopeError(f"not a readable JSON envelope ({err})") from None
     opened = open_envelope(envelope, trusted)
     if opened.payload_type != PAYLOAD_TYPE:
         raise EnvelopeError(f"payloadType is {opened.payload_type!r}, not {PAYLOAD_TYPE}")
     try:
-        statement = json.loads(opened.payload)
+        statement = parse_json(opened.payload)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise EnvelopeError("signed payload is not JSON") from None
     problem = _statement_problem(statement)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.bounded import parse_json, read_text_bounded
+
 CORRECTIONS = "CORRECTIONS"
 CHANGES = ("deleted", "modified", "line removed", "line changed", "line inserted")
 WORKING_TREE = "working tree"
@@ -74,7 +76,7 @@ class Correction:
 def _entry(gate: str, number: int, text: str) -> Correction | str:
     """A Correction, or why the line is not one."""
     try:
-        data: Any = json.loads(text)
+        data: Any = parse_json(text)
     except json.JSONDecodeError as err:
         return f"not JSON ({err})"
     if not isinstance(data, dict):
@@ -101,7 +103,7 @@ def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], l
     if not path.is_file():
         return [], []
     try:
-        lines = path.read_text("utf-8").splitlines()
+        lines = read_text_bounded(path, within=path.parent).splitlines()
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{gate}/{CORRECTIONS}: not readable ({err})"]
     found: list[Correction] = []

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import fsync_dir
+from assay.bounded import parse_json, read_text_bounded
 from assay.errors import AssayError
 from assay.qualify.judging.threshold import judge
 
@@ -50,7 +51,7 @@ def _validator() -> Any:
     from jsonschema import Draft202012Validator
 
     text = resources.files("assay").joinpath("schemas/receipt.schema.json").read_text("utf-8")
-    schema = json.loads(text)
+    schema = parse_json(text)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
@@ -154,7 +155,7 @@ def dump_receipt(receipt: dict[str, Any]) -> bytes:
 def read_receipt(path: Path) -> dict[str, Any]:
     """Parse one receipt file and return it if valid; AssayError naming the file otherwise."""
     try:
-        data = json.loads(Path(path).read_text("utf-8"))
+        data = parse_json(read_text_bounded(path, within=Path(path).parent))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise AssayError(f"{path}: not a readable JSON receipt ({err})") from err
     problems = problems_in(data)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from assay import DISTRIBUTION
+from assay.bounded import parse_json
 from assay.errors import AssayError
 
 ENV_VARS = (
@@ -197,10 +198,9 @@ def provenance_state(path: Path) -> dict[str, Any]:
     """A :func:`tree_state` for a tree without ``.git`` (a GPU box): commit, dirty flag and tree
     sha256 from the JSON at ``path``, which the kit wrote from its manifest after checking the
     travelled files. AssayError names the file and field when it is not that."""
-    import json
 
     try:
-        data = json.loads(Path(path).read_text("utf-8"))
+        data = parse_json(Path(path).read_text("utf-8"))
     except (OSError, ValueError) as err:
         raise AssayError(f"{path}: provenance not readable as JSON ({err})") from None
     if not isinstance(data, dict):

@@ -1,0 +1,60 @@
+"""``run-state.json``: what a run directory's last training process is doing or did.
+
+Written atomically by the main process when training starts (``running``, with its pid) and
+when it ends: ``finished`` (reached ``steps``), ``stopped`` (a signal or ``--stop-at``, with the
+reason) or ``failed`` (an exception, named on one line). A process killed outright leaves
+``running`` behind; ``assay status`` then sees its pid gone and reports it as failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from assay.atomic import atomic_write_bytes
+
+RUN_STATE = "run-state.json"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_state(run_dir: Path, **fields: Any) -> None:
+    """Replace the run's state file with ``fields`` plus the time (atomically)."""
+    body = {**fields, "updated": _now()}
+    atomic_write_bytes(Path(run_dir) / RUN_STATE, (json.dumps(body, indent=1) + "\n").encode())
+
+
+@contextlib.contextmanager
+def recorded_state(
+    run_dir: Path, enabled: bool, target: int, step: Callable[[], int]
+) -> Iterator[dict[str, Any]]:
+    """Mark the run ``running`` for the block, then ``finished``, ``stopped`` or ``failed``.
+
+    The block may set ``"reason"`` in the yielded dict (why it stopped early); nothing is
+    written when ``enabled`` is False (ranks other than the main one)."""
+    outcome: dict[str, Any] = {}
+    started = _now()
+    if enabled:
+        write_state(run_dir, state="running", pid=os.getpid(), started=started, step=step(),
+                    steps=target)  # fmt: skip
+    try:
+        yield outcome
+    except BaseException as exc:
+        if enabled:
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            write_state(run_dir, state="stopped" if interrupted else "failed",
+                        reason="interrupted" if interrupted else f"{type(exc).__name__}: {exc}",
+                        started=started, step=step(), steps=target)  # fmt: skip
+        raise
+    if enabled:
+        done = step() >= target
+        write_state(run_dir, state="finished" if done else "stopped",
+                    reason=None if done else outcome.get("reason", "stop_at"),
+                    started=started, step=step(), steps=target)  # fmt: skip
