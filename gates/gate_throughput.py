@@ -10,7 +10,6 @@ streamed fast path keeps activations; its gradients are compared bit for bit wit
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 
@@ -22,12 +21,20 @@ from assay.qualify import Threshold
 from assay.qualify.judging.standing import load_checked
 from assay.qualify.plugin.session import setting_dir
 from assay.qualify.plugin.timing import Timing
-from assay.stream.kept import SlotRef
 from assay_bench.report import TARGETS, run_benchmark
 from assay_bench.step import max_abs_diff, trainable_grads
 from assay_bench.subjects import DESCRIPTIONS, SUBJECTS
 from assay_testing.real_model import smollm2_path
-from throughput_support import SEQ, amdahl_note, flop_check_note, profile_note
+from throughput_support import (
+    SEQ,
+    amdahl_note,
+    flop_check_note,
+    peak_rss_note,
+    peak_rss_rows,
+    profile_note,
+    top_ops_note,
+    wrong_layer_grads,
+)
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "resident.over_peft.seq256"
@@ -57,6 +64,7 @@ OVER_PEFT = TARGETS["resident_over_peft"][1]
 ALL_LINEAR_OVER_PEFT = TARGETS["all_linear_over_peft"][1]
 CEILING_FRACTION = TARGETS["ceiling_fraction"][1]
 NF4_OVER_BNB = TARGETS["nf4_over_bnb"][1]
+PEAK_RSS_OVER_PEFT = TARGETS["peak_rss_over_peft"][1]
 STREAM_OVER_RESIDENT = TARGETS["stream_over_resident"][1]
 # The newest receipt under the old thresholds (2026-12-01): it failed the four speed claims.
 FAILING = "10efce5116896f72978cc12c88509f77256ab015d24ff94bfef07b79a508d366"
@@ -223,6 +231,8 @@ def test_resident_against_peft(gate, bench, tmp_path):
     )
     gate.note(profile_note(result, "assay"))
     gate.note(profile_note(result, "peft"))
+    gate.note(top_ops_note(result, "assay"))
+    gate.note(top_ops_note(result, "peft"))
     gate.note(amdahl_note(result, "peft", OVER_PEFT))
     gate.note(flop_check_note(result, "assay"))
     gate.note(flop_check_note(result, "peft"))
@@ -252,6 +262,29 @@ def test_nf4_against_bitsandbytes(gate, bench):
     gate.note(profile_note(result, "assay-nf4"))
     gate.note(profile_note(result, "bnb-nf4"))
     gate.note(amdahl_note(result, "bnb-nf4", NF4_OVER_BNB))
+
+
+def test_peak_memory_against_peft(gate):
+    """Peak RSS of the seq-256 step above the loaded model, each subject in its own process."""
+    gate.input("model", smollm2_path())
+    rows = peak_rss_rows(smollm2_path())
+    claim = gate.claim(
+        f"resident.peak_rss.over_peft.seq{SEQ}",
+        f"the peak resident memory of an assay resident LoRA step above its loaded model is <= "
+        f"{PEAK_RSS_OVER_PEFT}x that of transformers + PEFT (seq {SEQ}, fp32, one fresh process "
+        "each, same session)",
+        kind="performance",
+        threshold=Threshold("<=", PEAK_RSS_OVER_PEFT, tolerance=TOLERANCE),
+        unit="x peak bytes",
+        code=(*TIMED, "assay_bench.rss"),
+    )
+    peft = rows["peft"]["step_peak_bytes"]
+    claim.measure(rows["assay"]["step_peak_bytes"] / peft)
+    claim.control(
+        "assay with full-logit F.cross_entropy (the peer's loss) instead of chunked CE",
+        rows["assay with full-logit CE"]["step_peak_bytes"] / peft,
+    )
+    gate.note(peak_rss_note(rows))
 
 
 def test_stream_against_resident(gate, bench):
@@ -329,24 +362,6 @@ def exact_gradients(gate, subjects, ids) -> None:
         f"streamed with layer {middle}'s q_proj lora_B scaled by 1 + 2^-10",
         max_abs_diff(expected, perturbed),
     )
-
-
-def wrong_layer_grads(streamed, ids, layer: int, loss: str) -> dict[str, torch.Tensor]:
-    """Gradients from a streamed run whose backward rebuilds ``layer``'s saved weight views
-    over the next layer's bytes (same layout, different weights): the trap this path avoids."""
-    kept = streamed.kept
-    unpack = kept._unpack
-
-    def wrong(packed):
-        if isinstance(packed, SlotRef) and packed.layer == layer:
-            packed = dataclasses.replace(packed, layer=layer + 1)
-        return unpack(packed)
-
-    kept._unpack = wrong  # read when the forward installs the saved-tensor hooks
-    try:
-        return trainable_grads(streamed, ids, prefix="model.", loss=loss)
-    finally:
-        del kept._unpack
 
 
 def test_thresholds_moved_to_issue_29s_targets(gate, pytestconfig):

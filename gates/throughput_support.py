@@ -1,7 +1,15 @@
-"""gate-throughput's notes (not a gate module): the profile, the Amdahl bound over a peer and
-the FLOP model's check, each one line of the record from the benchmark's result."""
+"""gate-throughput's helpers (not a gate module): its notes (the profile, the top ops, the
+Amdahl bound over a peer, the FLOP model's check, peak RSS), the peak-RSS rows and the
+streamed control's wrong-layer gradients."""
 
 from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from assay.stream.kept import SlotRef
+from assay_bench.step import trainable_grads
 
 SEQ = 256  # the first of gate-throughput's SEQS: where it profiles
 
@@ -42,3 +50,60 @@ def flop_check_note(result, name: str) -> str:
         "q/k/v input gradients, which autograd skips for a frozen embedding, and the head for "
         "the unscored last position, which chunked CE skips"
     )
+
+
+def top_ops_note(result, name: str) -> str:
+    """The profiled step's 15 costliest ops by self CPU time, with their share of the step."""
+    prof = result["profiles"][name]
+    ops = ", ".join(
+        f"{op['name']} {op['s'] * 1e3:.1f} ms ({op['fraction']:.1%}, {op['calls']} calls)"
+        for op in prof["top_ops"]
+    )
+    return f"top {len(prof['top_ops'])} ops of one {name} step at seq {SEQ} by self CPU: {ops}"
+
+
+# (row, subject, assay loss): each row is one fresh process (assay_bench.rss)
+RSS_ROWS = (
+    ("assay", "assay", "chunked_ce"),
+    ("peft", "peft", "ce"),
+    ("assay+ckpt", "assay+ckpt", "chunked_ce"),
+    ("assay with full-logit CE", "assay", "ce"),
+)
+
+
+def peak_rss_rows(model) -> dict[str, dict]:
+    """Each RSS_ROWS row measured in its own process at seq SEQ."""
+    from assay_bench.rss import in_subprocess
+
+    return {row: in_subprocess(name, SEQ, model, loss) for row, name, loss in RSS_ROWS}
+
+
+def peak_rss_note(rows: dict[str, dict]) -> str:
+    mib = 1 << 20
+    parts = "; ".join(
+        f"{row}: loaded {r['loaded_bytes'] / mib:.0f} MiB, peak {r['peak_bytes'] / mib:.0f} MiB, "
+        f"step peak above the loaded model {r['step_peak_bytes'] / mib:.0f} MiB"
+        for row, r in rows.items()
+    )
+    return (
+        f"peak RSS, one fresh process per row, seq {SEQ}, two optimizer steps after the "
+        f"kernel's high-water mark is reset at the loaded model: {parts}"
+    )
+
+
+def wrong_layer_grads(streamed, ids, layer: int, loss: str) -> dict[str, torch.Tensor]:
+    """Gradients from a streamed run whose backward rebuilds ``layer``'s saved weight views
+    over the next layer's bytes (same layout, different weights): the trap this path avoids."""
+    kept = streamed.kept
+    unpack = kept._unpack
+
+    def wrong(packed):
+        if isinstance(packed, SlotRef) and packed.layer == layer:
+            packed = dataclasses.replace(packed, layer=layer + 1)
+        return unpack(packed)
+
+    kept._unpack = wrong  # read when the forward installs the saved-tensor hooks
+    try:
+        return trainable_grads(streamed, ids, prefix="model.", loss=loss)
+    finally:
+        del kept._unpack

@@ -1,11 +1,13 @@
 """Training-step throughput: assay against transformers+PEFT and transformers+bitsandbytes,
 streamed against resident, all against the same-session fp32 GEMM ceiling.
 
-Usage: python harness/bench_step.py [--seq 256 512] [--steps 5] [--warmup 1] [--json]
-       [--profile [SUBJECT ...]] [--subjects SUBJECT ...] [--all-seq] [--assay-loss ce]
+Usage: python harness/bench_step.py [--model GGUF] [--seq 256 512] [--steps 5] [--warmup 1]
+       [--json] [--profile [SUBJECT ...]] [--subjects SUBJECT ...] [--all-seq]
+       [--assay-loss ce] [--rss]
 
 One optimizer step (forward, next-token CE, backward, fused AdamW, zero_grad) of LoRA
-r8/alpha 16 on the attention projections of the bundled SmolLM2, batch 1. The CE is assay's
+r8/alpha 16 on the attention projections of a GGUF model (--model; the bundled SmolLM2 by
+default), batch 1. The CE is assay's
 fused chunked CE for assay subjects (--assay-loss ce: full logits, as the peers) and
 F.cross_entropy over full fp32 logits for the transformers peers. Subjects run interleaved,
 in a rotating order; the median of the timed steps after warm-up gives tokens/s. Subjects
@@ -14,7 +16,9 @@ use the FLOP model of assay.model.flops (4 P tokens for a frozen base, plus adap
 causal attention; recomputation never counts). --profile runs one extra profiled step per
 subject (all of them when no names follow) and prints where the time goes; with the peers
 profiled it adds the Amdahl bound (peer median step / the peer's GEMMs replayed alone, see
-assay_bench.report). Progress goes to stderr; results to stdout. Targets are printed, never
+assay_bench.report) and the top ops by self CPU time. --rss then measures the peak resident
+memory of a step above the loaded model at the first --seq, each subject in its own process
+(assay_bench.rss). Progress goes to stderr; results to stdout. Targets are printed, never
 asserted.
 """
 
@@ -24,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from assay_bench.report import format_table, run_benchmark
 from assay_bench.step import LOSSES
@@ -33,6 +38,7 @@ from assay_testing.real_model import smollm2_path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: SmolLM2)")
     parser.add_argument("--seq", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--steps", type=int, default=5, help="timed steps (at least 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -47,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         default="chunked_ce",
         help="loss of the assay subjects (peers always use ce)",
     )
+    parser.add_argument("--rss", action="store_true", help="peak RSS per subject, own process")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     if args.steps < 5:
@@ -60,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
 
+    model = args.model or smollm2_path()
+    if not model.is_file():
+        parser.error(f"--model {model}: no such file (expected a GGUF file)")
     result, _ = run_benchmark(
-        smollm2_path(),
+        model,
         args.subjects,
         seqs=args.seq,
         steps=args.steps,
@@ -71,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         assay_loss=args.assay_loss,
         progress=progress,
     )
+    if args.rss:
+        from assay_bench.rss import in_subprocess
+
+        for name in args.subjects:
+            progress(f"peak RSS of {name} at seq {args.seq[0]} (own process)")
+            result["peak_rss"][name] = in_subprocess(name, args.seq[0], model, args.assay_loss)
     result["wall_s"] = time.perf_counter() - started
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0

@@ -100,7 +100,8 @@ def summary(seconds: dict[str, float], wall_s: float) -> dict[str, Any]:
 def profile_step(step: Callable[[], object]) -> dict[str, Any]:
     """Run ``step`` once under torch.profiler (CPU activity, shapes recorded) and summarise it
     by category. ``attention_ops`` names the aten attention kernels that ran (the numerical
-    path); ``gemm_calls`` lists the GEMM kernels by shape and ``gemm_flops`` sums their FLOPs."""
+    path); ``top_ops`` the costliest ops by self CPU time; ``gemm_calls`` lists the GEMM kernels
+    by shape and ``gemm_flops`` sums their FLOPs."""
     from torch.profiler import ProfilerActivity, profile
 
     from assay_bench.gemm import call_flops, gemm_calls
@@ -113,10 +114,26 @@ def profile_step(step: Callable[[], object]) -> dict[str, Any]:
     out = summary(categorise(events, wall), wall)
     attention = {e.name for e in events if category_of(e.name) == "attention"}
     out["attention_ops"] = sorted(n for n in attention if n.startswith("aten::"))
+    out["top_ops"] = top_ops(prof.key_averages(), wall)
     calls = gemm_calls(events)
     out["gemm_calls"] = calls
     out["gemm_flops"] = sum(call_flops(c["op"], c["shapes"]) * c["count"] for c in calls)
     return out
+
+
+def top_ops(averages: Iterable[Any], wall_s: float, count: int = 15) -> list[dict[str, Any]]:
+    """The ``count`` ops with the most self CPU time (``key_averages()`` rows: ``key``,
+    ``self_cpu_time_total`` in microseconds, ``count``), with their share of ``wall_s``."""
+    rows = sorted(averages, key=lambda row: row.self_cpu_time_total, reverse=True)[:count]
+    return [
+        {
+            "name": row.key,
+            "s": row.self_cpu_time_total / 1e6,
+            "fraction": row.self_cpu_time_total / 1e6 / wall_s if wall_s > 0 else 0.0,
+            "calls": row.count,
+        }
+        for row in rows
+    ]
 
 
 def amdahl_bound(step_s: float, matmul_s: float) -> float:

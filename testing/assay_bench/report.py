@@ -55,6 +55,7 @@ TARGETS = {
     "nf4_over_bnb": (">=", 1.25),
     "stream_over_resident": ("<=", 1.10),
     "ceiling_fraction": (">=", 0.70),
+    "peak_rss_over_peft": ("<=", 0.85),
 }
 PEERS = {"peft": "assay", "bnb-nf4": "assay-nf4"}
 LOSS_TEXT = {
@@ -214,6 +215,7 @@ def run_benchmark(
         "ratios": comparisons(times),
         "profiles": profiles,
         "amdahl": amdahl,
+        "peak_rss": {},  # filled by callers that measure it (assay_bench.rss, one process each)
         "targets": {k: {"op": op, "value": v} for k, (op, v) in TARGETS.items()},
     }
     return result, subjects
@@ -245,6 +247,8 @@ def format_table(result: dict[str, Any]) -> str:
             f"{cat} {v['fraction']:.0%}" for cat, v in prof["categories"].items() if v["s"] > 0
         )
         lines.append(f"profile {name} ({prof['step_s']:.3f} s): {parts}")
+        ops = ", ".join(f"{op['name']} {op['fraction']:.1%}" for op in prof["top_ops"])
+        lines.append(f"  top ops by self CPU: {ops}")
     for peer, a in result["amdahl"].items():
         lines.append(
             f"Amdahl bound over {peer}: {a['bound']:.3f}x (median step {a['median_step_s']:.3f} "
@@ -252,4 +256,14 @@ def format_table(result: dict[str, Any]) -> str:
             f"attention {a['bound_with_attention']:.3f}x; within the profile "
             f"{a['bound_in_profile']:.3f}x)"
         )
+    rss = result.get("peak_rss", {})
+    for name, r in rss.items():
+        lines.append(
+            f"peak RSS {name} (seq {r['seq']}): {r['step_peak_bytes'] / 2**20:.0f} MiB above the "
+            f"loaded model ({r['loaded_bytes'] / 2**20:.0f} MiB)"
+        )
+    if "assay" in rss and "peft" in rss:
+        op, value = TARGETS["peak_rss_over_peft"]
+        share = rss["assay"]["step_peak_bytes"] / rss["peft"]["step_peak_bytes"]
+        lines.append(f"{'peak_rss_over_peft':<38}{share:>7.3f}    (target {op} {value})")
     return "\n".join(lines)

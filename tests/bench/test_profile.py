@@ -6,7 +6,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from assay_bench.profile import CATEGORIES, amdahl_bound, categorise, category_of, summary
+from assay_bench.profile import (
+    CATEGORIES,
+    amdahl_bound,
+    categorise,
+    category_of,
+    summary,
+    top_ops,
+)
 
 
 @dataclass
@@ -20,6 +27,7 @@ class Event:
 class Averaged:
     key: str
     self_cpu_time_total: float
+    count: int = 1
 
 
 @pytest.mark.parametrize(
@@ -93,3 +101,12 @@ def test_amdahl_bound():
     assert amdahl_bound(1.0, 0.75) == pytest.approx(4 / 3)
     with pytest.raises(ValueError):
         amdahl_bound(1.0, 0.0)
+
+
+def test_top_ops_are_the_costliest_in_order_with_their_share():
+    rows = [Averaged(f"op{i}", 1e4 * i, count=i) for i in range(1, 21)]
+    top = top_ops(rows, wall_s=2.0, count=15)
+    assert [op["name"] for op in top] == [f"op{i}" for i in range(20, 5, -1)]
+    assert top[0] == {"name": "op20", "s": pytest.approx(0.2), "fraction": pytest.approx(0.1),
+                      "calls": 20}  # fmt: skip
+    assert top_ops(rows[:3], wall_s=0.0)[0]["fraction"] == 0.0

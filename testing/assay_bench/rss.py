@@ -1,0 +1,90 @@
+"""Peak resident memory of a training step, one subject per process.
+
+Each subject runs alone in a fresh ``python -m assay_bench.rss`` process, so no other
+subject's model, allocator cache or peak is counted. The child builds the subject, reads its
+resident set (the loaded model), resets the kernel's high-water mark (``/proc/self/clear_refs``,
+Linux) and runs two optimizer steps (the first allocates AdamW's state); the peak above the
+loaded model is the high-water mark minus that resident set. Nothing here judges the numbers.
+
+usage: python -m assay_bench.rss SUBJECT SEQ MODEL [--assay-loss ce|chunked_ce]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+STATUS = Path("/proc/self/status")
+CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_bytes(field: str) -> int:
+    match = re.search(rf"^{field}:\s+(\d+) kB$", STATUS.read_text(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"{STATUS}: no {field} line; peak RSS needs Linux's /proc")
+    return int(match.group(1)) * 1024
+
+
+def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") -> dict[str, Any]:
+    """In this process: the resident bytes of the loaded subject and the peak of two steps."""
+    import torch
+
+    from assay_bench.step import train_step
+    from assay_bench.subjects import build_subjects
+
+    subject = build_subjects([name], model, assay_loss=assay_loss)[name]
+    ids = torch.randint(
+        0, subject.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0)
+    )
+    gc.collect()
+    loaded = _status_bytes("VmRSS")
+    CLEAR_REFS.write_text("5")  # the high-water mark restarts at the current resident set
+    for _ in range(2):
+        train_step(subject, ids)
+    peak = _status_bytes("VmHWM")
+    return {
+        "subject": name,
+        "seq": seq,
+        "loss": subject.loss,
+        "loaded_bytes": loaded,
+        "peak_bytes": peak,
+        "step_peak_bytes": peak - loaded,
+    }
+
+
+def in_subprocess(
+    name: str, seq: int, model: Path, assay_loss: str = "chunked_ce", timeout: float = 900
+) -> dict[str, Any]:
+    """:func:`measure` in a fresh interpreter; RuntimeError with its stderr if it fails."""
+    argv = [sys.executable, "-m", "assay_bench.rss", name, str(seq), str(model)]
+    done = subprocess.run(
+        [*argv, "--assay-loss", assay_loss],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"peak-RSS child for {name} failed: {done.stderr.strip()[-400:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("subject")
+    parser.add_argument("seq", type=int)
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--assay-loss", choices=("ce", "chunked_ce"), default="chunked_ce")
+    args = parser.parse_args(argv)
+    print(json.dumps(measure(args.subject, args.seq, args.model, args.assay_loss)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""Peak RSS of a step (assay_bench.rss): the high-water mark it reads moves with an allocation
+made after the reset, and a failing child is reported with its stderr."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from assay_bench import rss
+
+
+def test_the_reset_high_water_mark_sees_only_later_peaks():
+    before = rss._status_bytes("VmRSS")
+    big = bytearray(256 << 20)  # touched: bytearray zero-fills every page
+    del big
+    rss.CLEAR_REFS.write_text("5")
+    after_reset = rss._status_bytes("VmHWM")
+    assert after_reset < before + (128 << 20)  # the 256 MiB peak is forgotten
+    again = bytearray(64 << 20)
+    grown = rss._status_bytes("VmHWM")
+    del again
+    assert grown >= after_reset + (60 << 20)
+
+
+def test_a_missing_status_field_is_a_clear_error(monkeypatch, tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\n")
+    monkeypatch.setattr(rss, "STATUS", status)
+    with pytest.raises(RuntimeError, match="no VmHWM line"):
+        rss._status_bytes("VmHWM")
+
+
+def test_a_failing_child_names_the_subject(monkeypatch, tmp_path):
+    def failed(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 1, "", "ValueError: unknown subject(s)")
+
+    monkeypatch.setattr(rss.subprocess, "run", failed)
+    with pytest.raises(RuntimeError, match="child for nobody failed: ValueError"):
+        rss.in_subprocess("nobody", 8, tmp_path / "model.gguf")
