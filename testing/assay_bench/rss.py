@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import re
 import subprocess
 import sys
@@ -59,9 +60,15 @@ def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") ->
 
 
 def in_subprocess(
-    name: str, seq: int, model: Path, assay_loss: str = "chunked_ce", timeout: float = 900
+    name: str,
+    seq: int,
+    model: Path,
+    assay_loss: str = "chunked_ce",
+    timeout: float = 900,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """:func:`measure` in a fresh interpreter; RuntimeError with its stderr if it fails."""
+    """:func:`measure` in a fresh interpreter (``env`` added to this one's environment);
+    RuntimeError with its stderr if it fails."""
     argv = [sys.executable, "-m", "assay_bench.rss", name, str(seq), str(model)]
     done = subprocess.run(
         [*argv, "--assay-loss", assay_loss],
@@ -69,6 +76,7 @@ def in_subprocess(
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     if done.returncode != 0:
         raise RuntimeError(f"peak-RSS child for {name} failed: {done.stderr.strip()[-400:]}")

@@ -12,9 +12,9 @@ and the MLP backward's temporaries or a dequantized weight tile) and the optimiz
 Activation counts per token follow what autograd saves, e.g. for one decoder layer whose
 input needs a gradient: its input and the post-attention residual (RMSNorm saves its input
 and its rsqrt), q, k and v after RoPE/GQA repetition and SDPA's output (each q_size wide: GQA
-repeats k and v to num_heads), SDPA's logsumexp (one float per head), SiLU's input, its
-output and the up projection (three FFN-wide tensors), the normed input of an adapted
-projection group, and each adapter's rank-wide A x.
+repeats k and v to num_heads), SDPA's logsumexp (one float per head), the gate and up
+projections' outputs (two FFN-wide tensors: SiLU is recomputed in backward), the normed input
+of an adapted projection group, and each adapter's rank-wide A x.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ ATTENTION = DEFAULT_TARGETS
 MLP = ("gate_proj", "up_proj", "down_proj")
 TILE_BYTES = 4 << 20  # storage.linear.DEFAULT_TILE_BYTES: decoded weight per tile
 NF4_BLOCK, NF4_NESTED_BLOCK, STREAM_ALIGN = 64, 256, 64
+LSE_ROWS = 16  # rows per logsumexp call in chunked CE (train/losses.py)
 PREFERENCE = PREFERENCE_LOSSES
 HALF_DTYPES = ("bfloat16", "bf16", "float16")  # compute dtypes of 2 bytes
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit")
@@ -252,7 +253,7 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
     if targets & {"gate_proj", "up_proj"} and keeps_input:
         saved += e * h
     if mlp_grad:
-        saved += 3 * e * f  # silu input, silu output, up output
+        saved += 2 * e * f  # gate and up outputs (decoder._SiluMul recomputes silu)
     if "down_proj" in targets and keeps_input:
         saved += e * f
     if not full:
@@ -290,13 +291,14 @@ def _loss_terms(plan: Plan, tokens: int) -> tuple[float, float, float]:
     v, h = d.vocab_size, d.hidden_size
     if plan.loss == "chunked_ce":
         c = min(plan.chunk_size, tokens)
-        chunk = 4 * (2 * c * v + tokens * h + 2 * c * h)  # logits/probs, grad_h, chunk rows
+        lse = min(c, LSE_ROWS) * v  # logsumexp's workspace, LSE_ROWS rows at a time
+        chunk = 4 * (c * v + lse + tokens * h + 2 * c * h)  # logits/probs, grad_h, chunk rows
         if not method(plan.method).trains_base:
             # Frozen head: grad_h is formed in the forward (the hidden states themselves are
             # the head input kept above); grad_h and its scaled copy meet in the backward.
             return tokens * (8 + 8), chunk, 8 * tokens * h
         saved = tokens * (4 * h + 8 + 4 + 8)  # hidden, scored index, logsumexp, labels
-        forward = 2 * 4 * c * v  # a chunk's logits and logsumexp's workspace
+        forward = 4 * (c * v + lse)  # a chunk's logits and logsumexp's workspace
         return saved, forward, chunk
     saved = tokens * (4 * v + 8 + 4 + 8)  # log_softmax output, targets, per-token loss
     return saved, 4 * tokens * v, 4 * 2 * tokens * v  # logits; nll grad + softmax grad

@@ -120,8 +120,35 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, c.q_size))
 
 
+class _SiluMul(torch.autograd.Function):
+    """silu(gate) * up, saving only its two inputs: silu is recomputed in backward, so a layer
+    keeps two FFN-wide tensors instead of autograd's three (silu's input and output, up).
+
+    Guarantees: the output and both gradients equal those of ``F.silu(gate) * up`` bit for bit
+    (the same aten ops on the same operands; IEEE products commute), and backward holds no
+    more FFN-wide tensors at once than autograd's (the up gradient forms in the recomputed
+    silu, after the gate's temporary is freed).
+    """
+
+    @staticmethod
+    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        gate, up = ctx.saved_tensors
+        grad_gate = grad_up = None
+        # gate's gradient first, so its temporary (grad * up) is gone before up's forms
+        if ctx.needs_input_grad[0]:
+            grad_gate = torch.ops.aten.silu_backward(grad * up, gate)
+        if ctx.needs_input_grad[1]:
+            grad_up = F.silu(gate).mul_(grad)
+        return grad_gate, grad_up
+
+
 class MLP(nn.Module):
-    """down(silu(gate(x)) * up(x))."""
+    """down(silu(gate(x)) * up(x)); the product saves only gate(x) and up(x) (_SiluMul)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -131,7 +158,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(f, h, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(_SiluMul.apply(self.gate_proj(x), self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):

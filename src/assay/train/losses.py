@@ -6,7 +6,8 @@ scored positions. Logits are computed in fp32 whatever the input dtype. ``reduct
 ``mean`` (over scored tokens) or ``sum`` (for gradient accumulation weighted by tokens).
 A batch with no scored token is a ValueError rather than a silent NaN.
 
-``chunked_cross_entropy`` never holds more than ``chunk_size x V`` logits. With a frozen head
+``chunked_cross_entropy`` never holds more than ``chunk_size x V`` logits (and ``LSE_ROWS x V``
+of logsumexp workspace). With a frozen head
 (every adapter method) the forward forms each chunk's ``softmax - onehot`` right after its loss
 and accumulates the hidden-state gradient then (the fused linear cross-entropy idea): the head
 runs twice per step, as in plain CE, and never once more. When the head weight trains, forward
@@ -26,6 +27,7 @@ from assay.settings import default as setting_default
 _REDUCTIONS = ("mean", "sum")
 
 CHUNK_SIZE: int = setting_default("loss.chunk_size", "chunked_ce")
+LSE_ROWS = 16  # rows per logsumexp call (assay.memory.predict mirrors it)
 
 
 def _flatten(hidden: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -55,6 +57,18 @@ def cross_entropy(
     targets = torch.where(m, y, torch.zeros_like(y))  # masked labels may be any id
     per_token = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
     return (per_token * m).sum() / divisor
+
+
+def _row_logsumexp(logits: Tensor) -> Tensor:
+    """``torch.logsumexp(logits, dim=-1)`` of a [rows, V] tensor, bit for bit (each row is its
+    own reduction), taken LSE_ROWS rows at a time so its workspace is LSE_ROWS x V, not a second
+    copy of the chunk's logits."""
+    if logits.shape[0] <= LSE_ROWS:
+        return torch.logsumexp(logits, dim=-1)
+    out = logits.new_empty(logits.shape[0])
+    for start in range(0, logits.shape[0], LSE_ROWS):
+        out[start : start + LSE_ROWS] = torch.logsumexp(logits[start : start + LSE_ROWS], dim=-1)
+    return out
 
 
 def _scored_gradient(logits: Tensor, lse: Tensor, labels: Tensor, scale: Tensor | float) -> Tensor:
@@ -87,7 +101,7 @@ class _ChunkedCE(torch.autograd.Function):
             rows = index[start : start + chunk_size]
             chunk_labels = labels.index_select(0, rows)
             logits = hidden.index_select(0, rows).float() @ w.t()
-            chunk_lse = torch.logsumexp(logits, dim=-1)
+            chunk_lse = _row_logsumexp(logits)
             target = logits.gather(1, chunk_labels[:, None]).squeeze(1)
             lse[start : start + rows.numel()] = chunk_lse
             total = total + (chunk_lse - target).sum()
