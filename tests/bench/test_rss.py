@@ -12,12 +12,12 @@ from assay_bench import rss
 
 def test_the_reset_high_water_mark_sees_only_later_peaks():
     before = rss._status_bytes("VmRSS")
-    big = bytearray(256 << 20)  # touched: bytearray zero-fills every page
+    big = b"\x01" * (256 << 20)  # written byte by byte, so every page is resident
     del big
     rss.CLEAR_REFS.write_text("5")
     after_reset = rss._status_bytes("VmHWM")
     assert after_reset < before + (128 << 20)  # the 256 MiB peak is forgotten
-    again = bytearray(64 << 20)
+    again = b"\x01" * (64 << 20)
     grown = rss._status_bytes("VmHWM")
     del again
     assert grown >= after_reset + (60 << 20)
