@@ -3,6 +3,7 @@ made after the reset, and a failing child is reported with its stderr."""
 
 from __future__ import annotations
 
+import mmap
 import subprocess
 
 import pytest
@@ -10,16 +11,24 @@ import pytest
 from assay_bench import rss
 
 
+def touched(nbytes: int) -> mmap.mmap:
+    """Fresh anonymous pages, every one written: resident whatever malloc's heap holds."""
+    pages = mmap.mmap(-1, nbytes)
+    for offset in range(0, nbytes, mmap.PAGESIZE):
+        pages[offset] = 1
+    return pages
+
+
 def test_the_reset_high_water_mark_sees_only_later_peaks():
     before = rss._status_bytes("VmRSS")
-    big = b"\x01" * (256 << 20)  # written byte by byte, so every page is resident
-    del big
+    touched(256 << 20).close()
+    assert rss._status_bytes("VmHWM") >= before + (250 << 20)
     rss.CLEAR_REFS.write_text("5")
     after_reset = rss._status_bytes("VmHWM")
     assert after_reset < before + (128 << 20)  # the 256 MiB peak is forgotten
-    again = b"\x01" * (64 << 20)
+    again = touched(64 << 20)
     grown = rss._status_bytes("VmHWM")
-    del again
+    again.close()
     assert grown >= after_reset + (60 << 20)
 
 
