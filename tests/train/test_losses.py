@@ -117,8 +117,8 @@ def test_measure_peak_sees_a_known_allocation() -> None:
 
 @pytest.mark.parametrize("rows", [1, 16, 17, 40, 255])
 def test_row_blocked_logsumexp_equals_torchs_bitwise(rows):
-    from assay.train.losses import _row_logsumexp
+    from assay.train.losses import row_logsumexp
 
     logits = torch.randn(rows, 1000, generator=torch.Generator().manual_seed(rows)) * 4
     logits[0, :] = float("-inf")  # a row with no finite logit stays -inf
-    assert torch.equal(_row_logsumexp(logits), torch.logsumexp(logits, dim=-1))
+    assert torch.equal(row_logsumexp(logits), torch.logsumexp(logits, dim=-1))

@@ -59,7 +59,7 @@ def cross_entropy(
     return (per_token * m).sum() / divisor
 
 
-def _row_logsumexp(logits: Tensor) -> Tensor:
+def row_logsumexp(logits: Tensor) -> Tensor:
     """``torch.logsumexp(logits, dim=-1)`` of a [rows, V] tensor, bit for bit (each row is its
     own reduction), taken LSE_ROWS rows at a time so its workspace is LSE_ROWS x V, not a second
     copy of the chunk's logits."""
@@ -101,7 +101,7 @@ class _ChunkedCE(torch.autograd.Function):
             rows = index[start : start + chunk_size]
             chunk_labels = labels.index_select(0, rows)
             logits = hidden.index_select(0, rows).float() @ w.t()
-            chunk_lse = _row_logsumexp(logits)
+            chunk_lse = row_logsumexp(logits)
             target = logits.gather(1, chunk_labels[:, None]).squeeze(1)
             lse[start : start + rows.numel()] = chunk_lse
             total = total + (chunk_lse - target).sum()

@@ -7,7 +7,8 @@ Conventions:
 
 - ``token_logps`` gives, for every scored position, ``log p(labels[b, t] | prefix)`` in fp32,
   and 0 elsewhere. Labels are pre-shifted (see :mod:`assay.train.data`). It never holds more
-  than ``chunk_size x vocab`` logits: forward keeps each scored token's logsumexp, backward
+  than ``chunk_size x vocab`` logits (and chunked CE's ``LSE_ROWS x vocab`` logsumexp
+  workspace): forward keeps each scored token's logsumexp, backward
   recomputes each chunk's logits (the chunked-CE idea, for a per-token upstream gradient).
 - Sequence log-probs are summed over the completion tokens for DPO and KTO and length-averaged
   for IPO, ORPO and SimPO (:data:`AVERAGED`).
@@ -23,6 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from assay.train.losses import row_logsumexp
 
 LOGP_CHUNK = 1024
 KINDS = ("dpo", "ipo", "orpo", "simpo", "kto")
@@ -44,7 +47,7 @@ class _TokenLogps(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk_size):
             stop = min(start + chunk_size, hidden.shape[0])
             logits = hidden[start:stop].float() @ w.t()
-            lse[start:stop] = torch.logsumexp(logits, dim=-1)
+            lse[start:stop] = row_logsumexp(logits)
             picked = logits.gather(1, targets[start:stop, None]).squeeze(1)
             out[start:stop] = picked - lse[start:stop]
             del logits
@@ -63,7 +66,7 @@ class _TokenLogps(torch.autograd.Function):
             stop = min(start + ctx.chunk_size, hidden.shape[0])
             h = hidden[start:stop].float()
             # d log p(y) / d logits = onehot(y) - softmax, times each token's upstream gradient.
-            g = torch.exp(h @ w.t() - lse[start:stop, None]).neg_()
+            g = (h @ w.t()).sub_(lse[start:stop, None]).exp_().neg_()  # in place: one V-wide copy
             g[torch.arange(stop - start, device=g.device), targets[start:stop]] += 1
             g *= grad_out[start:stop, None].float()
             if grad_h is not None:
