@@ -6,6 +6,9 @@ optimizer steps of LoRA r8/alpha 16 on SmolLM2's attention projections, fp32, ba
 warm-up round, then the median of 5 timed steps per subject. Controls measure the same ratio on
 a deliberately worse assay subject (redundant recomputation), which must miss the target. The
 streamed fast path keeps activations; its gradients are compared bit for bit with resident.
+Peak memory is measured apart, each subject alone in a fresh process (assay_bench.rss): the
+peak RSS of a step above the loaded model, against PEFT's, with the peer's full-logit
+cross-entropy in assay as the control.
 """
 
 from __future__ import annotations
@@ -267,6 +270,7 @@ def test_nf4_against_bitsandbytes(gate, bench):
 def test_peak_memory_against_peft(gate):
     """Peak RSS of the seq-256 step above the loaded model, each subject in its own process."""
     gate.input("model", smollm2_path())
+    gate.seed(0)  # each child's token ids
     rows = peak_rss_rows(smollm2_path())
     claim = gate.claim(
         f"resident.peak_rss.over_peft.seq{SEQ}",

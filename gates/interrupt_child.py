@@ -25,21 +25,21 @@ from assay.qualify.plugin.child_imports import report_at_exit
 def run() -> int:
     report_at_exit()  # a gate's child: the gate counts the code it ran here
     step, write, rest = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-    writes_after_first: list[int] = []
+    save_writes: list[int] = []  # armed by the first signal: the stop's writes so far
     train_step, write_synced = loop.Trainer.train_step, checkpoint.write_synced
 
     def step_then_signal(self):
         record = train_step(self)
         if record.step == step:
-            writes_after_first.append(0)
+            save_writes.append(0)
             os.kill(os.getpid(), signal.SIGINT)
         return record
 
     def write_with_second_signal(*args, **kwargs):
-        if writes_after_first:
-            if writes_after_first[0] == write:
+        if save_writes:
+            if save_writes[0] == write:
                 os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler before the write
-            writes_after_first[0] += 1
+            save_writes[0] += 1
         return write_synced(*args, **kwargs)
 
     loop.Trainer.train_step = step_then_signal

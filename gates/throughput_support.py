@@ -9,6 +9,7 @@ import dataclasses
 import torch
 
 from assay.stream.kept import SlotRef
+from assay_bench.rss import in_subprocess
 from assay_bench.step import trainable_grads
 
 SEQ = 256  # the first of gate-throughput's SEQS: where it profiles
@@ -78,8 +79,6 @@ RSS_ROWS = (
 
 def peak_rss_rows(model) -> dict[str, dict]:
     """Each RSS_ROWS row measured in its own process at seq SEQ."""
-    from assay_bench.rss import in_subprocess
-
     return {
         row: in_subprocess(name, SEQ, model, loss, env=env) for row, name, loss, env in RSS_ROWS
     }

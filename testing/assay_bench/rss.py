@@ -1,10 +1,11 @@
 """Peak resident memory of a training step, one subject per process.
 
 Each subject runs alone in a fresh ``python -m assay_bench.rss`` process, so no other
-subject's model, allocator cache or peak is counted. The child builds the subject, reads its
-resident set (the loaded model), resets the kernel's high-water mark (``/proc/self/clear_refs``,
-Linux) and runs two optimizer steps (the first allocates AdamW's state); the peak above the
-loaded model is the high-water mark minus that resident set. Nothing here judges the numbers.
+subject's model, allocator cache or peak is counted. The child builds the subject, hands
+freed heap back to the kernel, reads its resident set (the loaded model), resets the kernel's
+high-water mark (``/proc/self/clear_refs``, Linux) and runs two optimizer steps (the first
+allocates AdamW's state); the peak above the loaded model is the high-water mark minus that
+resident set. Nothing here judges the numbers.
 
 usage: python -m assay_bench.rss SUBJECT SEQ MODEL [--assay-loss ce|chunked_ce]
 """
@@ -12,12 +13,15 @@ usage: python -m assay_bench.rss SUBJECT SEQ MODEL [--assay-loss ce|chunked_ce]
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +36,28 @@ def _status_bytes(field: str) -> int:
     return int(match.group(1)) * 1024
 
 
+def release_freed_memory() -> None:
+    """Collect garbage and hand glibc's free heap back to the kernel (a no-op elsewhere), so
+    a loader's leftovers are not counted as the loaded model nor reused unseen by the step."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+def step_peak(step: Callable[[], object], repeats: int = 2) -> tuple[int, int]:
+    """(resident bytes before, the kernel's high-water mark over ``repeats`` calls of
+    ``step``): the mark is reset at the resident set first, so earlier peaks do not count."""
+    release_freed_memory()
+    loaded = _status_bytes("VmRSS")
+    CLEAR_REFS.write_text("5")
+    for _ in range(repeats):
+        step()
+    return loaded, _status_bytes("VmHWM")
+
+
 def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") -> dict[str, Any]:
-    """In this process: the resident bytes of the loaded subject and the peak of two steps."""
+    """In this process: the resident bytes of the loaded subject and the peak of two optimizer
+    steps (the first allocates AdamW's state), at torch's default thread count."""
     import torch
 
     from assay_bench.step import train_step
@@ -43,12 +67,7 @@ def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") ->
     ids = torch.randint(
         0, subject.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0)
     )
-    gc.collect()
-    loaded = _status_bytes("VmRSS")
-    CLEAR_REFS.write_text("5")  # the high-water mark restarts at the current resident set
-    for _ in range(2):
-        train_step(subject, ids)
-    peak = _status_bytes("VmHWM")
+    loaded, peak = step_peak(lambda: train_step(subject, ids))
     return {
         "subject": name,
         "seq": seq,
@@ -78,9 +97,16 @@ def in_subprocess(
         check=False,
         env={**os.environ, **(env or {})},
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"peak-RSS child for {name} failed: {done.stderr.strip()[-400:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    try:
+        if done.returncode == 0 and lines:
+            return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        pass
+    raise RuntimeError(
+        f"peak-RSS child for {name} failed (exit {done.returncode}, last stdout line "
+        f"{lines[-1][:200] if lines else 'none'!r}): {done.stderr.strip()[-400:]}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,6 +107,6 @@ def test_top_ops_are_the_costliest_in_order_with_their_share():
     rows = [Averaged(f"op{i}", 1e4 * i, count=i) for i in range(1, 21)]
     top = top_ops(rows, wall_s=2.0, count=15)
     assert [op["name"] for op in top] == [f"op{i}" for i in range(20, 5, -1)]
-    assert top[0] == {"name": "op20", "s": pytest.approx(0.2), "fraction": pytest.approx(0.1),
-                      "calls": 20}  # fmt: skip
+    expected = {"name": "op20", "s": pytest.approx(0.2), "fraction": pytest.approx(0.1)}
+    assert top[0] == {**expected, "calls": 20}
     assert top_ops(rows[:3], wall_s=0.0)[0]["fraction"] == 0.0

@@ -32,6 +32,14 @@ def test_the_reset_high_water_mark_sees_only_later_peaks():
     assert grown >= after_reset + (60 << 20)
 
 
+def test_a_step_peak_counts_the_steps_own_allocation_only():
+    touched(192 << 20).close()  # an earlier peak, forgotten at the reset
+    loaded, peak = rss.step_peak(lambda: touched(64 << 20).close())
+    assert 60 << 20 <= peak - loaded < 128 << 20
+    loaded, peak = rss.step_peak(lambda: None)
+    assert peak - loaded < 16 << 20
+
+
 def test_a_missing_status_field_is_a_clear_error(monkeypatch, tmp_path):
     status = tmp_path / "status"
     status.write_text("Name:\tpython\n")
@@ -40,10 +48,15 @@ def test_a_missing_status_field_is_a_clear_error(monkeypatch, tmp_path):
         rss._status_bytes("VmHWM")
 
 
-def test_a_failing_child_names_the_subject(monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    ("code", "stdout", "shown"),
+    [(1, "", "exit 1"), (0, "", "exit 0"), (0, "not json\n", "'not json'")],
+)
+def test_a_failing_child_names_the_subject(monkeypatch, tmp_path, code, stdout, shown):
     def failed(argv, **kwargs):
-        return subprocess.CompletedProcess(argv, 1, "", "ValueError: unknown subject(s)")
+        return subprocess.CompletedProcess(argv, code, stdout, "ValueError: unknown subject(s)")
 
     monkeypatch.setattr(rss.subprocess, "run", failed)
-    with pytest.raises(RuntimeError, match="child for nobody failed: ValueError"):
+    with pytest.raises(RuntimeError, match="child for nobody failed") as raised:
         rss.in_subprocess("nobody", 8, tmp_path / "model.gguf")
+    assert shown in str(raised.value) and "ValueError" in str(raised.value)

@@ -146,3 +146,10 @@ def test_streaming_that_keeps_activations_has_resident_activations_and_streamed_
     assert keeping.terms["weights"] == recomputing.terms["weights"]
     assert keeping.terms["activations"] == resident.terms["activations"]
     assert keeping.terms["activations"] > recomputing.terms["activations"]
+
+
+def test_the_predictor_blocks_logsumexp_as_chunked_ce_does():
+    from assay.memory import predict
+    from assay.train import losses
+
+    assert predict.LSE_ROWS == losses.LSE_ROWS

@@ -38,28 +38,39 @@ def test_only_one_input_needs_a_gradient():
     assert torch.equal(grad_gate, want)
 
 
-def saved_activation_bytes(mlp: MLP, x: torch.Tensor) -> int:
-    """Bytes autograd keeps for the MLP's backward, parameters left out."""
-    params = {p.untyped_storage().data_ptr() for p in mlp.parameters()}
+def saved_bytes(run, exclude: tuple[torch.Tensor, ...] = ()) -> int:
+    """Bytes autograd keeps for the backward of ``run()``, ``exclude``'s storages left out."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
+        if storage.data_ptr() not in skip:
             seen[storage.data_ptr()] = storage.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        mlp(x)
+        run()
     return sum(seen.values())
 
 
-def test_a_layer_keeps_two_ffn_wide_tensors(monkeypatch):
+def test_an_mlp_layer_keeps_two_ffn_wide_tensors(monkeypatch):
     mlp = MLP(SimpleNamespace(hidden_size=32, intermediate_size=96)).requires_grad_(False)
-    tokens = 10
-    x = torch.randn(1, tokens, 32, requires_grad=True)
-    wide = tokens * 96 * 4
-    assert saved_activation_bytes(mlp, x) == 2 * wide
+    x = torch.randn(1, 10, 32, requires_grad=True)
+    wide = 10 * 96 * 4
+    params = tuple(mlp.parameters())
+    assert saved_bytes(lambda: mlp(x), params) == 2 * wide
     # control: autograd's own silu(gate) * up keeps silu's output as well
     monkeypatch.setattr(_SiluMul, "apply", lambda g, u: F.silu(g) * u)
-    assert saved_activation_bytes(mlp, x) == 3 * wide
+    assert saved_bytes(lambda: mlp(x), params) == 3 * wide
+
+
+@pytest.mark.parametrize(
+    ("gate_grad", "up_grad", "kept"),
+    [(True, True, 2), (True, False, 2), (False, True, 1), (False, False, 0)],
+)
+def test_only_what_the_wanted_gradients_need_is_kept(gate_grad, up_grad, kept):
+    gate = torch.randn(10, 96, requires_grad=gate_grad)
+    up = torch.randn(10, 96, requires_grad=up_grad)
+    # up's gradient needs silu(gate), recomputed from gate; gate's needs gate and up
+    assert saved_bytes(lambda: _SiluMul.apply(gate, up)) == kept * gate.nbytes

@@ -252,15 +252,14 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
         saved += norm  # post-attention norm of the residual
     if targets & {"gate_proj", "up_proj"} and keeps_input:
         saved += e * h
-    if mlp_grad:
-        saved += 2 * e * f  # gate and up outputs (decoder._SiluMul recomputes silu)
+    # decoder._SiluMul keeps gate's output (silu is recomputed) and, for gate's gradient, up's
+    saved += e * f * (int(mlp_grad) + int(residual_grad or "gate_proj" in targets))
     if "down_proj" in targets and keeps_input:
         saved += e * f
     if not full:
         saved += 4 * plan.rank * len(targets)  # each adapter's A x
     if entry.magnitude:
-        # the magnitude's gradient keeps both terms it rescales: the base output and the
-        # LoRA output, each as wide as the projection's output
+        # the magnitude's gradient keeps both terms it rescales (base and LoRA outputs)
         shapes = _projections(d)
         saved += 2 * e * sum(shapes[t][0] for t in targets)
     return saved
@@ -291,14 +290,14 @@ def _loss_terms(plan: Plan, tokens: int) -> tuple[float, float, float]:
     v, h = d.vocab_size, d.hidden_size
     if plan.loss == "chunked_ce":
         c = min(plan.chunk_size, tokens)
-        lse = min(c, LSE_ROWS) * v  # logsumexp's workspace, LSE_ROWS rows at a time
-        chunk = 4 * (c * v + lse + tokens * h + 2 * c * h)  # logits/probs, grad_h, chunk rows
+        lse = 4 * min(c, LSE_ROWS) * v  # logsumexp's workspace, LSE_ROWS rows at a time
+        chunk = 4 * (c * v + tokens * h + 2 * c * h)  # logits/probs, grad_h, chunk rows
         if not method(plan.method).trains_base:
             # Frozen head: grad_h is formed in the forward (the hidden states themselves are
             # the head input kept above); grad_h and its scaled copy meet in the backward.
-            return tokens * (8 + 8), chunk, 8 * tokens * h
+            return tokens * (8 + 8), chunk + lse, 8 * tokens * h
         saved = tokens * (4 * h + 8 + 4 + 8)  # hidden, scored index, logsumexp, labels
-        forward = 4 * (c * v + lse)  # a chunk's logits and logsumexp's workspace
+        forward = 4 * c * v + lse  # a chunk's logits and logsumexp's workspace
         return saved, forward, chunk
     saved = tokens * (4 * v + 8 + 4 + 8)  # log_softmax output, targets, per-token loss
     return saved, 4 * tokens * v, 4 * 2 * tokens * v  # logits; nll grad + softmax grad
@@ -355,9 +354,9 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
     loss_saved, loss_fwd, loss_bwd = _loss_terms(plan, tokens)
     flow = e * tokens * h  # the gradient arriving at the last layer
     tile = _tile_workspace(plan)
-    # MLP backward: the down projection's input gradient beside a dequantized tile; then the
-    # gradients of the silu output and the up output (a down adapter's input gradient is
-    # accumulated into the first in place, and its saved input is gone by then).
+    # MLP backward: the down projection's input gradient beside a dequantized tile; then it,
+    # grad * up and gate's gradient, then up's gradient in the recomputed silu (_SiluMul; a
+    # down adapter's input gradient is accumulated into the first in place).
     down = entry.trains_base or "down_proj" in plan.targets
     layer_ws = max(e * tokens * f + tile, e * tokens * f * (2 if down else 3))
     phases = {

@@ -121,8 +121,9 @@ class Attention(nn.Module):
 
 
 class _SiluMul(torch.autograd.Function):
-    """silu(gate) * up, saving only its two inputs: silu is recomputed in backward, so a layer
-    keeps two FFN-wide tensors instead of autograd's three (silu's input and output, up).
+    """silu(gate) * up, saving only its inputs: silu is recomputed in backward, so a layer
+    keeps two FFN-wide tensors instead of autograd's three (silu's input and output, up), and
+    one (gate) when only up needs a gradient.
 
     Guarantees: the output and both gradients equal those of ``F.silu(gate) * up`` bit for bit
     (the same aten ops on the same operands; IEEE products commute), and backward holds no
@@ -132,7 +133,8 @@ class _SiluMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(gate, up)
+        # up is needed only for gate's gradient; gate for either (silu is recomputed from it)
+        ctx.save_for_backward(gate, up if ctx.needs_input_grad[0] else None)
         return F.silu(gate) * up
 
     @staticmethod

@@ -60,14 +60,20 @@ def cross_entropy(
 
 
 def row_logsumexp(logits: Tensor) -> Tensor:
-    """``torch.logsumexp(logits, dim=-1)`` of a [rows, V] tensor, bit for bit (each row is its
-    own reduction), taken LSE_ROWS rows at a time so its workspace is LSE_ROWS x V, not a second
-    copy of the chunk's logits."""
-    if logits.shape[0] <= LSE_ROWS:
+    """``torch.logsumexp(logits, dim=-1)`` of a [rows, V] tensor, bit for bit, taken LSE_ROWS
+    rows at a time so its workspace is LSE_ROWS x V, not a second copy of the chunk's logits.
+
+    Every call covers at least two rows: a one-row reduction over a long row may be split
+    across threads and summed in another order, so a lone last row is recomputed beside the
+    row before it.
+    """
+    rows = logits.shape[0]
+    if rows <= LSE_ROWS:
         return torch.logsumexp(logits, dim=-1)
-    out = logits.new_empty(logits.shape[0])
-    for start in range(0, logits.shape[0], LSE_ROWS):
-        out[start : start + LSE_ROWS] = torch.logsumexp(logits[start : start + LSE_ROWS], dim=-1)
+    out = logits.new_empty(rows)
+    for start in range(0, rows, LSE_ROWS):
+        first = min(start, rows - 2)
+        out[first : start + LSE_ROWS] = torch.logsumexp(logits[first : start + LSE_ROWS], dim=-1)
     return out
 
 
