@@ -18,22 +18,13 @@ import ctypes
 import gc
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-STATUS = Path("/proc/self/status")
-CLEAR_REFS = Path("/proc/self/clear_refs")
-
-
-def _status_bytes(field: str) -> int:
-    match = re.search(rf"^{field}:\s+(\d+) kB$", STATUS.read_text(), re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"{STATUS}: no {field} line; peak RSS needs Linux's /proc")
-    return int(match.group(1)) * 1024
+from assay.memory.measure import process_peak, status_kib
 
 
 def release_freed_memory() -> None:
@@ -45,14 +36,13 @@ def release_freed_memory() -> None:
 
 
 def step_peak(step: Callable[[], object], repeats: int = 2) -> tuple[int, int]:
-    """(resident bytes before, the kernel's high-water mark over ``repeats`` calls of
-    ``step``): the mark is reset at the resident set first, so earlier peaks do not count."""
+    """(resident bytes before, the high-water mark's growth over ``repeats`` calls of
+    ``step``): the mark is reset at the resident set first (assay.memory.measure.process_peak),
+    so earlier peaks do not count."""
     release_freed_memory()
-    loaded = _status_bytes("VmRSS")
-    CLEAR_REFS.write_text("5")
-    for _ in range(repeats):
-        step()
-    return loaded, _status_bytes("VmHWM")
+    loaded = status_kib("VmRSS") * 1024
+    _, peak = process_peak(lambda: [step() for _ in range(repeats)])
+    return loaded, peak.peak_bytes
 
 
 def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") -> dict[str, Any]:
@@ -67,14 +57,14 @@ def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") ->
     ids = torch.randint(
         0, subject.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0)
     )
-    loaded, peak = step_peak(lambda: train_step(subject, ids))
+    loaded, step = step_peak(lambda: train_step(subject, ids))
     return {
         "subject": name,
         "seq": seq,
         "loss": subject.loss,
         "loaded_bytes": loaded,
-        "peak_bytes": peak,
-        "step_peak_bytes": peak - loaded,
+        "peak_bytes": loaded + step,
+        "step_peak_bytes": step,
     }
 
 

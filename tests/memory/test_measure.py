@@ -32,6 +32,16 @@ def test_process_peak_grows_with_a_large_allocation():
     assert peak.peak_bytes >= 48 * 2**20
 
 
+def test_a_missing_status_field_is_a_clear_error(monkeypatch, tmp_path):
+    import assay.memory.measure as measure
+
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\n")
+    monkeypatch.setattr(measure, "PROC_STATUS", status)
+    with pytest.raises(OSError, match="has no VmHWM"):
+        measure.status_kib("VmHWM")
+
+
 def test_storage_bytes_counts_shared_storage_once():
     base = torch.zeros(1000)
     assert storage_bytes([base, base[10:], base.view(10, 100)]) == 4000

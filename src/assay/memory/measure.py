@@ -56,11 +56,16 @@ def tensor_peak(fn: Callable[[], Any]) -> tuple[Any, Peak]:
     return result, Peak("cpu-tensor", found.peak_bytes, found.net_bytes, detail)
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+PROC_STATUS = Path("/proc/self/status")
+
+
+def status_kib(field: str) -> int:
+    """A kB field of this process's status (``VmRSS``, ``VmHWM``); OSError naming it if absent
+    (process peaks need Linux's /proc)."""
+    for line in PROC_STATUS.read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
-    raise OSError(f"/proc/self/status has no {field}")
+    raise OSError(f"{PROC_STATUS} has no {field}")
 
 
 def process_peak(fn: Callable[[], Any]) -> tuple[Any, Peak]:
@@ -70,9 +75,9 @@ def process_peak(fn: Callable[[], Any]) -> tuple[Any, Peak]:
     allocator then reuses memory it holds, and the number is growth beyond that.
     """
     Path("/proc/self/clear_refs").write_text("5")
-    baseline = _status_kib("VmRSS")
+    baseline = status_kib("VmRSS")
     result = fn()
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     return result, Peak("cpu-process", (peak - baseline) * 1024, None, "VmHWM - VmRSS")
 
 
