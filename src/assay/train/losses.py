@@ -7,12 +7,12 @@ scored positions. Logits are computed in fp32 whatever the input dtype. ``reduct
 A batch with no scored token is a ValueError rather than a silent NaN.
 
 ``chunked_cross_entropy`` never holds more than ``chunk_size x V`` logits (and ``LSE_ROWS x V``
-of logsumexp workspace). With a frozen head (every adapter method) the forward forms each
-chunk's ``softmax - onehot`` right after its loss and accumulates the hidden-state gradient
-then (the fused linear cross-entropy idea): the head runs twice per step, as in plain CE, and
-never once more. When the head weight trains, forward keeps only each token's logsumexp and
-backward recomputes each chunk's logits (the Cut Cross-Entropy idea), so no ``V x H`` gradient
-waits between forward and backward.
+of logsumexp workspace). With a frozen head
+(every adapter method) the forward forms each chunk's ``softmax - onehot`` right after its loss
+and accumulates the hidden-state gradient then (the fused linear cross-entropy idea): the head
+runs twice per step, as in plain CE, and never once more. When the head weight trains, forward
+keeps only each token's logsumexp and backward recomputes each chunk's logits (the Cut
+Cross-Entropy idea), so no ``V x H`` gradient waits between forward and backward.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ Conventions:
 - ``token_logps`` gives, for every scored position, ``log p(labels[b, t] | prefix)`` in fp32,
   and 0 elsewhere. Labels are pre-shifted (see :mod:`assay.train.data`). It never holds more
   than ``chunk_size x vocab`` logits (and chunked CE's ``LSE_ROWS x vocab`` logsumexp
-  workspace): forward keeps each scored token's logsumexp, backward recomputes each chunk's
-  logits (the chunked-CE idea, for a per-token upstream gradient).
+  workspace): forward keeps each scored token's logsumexp, backward
+  recomputes each chunk's logits (the chunked-CE idea, for a per-token upstream gradient).
 - Sequence log-probs are summed over the completion tokens for DPO and KTO and length-averaged
   for IPO, ORPO and SimPO (:data:`AVERAGED`).
 - Every loss function returns per-example losses ``[B]``; the objective takes their mean.
