@@ -31,6 +31,8 @@ from assay_testing.real_model import smollm2_path
 from throughput_support import (
     SEQ,
     amdahl_note,
+    ceiling_reach_note,
+    decode_free_note,
     flop_check_note,
     peak_rss_note,
     peak_rss_rows,
@@ -237,6 +239,7 @@ def test_resident_against_peft(gate, bench, tmp_path):
     gate.note(top_ops_note(result, "assay"))
     gate.note(top_ops_note(result, "peft"))
     gate.note(amdahl_note(result, "peft", OVER_PEFT))
+    gate.note(ceiling_reach_note(result, "peft", CEILING_FRACTION))
     gate.note(flop_check_note(result, "assay"))
     gate.note(flop_check_note(result, "peft"))
 
@@ -265,6 +268,7 @@ def test_nf4_against_bitsandbytes(gate, bench):
     gate.note(profile_note(result, "assay-nf4"))
     gate.note(profile_note(result, "bnb-nf4"))
     gate.note(amdahl_note(result, "bnb-nf4", NF4_OVER_BNB))
+    gate.note(decode_free_note(result, NF4_OVER_BNB))
 
 
 def test_peak_memory_against_peft(gate):

@@ -260,7 +260,8 @@ def format_table(result: dict[str, Any]) -> str:
     for name, r in rss.items():
         lines.append(
             f"peak RSS {name} (seq {r['seq']}): {r['step_peak_bytes'] / 2**20:.0f} MiB above the "
-            f"loaded model ({r['loaded_bytes'] / 2**20:.0f} MiB)"
+            f"loaded model ({r['loaded_bytes'] / 2**20:.0f} MiB); tensors alone "
+            f"{r['tensor_step_peak_bytes'] / 2**20:.0f} MiB"
         )
     if "assay" in rss and "peft" in rss:
         op, value = TARGETS["peak_rss_over_peft"]

@@ -5,7 +5,9 @@ subject's model, allocator cache or peak is counted. The child builds the subjec
 freed heap back to the kernel, reads its resident set (the loaded model), resets the kernel's
 high-water mark (``/proc/self/clear_refs``, Linux) and runs two optimizer steps (the first
 allocates AdamW's state); the peak above the loaded model is the high-water mark minus that
-resident set. Nothing here judges the numbers.
+resident set. A third step, after those, is measured at the tensor level (the profiler's
+allocation events, allocator excluded), so a reader can tell tensors from freed heap that the
+allocator keeps. Nothing here judges the numbers.
 
 usage: python -m assay_bench.rss SUBJECT SEQ MODEL [--assay-loss ce|chunked_ce]
 """
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assay.memory.measure import process_peak, status_kib
+from assay.memory.measure import process_peak, status_kib, tensor_peak
 
 
 def release_freed_memory() -> None:
@@ -46,8 +48,9 @@ def step_peak(step: Callable[[], object], repeats: int = 2) -> tuple[int, int]:
 
 
 def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") -> dict[str, Any]:
-    """In this process: the resident bytes of the loaded subject and the peak of two optimizer
-    steps (the first allocates AdamW's state), at torch's default thread count."""
+    """In this process: the resident bytes of the loaded subject, the peak of two optimizer
+    steps (the first allocates AdamW's state) and then the tensor-level peak of a third, at
+    torch's default thread count."""
     import torch
 
     from assay_bench.step import train_step
@@ -58,6 +61,7 @@ def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") ->
         0, subject.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0)
     )
     loaded, step = step_peak(lambda: train_step(subject, ids))
+    _, tensors = tensor_peak(lambda: train_step(subject, ids))
     return {
         "subject": name,
         "seq": seq,
@@ -65,6 +69,7 @@ def measure(name: str, seq: int, model: Path, assay_loss: str = "chunked_ce") ->
         "loaded_bytes": loaded,
         "peak_bytes": loaded + step,
         "step_peak_bytes": step,
+        "tensor_step_peak_bytes": tensors.peak_bytes,
     }
 
 

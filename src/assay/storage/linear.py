@@ -11,11 +11,33 @@ backward decodes each tile again.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 DEFAULT_TILE_BYTES = 4 << 20
+# A decoded tile is a few MiB that lives for one GEMM. Allocated fresh each time, glibc hands
+# back pages it has just returned to the kernel, and faulting them in costs more than the
+# decode; one buffer per thread, reused, keeps those pages resident.
+_SCRATCH = threading.local()
+
+
+def _scratch(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous CPU tensor of shape ``(rows, cols)`` and ``dtype``, uninitialised.
+
+    Guarantees: it is a view of this thread's buffer for ``dtype``, so the next call on this
+    thread with the same dtype may overwrite it; use it before then. The buffer grows to the
+    largest request seen and is kept for the thread's life (at most one tile per dtype).
+    """
+    buffers: dict[torch.dtype, torch.Tensor] = _SCRATCH.__dict__.setdefault("buffers", {})
+    need = rows * cols
+    buffer = buffers.get(dtype)
+    if buffer is None or buffer.numel() < need:
+        buffer = torch.empty(need, dtype=dtype)
+        buffers[dtype] = buffer
+    return buffer[:need].view(rows, cols)
 
 
 def tile_rows_for(store: nn.Module, tile_bytes: int) -> int:
@@ -26,6 +48,18 @@ def tile_rows_for(store: nn.Module, tile_bytes: int) -> int:
     return min(max(fit // align, 1) * align, rows)
 
 
+def _tile(store: nn.Module, start: int, stop: int, dtype: torch.dtype, tensors) -> torch.Tensor:
+    """Rows [start, stop) of the store's weight in ``dtype``, valid until the next tile.
+
+    A packed store on CPU decodes into this thread's scratch (``_scratch``), so the tile
+    must be consumed before the next one is decoded, as every caller below does.
+    """
+    if store.assay_packed and tensors[0].device.type == "cpu":
+        out = _scratch(stop - start, store.shape[1], dtype)
+        return store.rows(start, stop, dtype, tensors, out=out)
+    return store.rows(start, stop, dtype, tensors)
+
+
 class _TiledMatmul(torch.autograd.Function):
     """y = x W^T + b with W decoded tile by tile; the gradient flows to x only."""
 
@@ -34,13 +68,14 @@ class _TiledMatmul(torch.autograd.Function):
         rows = store.shape[0]
         bias = bias.to(x.dtype) if bias is not None else None
         if tile >= rows:
-            out = F.linear(x, store.rows(0, rows, x.dtype, tensors), bias)
+            out = F.linear(x, _tile(store, 0, rows, x.dtype, tensors), bias)
         else:
             out = x.new_empty(*x.shape[:-1], rows)
             for start in range(0, rows, tile):
                 stop = min(start + tile, rows)
                 part = bias[start:stop] if bias is not None else None
-                out[..., start:stop] = F.linear(x, store.rows(start, stop, x.dtype, tensors), part)
+                weight = _tile(store, start, stop, x.dtype, tensors)
+                out[..., start:stop] = F.linear(x, weight, part)
         ctx.save_for_backward(*tensors)
         ctx.store, ctx.tile, ctx.dtype = store, tile, x.dtype
         return out
@@ -54,13 +89,13 @@ class _TiledMatmul(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_out = grad_out.to(ctx.dtype)
             if tile >= rows:
-                grad_x = grad_out @ store.rows(0, rows, ctx.dtype, tensors)
+                grad_x = grad_out @ _tile(store, 0, rows, ctx.dtype, tensors)
             else:
                 flat = grad_out.reshape(-1, rows)
                 grad_x = flat.new_zeros(flat.shape[0], cols)
                 for start in range(0, rows, tile):
                     stop = min(start + tile, rows)
-                    weight = store.rows(start, stop, ctx.dtype, tensors)
+                    weight = _tile(store, start, stop, ctx.dtype, tensors)
                     grad_x.addmm_(flat[:, start:stop], weight)
                 grad_x = grad_x.reshape(*grad_out.shape[:-1], cols)
         return (grad_x, None, None, None, *([None] * len(tensors)))

@@ -7,6 +7,7 @@ caller never needs the whole dense matrix at once.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 
@@ -35,6 +36,67 @@ def _nested_code(code: torch.Tensor) -> torch.Tensor:
 
 
 _SHARED_CODES: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+# ``bitsandbytes.functional.dequantize_4bit`` takes ``out=``, but its CPU backend registers no
+# kernel for that variant, so every CPU decode allocates. That CPU kernel is one call into the
+# native library, ``cdequantize_blockwise_cpu_nf4_<dtype>(packed, absmax, out, blocksize,
+# rows, cols)``; calling the same symbol with our own ``out`` gives the same bytes without the
+# fresh allocation (whose page faults cost more than the decode).
+_NATIVE_DECODERS = {
+    torch.float32: "cdequantize_blockwise_cpu_nf4_fp32",
+    torch.bfloat16: "cdequantize_blockwise_cpu_nf4_bf16",
+    torch.float16: "cdequantize_blockwise_cpu_nf4_fp16",
+}
+
+
+def _native_kernel(dtype: torch.dtype):
+    """The native CPU decode for ``dtype``, or None when bitsandbytes would not call it."""
+    try:
+        from bitsandbytes.cextension import ErrorHandlerMockBNBNativeLibrary, lib
+    except ImportError:
+        return None
+    name = _NATIVE_DECODERS.get(dtype)
+    if name is None or isinstance(lib, ErrorHandlerMockBNBNativeLibrary):
+        return None
+    return getattr(lib, name, None)
+
+
+def decode_into(
+    packed: torch.Tensor, absmax: torch.Tensor, blocksize: int, out: torch.Tensor
+) -> bool:
+    """Write the NF4 decode of ``packed`` (uint8, two codes per byte, row-major over ``out``)
+    with fp32 block scales ``absmax`` into ``out``; True if done.
+
+    Guarantees: when True, ``out`` holds exactly the bytes ``dequantize_4bit`` returns for the
+    same operands on this CPU (the same native kernel on the same inputs); when False, ``out``
+    is untouched and nothing was called.
+    """
+    kernel = _native_kernel(out.dtype)
+    if kernel is None or out.device.type != "cpu" or out.dim() != 2 or not out.is_contiguous():
+        return False
+    rows, cols = out.shape
+    # bitsandbytes' CPU kernel itself falls back to plain torch for odd widths and huge blocks
+    if cols % 2 or blocksize >= 2048:
+        return False
+    blocks = -(-rows * cols // blocksize)
+    if (
+        packed.dtype != torch.uint8
+        or not packed.is_contiguous()
+        or packed.numel() != rows * cols // 2
+        or absmax.dtype != torch.float32
+        or not absmax.is_contiguous()
+        or absmax.numel() < blocks
+    ):
+        return False
+    kernel(
+        ctypes.c_void_p(packed.data_ptr()),
+        ctypes.c_void_p(absmax.data_ptr()),
+        ctypes.c_void_p(out.data_ptr()),
+        ctypes.c_longlong(blocksize),
+        ctypes.c_longlong(rows),
+        ctypes.c_longlong(cols),
+    )
+    return True
 
 
 class NF4Weight(nn.Module):
@@ -96,8 +158,16 @@ class NF4Weight(nn.Module):
         return scales[start : start + stop - first]
 
     def _decode(
-        self, packed: torch.Tensor, scales: torch.Tensor, shape: tuple[int, int], dtype, code
+        self,
+        packed: torch.Tensor,
+        scales: torch.Tensor,
+        shape: tuple[int, int],
+        dtype,
+        code,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if out is not None and decode_into(packed, scales.float(), BLOCKSIZE, out):
+            return out
         state = bnbf.QuantState(
             absmax=scales.float(),
             shape=torch.Size(shape),
@@ -106,7 +176,8 @@ class NF4Weight(nn.Module):
             quant_type="nf4",
             dtype=dtype,
         )
-        return bnbf.dequantize_4bit(packed, state).reshape(shape).to(dtype)
+        dense = bnbf.dequantize_4bit(packed, state).reshape(shape).to(dtype)
+        return dense if out is None else out.copy_(dense)
 
     def rows(
         self,
@@ -114,17 +185,20 @@ class NF4Weight(nn.Module):
         stop: int,
         dtype: torch.dtype,
         tensors: tuple[torch.Tensor, ...] | None = None,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Dense rows [start, stop) in ``dtype``; ``start`` must be a multiple of ``row_align``.
 
         ``tensors`` (from ``storage_tensors``) lets a backward pass decode from what it saved.
+        ``out`` (contiguous, ``(stop - start, cols)``, ``dtype``) receives the rows and is
+        returned; the values are the same either way.
         """
         tensors = tensors if tensors is not None else self.storage_tensors()
         cols = self.shape[1]
         e0, e1 = start * cols, stop * cols
         scales = self._scales(tensors, e0 // BLOCKSIZE, -(-e1 // BLOCKSIZE))
         packed = tensors[0][e0 // 2 : -(-e1 // 2)]
-        return self._decode(packed, scales, (stop - start, cols), dtype, tensors[2])
+        return self._decode(packed, scales, (stop - start, cols), dtype, tensors[2], out)
 
     def gather(self, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Dense rows ``weight[index]`` (shape ``index.shape + (cols,)``), decoding each once."""

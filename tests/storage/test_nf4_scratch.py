@@ -1,0 +1,110 @@
+"""NF4 tiles decode into a reused per-thread buffer through bitsandbytes' own native kernel:
+the same bytes as ``dequantize_4bit``, and no fresh tile-sized allocation per GEMM."""
+
+from __future__ import annotations
+
+import threading
+
+import bitsandbytes.functional as bnbf
+import pytest
+import torch
+import torch.nn.functional as F
+
+import assay.storage.linear as linear_module
+from assay.storage import FrozenLinear, NF4Weight
+from assay.storage.nf4 import BLOCKSIZE, decode_into
+from assay.train.peak import measure_peak
+
+
+def _public_decode(packed: torch.Tensor, absmax: torch.Tensor, shape, dtype) -> torch.Tensor:
+    state = bnbf.QuantState(
+        absmax=absmax, shape=torch.Size(shape), blocksize=BLOCKSIZE, quant_type="nf4", dtype=dtype
+    )
+    return bnbf.dequantize_4bit(packed, state).reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1536, 576), (576, 1536), (7, 192), (96, 70)])
+def test_native_decode_is_bitsandbytes_bytes_and_is_taken(shape, dtype):
+    torch.manual_seed(0)
+    packed, state = bnbf.quantize_4bit(torch.randn(*shape), blocksize=BLOCKSIZE, quant_type="nf4")
+    packed = packed.reshape(-1)
+    out = torch.full(shape, float("nan"), dtype=dtype)
+    # the fast path must be live on this install, or the speed it buys is silently gone
+    assert decode_into(packed, state.absmax, BLOCKSIZE, out)
+    assert torch.equal(out, _public_decode(packed, state.absmax, shape, dtype))
+
+
+def test_native_decode_declines_and_leaves_out_untouched():
+    torch.manual_seed(1)
+    packed, state = bnbf.quantize_4bit(torch.randn(8, 128), blocksize=BLOCKSIZE, quant_type="nf4")
+    packed = packed.reshape(-1)
+    cases = {
+        "odd width": (packed[: 8 * 127 // 2], torch.empty(8, 127)),
+        "short packed": (packed[:-1], torch.empty(8, 128)),
+        "strided out": (packed, torch.empty(128, 8).t()),
+        "integer out": (packed, torch.empty(8, 128, dtype=torch.int32)),
+    }
+    for name, (codes, out) in cases.items():
+        before = out.clone()
+        assert not decode_into(codes, state.absmax, BLOCKSIZE, out), name
+        assert torch.equal(out, before), name
+    assert not decode_into(packed, state.absmax[:-1], BLOCKSIZE, torch.empty(8, 128))
+
+
+def _fresh_tile(store, start, stop, dtype, tensors):
+    """The decode before the scratch buffer: a new tensor per tile."""
+    return store.rows(start, stop, dtype, tensors)
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["scratch", "control-fresh-tiles"])
+def test_a_warm_step_allocates_no_tile(monkeypatch, fresh):
+    if fresh:
+        monkeypatch.setattr(linear_module, "_tile", _fresh_tile)
+    torch.manual_seed(2)
+    frozen = FrozenLinear(NF4Weight(torch.randn(1536, 576), double_quant=True))
+    x = torch.randn(4, 576, requires_grad=True)
+
+    def step():
+        frozen(x).sum().backward()
+
+    step()  # the first decode sizes this thread's buffer
+    _, found = measure_peak(step)
+    tile = 1536 * 576 * 4
+    if fresh:
+        assert found.peak_bytes >= tile
+    else:
+        assert found.peak_bytes < tile // 8
+
+
+def test_outputs_never_alias_the_buffer():
+    torch.manual_seed(3)
+    first = FrozenLinear(NF4Weight(torch.randn(256, 128), double_quant=False))
+    second = FrozenLinear(NF4Weight(torch.randn(256, 128), double_quant=True))
+    x = torch.randn(3, 128)
+    y1, y2 = first(x), second(x)  # the second decode overwrites the buffer the first used
+    assert torch.equal(y1, F.linear(x, first.dequantized_weight()))
+    assert torch.equal(y2, F.linear(x, second.dequantized_weight()))
+
+
+def test_each_thread_decodes_into_its_own_buffer():
+    torch.manual_seed(4)
+    frozen = [FrozenLinear(NF4Weight(torch.randn(512, 256), double_quant=True)) for _ in range(2)]
+    x = torch.randn(8, 256)
+    expected = [F.linear(x, f.dequantized_weight()) for f in frozen]
+    barrier = threading.Barrier(2)
+    failures: list[str] = []
+
+    def work(i: int) -> None:
+        barrier.wait()
+        for _ in range(50):
+            if not torch.equal(frozen[i](x), expected[i]):
+                failures.append(f"thread {i}")
+                return
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
