@@ -44,12 +44,16 @@ def test_native_decode_declines_and_leaves_out_untouched():
         "short packed": (packed[:-1], torch.empty(8, 128)),
         "strided out": (packed, torch.empty(128, 8).t()),
         "integer out": (packed, torch.empty(8, 128, dtype=torch.int32)),
+        "strided packed": (torch.stack((packed, packed), 1)[:, 0], torch.empty(8, 128)),
     }
     for name, (codes, out) in cases.items():
         before = out.clone()
         assert not decode_into(codes, state.absmax, BLOCKSIZE, out), name
         assert torch.equal(out, before), name
-    assert not decode_into(packed, state.absmax[:-1], BLOCKSIZE, torch.empty(8, 128))
+    out = torch.empty(8, 128)
+    assert not decode_into(packed, state.absmax[:-1], BLOCKSIZE, out)
+    assert not decode_into(packed, state.absmax.double(), BLOCKSIZE, out)
+    assert not decode_into(packed, state.absmax, 2048, out)
 
 
 def _fresh_tile(store, start, stop, dtype, tensors):
@@ -77,14 +81,16 @@ def test_a_warm_step_allocates_no_tile(monkeypatch, fresh):
         assert found.peak_bytes < tile // 8
 
 
-def test_outputs_never_alias_the_buffer():
+def test_interleaved_layers_keep_their_own_gradients():
     torch.manual_seed(3)
     first = FrozenLinear(NF4Weight(torch.randn(256, 128), double_quant=False))
     second = FrozenLinear(NF4Weight(torch.randn(256, 128), double_quant=True))
-    x = torch.randn(3, 128)
+    x = torch.randn(3, 128, requires_grad=True)
     y1, y2 = first(x), second(x)  # the second decode overwrites the buffer the first used
-    assert torch.equal(y1, F.linear(x, first.dequantized_weight()))
-    assert torch.equal(y2, F.linear(x, second.dequantized_weight()))
+    y1.sum().backward()  # and the first layer's backward decodes into it again
+    assert torch.equal(y1, F.linear(x.detach(), first.dequantized_weight()))
+    assert torch.equal(y2, F.linear(x.detach(), second.dequantized_weight()))
+    assert torch.equal(x.grad, torch.ones(3, 256) @ first.dequantized_weight())
 
 
 def test_each_thread_decodes_into_its_own_buffer():
@@ -108,3 +114,30 @@ def test_each_thread_decodes_into_its_own_buffer():
     for t in threads:
         t.join()
     assert failures == []
+
+
+def _always_scratch(store, start, stop, dtype, tensors):
+    """The scratch path even in grad mode (what create_graph must not get)."""
+    out = linear_module._scratch(stop - start, store.shape[1], dtype)
+    return store.rows(start, stop, dtype, tensors, out=out)
+
+
+@pytest.mark.parametrize("tile", ["guarded", "control-scratch-in-grad-mode"])
+def test_second_order_gradients_survive_later_decodes(monkeypatch, tile):
+    if tile != "guarded":
+        monkeypatch.setattr(linear_module, "_tile", _always_scratch)
+    torch.manual_seed(5)
+    first = FrozenLinear(NF4Weight(torch.randn(192, 128), double_quant=True))
+    other = FrozenLinear(NF4Weight(torch.randn(192, 128), double_quant=True))
+    x = torch.randn(4, 128, requires_grad=True)
+    (grad,) = torch.autograd.grad(first(x).pow(2).sum(), x, create_graph=True)
+    other(x.detach())  # decodes another weight before the second-order pass
+    grad.pow(2).sum().backward()
+    weight = first.dequantized_weight()
+    reference = x.detach().clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(
+        F.linear(reference, weight).pow(2).sum(), reference, create_graph=True
+    )
+    expected.pow(2).sum().backward()
+    close = torch.allclose(x.grad, reference.grad, rtol=1e-4, atol=1e-3)
+    assert close if tile == "guarded" else not close

@@ -52,9 +52,11 @@ def _tile(store: nn.Module, start: int, stop: int, dtype: torch.dtype, tensors) 
     """Rows [start, stop) of the store's weight in ``dtype``, valid until the next tile.
 
     A packed store on CPU decodes into this thread's scratch (``_scratch``), so the tile
-    must be consumed before the next one is decoded, as every caller below does.
+    must be consumed before the next one is decoded, as every caller below does. Not while
+    grad mode is on: a backward run with ``create_graph`` would keep the tile in the graph
+    for the second-order pass, and later decodes would overwrite it unseen.
     """
-    if store.assay_packed and tensors[0].device.type == "cpu":
+    if store.assay_packed and tensors[0].device.type == "cpu" and not torch.is_grad_enabled():
         out = _scratch(stop - start, store.shape[1], dtype)
         return store.rows(start, stop, dtype, tensors, out=out)
     return store.rows(start, stop, dtype, tensors)

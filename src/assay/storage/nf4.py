@@ -58,7 +58,8 @@ def _native_kernel(dtype: torch.dtype):
     name = _NATIVE_DECODERS.get(dtype)
     if name is None or isinstance(lib, ErrorHandlerMockBNBNativeLibrary):
         return None
-    return getattr(lib, name, None)
+    # the wrapper hands out a raising stub for a missing symbol; ask the loaded library itself
+    return getattr(getattr(lib, "_lib", None), name, None)
 
 
 def decode_into(
@@ -97,6 +98,24 @@ def decode_into(
         ctypes.c_longlong(cols),
     )
     return True
+
+
+def _decode_flat_blocks(
+    packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor, shape: tuple[int, int]
+) -> torch.Tensor:
+    """fp32 ``code[nibble] * absmax[block]`` over flat blocks of BLOCKSIZE elements, high
+    nibble first: how ``quantize_4bit`` wrote them, whatever the row width.
+
+    Why not ``dequantize_4bit``: bitsandbytes' native CPU decoder (0.50, AVX512) reads each
+    row's scales at ``row * (cols // 64)``, right only when a row is whole blocks; for widths
+    such as 32, 48 or 80 it returns wrong weights. This is its own pure-torch decode (the one
+    it uses for odd widths): one fp32 product per element, so equal wherever both are right.
+    """
+    n = shape[0] * shape[1]
+    nibbles = torch.stack((packed >> 4, packed & 0xF), dim=-1).reshape(-1)[:n]
+    values = code[nibbles.long()]
+    block = torch.arange(n, device=packed.device) // BLOCKSIZE
+    return (values * absmax[block]).reshape(shape)
 
 
 class NF4Weight(nn.Module):
@@ -166,6 +185,9 @@ class NF4Weight(nn.Module):
         code,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if shape[1] % BLOCKSIZE and packed.device.type == "cpu":
+            dense = _decode_flat_blocks(packed, scales.float(), code, shape).to(dtype)
+            return dense if out is None else out.copy_(dense)
         if out is not None and decode_into(packed, scales.float(), BLOCKSIZE, out):
             return out
         state = bnbf.QuantState(
