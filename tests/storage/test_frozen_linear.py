@@ -1,4 +1,6 @@
-"""FrozenLinear over NF4 and bf16 stores: numerics, gradients, tiles, and no matmul_4bit."""
+"""FrozenLinear over NF4 and bf16 stores: numerics (at every width: bitsandbytes' native CPU
+decoder misreads rows that are not whole 64-element blocks, assay decodes those itself),
+gradients, tiles, and no matmul_4bit."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import bitsandbytes.functional as bnbf
 import pytest
 import torch
 import torch.nn.functional as F
+from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
 
 from assay.storage import DenseWeight, FrozenLinear, NF4Weight, apply_storage
 
@@ -20,14 +23,36 @@ def _bnb_dense(weight: torch.Tensor, double_quant: bool) -> torch.Tensor:
     return bnbf.dequantize_4bit(packed, state)
 
 
+def flat_reference(weight: torch.Tensor, double_quant: bool) -> torch.Tensor:
+    """bitsandbytes' own pure-torch decode (its path for odd widths) of the same bytes."""
+    packed, state = bnbf.quantize_4bit(
+        weight, blocksize=64, quant_type="nf4", compress_statistics=double_quant
+    )
+    absmax = state.absmax
+    if double_quant:
+        absmax = bnbf.dequantize_blockwise(absmax, state.state2) + state.offset
+    flat = packed.reshape(-1).view(torch.uint8)
+    return _dequantize_4bit_compute(
+        flat, absmax.float(), state.code, 64, weight.shape, weight.dtype
+    )
+
+
 @pytest.mark.parametrize("double_quant", NF4_KINDS)
-@pytest.mark.parametrize("shape", [(96, 70), (1536, 576), (200, 64)])
+@pytest.mark.parametrize(
+    "shape", [(96, 70), (1536, 576), (200, 64), (8, 32), (4, 48), (8, 80), (64, 160)]
+)
 def test_nf4_decode_matches_bitsandbytes_by_rows_and_gather(shape, double_quant):
+    """Against bitsandbytes' pure-torch decode of the same bytes: its native CPU decoder
+    misreads rows that are not whole 64-element blocks (32, 48, 80, 160), assay must not."""
     torch.manual_seed(0)
     weight = torch.randn(*shape)
     store = NF4Weight(weight, double_quant=double_quant)
-    expected = _bnb_dense(weight, double_quant)
+    expected = flat_reference(weight, double_quant)
     assert torch.equal(store.dequantize(), expected)
+    if shape[1] % 64 == 0:
+        assert torch.equal(expected, _bnb_dense(weight, double_quant))
+    # within half of NF4's widest code gap (0.16 of a block's absmax) of the original
+    assert (expected - weight).abs().max() <= 0.17 * weight.abs().max()
     step = 3 * store.row_align
     tiles = [
         store.rows(r, min(r + step, shape[0]), torch.float32) for r in range(0, shape[0], step)
@@ -120,3 +145,15 @@ def test_bf16_stores_bf16_and_computes_in_input_dtype():
     assert frozen(x).dtype == torch.float32
     assert torch.equal(frozen(x), expected)
     assert frozen(x.bfloat16()).dtype == torch.bfloat16
+
+
+def test_frozen_linear_at_a_narrow_width_multiplies_the_right_weights():
+    torch.manual_seed(1)
+    weight = torch.randn(96, 48)
+    frozen = FrozenLinear(NF4Weight(weight, double_quant=True))
+    x = torch.randn(5, 48, requires_grad=True)
+    y = frozen(x)
+    y.sum().backward()
+    dense = flat_reference(weight, True)
+    assert torch.equal(y, x.detach() @ dense.T)
+    assert torch.allclose(x.grad, torch.ones(5, 96) @ dense, rtol=1e-5, atol=1e-5)
