@@ -9,6 +9,7 @@ import bitsandbytes.functional as bnbf
 import pytest
 import torch
 import torch.nn.functional as F
+from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
 
 import assay.storage.linear as linear_module
 from assay.storage import FrozenLinear, NF4Weight
@@ -33,6 +34,10 @@ def test_native_decode_is_bitsandbytes_bytes_and_is_taken(shape, dtype):
     # the fast path must be live on this install, or the speed it buys is silently gone
     assert decode_into(packed, state.absmax, BLOCKSIZE, out)
     assert torch.equal(out, _public_decode(packed, state.absmax, shape, dtype))
+    # the public decode runs the same native kernel, so a defect in it would pass the line
+    # above; bitsandbytes' pure-torch decode of the same bytes is an independent reference
+    flat = _dequantize_4bit_compute(packed, state.absmax, state.code, BLOCKSIZE, shape, dtype)
+    assert torch.equal(out, flat)
 
 
 def test_native_decode_declines_and_leaves_out_untouched():
