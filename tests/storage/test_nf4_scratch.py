@@ -45,11 +45,12 @@ def test_native_decode_declines_and_leaves_out_untouched():
     packed, state = bnbf.quantize_4bit(torch.randn(8, 128), blocksize=BLOCKSIZE, quant_type="nf4")
     packed = packed.reshape(-1)
     cases = {
-        "odd width": (packed[: 8 * 127 // 2], torch.empty(8, 127)),
-        "short packed": (packed[:-1], torch.empty(8, 128)),
-        "strided out": (packed, torch.empty(128, 8).t()),
-        "integer out": (packed, torch.empty(8, 128, dtype=torch.int32)),
-        "strided packed": (torch.stack((packed, packed), 1)[:, 0], torch.empty(8, 128)),
+        # filled, not empty: uninitialised memory may hold NaN, which never equals itself
+        "odd width": (packed[: 8 * 127 // 2], torch.full((8, 127), 7.0)),
+        "short packed": (packed[:-1], torch.full((8, 128), 7.0)),
+        "strided out": (packed, torch.full((128, 8), 7.0).t()),
+        "integer out": (packed, torch.full((8, 128), 7, dtype=torch.int32)),
+        "strided packed": (torch.stack((packed, packed), 1)[:, 0], torch.full((8, 128), 7.0)),
     }
     for name, (codes, out) in cases.items():
         before = out.clone()
