@@ -98,7 +98,7 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
             "assay.qualify.ledger.sign",
             "assay.qualify.judging.stale",
             "assay.qualify.judging.standing",  # verify's receipt and chain checks run here
-            "assay.qualify.judging.verify",
+            "assay.qualify.publishing.verify",
         ],
     )
     unseen = [c for c in tamper_cases.CASES if not tamper_cases.detected(tmp_path / c, c)]

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.judging.verify import verify_all, verify_signatures, verify_stale
 from assay.qualify.ledger.chain import HEADER, LEDGER, ledger_path, read_ledger, write_receipt
 from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal
 from assay.qualify.publishing.index import render_all
+from assay.qualify.publishing.verify import verify_all, verify_signatures, verify_stale
 
 GATE = "demo"
 CODE = "src/demo_impl.py"

@@ -54,8 +54,8 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "qualify": (
         (
             "src/assay/qualify/ledger/receipt.py",
-            "src/assay/qualify/judging/verify.py",
-            "src/assay/qualify/judging/threshold.py",
+            "src/assay/qualify/publishing/verify.py",
+            "src/assay/qualify/core/threshold.py",
         ),
         (
             "tests/qualify/test_canonical_sha.py",

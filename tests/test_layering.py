@@ -34,6 +34,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # The framework stands apart: it may use the package root, the atomic writer and the bounded
 # readers, nothing else.
 INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "bounded", "qualify"}}
+# Inside the framework, bottom to top: a part may import itself and the parts below it, so no
+# sub-package of ``assay.qualify`` imports one that imports it back.
+QUALIFY_LAYERS = ("core", "ledger", "judging", "publishing", "plugin", "cli_commands")
 # Test machinery and benchmarks (testing/, outside the wheel): nothing in the product imports them.
 OUTSIDE = {"assay_testing", "assay_bench"}
 
@@ -101,6 +104,26 @@ def wrong_way(graph: dict[str, set[str]]) -> list[str]:
     return found
 
 
+def qualify_part(module: str) -> str | None:
+    """The framework layer of a module: ``assay.qualify.ledger.chain`` -> ``ledger``."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["assay", "qualify"] and len(parts) > 2 else None
+
+
+def qualify_wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Every import edge inside ``assay.qualify`` that points up its layers."""
+    found = []
+    for source, targets in sorted(graph.items()):
+        a = qualify_part(source)
+        for target in sorted(targets):
+            b = qualify_part(target)
+            if a is None or b is None or a == b:
+                continue
+            if QUALIFY_LAYERS.index(b) > QUALIFY_LAYERS.index(a):
+                found.append(f"{source} -> {target}")
+    return found
+
+
 def cycles(graph: dict[str, set[str]], prefix: str) -> list[list[str]]:
     """Import cycles among modules under ``prefix`` (each reported once, from its least name)."""
     nodes = {m for m in graph if m.startswith(prefix)}
@@ -126,6 +149,30 @@ def test_every_unit_has_a_place():
 
 def test_imports_point_one_way():
     assert wrong_way(import_graph()) == []
+
+
+def test_every_qualify_module_has_a_layer():
+    parts = {qualify_part(m) for m in import_graph()} - {None}
+    assert sorted(parts - set(QUALIFY_LAYERS)) == [], "give the new part of qualify a layer"
+
+
+def test_qualify_layers_point_down():
+    assert qualify_wrong_way(import_graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("edges", "expected"),
+    [
+        ({"assay.qualify.ledger.receipt": {"assay.qualify.judging.standing"}}, 1),
+        ({"assay.qualify.judging.standing": {"assay.qualify.plugin.assemble"}}, 1),
+        ({"assay.qualify.judging.verify": {"assay.qualify.publishing.index"}}, 1),
+        ({"assay.qualify.core.threshold": {"assay.qualify.ledger.receipt"}}, 1),
+        ({"assay.qualify.plugin.session": {"assay.qualify.publishing.index"}}, 0),
+        ({"assay.qualify.publishing.verify": {"assay.qualify.ledger.history"}}, 0),
+    ],
+)
+def test_the_qualify_check_catches_an_upward_import(edges, expected):
+    assert len(qualify_wrong_way(edges)) == expected
 
 
 def test_qualify_has_no_import_cycle():

@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_render_and_verify(sub)
-        from assay.qualify.ledger.attest import add_attest
+        from assay.qualify.publishing.attest import add_attest
 
         add_attest(sub)
     from assay.memory.estimate_cli import add_estimate

@@ -220,17 +220,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "qualify.judging.threshold.controls_ignored",
+        "qualify.core.threshold.controls_ignored",
         ("tests/qualify/test_threshold.py::test_verdict_passes_only_with_failing_controls",),
     ),
     Mutant(
-        "qualify.judging.verify.newest_receipt_only",
+        "qualify.publishing.verify.newest_receipt_only",
         (
             "tests/qualify/test_verify_every_receipt.py::test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught",
         ),
     ),
     Mutant(
-        "qualify.judging.verify.record_not_compared",
+        "qualify.publishing.verify.record_not_compared",
         (
             "tests/qualify/test_verify.py::test_record_out_of_sync_is_caught_and_render_all_repairs_it",
         ),

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "gates"))
 
 import tamper_cases  # noqa: E402
 from assay.errors import AssayError  # noqa: E402
-from assay.qualify.ledger import attest  # noqa: E402
+from assay.qualify.publishing import attest  # noqa: E402
 from assay.qualify.ledger.dsse import (  # noqa: E402
     EnvelopeError,
     load_allowed_signers,

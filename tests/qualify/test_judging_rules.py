@@ -8,7 +8,7 @@ import pytest
 
 from assay.errors import AssayError
 from assay.qualify import Threshold, Tolerance
-from assay.qualify.judging.threshold import (
+from assay.qualify.core.threshold import (
     default_mode,
     explain,
     judge,

@@ -115,7 +115,7 @@ def test_declarations_reach_the_receipt(gates, tmp_path):
         "full",
         f"""
         def test_full(gate):
-            gate.uses("assay.qualify.judging.threshold")
+            gate.uses("assay.qualify.core.threshold")
             gate.input("model", {str(model)!r})
             gate.figure({str(png)!r}, "error by layer")
             gate.not_tested("cuda", "no GPU here")
@@ -130,7 +130,7 @@ def test_declarations_reach_the_receipt(gates, tmp_path):
     assert r["inputs"][0]["bytes"] == 7 and r["inputs"][0]["role"] == "model"
     assert r["not_tested"] == [{"item": "cuda", "reason": "no GPU here"}]
     assert r["notes"] == ["measured on a quiet machine"]
-    assert any(f["path"].endswith("assay/qualify/judging/threshold.py") for f in r["code"]["files"])
+    assert any(f["path"].endswith("assay/qualify/core/threshold.py") for f in r["code"]["files"])
     figure = r["figures"][0]
     assert figure["path"].startswith("figures/full/plot-")
     assert (gates.records / figure["path"]).read_bytes() == TINY_PNG

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from assay.errors import AssayError
-from assay.qualify.judging.threshold import judge
+from assay.qualify.core.threshold import judge
 from assay.qualify.ledger.receipt import (
     SHA_FIELD,
     _consistency,

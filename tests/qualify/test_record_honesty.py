@@ -161,7 +161,7 @@ def test_diff(gate):
 
 
 def test_headline_prefers_the_newest_complete_receipt():
-    from assay.qualify.plugin.assemble import headline
+    from assay.qualify.judging.standing import headline
 
     def receipt(created, partial):
         run = {"partial": True, "partial_reason": "-k"} if partial else {}

@@ -8,7 +8,7 @@ import pytest
 
 from assay.errors import AssayError
 from assay.qualify import Threshold
-from assay.qualify.judging.threshold import judge, margin, worse_than
+from assay.qualify.core.threshold import judge, margin, worse_than
 
 
 def _claim(op, bound, value, controls):

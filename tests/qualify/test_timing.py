@@ -128,7 +128,7 @@ def test_histogram_is_a_png(tmp_path):
 
 
 def test_a_timing_needs_a_time_unit():
-    from assay.qualify.judging.threshold import Threshold
+    from assay.qualify.core.threshold import Threshold
     from assay.qualify.plugin.gate import Gate
 
     g = Gate("g", "cpu", "n", __import__("pathlib").Path.cwd())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from assay.errors import AssayError
+from assay.qualify.core.threshold import Threshold, Tolerance, worse_than
 from assay.qualify.judging.baseline import compare, refuse_self_baseline
-from assay.qualify.judging.threshold import Threshold, Tolerance, worse_than
 
 
 def _claim(value, threshold):

@@ -8,7 +8,7 @@ import pytest
 
 from assay.errors import AssayError
 from assay.qualify import render_all, verify_all
-from assay.qualify.judging.verify import check_records
+from assay.qualify.publishing.verify import check_records
 
 
 def test_tampered_receipt_is_caught_naming_the_file(published):

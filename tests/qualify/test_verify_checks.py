@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from gatekit import TINY_PNG
 
-import assay.qualify.judging.verify as verify_module
+import assay.qualify.publishing.verify as verify_module
 from assay.errors import AssayError
 from assay.qualify import Threshold, Tolerance, verify_all
-from assay.qualify.judging.verify import check_records
 from assay.qualify.ledger.receipt import read_receipt
+from assay.qualify.publishing.verify import check_records
 
 FIGURE_GATE = """
 def test_plotted(gate):

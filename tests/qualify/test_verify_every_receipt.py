@@ -6,8 +6,8 @@ import json
 
 from gatekit import PASSING_GATE
 
-from assay.qualify.judging.verify import verify_all
 from assay.qualify.ledger.receipt import problems_in, seal
+from assay.qualify.publishing.verify import verify_all
 
 
 def test_an_older_tampered_receipt_and_a_forged_control_flag_are_caught(gates):

@@ -76,7 +76,7 @@ def test_unknown_names_are_refused():
 
 
 PROBE = (
-    "from assay.qualify.judging.threshold import judge\n"
+    "from assay.qualify.core.threshold import judge\n"
     "claim = {'threshold': {'op': '<=', 'value': 1}, 'measurement': {'value': 0},"
     " 'controls': [{'name': 'c', 'measured': 0}]}\n"
     "print(judge(claim)['verdict'])\n"
@@ -91,7 +91,7 @@ def test_a_child_started_with_child_env_runs_the_defect_and_a_bad_name_stops_it(
         )
 
     assert child("").stdout.strip() == "inconclusive"  # the control passed: cannot fail
-    assert child("qualify.judging.threshold.controls_ignored").stdout.strip() == "pass"
+    assert child("qualify.core.threshold.controls_ignored").stdout.strip() == "pass"
     env = defects.child_env("qualify.judging.stale.ignore")
     env["ASSAY_FAULTS"] = "qualify.typo"
     stopped = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)

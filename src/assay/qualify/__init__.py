@@ -1,8 +1,9 @@
 """assay.qualify: gates as a pytest plugin, schema-checked receipts and rendered records.
 
-Four parts: ``ledger`` (receipts, the hash chain, history, corrections, signatures, archives),
-``judging`` (thresholds, standings, staleness, baselines, verify), ``publishing`` (records, the
-index, the site, README spans) and ``plugin`` (the pytest plugin: gates, claims, sessions, the
+Five layers, each importing only those before it: ``core`` (thresholds, verdicts, hashing),
+``ledger`` (receipts, the hash chain, history, corrections, signatures, archives), ``judging``
+(standings, staleness, baselines), ``publishing`` (records, the index, the site, README spans,
+verify, attestations) and ``plugin`` (the pytest plugin: gates, claims, sessions, the
 environment, executed code). The names below are the public API and stay here whatever moves
 inside. Knows nothing of training and never imports torch. Names load lazily (PEP 562), so importing
 the package, or the pytest plugin inside it, costs no jinja2 or jsonschema import.
@@ -16,8 +17,8 @@ from typing import Any
 _LAZY = {
     "Claim": "assay.qualify.plugin.gate",
     "Gate": "assay.qualify.plugin.gate",
-    "Threshold": "assay.qualify.judging.threshold",
-    "Tolerance": "assay.qualify.judging.threshold",
+    "Threshold": "assay.qualify.core.threshold",
+    "Tolerance": "assay.qualify.core.threshold",
     "Timing": "assay.qualify.plugin.timing",
     "measure_time": "assay.qualify.plugin.timing",
     "SCHEMA_ID": "assay.qualify.ledger.receipt",
@@ -26,12 +27,12 @@ _LAZY = {
     "receipt_schema": "assay.qualify.ledger.receipt",
     "receipt_sha256": "assay.qualify.ledger.receipt",
     "write_receipt": "assay.qualify.ledger.chain",
-    "headline": "assay.qualify.plugin.assemble",
+    "headline": "assay.qualify.judging.standing",
     "render_all": "assay.qualify.publishing.index",
     "render_gate": "assay.qualify.publishing.render",
     "render_text": "assay.qualify.publishing.render",
-    "verify_all": "assay.qualify.judging.verify",
-    "check_records": "assay.qualify.judging.verify",
+    "verify_all": "assay.qualify.publishing.verify",
+    "check_records": "assay.qualify.publishing.verify",
     "Standing": "assay.qualify.judging.standing",
     "gate_standing": "assay.qualify.judging.standing",
     "measure_control": "assay.qualify.plugin.timing",

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from assay.errors import AssayError
-from assay.qualify.judging.verify import check_records
 from assay.qualify.ledger.sign import sign_receipts
 from assay.qualify.publishing.index import render_all
 from assay.qualify.publishing.site import build_site
+from assay.qualify.publishing.verify import check_records
 
 DEFAULT_RECEIPTS = Path("records/receipts")
 
@@ -55,7 +55,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Print each problem on one line, the notes, and each gate's standing (or JSON); 0 when
-    all is well, 1 when problems exist (see :func:`assay.qualify.judging.verify.check_records`).
+    all is well, 1 when problems exist (see :func:`assay.qualify.publishing.verify.check_records`).
 
     Signatures are checked whenever a receipt has one, against trusted signers from outside
     the tree (``--allowed-signers``, ``$ASSAY_ALLOWED_SIGNERS``, the user config) or, failing

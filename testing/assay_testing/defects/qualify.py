@@ -18,11 +18,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.judging.threshold.controls_ignored",
+        "qualify.core.threshold.controls_ignored",
         "a claim passes on its measurement alone, whatever its controls",
         (
             Edit(
-                "assay.qualify.judging.threshold:judge",
+                "assay.qualify.core.threshold:judge",
                 'verdict = "pass" if conclusive else "inconclusive"',
                 'verdict = "pass"',
             ),
@@ -74,11 +74,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.judging.verify.newest_receipt_only",
+        "qualify.publishing.verify.newest_receipt_only",
         "verify checks only the newest receipt of a gate",
         (
             Edit(
-                "assay.qualify.judging.verify:verify_tree",
+                "assay.qualify.publishing.verify:verify_tree",
                 "        problems.extend(standing.problems)\n",
                 "        heads = [r['receipt_sha256'][:12] for r in standing.receipts[-1:]]\n"
                 "        problems.extend(p for p in standing.problems if all(h in p for h in heads))\n",  # noqa: E501
@@ -86,11 +86,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.judging.verify.record_not_compared",
+        "qualify.publishing.verify.record_not_compared",
         "verify does not compare a record with a fresh render",
         (
             Edit(
-                "assay.qualify.judging.verify:record_problems",
+                "assay.qualify.publishing.verify:record_problems",
                 "    if standing.receipts and text",
                 "    if False and text",
             ),

@@ -1,1 +1,1 @@
-"""Judging: thresholds, standings (which receipt counts), staleness, baselines and verification."""
+"""Judging: which receipt counts (standings), staleness against the tree, baselines."""

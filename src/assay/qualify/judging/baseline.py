@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.qualify.judging.threshold import tolerance_base, tolerance_of, worse_than
+from assay.qualify.core.threshold import tolerance_base, tolerance_of, worse_than
 from assay.qualify.ledger.receipt import read_receipt
 
 
@@ -37,8 +37,8 @@ def find_baseline(
     root = Path(baseline_dir)
     if not root.is_dir():
         raise AssayError(f"--gate-baseline {root}: not a directory")
-    from assay.qualify.judging.standing import ledger_order
-    from assay.qualify.plugin.assemble import headline  # a partial receipt is never the baseline
+    # a partial receipt is never the baseline
+    from assay.qualify.judging.standing import headline, ledger_order
 
     found = {}
     for path in sorted([*root.glob(f"{gate}/*.json"), *root.glob("*.json")]):

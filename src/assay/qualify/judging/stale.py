@@ -15,13 +15,12 @@ whose newest receipt ran on CUDA, counts too.
 
 from __future__ import annotations
 
-import ast
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.plugin.gate import file_sha256
+from assay.qualify.core.source import file_sha256, module_constant
 
 STALE_OPEN = "<!--stale-->"
 STALE_CLOSE = "<!--/stale-->"
@@ -64,36 +63,18 @@ def gate_needs(root: Path, gate: str, receipt: dict[str, Any] | None = None) -> 
     """``device``, ``quiet-machine`` or ``long-run`` when CI does not re-run ``gate``; None when
     it does."""
     source = Path(root) / "gates" / f"gate_{gate}.py"
-    found = _assigned(source, "GATE_NEEDS")
+    found = module_constant(source, "GATE_NEEDS")
     if isinstance(found, str):
         return found
     noxfile = Path(root) / "noxfile.py"
-    timing = _assigned(noxfile, "TIMING_GATES")
+    timing = module_constant(noxfile, "TIMING_GATES")
     if isinstance(timing, (tuple, list)) and gate in timing:
         return "quiet-machine"
-    long_running = _assigned(noxfile, "LONG_GATES")
+    long_running = module_constant(noxfile, "LONG_GATES")
     if isinstance(long_running, (tuple, list)) and gate in long_running:
         return "long-run"
     if receipt is not None and receipt["run"]["device"] == "cuda":
         return "device"
-    return None
-
-
-def _assigned(path: Path, name: str) -> Any:
-    """The literal value of a module-level ``name = <literal>`` in ``path``, or None."""
-    try:
-        tree = ast.parse(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError):
-        return None
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AnnAssign):
-            targets = [node.target]
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value:
-            try:
-                return ast.literal_eval(node.value)
-            except ValueError:
-                return None
     return None
 
 

@@ -26,10 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from assay.bounded import parse_json, read_text_bounded
+from assay.qualify.core.source import file_sha256
 from assay.qualify.ledger.chain import check_chain, ledger_path, read_ledger
-from assay.qualify.ledger.receipt import SHA_FIELD, problems_in, receipt_filename, receipt_paths
-from assay.qualify.plugin.assemble import check_corrections
-from assay.qualify.plugin.gate import file_sha256
+from assay.qualify.ledger.receipt import (
+    SHA_FIELD,
+    check_corrections,
+    problems_in,
+    receipt_filename,
+    receipt_paths,
+)
 
 STATUS_ORDER = ("broken", "fail", "incomplete", "inconclusive", "no complete run", "pass")
 
@@ -234,6 +239,14 @@ def load_checked(
         if records_dir is not None:
             problems.extend(_check_figures(path, receipt, Path(records_dir)))
     return ordered, problems
+
+
+def headline(receipts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of ``receipts`` in ledger order (oldest first), the newest complete one; the newest
+    partial one only when none is complete. A run with ``-k``, ``--deselect``, node ids or an
+    early stop never replaces a complete run as headline (or as baseline)."""
+    complete = [r for r in receipts if not r["run"].get("partial")]
+    return (complete or receipts)[-1]
 
 
 def _claim_ids(receipt: dict[str, Any]) -> set[str]:

@@ -1,2 +1,2 @@
 """Receipts and their ledgers: the receipt format, the hash chain, git history and corrections,
-signatures and attestations, GPU archives."""
+signatures and GPU archives."""

@@ -17,7 +17,7 @@ from typing import Any
 from assay.atomic import fsync_dir
 from assay.bounded import parse_json, read_text_bounded
 from assay.errors import AssayError
-from assay.qualify.judging.threshold import judge
+from assay.qualify.core.threshold import judge
 
 SCHEMA_ID = "assay.qualification-receipt/1"
 SHA_FIELD = "receipt_sha256"
@@ -169,3 +169,22 @@ def receipt_paths(receipts_dir: Path, gate: str | None = None) -> list[Path]:
     root = Path(receipts_dir)
     pattern = f"{gate}/*.json" if gate else "*/*.json"
     return sorted(p for p in root.glob(pattern) if p.is_file() and not p.name.startswith("."))
+
+
+def check_corrections(receipt: dict[str, Any], earlier: list[dict[str, Any]]) -> list[str]:
+    """Problems with ``receipt['corrects']``: each must name an earlier receipt of the same
+    gate (by sha256) that holds the corrected claim id."""
+    by_sha = {r["receipt_sha256"]: r for r in earlier}
+    problems = []
+    for c in receipt["corrects"]:
+        target = by_sha.get(c["receipt_sha256"])
+        if target is None:
+            problems.append(
+                f"correction of {c['receipt_sha256'][:12]}: no such receipt for gate "
+                f"{receipt['gate']!r}"
+            )
+        elif c["claim_id"] not in {claim["id"] for claim in target["claims"]}:
+            problems.append(
+                f"correction of {c['receipt_sha256'][:12]}: it has no claim {c['claim_id']!r}"
+            )
+    return problems

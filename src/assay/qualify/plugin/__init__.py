@@ -1,1 +1,2 @@
-"""The pytest plugin: gates, claims, sessions, the environment and the code each claim executed."""
+"""The pytest plugin: gates, claims, sessions, the environment, the code each claim executed, and
+turning a session's declarations into receipts."""

@@ -7,10 +7,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.judging.threshold import judge
+from assay.qualify.core.source import file_sha256
+from assay.qualify.core.threshold import judge
 from assay.qualify.ledger.receipt import SCHEMA_ID
 from assay.qualify.plugin.executed import attach as attach_executed
-from assay.qualify.plugin.gate import file_sha256
 
 TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
 
@@ -155,30 +155,3 @@ def build_receipt(
     if subject is not None:
         receipt["subject"] = subject
     return receipt
-
-
-def headline(receipts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Of ``receipts`` in ledger order (oldest first), the newest complete one; the newest
-    partial one only when none is complete. A run with ``-k``, ``--deselect``, node ids or an
-    early stop never replaces a complete run as headline (or as baseline)."""
-    complete = [r for r in receipts if not r["run"].get("partial")]
-    return (complete or receipts)[-1]
-
-
-def check_corrections(receipt: dict[str, Any], earlier: list[dict[str, Any]]) -> list[str]:
-    """Problems with ``receipt['corrects']``: each must name an earlier receipt of the same
-    gate (by sha256) that holds the corrected claim id."""
-    by_sha = {r["receipt_sha256"]: r for r in earlier}
-    problems = []
-    for c in receipt["corrects"]:
-        target = by_sha.get(c["receipt_sha256"])
-        if target is None:
-            problems.append(
-                f"correction of {c['receipt_sha256'][:12]}: no such receipt for gate "
-                f"{receipt['gate']!r}"
-            )
-        elif c["claim_id"] not in {claim["id"] for claim in target["claims"]}:
-            problems.append(
-                f"correction of {c['receipt_sha256'][:12]}: it has no claim {c['claim_id']!r}"
-            )
-    return problems

@@ -257,7 +257,7 @@ class Measure:
         return {"source": "measured", **found}
 
     def _entries(self, files: set[str], display: Callable[[Path], str]) -> list[dict[str, str]]:
-        from assay.qualify.plugin.gate import file_sha256
+        from assay.qualify.core.source import file_sha256
 
         entries = {}
         for name in files:

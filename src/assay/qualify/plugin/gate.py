@@ -6,7 +6,6 @@ controller. Bad declarations raise :class:`AssayError` at the line that made the
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import re
 import statistics
@@ -16,21 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.qualify.judging.threshold import KINDS, Threshold
+from assay.qualify.core.source import file_sha256
+from assay.qualify.core.threshold import KINDS, Threshold
 
 # seconds per unit, for timing measurements recorded in a claim's own time unit
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in chunks so large model files stay cheap."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _number(value: Any, where: str) -> float:

@@ -220,7 +220,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         item.stash[OUTCOME] = "failed"
         raise
     item.stash[OUTCOME] = "passed"
-    from assay.qualify.judging.threshold import explain, judge
+    from assay.qualify.core.threshold import explain, judge
 
     reasons = [explain(c, judge(c)) for c in declared.fragment()["claims"]]
     reasons = [r for r in reasons if r]

@@ -161,13 +161,13 @@ class GateSession:
                 fragments.append(_empty_fragment(gate, failure["nodeid"]))
         if not fragments:
             return
-        from assay.qualify.judging.stale import _assigned
+        from assay.qualify.core.source import module_constant
         from assay.qualify.plugin.environment import (
             describe_environment,
             describe_subject,
             resolve_device,
         )
-        from assay.qualify.publishing.publish import Options, preview, publish
+        from assay.qualify.plugin.publish import Options, preview, publish
 
         config = self.config
         if self.environment is None:
@@ -191,7 +191,7 @@ class GateSession:
             partial={gate: reason} if (reason := self.partial_reason(gate)) else {},
             failures={gate: self.failures[gate]} if self.failures.get(gate) else {},
         )
-        headline = _assigned(config.rootpath / next(iter(seen)).split("::", 1)[0], "HEADLINE")
+        headline = module_constant(config.rootpath / next(iter(seen)).split("::", 1)[0], "HEADLINE")
         options.extras[gate] = {
             **({"headline_claim": headline} if isinstance(headline, str) else {}),
             **({"skipped": self.skipped[gate]} if self.skipped.get(gate) else {}),

@@ -1,1 +1,2 @@
-"""Rendering and publishing: Markdown records, the index, the site and the README spans."""
+"""What readers see and check: Markdown records, the index, the site, README spans, ``verify``
+and attestations."""

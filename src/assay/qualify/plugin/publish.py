@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
+from assay.qualify.core.source import file_sha256
 from assay.qualify.judging.baseline import compare, find_baseline, no_baseline
 from assay.qualify.ledger.chain import write_receipt
 from assay.qualify.ledger.receipt import (
+    check_corrections,
     problems_in,
     read_receipt,
     receipt_paths,
@@ -20,12 +22,10 @@ from assay.qualify.ledger.receipt import (
 )
 from assay.qualify.plugin.assemble import (
     build_receipt,
-    check_corrections,
     duplicate_claims,
     plan_figures,
 )
 from assay.qualify.plugin.environment import describe_code, describe_environment
-from assay.qualify.plugin.gate import file_sha256
 
 
 @dataclass(frozen=True)

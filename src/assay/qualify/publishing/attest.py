@@ -37,6 +37,7 @@ from typing import Any
 from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import parse_json
 from assay.errors import AssayError
+from assay.qualify.core.source import file_sha256
 from assay.qualify.ledger.dsse import (
     PAYLOAD_TYPE,
     EnvelopeError,
@@ -46,7 +47,6 @@ from assay.qualify.ledger.dsse import (
     sign_envelope,
 )
 from assay.qualify.ledger.receipt import canonical_json, problems_in, read_receipt, receipt_paths
-from assay.qualify.plugin.gate import file_sha256
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://assay.dev/qualification-receipt/v1"

@@ -1,0 +1,37 @@
+"""Files as the framework reads them without importing or trusting them: their sha256, and
+literal module-level constants read with ``ast``."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+from typing import Any
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in chunks so large model files stay cheap."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def module_constant(path: Path, name: str) -> Any:
+    """The literal value of a module-level ``name = <literal>`` in ``path``, or None (the file
+    is parsed, never imported)."""
+    try:
+        tree = ast.parse(Path(path).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value:
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                return None
+    return None
