@@ -20,12 +20,12 @@ sys.path.insert(0, str(ROOT / "gates"))
 
 import tamper_cases  # noqa: E402
 from assay.errors import AssayError  # noqa: E402
-from assay.qualify.publishing import attest  # noqa: E402
 from assay.qualify.ledger.dsse import (  # noqa: E402
     EnvelopeError,
     load_allowed_signers,
     pae,
 )
+from assay.qualify.publishing import attest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,
