@@ -21,7 +21,7 @@ import torch
 
 from assay.model.flops import SUMMARY as FLOP_MODEL
 from assay.qualify import Threshold
-from assay.qualify.judging.standing import load_checked
+from assay.qualify.judging.loading import load_checked
 from assay.qualify.plugin.session import setting_dir
 from assay.qualify.plugin.timing import Timing
 from assay_bench.report import TARGETS, run_benchmark

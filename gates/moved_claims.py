@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from assay.qualify.judging.standing import gate_standing, load_checked
+from assay.qualify.judging.loading import load_checked
+from assay.qualify.judging.standing import gate_standing
 from assay.qualify.ledger.receipt import SHA_FIELD
 from assay.qualify.plugin.session import setting_dir
 

@@ -66,6 +66,22 @@ class GateRun:
         return json.loads(files[0].read_text("utf-8"))
 
 
+# A conftest for a project whose runs must look like a GPU box's: this process's torch is
+# made to report one CUDA device for the session (labels come from what the run saw).
+SEES_CUDA = """
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sees_cuda():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: True)
+        patch.setattr(torch.cuda, "device_count", lambda: 1)
+        yield
+"""
+
+
 PASSING_GATE = """
 def test_diff(gate):
     gate.seed(7)

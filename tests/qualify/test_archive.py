@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from gatekit import SEES_CUDA
 
 from assay.cli import main
 from assay.errors import AssayError
@@ -25,7 +26,7 @@ def test_diff(gate):
     claim = gate.claim("diff", "outputs agree", kind="correctness",
                        threshold=Threshold("<=", 1e-3, tolerance=0.1), unit="max abs")
     claim.measure(1e-4)
-    claim.ran_on("cuda:0")
+    claim.ran_on(f"{gate.device}:0")
     claim.control("broken subject", 0.5)
     tokens = gate.claim("tokens", "tokenizer agrees", kind="correctness",
                         threshold=Threshold("==", 0), unit="mismatches")
@@ -37,6 +38,7 @@ def test_diff(gate):
 
 def _box_run(gates, tmp_path: Path) -> tuple[Path, Path]:
     """Seed a box folder from the home receipts, as the kit does, run there as cuda and pack."""
+    gates.pytester.makeconftest(SEES_CUDA)
     box = tmp_path / "box"
     shutil.copytree(gates.receipts, box / "receipts")
     base = chain_head(box / "receipts", "alpha")
@@ -86,7 +88,7 @@ def test_box_receipts_join_beside_the_cpu_ones_and_verify(home, tmp_path, capsys
     assert cuda["code"]["commit"] == COMMIT and cuda["code"]["commit_source"] == "kit manifest"
     assert {c["id"]: c["device"] for c in cuda["claims"]} == {"diff": "cuda", "tokens": "cpu"}
     record = (home.records / "alpha.md").read_text()
-    assert "ran on cuda" in record and "ran on cpu" in record
+    assert "| cuda | pass |" in record and "ran on cpu" in record
     from assay.qualify.publishing.wording import commit_text
 
     assert "from the GPU kit's manifest" in commit_text(cuda["code"])
@@ -180,6 +182,7 @@ def test_a_moved_head_is_refused_with_one_line(home, tmp_path, capsys):
 def _rerun_on_box(gates, box: Path, base: str, archive: Path) -> Path:
     """A second call on the same box: its receipt chains onto the first call's; the archive
     holds every receipt the box made since ``base``."""
+    gates.pytester.makeconftest(SEES_CUDA)
     gates.run(
         "--gate-no-render", "--gate-device=cuda", f"--gate-records={box / 'records'}",
         receipts=box / "receipts",

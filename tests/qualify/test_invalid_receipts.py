@@ -11,23 +11,6 @@ from assay.errors import AssayError
 from assay.qualify import write_receipt
 
 
-def test_nan_measurement_writes_no_receipt_and_fails_the_run(gates):
-    gates.write(
-        "nan",
-        """
-        def test_nan(gate):
-            c = gate.claim("loss", "finite loss", kind="correctness", threshold=Threshold("<", 1))
-            c.measure(float("nan"))
-            c.control("diverged", 5)
-        """,
-    )
-    result = gates.run()
-    assert result.ret != 0
-    result.stdout.fnmatch_lines(["*gate 'nan'*not*written*"])
-    assert gates.receipt_files("nan") == []
-    assert not (gates.records / "nan.md").exists()
-
-
 def _valid_receipt(gates) -> dict:
     gates.write("ok", PASSING_GATE.format(value="0"))
     assert gates.run("--gate-no-render").ret == 0

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from assay.qualify.judging.standing import load_checked
+from assay.qualify.judging.loading import load_checked
 from assay.qualify.ledger.chain import read_ledger
 
 WRITER = """

@@ -62,15 +62,25 @@ def _claim(claim_id):
 
 
 def test_claim_ids_must_be_unique_and_verdicts_must_follow_the_data():
-    assert _consistency({"claims": [_claim("a"), _claim("b")]}) == []
-    assert _consistency({"claims": [_claim("a"), _claim("a")]}) == [
+    passing = {"claims": [_claim("a"), _claim("b")], "status": "pass"}
+    assert _consistency(passing) == []
+    assert _consistency({"claims": [_claim("a"), _claim("a")], "status": "pass"}) == [
         "claims: id 'a' appears more than once"
     ]
     wrong = _claim("a")
     wrong["verdict"] = "fail"
-    assert _consistency({"claims": [wrong]}) == [
+    assert _consistency({"claims": [wrong], "status": "fail"}) == [
         "claims[0].verdict: 'fail' but the data give 'pass'"
     ]
+
+
+def test_a_status_that_its_claims_do_not_give_is_refused():
+    failing = _claim("a")
+    failing["measurement"] = {"value": 2.0}
+    failing.update(verdict="fail", margin=-1.0)
+    for status, claims in (("pass", [failing]), ("fail", [_claim("a")]), ("pass", [])):
+        (problem,) = _consistency({"claims": claims, "status": status})
+        assert problem.startswith(f"status: {status!r} but its claims and tests give")
 
 
 def test_a_non_finite_number_is_named_by_its_path_from_the_receipt():

@@ -82,14 +82,12 @@ def test_only_partial_runs_give_no_complete_run(gates, tmp_path, capsys):
     assert_agree(five_views(gates, tmp_path, capsys), "no complete run")
 
 
-@pytest.mark.parametrize("how", ["skip mark", "collection hook", "deleted"])
-def test_a_vanished_failing_claim_is_missing_not_pass(gates, tmp_path, capsys, how):
-    gates.write("demo", GATE.format(bad="0.5"))
-    assert gates.run().ret != 0
+def _vanish(gates, how: str, bad: str) -> None:
+    """Make test_bad vanish from the gate's next run, in one of the ways an author might."""
     if how == "skip mark":
         gates.write(
             "demo",
-            GATE.format(bad="0.5").replace("def test_bad", "@pytest.mark.skip\ndef test_bad"),
+            GATE.format(bad=bad).replace("def test_bad", "@pytest.mark.skip\ndef test_bad"),
         )
         gates.modules[0].write_text("import pytest\n" + gates.modules[0].read_text())
     elif how == "collection hook":
@@ -98,11 +96,40 @@ def test_a_vanished_failing_claim_is_missing_not_pass(gates, tmp_path, capsys, h
             "    items[:] = [i for i in items if 'bad' not in i.name]\n"
         )
     else:
-        gates.write("demo", GATE.format(bad="0.5").split("def test_bad")[0])
+        gates.write("demo", GATE.format(bad=bad).split("def test_bad")[0])
+
+
+@pytest.mark.parametrize("how", ["skip mark", "collection hook", "deleted"])
+def test_a_vanished_failing_claim_still_fails_the_gate(gates, tmp_path, capsys, how):
+    gates.write("demo", GATE.format(bad="0.5"))
+    assert gates.run().ret != 0
+    _vanish(gates, how, "0.5")
+    gates.run()
+    views = five_views(gates, tmp_path, capsys)
+    assert_agree(views, "fail", "bad")
+
+
+@pytest.mark.parametrize("how", ["skip mark", "deleted"])
+def test_a_vanished_passing_claim_is_missing_not_pass(gates, tmp_path, capsys, how):
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    _vanish(gates, how, "0.0")
     assert gates.run().ret == 0  # the run itself passes: only the ledger knows
     views = five_views(gates, tmp_path, capsys)
     assert_agree(views, "incomplete", "bad")
     assert "Missing claims: 1" in views["record"]
+
+
+def test_a_claim_removed_by_a_conftest_hook_leaves_a_partial_run(gates, tmp_path, capsys):
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    _vanish(gates, "collection hook", "0.0")
+    assert gates.run().ret == 0
+    newest = json.loads(gates.receipt_files("demo")[-1].read_text())
+    assert (
+        newest["run"]["partial"] and "1 of its 2 collected tests" in newest["run"]["partial_reason"]
+    )
+    assert_agree(five_views(gates, tmp_path, capsys), "pass")
 
 
 def test_a_dated_correction_retires_a_missing_claim_and_stays_listed(gates, tmp_path, capsys):
@@ -116,7 +143,7 @@ def test_a_dated_correction_retires_a_missing_claim_and_stays_listed(gates, tmp_
     gates.write("demo", GATE.format(bad="0.5").split("def test_bad")[0] + retire)
     assert gates.run().ret == 0
     views = five_views(gates, tmp_path, capsys)
-    assert_agree(views, "pass")
+    assert_agree(views, "pass", "1 claim retired after failing: bad")
     for name in ("record", "page"):
         assert "Retired claims: 1" in views[name]
         assert "removed feature" in views[name]

@@ -185,25 +185,40 @@ def worse_than(
     return loss > allowed
 
 
+def non_finite_kind(value: Any) -> str | None:
+    """``"nan"``, ``"inf"`` or ``"-inf"`` for a float that is not finite, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return None
+
+
 def judge(claim: dict[str, Any]) -> dict[str, Any]:
     """Return the verdict fields for a declared claim: verdict, margin and judged controls.
 
     ``claim`` carries ``threshold`` {op, value}, ``measurement`` (``{"value": ...}`` or None)
     and ``controls`` [{name, measured}]. A claim passes only when it is measured, meets the
-    threshold, has at least one control and every control misses the threshold.
+    threshold, has at least one control and every control misses the threshold. A measurement
+    that is not a finite number (``value`` None with ``non_finite`` set, or NaN/infinity given
+    directly) fails; a control that is not finite shows nothing about the check, so it does not
+    count as failing and the claim cannot pass on it.
     """
     op, bound = claim["threshold"]["op"], claim["threshold"]["value"]
-    controls = [
-        {
+    controls = []
+    for c in claim.get("controls", []):
+        broken = c.get("non_finite") or non_finite_kind(c["measured"]) or c["measured"] is None
+        judged = {
             "name": c["name"],
             "measured": c["measured"],
-            "failed": not meets(op, bound, c["measured"]),
+            "failed": False if broken else not meets(op, bound, c["measured"]),
         }
-        for c in claim.get("controls", [])
-    ]
+        if c.get("non_finite"):
+            judged["non_finite"] = c["non_finite"]
+        controls.append(judged)
     measurement = claim.get("measurement")
     value = None if measurement is None else measurement["value"]
-    if value is None:
+    if measurement is not None and (measurement.get("non_finite") or non_finite_kind(value)):
+        verdict, signed = "fail", None
+    elif value is None:
         verdict, signed = "inconclusive", None
     elif not meets(op, bound, value):
         verdict, signed = "fail", margin(op, bound, value)
@@ -225,10 +240,22 @@ def explain(claim: dict[str, Any], verdict: dict[str, Any]) -> str:
     measurement = claim.get("measurement")
     if measurement is None:
         return f"{name} inconclusive: it was declared but never measured"
+    odd = measurement.get("non_finite") or non_finite_kind(measurement["value"])
+    if odd:
+        return f"{name} fails: measured {odd}, which is not a finite number"
     if verdict["verdict"] == "fail":
         return f"{name} fails: measured {measurement['value']:g} {unit}, threshold {bound}".strip()
     if not verdict["controls"]:
         return f"{name} inconclusive: no control declared, so the check is not shown able to fail"
+    broken = [c for c in verdict["controls"] if c.get("non_finite") or c["measured"] is None]
+    if broken:
+        names = ", ".join(
+            f"{c['name']!r} measured {c.get('non_finite', 'nothing')}" for c in broken
+        )
+        return (
+            f"{name} inconclusive: control {names}, not a finite number, so the check is not "
+            "shown able to fail"
+        )
     passed = [c for c in verdict["controls"] if not c["failed"]]
     names = ", ".join(f"{c['name']!r} measured {c['measured']:g}" for c in passed)
     return f"{name} inconclusive: control {names} met the threshold {bound}; the check cannot fail"

@@ -38,7 +38,8 @@ def find_baseline(
     if not root.is_dir():
         raise AssayError(f"--gate-baseline {root}: not a directory")
     # a partial receipt is never the baseline
-    from assay.qualify.judging.standing import headline, ledger_order
+    from assay.qualify.judging.loading import ledger_order
+    from assay.qualify.judging.standing import headline
 
     found = {}
     for path in sorted([*root.glob(f"{gate}/*.json"), *root.glob("*.json")]):

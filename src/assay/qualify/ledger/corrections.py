@@ -5,6 +5,7 @@ read from ``<receipts>/<gate>/CORRECTIONS``; the file's format is described in
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -59,6 +60,13 @@ class Correction:
     change: str
     sha256: str
     reason: str
+    content: str | None = None  # the earlier version's text, for a receipt deleted or modified
+
+    @property
+    def erases_receipt(self) -> bool:
+        """True when the entry acknowledges a receipt deleted or modified: evidence erased,
+        which the standing must still weigh (its ``content`` carries it)."""
+        return self.change in ("deleted", "modified") and self.file.endswith(".json")
 
     def covers(self, v: Violation) -> bool:
         """True only for the violation this entry names: same gate, file, change, earlier
@@ -94,7 +102,13 @@ def _entry(gate: str, number: int, text: str) -> Correction | str:
         return "sha256 must be 64 lowercase hex digits"
     if data["change"] not in CHANGES:
         return f"change {data['change']!r} is not one of {', '.join(CHANGES)}"
-    return Correction(gate, number, *(data[k] for k in _REQUIRED))
+    content = data.get("content")
+    if content is not None:
+        if not isinstance(content, str):
+            return "content must be the earlier version's text, as a string"
+        if hashlib.sha256(content.encode("utf-8")).hexdigest() != data["sha256"]:
+            return "content does not hash to sha256: it is not the earlier version"
+    return Correction(gate, number, *(data[k] for k in _REQUIRED), content=content)
 
 
 def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], list[str]]:
@@ -102,8 +116,8 @@ def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], l
     path = Path(receipts_dir) / gate / CORRECTIONS
     if not path.is_file():
         return [], []
-    try:
-        lines = read_text_bounded(path, within=path.parent).splitlines()
+    try:  # JSON Lines split on "\n" only: a JSON string may hold U+2028 and friends
+        lines = read_text_bounded(path, within=path.parent).split("\n")
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{gate}/{CORRECTIONS}: not readable ({err})"]
     found: list[Correction] = []

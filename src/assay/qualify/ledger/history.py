@@ -22,8 +22,12 @@ like a LEDGER's), ``#`` lines are comments, every other line is one JSON object:
 
 ``change`` is one of :data:`CHANGES`, exactly as the problem line states it; ``sha256`` is the
 sha256 of the bytes of the *earlier* version (the receipt that was deleted or modified, the
-LEDGER before it was rewritten), so one entry covers exactly one violation. Further keys are
-kept as information (for example ``receipt_sha256``, ``status``, ``numbers``). A covered
+LEDGER before it was rewritten), so one entry covers exactly one violation. An entry for a
+receipt deleted or modified carries ``content``, the earlier version's text (its sha256 is
+``sha256``): an acknowledgement explains an erasure but never erases the evidence, so every view
+still weighs the receipt it removed (:mod:`assay.qualify.judging.evidence`); an entry without it
+leaves the gate short of a plain pass. Further keys are kept as information (for example
+``receipt_sha256``, ``status``, ``numbers``). A covered
 violation is reported as a note citing the entry; an entry that covers nothing in the history
 is a problem. Uncommitted changes and rewrites of ``CORRECTIONS`` itself cannot be
 acknowledged: restore the file instead.

@@ -17,6 +17,7 @@ from typing import Any
 from assay.atomic import fsync_dir
 from assay.bounded import parse_json, read_text_bounded
 from assay.errors import AssayError
+from assay.qualify.core.status import derive_status
 from assay.qualify.core.threshold import judge
 
 SCHEMA_ID = "assay.qualification-receipt/1"
@@ -85,6 +86,12 @@ def _consistency(receipt: dict[str, Any]) -> list[str]:
         flags = [c["failed"] for c in claim["controls"]]
         if [c["failed"] for c in judged["controls"]] != flags:
             problems.append(f"claims[{i}].controls: 'failed' flags disagree with the threshold")
+    derived = derive_status(receipt)
+    if receipt.get("status") != derived:
+        problems.append(
+            f"status: {receipt.get('status')!r} but its claims and tests give {derived!r} "
+            "(a receipt's status is derived, never asserted)"
+        )
     return problems
 
 

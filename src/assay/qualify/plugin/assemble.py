@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from assay.qualify.core.source import file_sha256
+from assay.qualify.core.status import derive_status
 from assay.qualify.core.threshold import judge
 from assay.qualify.ledger.receipt import SCHEMA_ID
 from assay.qualify.plugin.executed import attach as attach_executed
-
-TEST_OUTCOMES = ("passed", "failed", "skipped", "error")
 
 
 def _unique(items: list[Any]) -> list[Any]:
@@ -44,17 +43,6 @@ def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
     }
 
 
-def gate_status(claims: list[dict[str, Any]], outcomes: list[str]) -> str:
-    """``fail`` if a claim failed or a test's own code failed; ``inconclusive`` if a claim is
-    inconclusive or nothing was claimed; ``pass`` otherwise."""
-    verdicts = {c["verdict"] for c in claims}
-    if "fail" in verdicts or any(o in ("failed", "error") for o in outcomes):
-        return "fail"
-    if "inconclusive" in verdicts or not claims:
-        return "inconclusive"
-    return "pass"
-
-
 def figure_name(source: Path, sha: str) -> str:
     """A content-addressed, filesystem-safe name so a figure is never overwritten by another."""
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", source.stem)[:80] or "figure"
@@ -78,6 +66,47 @@ def plan_figures(gate: str, fragments: list[dict[str, Any]]) -> list[tuple[Path,
             if entry not in [e for _, e in planned]:
                 planned.append((source, entry))
     return planned
+
+
+_WORST_VERDICT = ("fail", "inconclusive", "pass")
+_WORST_OUTCOME = ("error", "failed", "skipped", "passed")
+
+
+def _worst(options: list[str], order: tuple[str, ...]) -> str:
+    return min(options, key=lambda o: order.index(o) if o in order else -1)
+
+
+def merge_attempts(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One fragment per test: a test that ran several times in one session (a rerun plugin,
+    ``--dist each``) keeps each claim from its worst attempt and the worst way its own code
+    ended, so a failure is never erased by trying again; the receipt notes how often it ran."""
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for fragment in fragments:
+        by_node.setdefault(fragment["nodeid"], []).append(fragment)
+    merged = []
+    for nodeid, attempts in by_node.items():
+        if len(attempts) == 1:
+            merged.append(attempts[0])
+            continue
+        first = dict(attempts[0])
+        claims: dict[str, dict[str, Any]] = {}
+        for attempt in attempts:
+            for claim in attempt["claims"]:
+                kept = claims.get(claim["id"])
+                verdicts = [judge(claim)["verdict"]] + ([judge(kept)["verdict"]] if kept else [])
+                if kept is None or _worst(verdicts, _WORST_VERDICT) != verdicts[-1]:
+                    claims[claim["id"]] = claim
+        first["claims"] = list(claims.values())
+        for key in ("not_tested", "inputs", "figures", "notes", "seeds", "files", "corrects"):
+            first[key] = _unique([x for a in attempts for x in a[key]])
+        first["notes"].append(
+            f"{nodeid} ran {len(attempts)} times in this session; each claim is recorded from "
+            "its worst attempt"
+        )
+        first["outcome"] = _worst([a["outcome"] for a in attempts], _WORST_OUTCOME)
+        first["duration_s"] = sum(a["duration_s"] for a in attempts)
+        merged.append(first)
+    return merged
 
 
 def duplicate_claims(fragments: list[dict[str, Any]]) -> list[str]:
@@ -117,13 +146,6 @@ def build_receipt(
     ordered = sorted(fragments, key=lambda f: (f.get("order", 0), f["nodeid"]))
     attach_executed(ordered)  # per claim: measured files, the gate-wide ones merged
     claims = [judged_claim(c, f["nodeid"]) for f in ordered for c in f["claims"]]
-    outcomes = [f["outcome"] for f in ordered]
-    # a test whose own code passed but whose claim missed fails in pytest; its claim verdict
-    # already speaks for it (fail or inconclusive), so only other failures force ``fail``
-    passed = {f["nodeid"] for f in ordered if f["outcome"] == "passed"}
-    outcomes += [
-        "failed" for x in failures or [] if not (x["when"] == "call" and x["nodeid"] in passed)
-    ]
     extra_run: dict[str, Any] = {}
     if partial:
         extra_run.update(partial=True, partial_reason=partial)
@@ -134,7 +156,7 @@ def build_receipt(
         "gate": gate,
         "receipt_id": str(uuid.uuid4()),
         "created": created,
-        "status": gate_status(claims, outcomes),
+        "status": "pending",  # derived below from the claims and the run, never asserted
         "claims": claims,
         "corrects": _unique([c for f in ordered for c in f["corrects"]]),
         "not_tested": _unique([n for f in ordered for n in f["not_tested"]]),
@@ -154,4 +176,5 @@ def build_receipt(
     }
     if subject is not None:
         receipt["subject"] = subject
+    receipt["status"] = derive_status(receipt)
     return receipt

@@ -32,16 +32,26 @@ ENV_VARS = (
 )
 
 
-def resolve_device(choice: str | None) -> str:
-    """``cpu`` or ``cuda`` for a ``--gate-device`` choice; ``auto`` (or None: the option was
-    not given) is cuda when the session already imported torch and it sees a GPU, so a
-    project without torch never pays its import."""
-    if choice in ("cpu", "cuda"):
-        return choice
+def cuda_seen() -> bool:
+    """True when this process's torch (imported by the project under test; never imported
+    here) sees at least one CUDA device. Labels come from what ran: without it, nothing is
+    labelled cuda, whatever an option says."""
     torch = sys.modules.get("torch")
     if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+    except Exception:  # a broken CUDA install: nothing was seen
+        return False
+
+
+def resolve_device(choice: str | None) -> str:
+    """``cpu`` or ``cuda`` for a ``--gate-device`` choice: ``cuda`` only when this process
+    sees a CUDA device (:func:`cuda_seen`), whether it was asked for (``cuda``) or chosen
+    (``auto``, or None: the option was not given); otherwise ``cpu``."""
+    if choice == "cpu":
         return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cuda_seen() else "cpu"
 
 
 def _version(dist: str) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.qualify.core.source import file_sha256
-from assay.qualify.core.threshold import KINDS, Threshold
+from assay.qualify.core.threshold import KINDS, Threshold, non_finite_kind
 
 # seconds per unit, for timing measurements recorded in a claim's own time unit
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -33,6 +33,23 @@ def _number(value: Any, where: str) -> float:
     return value
 
 
+def _spread(numbers: list[float]) -> dict[str, Any]:
+    """n, min, median, max and, for several samples, quartiles, IQR and Tukey outliers."""
+    median = statistics.median(numbers)
+    found: dict[str, Any] = {
+        "n": len(numbers),
+        "min": min(numbers),
+        "median": median,
+        "max": max(numbers),
+    }
+    if len(numbers) > 1:
+        q1, _, q3 = statistics.quantiles(numbers, n=4)
+        iqr = q3 - q1
+        outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in numbers)
+        found.update(q1=q1, q3=q3, iqr=iqr, outliers=outliers)
+    return found
+
+
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise AssayError(f"{where}: expected a non-empty string, got {value!r}")
@@ -46,9 +63,13 @@ def _is_path(item: str | Path) -> bool:
 class Claim:
     """One claim: a statement, a threshold, one measurement and the controls that must fail it."""
 
-    def __init__(self, data: dict[str, Any], threshold: Threshold) -> None:
+    def __init__(self, data: dict[str, Any], threshold: Threshold, gate: Gate) -> None:
         self._data = data
         self.threshold = threshold
+        self._gate = gate
+
+    def _gate_open(self, where: str) -> None:
+        self._gate.check_open(where)
 
     @property
     def id(self) -> str:
@@ -66,10 +87,12 @@ class Claim:
         ``timing`` from :func:`assay.qualify.plugin.timing.measure_time` (value = median time per
         call in the claim's unit, one of s, ms, us, ns; its statistics go in the receipt).
 
-        A claim is measured exactly once. NaN is kept as measured; the receipt then fails
-        schema validation and is not written, which is the honest outcome.
+        A claim is measured exactly once. A value, sample or timing that is NaN or infinite
+        never vanishes: the measurement is kept as not finite (``value`` None, ``non_finite``
+        naming it, the finite samples' spread beside it) and the claim fails.
         """
         where = f"claim {self.id!r} measure"
+        self._gate_open(where)
         if self._data["measurement"] is not None:
             raise AssayError(f"{where}: already measured; a claim takes one measurement")
         if sum(x is not None for x in (value, samples, timing)) != 1:
@@ -80,6 +103,10 @@ class Claim:
                 raise AssayError(f"{where}: a timing needs the claim unit s, ms, us or ns")
             scale = 1.0 / TIME_UNITS[unit]
             stats = timing.stats(scale)
+            odd = next((k for v in stats.values() if (k := non_finite_kind(v))), None)
+            if odd:  # a timer that returned garbage: the claim fails, the stats cannot travel
+                self._data["measurement"] = {"value": None, "unit": unit, "non_finite": odd}
+                return
             self._data["measurement"] = {
                 "value": stats["median"],
                 "unit": unit,
@@ -88,38 +115,65 @@ class Claim:
             }
             return
         if samples is None:
-            self._data["measurement"] = {"value": _number(value, where), "unit": unit}
+            number = _number(value, where)
+            odd = non_finite_kind(float(number))
+            self._data["measurement"] = (
+                {"value": None, "unit": unit, "non_finite": odd}
+                if odd
+                else {"value": number, "unit": unit}
+            )
             return
         numbers = [_number(s, f"{where} samples") for s in samples]
         if not numbers:
             raise AssayError(f"{where}: samples is empty; expected at least one number")
-        median = statistics.median(numbers)
-        samples = {"n": len(numbers), "min": min(numbers), "median": median, "max": max(numbers)}
-        if len(numbers) > 1:  # the spread, as for timings: quartiles, IQR, Tukey outliers
-            q1, _, q3 = statistics.quantiles(numbers, n=4)
-            iqr = q3 - q1
-            outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in numbers)
-            samples.update(q1=q1, q3=q3, iqr=iqr, outliers=outliers)
-        self._data["measurement"] = {"value": median, "unit": unit, "samples": samples}
+        odd_kinds = [k for x in numbers if (k := non_finite_kind(float(x)))]
+        finite = [x for x in numbers if non_finite_kind(float(x)) is None]
+        summary = _spread(finite) if finite else {}
+        if odd_kinds:  # a NaN never vanishes into a median: the claim fails and says so
+            summary = {**summary, "n": len(numbers), "non_finite": len(odd_kinds)}
+            self._data["measurement"] = {
+                "value": None,
+                "unit": unit,
+                "non_finite": odd_kinds[0],
+                "samples": summary,
+            }
+            return
+        self._data["measurement"] = {"value": summary["median"], "unit": unit, "samples": summary}
 
     def control(self, name: str, measured: float) -> None:
-        """Record the same check on a deliberately broken subject; it must miss the threshold."""
+        """Record the same check on a deliberately broken subject; it must miss the threshold.
+        A control that measured NaN or infinity shows nothing: it is kept as not finite and the
+        claim cannot pass on it."""
         where = f"claim {self.id!r} control"
+        self._gate_open(where)
         name = _text(name, f"{where} name")
         if any(c["name"] == name for c in self._data["controls"]):
             raise AssayError(f"{where}: control {name!r} declared twice")
-        self._data["controls"].append({"name": name, "measured": _number(measured, where)})
+        number = _number(measured, where)
+        odd = non_finite_kind(float(number))
+        entry: dict[str, Any] = {"name": name, "measured": None if odd else number}
+        if odd:
+            entry["non_finite"] = odd
+        self._data["controls"].append(entry)
 
     def ran_on(self, device: str) -> None:
         """Record the device this claim's tensors were on (``cpu``, ``cuda``, ``cuda:1`` ...), as
         the test read it from its tensors or model. The framework imports no torch: it only
         stores the device type, so a claim measured on the CPU inside a run started with
         ``--gate-device cuda`` is labelled cpu."""
+        self._gate_open(f"claim {self.id!r} ran_on")
         where = f"claim {self.id!r} ran_on"
         kind = _text(device, where).split(":", 1)[0].strip().lower()
         if not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
             raise AssayError(
                 f"{where}: expected a device type like 'cpu' or 'cuda', not {device!r}"
+            )
+        from assay.qualify.plugin.environment import cuda_seen
+
+        if kind == "cuda" and not cuda_seen():
+            raise AssayError(
+                f"{where}: 'cuda', but this process's torch sees no CUDA device; a label "
+                "comes from the tensors the test actually used"
             )
         self._data["device"] = kind
 
@@ -160,6 +214,21 @@ class Gate:
         self._child_imports: set[str] = set()
         self._claims: list[Claim] = []
         self._data: dict[str, Any] = {"device": device, **blank_fragment(name, nodeid)}
+        self._closed = False
+
+    def check_open(self, where: str) -> None:
+        """AssayError once the test's declarations have been taken (after the ``gate`` fixture's
+        teardown): a later declaration would reach no receipt, so it is refused, loudly."""
+        if self._closed:
+            raise AssayError(
+                f"{where}: gate {self.name!r} of {self.nodeid} is closed: its test has finished "
+                "and its declarations are taken; declare claims in the test, its fixtures or "
+                "its finalizers"
+            )
+
+    def close(self) -> None:
+        """Refuse every declaration from now on (see :meth:`check_open`)."""
+        self._closed = True
 
     def claim(
         self,
@@ -184,6 +253,7 @@ class Gate:
         declaration and errors the test (see :meth:`stale_code`). ``derived=True`` marks a
         value computed by arithmetic from other measurements; the record labels it as such.
         """
+        self.check_open("gate.claim")
         claim_id = _text(claim_id, "gate.claim id")
         where = f"claim {claim_id!r}"
         statement = _text(statement, f"{where} statement")
@@ -221,7 +291,7 @@ class Gate:
         if derived:
             data["derived"] = True
         self._data["claims"].append(data)
-        claim = Claim(data, threshold)
+        claim = Claim(data, threshold, self)
         self._claims.append(claim)
         return claim
 
@@ -229,6 +299,7 @@ class Gate:
         """Record implementation files exercised (dotted module names or paths) by sha256, for
         the whole gate, import-checked like ``code=``. Prefer ``gate.claim(..., code=[...])``,
         which records them per claim."""
+        self.check_open("gate.uses")
         for item in modules_or_paths:
             if isinstance(item, str) and not _is_path(item):
                 self._declared.append(("", item))
@@ -262,6 +333,7 @@ class Gate:
 
     def input(self, role: str, path: str | Path) -> None:
         """Record an input file by role, size in bytes and sha256."""
+        self.check_open("gate.input")
         role = _text(role, "gate.input role")
         p = Path(path)
         if not p.is_file():
@@ -277,6 +349,7 @@ class Gate:
 
     def seed(self, *seeds: int) -> None:
         """Record the random seeds this test used."""
+        self.check_open("gate.seed")
         for s in seeds:
             if isinstance(s, bool) or not isinstance(s, int):
                 raise AssayError(f"gate.seed: expected an integer, got {s!r}")
@@ -285,12 +358,14 @@ class Gate:
 
     def not_tested(self, item: str, reason: str) -> None:
         """Write down something this gate does not test, and why."""
+        self.check_open("gate.not_tested")
         entry = {"item": _text(item, "gate.not_tested item"), "reason": _text(reason, "reason")}
         if entry not in self._data["not_tested"]:
             self._data["not_tested"].append(entry)
 
     def note(self, text: str) -> None:
         """Add a free-text note to the record."""
+        self.check_open("gate.note")
         text = _text(text, "gate.note")
         if text not in self._data["notes"]:
             self._data["notes"].append(text)
@@ -299,6 +374,7 @@ class Gate:
         """Attach a PNG with a caption; copied under ``records/figures/<gate>/`` at session end.
 
         ``derived=True`` marks a figure plotted from arithmetic rather than measurements."""
+        self.check_open("gate.figure")
         p = Path(path)
         caption = _text(caption, "gate.figure caption")
         if not p.is_file():
@@ -317,6 +393,7 @@ class Gate:
         The earlier receipt is never rewritten; the record shows this correction, dated,
         beside the original row. The referenced receipt must exist in this gate's receipts.
         """
+        self.check_open("gate.correct")
         sha = _text(receipt_sha256, "gate.correct receipt_sha256").lower()
         if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
             raise AssayError(f"gate.correct receipt_sha256: expected 64 hex digits, got {sha!r}")

@@ -26,7 +26,8 @@ OUTCOME = pytest.StashKey[str]()
 STATE = pytest.StashKey[Any]()
 CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collected gate tests
 MEASURE = pytest.StashKey[Any]()  # this process's executed.Measure, once it saw a gate module
-FRAGMENT_KEY = "assay_gate_fragment"
+CLASHES = pytest.StashKey[dict]()  # gate name -> its files, where more than one claims it
+JUDGED = pytest.StashKey[dict]()  # claim id -> the verdict the test was already failed on
 GATE_MODULE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
 DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
 
@@ -174,40 +175,72 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     """The declaration surface of one gate test (see docs/gate-api.md)."""
     from assay.qualify.plugin.environment import resolve_device
     from assay.qualify.plugin.gate import Gate, display_path
-    from assay.qualify.plugin.session import plain_nodeid
+    from assay.qualify.plugin.session import FRAGMENT_KEY, VERDICT_KEY, clash_line, plain_nodeid
 
     config = request.config
+    node = request.node
+    name = gate_name(request.path)
+    clash = config.stash.get(CLASHES, {}).get(name)
+    if clash:
+        pytest.fail(clash_line(name, clash), pytrace=False)
+    # a test run again (a rerun plugin) starts clean: its last attempt's report already left
+    node.user_properties[:] = [
+        p for p in node.user_properties if p[0] not in (FRAGMENT_KEY, VERDICT_KEY)
+    ]
+    node.stash[JUDGED] = {}
     choice = config.getoption("gate_device", None) or config.getini("gate_device") or "auto"
-    nodeid = plain_nodeid(request.node.nodeid)
-    g = Gate(gate_name(request.path), resolve_device(choice), nodeid, config.rootpath)
+    g = Gate(name, resolve_device(choice), plain_nodeid(node.nodeid), config.rootpath)
+    if choice == "cuda" and g.device != "cuda":
+        g.note("asked for --gate-device cuda, but this process saw no CUDA device: measured on cpu")
     g.module(request.path)  # the gate's own source is part of what every claim ran
-    request.node.stash[GATE] = g
+    node.stash[GATE] = g
     start = time.perf_counter()
     yield g
     children = config.stash.get(CHILDREN, None)
     if children is not None:  # what this process's children ran counts like its own imports
         g.child_imports(children.names())
     fragment = g.fragment()
+    g.close()  # anything declared from now on would reach no receipt: refused instead
     measure = config.stash.get(MEASURE, None)
     if measure is not None:  # the files of the project under test this test executed
         fragment["executed"] = measure.report(
-            request.node, lambda path: display_path(config.rootpath, path)
+            node, lambda path: display_path(config.rootpath, path)
         )
-    fragment["outcome"] = request.node.stash.get(OUTCOME, "error")
+    fragment["outcome"] = node.stash.get(OUTCOME, "error")
     fragment["duration_s"] = time.perf_counter() - start
     # collection order is the same in every xdist worker, so it orders claims stably
     items = request.session.items
-    fragment["order"] = items.index(request.node) if request.node in items else len(items)
+    fragment["order"] = items.index(node) if node in items else len(items)
     # rides on the teardown report, which xdist serialises to the controller
-    request.node.user_properties.append((FRAGMENT_KEY, fragment))
-    stale = g.stale_code()
-    if stale:
-        pytest.fail(f"gate {g.name!r}: " + "; ".join(stale), pytrace=False)
+    node.user_properties.append((FRAGMENT_KEY, fragment))
+    problems = g.stale_code()
+    if fragment["outcome"] != "failed":  # a test that raised is failed already
+        problems += _unjudged(fragment["claims"], node.stash[JUDGED])
+    if problems:
+        if len(problems) > len(g.stale_code()):
+            node.user_properties.append((VERDICT_KEY, "teardown"))
+        pytest.fail(f"gate {g.name!r}: " + "; ".join(problems), pytrace=False)
+
+
+def _unjudged(claims: list[dict[str, Any]], judged: dict[str, str]) -> list[str]:
+    """Why each claim that did not pass fails its test, except those already failed at the
+    end of the call with the same verdict: a claim is judged the same way wherever it was
+    declared or measured (body, fixture, teardown, finalizer)."""
+    from assay.qualify.core.threshold import explain, judge
+
+    found = []
+    for claim in claims:
+        verdict = judge(claim)
+        if verdict["verdict"] != "pass" and judged.get(claim["id"]) != verdict["verdict"]:
+            found.append(explain(claim, verdict))
+    return found
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
-    """Record how the test's own code ended, then fail it if any of its claims did not pass."""
+    """Record how the test's own code ended, then fail it on every claim that already fails.
+    A claim still waiting for its measurement or controls (a fixture may add them in its
+    teardown) is judged when the ``gate`` fixture finishes."""
     declared = item.stash.get(GATE, None)
     if declared is None:
         return (yield)
@@ -221,37 +254,57 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         raise
     item.stash[OUTCOME] = "passed"
     from assay.qualify.core.threshold import explain, judge
+    from assay.qualify.plugin.session import VERDICT_KEY
 
-    reasons = [explain(c, judge(c)) for c in declared.fragment()["claims"]]
-    reasons = [r for r in reasons if r]
+    reasons = []
+    for claim in declared.fragment()["claims"]:
+        verdict = judge(claim)
+        if verdict["verdict"] == "fail":  # final: no later control or measure can change it
+            item.stash[JUDGED][claim["id"]] = "fail"
+            reasons.append(explain(claim, verdict))
     if reasons:
+        item.user_properties.append((VERDICT_KEY, "call"))
         pytest.fail(f"gate {declared.name!r}: " + "; ".join(reasons), pytrace=False)
     return result
 
 
-def pytest_deselected(items: list[pytest.Item]) -> None:
-    if items and _has_gate([i.nodeid for i in items]):
-        state = _state(items[0].config)
-        state.deselected = (state.deselected or set()) | {i.nodeid for i in items}
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
+    """The items a gate module produced, read innermost: before ``--lf`` or any plugin's
+    wrapper filters the report, so what was left out of the run is known."""
+    report = yield
+    path = getattr(collector, "path", None)
+    if path is not None and GATE_MODULE.match(path.name) and report.result:
+        nodeids = [n.nodeid for n in report.result if isinstance(n, pytest.Item)]
+        if nodeids:
+            _state(collector.config).raw.update(nodeids)
+    return report
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Where gate tests were collected: children report their imports from now on; a single
-    process records the collected gate tests (and takes the tree state, before any write).
+    """Where gate tests were collected: children report their imports from now on; gate names
+    claimed by two files are refused; a single process records the selected gate tests and
+    those left out (and takes the tree state, before any write).
 
-    An xdist worker instead tags each gate test with what ``-k``/``-m``/``--deselect`` removed
-    from its gate: only workers collect, and the tag rides on every report to the controller.
+    An xdist worker instead tags each gate test with the tests of its gate that were collected
+    and left out: only workers collect, and the tag rides on every report to the controller.
     """
+    from assay.qualify.plugin.session import gate_files
+
     ids = [item.nodeid for item in session.items]
+    state = _state(session.config) if (_has_gate(ids) or STATE in session.config.stash) else None
+    if state is None:
+        return
+    lost = state.raw - set(ids)
+    clashes = {g: f for g, f in gate_files([*ids, *lost]).items() if len(f) > 1}
+    session.config.stash[CLASHES] = clashes
     if not _has_gate(ids):
         return
     _start_child_imports(session.config)
-    state = _state(session.config)
     if _is_worker(session.config):
-        _tag_deselected(session.items, state.deselected or set())
+        _tag_lost(session.items, lost)
         return
-    state.deselected = state.deselected or set()  # deselection is known in this process
-    state.expect(ids)
+    state.expect(ids, lost)
 
 
 def _start_child_imports(config: pytest.Config) -> None:
@@ -283,18 +336,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         measure.close()
 
 
-def _tag_deselected(items: list[pytest.Item], deselected: set[str]) -> None:
-    from assay.qualify.plugin.session import DESELECTED_KEY, gate_of
+def _tag_lost(items: list[pytest.Item], lost: set[str]) -> None:
+    from assay.qualify.plugin.session import LOST_KEY, gate_of
 
     per_gate: dict[str, list[str]] = {}
-    for nodeid in deselected:
+    for nodeid in lost:
         gate = gate_of(nodeid)
         if gate is not None:
             per_gate.setdefault(gate, []).append(nodeid)
     for item in items:
         gate = gate_of(item.nodeid)
         if gate is not None:
-            item.user_properties.append((DESELECTED_KEY, sorted(per_gate.get(gate, []))))
+            item.user_properties.append((LOST_KEY, sorted(per_gate.get(gate, []))))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -315,6 +368,10 @@ class _Reports:
         if _has_gate([report.nodeid]):
             _state(self.config).report(report)
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed and _has_gate([report.nodeid]):
+            _state(self.config).collect_error(report)
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
@@ -322,7 +379,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     state = config.stash[STATE]
     state.finish()
-    if state.problems and session.exitstatus == pytest.ExitCode.OK:
+    # a claim that did not pass fails the session, however its test ended (skipped, xfailed,
+    # run again, judged in a teardown): pytest agrees with the receipt
+    if (state.problems or state.not_passing) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -334,5 +393,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for path, status in state.written:
         shown = path if path.startswith("not written") else f"receipt ({status}): {path}"
         terminalreporter.line(shown)
+    for line in state.not_passing:
+        terminalreporter.line(f"NOT PASSED {line}", red=True)
     for problem in state.problems:
         terminalreporter.line(f"ERROR {problem}", red=True)

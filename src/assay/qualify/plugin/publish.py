@@ -23,6 +23,7 @@ from assay.qualify.ledger.receipt import (
 from assay.qualify.plugin.assemble import (
     build_receipt,
     duplicate_claims,
+    merge_attempts,
     plan_figures,
 )
 from assay.qualify.plugin.environment import describe_code, describe_environment
@@ -99,6 +100,7 @@ def _assemble(
     gate: str, fragments: list[dict[str, Any]], options: Options, environment: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, list[tuple[Path, dict[str, str]]], list[str], list[str]]:
     """(unsealed receipt or None, planned figures, regressions, problems) for one gate."""
+    fragments = merge_attempts(fragments)
     problems = duplicate_claims(fragments)
     if problems:
         return None, [], [], problems
@@ -121,6 +123,8 @@ def _assemble(
         failures=options.failures.get(gate),
     )
     extras = options.extras.get(gate, {})
+    if extras.get("gate_file"):
+        receipt["gate_file"] = extras["gate_file"]
     if extras.get("headline_claim"):
         receipt["headline_claim"] = extras["headline_claim"]
     if extras.get("skipped"):
@@ -152,15 +156,25 @@ def _assemble(
     return receipt, planned, regressions, []
 
 
+def not_passing(receipt: dict[str, Any]) -> list[str]:
+    """One line per claim of ``receipt`` that did not pass: each makes the session fail, however
+    the test that declared it ended (skipped, xfailed, rerun or judged in a teardown)."""
+    return [
+        f"gate {receipt['gate']!r}: claim {c['id']!r} {c['verdict']}"
+        for c in receipt["claims"]
+        if c["verdict"] != "pass"
+    ]
+
+
 def _publish_gate(
     gate: str, fragments: list[dict[str, Any]], options: Options, environment: dict[str, Any]
-) -> tuple[tuple[str, str] | None, list[str]]:
+) -> tuple[tuple[str, str] | None, list[str], list[str]]:
     receipt, planned, regressions, problems = _assemble(gate, fragments, options, environment)
     if receipt is None:
-        return None, problems
+        return None, problems, []
     _copy_figures(planned, options.records)
     path = write_receipt(receipt, options.receipts)
-    return (str(path), receipt["status"]), regressions
+    return (str(path), receipt["status"]), regressions, not_passing(receipt)
 
 
 def _by_gate(fragments: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -170,11 +184,14 @@ def _by_gate(fragments: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     return by_gate
 
 
-def preview(fragments: list[dict[str, Any]], options: Options) -> list[tuple[str, str]]:
-    """What :func:`publish` would write, as ``("not written: ...", status)`` lines; touches
-    nothing on disk (``--gate-no-write``). The status is the run's own verdict; the gate's
-    standing would also weigh its ledger, which a trial run does not change."""
-    shown = []
+def preview(
+    fragments: list[dict[str, Any]], options: Options
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """What :func:`publish` would write, as ``("not written: ...", status)`` lines, and the
+    claims that would not pass; touches nothing on disk (``--gate-no-write``). The status is the
+    run's own verdict; the gate's standing would also weigh its ledger, which a trial run does
+    not change."""
+    shown, failing = [], []
     environment = options.environment or describe_environment()
     by_gate = _by_gate(fragments)
     for gate in sorted(by_gate):
@@ -184,7 +201,9 @@ def preview(fragments: list[dict[str, Any]], options: Options) -> list[tuple[str
             receipt, regressions, problems = None, [], [str(err)]
         if receipt is None:
             shown.append((f"not written: gate {gate!r}: {'; '.join(problems)}", "error"))
+            failing.extend(problems)
             continue
+        failing.extend(not_passing(receipt))
         partial = " (partial run)" if receipt["run"].get("partial") else ""
         regressed = f", {len(regressions)} regression(s)" if regressions else ""
         shown.append(
@@ -194,17 +213,19 @@ def preview(fragments: list[dict[str, Any]], options: Options) -> list[tuple[str
                 receipt["status"],
             )
         )
-    return shown
+    return shown, failing
 
 
 def publish(
     fragments: list[dict[str, Any]], options: Options
-) -> tuple[list[tuple[str, str]], list[str]]:
-    """Write one receipt per gate and render its record; return (written, problems).
+) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """Write one receipt per gate and render its record; return (written, problems,
+    not passing).
 
     ``written`` holds (receipt path, status); ``problems`` holds one line per session error
-    (invalid receipt, bad correction, regression, render failure), each naming its gate.
-    An invalid receipt is never written.
+    (invalid receipt, bad correction, regression, render failure), each naming its gate;
+    ``not passing`` one line per written claim that did not pass. An invalid receipt is never
+    written.
     """
     from assay.qualify.publishing.index import render_index
     from assay.qualify.publishing.render import render_gate
@@ -213,14 +234,18 @@ def publish(
     environment = options.environment or describe_environment()
     written: list[tuple[str, str]] = []
     problems: list[str] = []
+    failing: list[str] = []
     for gate in sorted(by_gate):
         try:
-            done, gate_problems = _publish_gate(gate, by_gate[gate], options, environment)
+            done, gate_problems, gate_failing = _publish_gate(
+                gate, by_gate[gate], options, environment
+            )
         except AssayError as err:
-            done, gate_problems = None, [str(err)]
+            done, gate_problems, gate_failing = None, [str(err)], []
         problems.extend(
             p if p.startswith(f"gate {gate!r}") else f"gate {gate!r}: {p}" for p in gate_problems
         )
+        failing.extend(gate_failing)
         if done is None:
             continue
         written.append(done)
@@ -234,4 +259,4 @@ def publish(
             render_index(options.receipts, options.records, options.root)
         except AssayError as err:
             problems.append(f"index not rendered: {err}")
-    return written, problems
+    return written, problems, failing

@@ -1,8 +1,10 @@
 """One pytest session's gate bookkeeping, in the process that writes receipts.
 
-Tracks which tests of each gate module were collected, gathers the fragments and failures
-their reports carry (from xdist workers too), and publishes a gate's receipt as soon as its
-last test has finished, so a long gate run keeps what it measured if a later gate crashes.
+Tracks which tests of each gate module were selected and which were left out, gathers the
+fragments and failures their reports carry (from xdist workers too), and publishes a gate's
+receipt as soon as its last test has finished, so a long gate run keeps what it measured if a
+later gate crashes. Whether a run is complete is decided from what pytest did
+(:mod:`assay.qualify.plugin.completeness`), never from the command line.
 Imported only once a session shows a gate test, so plain pytest sessions never load it.
 """
 
@@ -15,11 +17,13 @@ from typing import Any
 import pytest
 
 GATE_FILE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
-
-
 XDIST_GROUP = re.compile(r"@[^\]/:@]+$")
-# user property an xdist worker puts on each gate test: the node ids deselected from its gate
-DESELECTED_KEY = "assay_gate_deselected"
+# user properties on a gate test's reports: the fragment it declared; the collected tests of
+# its gate left out of the run (an xdist worker sees that, its controller does not); the phase
+# in which the plugin failed the test on a claim's verdict (not the test's own code)
+FRAGMENT_KEY = "assay_gate_fragment"
+LOST_KEY = "assay_gate_lost"
+VERDICT_KEY = "assay_gate_verdict"
 
 
 def plain_nodeid(nodeid: str) -> str:
@@ -32,6 +36,24 @@ def gate_of(nodeid: str) -> str | None:
     """The gate a test node id belongs to (``gate_<name>.py`` module), or None."""
     match = GATE_FILE.match(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
     return match.group(1) if match else None
+
+
+def gate_files(nodeids: list[str]) -> dict[str, set[str]]:
+    """Gate name -> the module files its node ids come from; more than one is a clash."""
+    found: dict[str, set[str]] = {}
+    for nodeid in nodeids:
+        gate = gate_of(nodeid)
+        if gate is not None:
+            found.setdefault(gate, set()).add(nodeid.split("::", 1)[0])
+    return found
+
+
+def clash_line(gate: str, files: set[str]) -> str:
+    """The refusal for two gate files claiming one gate name."""
+    return (
+        f"gate {gate!r} is claimed by {len(files)} files ({', '.join(sorted(files))}); one gate "
+        "name is one gate file: rename one of them"
+    )
 
 
 def exception_line(report: Any) -> str:
@@ -65,32 +87,60 @@ def setting_dir(config: pytest.Config, name: str) -> Path | None:
     return path if path.is_absolute() else base / path
 
 
+def selection_options(config: pytest.Config) -> str:
+    """The selection options in effect, for the reader (they decide nothing)."""
+    option, shown = config.option, []
+    if getattr(option, "keyword", ""):
+        shown.append(f"-k {option.keyword!r}")
+    if getattr(option, "markexpr", ""):
+        shown.append(f"-m {option.markexpr!r}")
+    if getattr(option, "deselect", None):
+        shown.append("--deselect")
+    if getattr(option, "lf", False):
+        shown.append("--last-failed")
+    if getattr(option, "stepwise", False):
+        shown.append("--stepwise")
+    return ", ".join(shown)
+
+
 class GateSession:
-    """Receipts of one session: expected tests per gate, fragments, failures, publication."""
+    """Receipts of one session: selected and lost tests per gate, fragments, failures,
+    publication."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.expected: dict[str, set[str]] | None = None
+        self.expected: dict[str, set[str]] | None = None  # selected tests per gate
+        self.files: dict[str, set[str]] = {}  # gate -> its module files (one, unless a clash)
+        self.raw: set[str] = set()  # collected from gate modules in this process
+        self.lost: set[str] = set()  # collected but left out of the run
         self.done: dict[str, set[str]] = {}
+        self.verdict: set[str] = set()  # tests that ran to a verdict
+        self.again: set[str] = set()  # tests a rerun plugin will run once more
         self.fragments: dict[str, list[dict[str, Any]]] = {}
-        self.failures: dict[str, list[dict[str, str]]] = {}
+        self.failures: dict[str, list[dict[str, Any]]] = {}
         self.skipped: dict[str, list[dict[str, str]]] = {}
         self.published: set[str] = set()
-        self.deselected: set[str] | None = None  # known only where collection ran here
         self.written: list[tuple[str, str]] = []
         self.problems: list[str] = []
+        self.not_passing: list[str] = []  # claims written (or previewed) that did not pass
         self.tree: dict[str, Any] | None = None
         self.environment: dict[str, Any] | None = None
 
-    def expect(self, nodeids: list[str]) -> None:
-        """Record the collected tests (once); take the tree state before anything is written."""
+    def expect(self, nodeids: list[str], lost: set[str] | None = None) -> None:
+        """Record the selected tests (once) and those left out; take the tree state before
+        anything is written."""
+        if lost:
+            self.lost |= {plain_nodeid(n) for n in lost}
         if self.expected is not None:
             return
         self.expected = {}
-        for nodeid in map(plain_nodeid, nodeids):
+        plain = [plain_nodeid(n) for n in nodeids]
+        for nodeid in plain:
             gate = gate_of(nodeid)
             if gate is not None:
                 self.expected.setdefault(gate, set()).add(nodeid)
+        for gate, files in gate_files([*plain, *self.lost]).items():
+            self.files.setdefault(gate, set()).update(files)
         if self.expected and self.tree is None:
             from assay.qualify.plugin.environment import provenance_state, tree_state
 
@@ -100,52 +150,94 @@ class GateSession:
                 self.tree = provenance_state(self.config.invocation_params.dir / provenance)
 
     def report(self, report: pytest.TestReport) -> None:
-        """Take one test report: its fragment, its failure, and whether its gate is done."""
+        """Take one test report: its fragment, its verdict or failure, and whether its gate
+        is done (every selected test torn down for the last time)."""
         gate = gate_of(report.nodeid)
         if gate is None:
             return
-        for key, value in list(report.user_properties):
-            if key == "assay_gate_fragment":
-                report.user_properties.remove((key, value))
-                self.fragments.setdefault(gate, []).append(value)
-            elif key == DESELECTED_KEY:  # from an xdist worker, which saw the deselection
-                report.user_properties.remove((key, value))
-                self.deselected = (self.deselected or set()) | set(value)
         nodeid = plain_nodeid(report.nodeid)
+        verdict_phases = set()
+        for key, value in list(report.user_properties):
+            if key == FRAGMENT_KEY:
+                report.user_properties.remove((key, value))
+                self._fragment(gate, value)
+            elif key == LOST_KEY:  # from an xdist worker, which saw the collection
+                report.user_properties.remove((key, value))
+                self.lost |= set(value)
+                for file_gate, files in gate_files(list(value)).items():
+                    self.files.setdefault(file_gate, set()).update(files)
+            elif key == VERDICT_KEY:
+                verdict_phases.add(value)
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            self.verdict.add(nodeid)
         if report.skipped:
             self.skipped.setdefault(gate, []).append(
                 {"nodeid": nodeid, "reason": skip_reason(report)}
             )
-        if report.failed:
-            self.failures.setdefault(gate, []).append(
-                {"nodeid": nodeid, "when": report.when, "message": exception_line(report)}
-            )
+        if report.outcome == "rerun":  # pytest-rerunfailures: this attempt failed, another runs
+            self.again.add(nodeid)
+            self._failure(gate, nodeid, report, "failed, then run again: ")
+        elif report.failed:
+            message = exception_line(report)
+            on_verdict = report.when in verdict_phases and message.removeprefix(
+                "Failed: "
+            ).startswith(f"gate {gate!r}: ")
+            self._failure(gate, nodeid, report, "", verdict=on_verdict)
         if report.when == "teardown":
+            if nodeid in self.again:  # the next attempt's teardown is the last one
+                self.again.discard(nodeid)
+                return
             self.done.setdefault(gate, set()).add(nodeid)
             expected = (self.expected or {}).get(gate)
             if expected is not None and expected <= self.done[gate]:
                 self.publish(gate)
 
+    def _fragment(self, gate: str, fragment: dict[str, Any]) -> None:
+        if gate in self.published:
+            self.problems.append(
+                f"gate {gate!r}: {fragment['nodeid']} declared after the gate's receipt was "
+                "written; its declarations are in no receipt"
+            )
+        self.fragments.setdefault(gate, []).append(fragment)
+
+    def _failure(
+        self, gate: str, nodeid: str, report: Any, prefix: str, *, verdict: bool = False
+    ) -> None:
+        entry: dict[str, Any] = {
+            "nodeid": nodeid,
+            "when": report.when,
+            "message": (prefix + exception_line(report))[:500],
+        }
+        if verdict:
+            entry["verdict"] = True
+        self.failures.setdefault(gate, []).append(entry)
+
+    def collect_error(self, report: Any) -> None:
+        """A gate module that failed to collect: its gate fails, in a partial receipt."""
+        nodeid = plain_nodeid(report.nodeid)
+        gate = gate_of(nodeid)
+        if gate is None:
+            return
+        self.failures.setdefault(gate, []).append(
+            {"nodeid": nodeid, "when": "collect", "message": exception_line(report)}
+        )
+
     def partial_reason(self, gate: str) -> str | None:
         """Why this run does not stand for the whole gate, or None for a complete run."""
-        option, reasons = self.config.option, []
-        lost = self.deselected is None or any(gate_of(n) == gate for n in self.deselected)
-        if lost and getattr(option, "keyword", ""):
-            reasons.append(f"-k {option.keyword!r}")
-        if lost and getattr(option, "deselect", None):
-            reasons.append("--deselect")
-        args = [str(a) for a in self.config.invocation_params.args]
-        if lost and getattr(option, "markexpr", "") and any(a.startswith("-m") for a in args):
-            reasons.append(f"-m {option.markexpr!r}")
-        if getattr(option, "lf", False):
-            reasons.append("--last-failed")
-        picked = [a for a in self.config.args if "::" in a and gate_of(a) == gate]
-        if picked:
-            reasons.append("selected by node id: " + ", ".join(sorted(picked)))
-        expected = (self.expected or {}).get(gate, set())
-        missing = len(expected - self.done.get(gate, set()))
-        if missing:
-            reasons.append(f"stopped early: {missing} of its {len(expected)} tests did not run")
+        from assay.qualify.plugin.completeness import never_collected, partial_reasons
+
+        selected = (self.expected or {}).get(gate, set())
+        lost = {n for n in self.lost if gate_of(n) == gate}
+        collected = [*selected, *lost]
+        reasons = partial_reasons(
+            selected=selected,
+            lost=lost,
+            never=never_collected(self.config.rootpath, collected, self.config),
+            without_verdict=selected - self.verdict,
+            options=selection_options(self.config),
+        )
+        if any(f["when"] == "collect" for f in self.failures.get(gate, [])):
+            reasons.append("the gate module failed to collect")
         return "; ".join(reasons) or None
 
     def publish(self, gate: str) -> None:
@@ -153,6 +245,9 @@ class GateSession:
         if gate in self.published:
             return
         self.published.add(gate)
+        if len(self.files.get(gate, ())) > 1:
+            self.problems.append(f"receipt not written: {clash_line(gate, self.files[gate])}")
+            return
         fragments = self.fragments.get(gate, [])
         seen = {f["nodeid"] for f in fragments}
         for failure in self.failures.get(gate, []):
@@ -191,17 +286,22 @@ class GateSession:
             partial={gate: reason} if (reason := self.partial_reason(gate)) else {},
             failures={gate: self.failures[gate]} if self.failures.get(gate) else {},
         )
-        headline = module_constant(config.rootpath / next(iter(seen)).split("::", 1)[0], "HEADLINE")
+        gate_file = next(iter(seen)).split("::", 1)[0]
+        headline = module_constant(config.rootpath / gate_file, "HEADLINE")
         options.extras[gate] = {
+            "gate_file": gate_file,
             **({"headline_claim": headline} if isinstance(headline, str) else {}),
             **({"skipped": self.skipped[gate]} if self.skipped.get(gate) else {}),
         }
         if no_write(config):
-            self.written.extend(preview(fragments, options))
+            shown, not_passing = preview(fragments, options)
+            self.written.extend(shown)
+            self.not_passing.extend(not_passing)
             return
-        written, problems = publish(fragments, options)
+        written, problems, not_passing = publish(fragments, options)
         self.written.extend(written)
         self.problems.extend(problems)
+        self.not_passing.extend(not_passing)
 
     def finish(self) -> None:
         """Publish the gates whose tests did not all finish (an early stop: partial)."""

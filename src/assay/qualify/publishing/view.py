@@ -51,6 +51,10 @@ def _verdict(standing: Standing, claim: dict[str, Any], receipt: dict[str, Any])
     if claim["margin"] is not None:
         shown += f" (margin {'+' if claim['margin'] >= 0 else ''}{num(claim['margin'])})"
     parts = [shown]
+    device = standing.device(receipt["run"]["device"])
+    for b in device.bounds if device is not None and device.head is receipt else []:
+        if b.claim_id == claim["id"]:
+            parts.append(f"bound changed from {b.before} (receipt {b.receipt[:12]})")
     for c in receipt["corrects"]:
         if c["claim_id"] == claim["id"]:
             parts.append(f"corrects receipt {c['receipt_sha256'][:12]}: {c['reason']}")
@@ -146,6 +150,35 @@ def _device_rows(standing: Standing) -> list[dict[str, str]]:
     return rows
 
 
+def _standing_failures(standing: Standing) -> list[dict[str, str]]:
+    return [
+        {
+            "device": d.device,
+            "what": ("test " if sf.failure.is_test else "claim ") + sf.failure.key,
+            "run": f"{sf.failure.receipt[:12]} of {sf.failure.created} ({sf.failure.kind})",
+            "bound": sf.failure.bound or "n/a",
+            "now": sf.explained or "stands: it fails the gate",
+        }
+        for d in standing.devices
+        for sf in d.failures
+    ]
+
+
+def _acknowledged(standing: Standing) -> list[dict[str, str]]:
+    return [
+        {
+            "line": f"CORRECTIONS:{c.line}",
+            "date": c.date,
+            "change": f"{c.change} {c.file} in commit {c.commit[:12]}",
+            "text": "kept, and weighed"
+            if c.content is not None
+            else ("not kept" if c.erases_receipt else "n/a"),
+            "reason": c.reason,
+        }
+        for c in standing.acknowledged
+    ]
+
+
 def gate_view(standing: Standing) -> dict[str, Any]:
     """Every fact a gate page shows, as plain strings (escaping is the template's job)."""
     head = standing.head
@@ -175,7 +208,11 @@ def gate_view(standing: Standing) -> dict[str, Any]:
             "code": _code_of(c),
             "device": _device_of(c, head["run"]["device"]),
             "controls": [
-                {"name": k["name"], "measured": num(k["measured"]), "failed": k["failed"]}
+                {
+                    "name": k["name"],
+                    "measured": k.get("non_finite", num(k["measured"])),
+                    "failed": k["failed"],
+                }
                 for k in c["controls"]
             ],
         }
@@ -210,13 +247,27 @@ def gate_view(standing: Standing) -> dict[str, Any]:
         "retired": [
             {
                 "device": r.device,
-                "claim": r.claim_id,
+                "claim": r.claim_id + (" (after failing)" if r.after_failing else ""),
                 "by": f"{r.by[:12]} of {r.created}",
                 "reason": r.reason,
             }
             for d in standing.devices
             for r in d.retired
         ],
+        "standing_failures": _standing_failures(standing),
+        "bounds": [
+            {
+                "device": d.device,
+                "claim": b.claim_id,
+                "before": f"{b.before} (receipt {b.receipt[:12]})",
+                "after": b.after,
+            }
+            for d in standing.devices
+            for b in d.bounds
+        ],
+        "acknowledged": _acknowledged(standing),
+        "qualifiers": standing.qualifiers(),
+        "gate_file": head.get("gate_file", ""),
         "skipped": [
             f"{d.device}: {n}" + (f" ({why[n]})" if n in why else "")
             for d in standing.devices
@@ -261,6 +312,18 @@ def gate_view(standing: Standing) -> dict[str, Any]:
                 "sha": r["receipt_sha256"],
             }
             for r in reversed(standing.receipts)  # newest first, in ledger order
+        ],
+        "erased": [
+            {
+                "device": d.device,
+                "sha": e.receipt["receipt_sha256"],
+                "created": e.receipt["created"],
+                "status": e.receipt["status"],
+                "by": f"CORRECTIONS:{e.erased_by.line} ({e.erased_by.date})",
+            }
+            for d in standing.devices
+            for e in d.erased
+            if e.erased_by is not None
         ],
     }
 

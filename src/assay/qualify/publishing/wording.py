@@ -53,9 +53,15 @@ def measured_text(claim: dict[str, Any]) -> str:
     m = claim["measurement"]
     unit = f" {m['unit']}" if m["unit"] and m["value"] is not None else ""
     shown = f"{num(m['value'])}{unit}"
+    if m.get("non_finite"):
+        shown = f"{m['non_finite']} (not a finite number: the claim fails)"
     if "samples" in m:
         s = m["samples"]
-        shown += f" (median of {s['n']}; min {num(s['min'])}, max {num(s['max'])})"
+        spread = f"min {num(s['min'])}, max {num(s['max'])}" if "min" in s else "none finite"
+        if s.get("non_finite"):
+            shown += f" ({s['non_finite']} of {s['n']} samples not finite; the rest: {spread})"
+        else:
+            shown += f" (median of {s['n']}; {spread})"
     if claim.get("derived"):
         shown += " (derived: arithmetic on measured values, not itself a measurement)"
     return shown
@@ -157,6 +163,7 @@ def headline_text(receipt: dict[str, Any] | None) -> str:
     derived = " (derived: arithmetic)" if claim.get("derived") else ""
     label = "" if how == "declared headline" else f" [{how}]"
     return (
-        f"{claim['id']}: {num(claim['measurement']['value'])}{unit}{derived} "
+        f"{claim['id']}: {claim['measurement'].get('non_finite') or num(claim['measurement']['value'])}"
+        f"{unit}{derived} "
         f"(threshold {t['op']} {num(t['value'])}{unit}) {claim['verdict']}{label}"
     )
