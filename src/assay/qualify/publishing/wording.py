@@ -162,8 +162,8 @@ def headline_text(receipt: dict[str, Any] | None) -> str:
     t = claim["threshold"]
     derived = " (derived: arithmetic)" if claim.get("derived") else ""
     label = "" if how == "declared headline" else f" [{how}]"
+    value = claim["measurement"].get("non_finite") or num(claim["measurement"]["value"])
     return (
-        f"{claim['id']}: {claim['measurement'].get('non_finite') or num(claim['measurement']['value'])}"
-        f"{unit}{derived} "
+        f"{claim['id']}: {value}{unit}{derived} "
         f"(threshold {t['op']} {num(t['value'])}{unit}) {claim['verdict']}{label}"
     )
