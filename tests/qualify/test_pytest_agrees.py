@@ -1,0 +1,142 @@
+"""I3, pytest agrees with the receipt: a claim declared or measured anywhere (the test body, a
+fixture, its teardown, a finalizer) is judged the same way, and a claim that does not pass means
+a non-zero exit, however the test that declared it ended."""
+
+from __future__ import annotations
+
+import pytest
+
+FIXTURE_TEARDOWN = """
+import pytest
+
+@pytest.fixture
+def peak(gate):
+    claim = gate.claim("peak", "peak under budget", kind="memory",
+                       threshold=Threshold("<=", 100), unit="MiB")
+    yield claim
+    claim.measure({value})  # measured when the fixture tears down
+    claim.control("leaky", 500)
+
+def test_step(peak):
+    pass
+"""
+
+WHOLLY_IN_TEARDOWN = """
+import pytest
+
+@pytest.fixture
+def peak(gate):
+    yield
+    claim = gate.claim("peak", "peak under budget", kind="memory", threshold=Threshold("<=", 100))
+    claim.measure({value})
+    claim.control("leaky", 500)
+
+def test_step(peak):
+    pass
+"""
+
+FINALIZER = """
+def test_step(gate, request):
+    claim = gate.claim("peak", "peak under budget", kind="memory", threshold=Threshold("<=", 100))
+    claim.control("leaky", 500)
+    request.addfinalizer(lambda: claim.measure({value}))
+"""
+
+SKIPPED_AFTER = """
+import pytest
+
+def test_step(gate):
+    claim = gate.claim("peak", "peak under budget", kind="memory", threshold=Threshold("<=", 100))
+    claim.measure({value})
+    claim.control("leaky", 500)
+    pytest.skip("decided to skip after measuring")
+"""
+
+XFAILED = """
+import pytest
+
+@pytest.mark.xfail(reason="known")
+def test_step(gate):
+    claim = gate.claim("peak", "peak under budget", kind="memory", threshold=Threshold("<=", 100))
+    claim.measure({value})
+    claim.control("leaky", 500)
+"""
+
+PLACES = {
+    "fixture teardown": FIXTURE_TEARDOWN,
+    "wholly in teardown": WHOLLY_IN_TEARDOWN,
+    "finalizer": FINALIZER,
+    "skipped after measuring": SKIPPED_AFTER,
+    "xfail": XFAILED,
+}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_a_failing_claim_fails_the_session_wherever_it_was_measured(gates, place):
+    gates.write("agree", PLACES[place].format(value=250))
+    result = gates.run()
+    receipt = gates.only_receipt("agree")
+    assert [c["verdict"] for c in receipt["claims"]] == ["fail"]
+    assert receipt["status"] == "fail"
+    assert result.ret != 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*claim 'peak'*"])
+
+
+@pytest.mark.parametrize("place", ["fixture teardown", "wholly in teardown", "finalizer"])
+def test_a_passing_claim_measured_late_passes(gates, place):
+    gates.write("agree", PLACES[place].format(value=50))
+    result = gates.run()
+    assert result.ret == 0, result.stdout.str()
+    assert gates.only_receipt("agree")["status"] == "pass"
+
+
+def test_a_preview_agrees_too(gates):
+    gates.write("agree", FIXTURE_TEARDOWN.format(value=250))
+    result = gates.run("--gate-no-write")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*NOT PASSED gate 'agree': claim 'peak' fail*"])
+    assert not gates.receipts.exists()
+
+
+def test_a_declaration_after_the_gate_closed_is_refused_not_lost(gates):
+    gates.write(
+        "agree",
+        """
+import pytest
+
+HELD = []
+
+@pytest.fixture(autouse=True)
+def late(request):
+    yield
+    HELD[0].claim("late", "never recorded", kind="memory", threshold=Threshold("<=", 1))
+
+def test_step(gate):
+    HELD.append(gate)
+    c = gate.claim("early", "recorded", kind="memory", threshold=Threshold("<=", 1))
+    c.measure(0)
+    c.control("broken", 2)
+""",
+    )
+    result = gates.run()
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*gate.claim: gate 'agree' of *test_step is closed*"])
+    receipt = gates.only_receipt("agree")
+    assert receipt["status"] == "fail" and receipt["run"]["failures"][0]["when"] == "teardown"
+
+
+def test_a_claim_failed_in_the_call_is_not_reported_twice(gates):
+    gates.write(
+        "agree",
+        """
+def test_step(gate):
+    c = gate.claim("x", "holds", kind="memory", threshold=Threshold("<=", 1))
+    c.measure(5)
+    c.control("broken", 2)
+""",
+    )
+    result = gates.run()
+    result.assert_outcomes(failed=1, errors=0)
+    receipt = gates.only_receipt("agree")
+    assert [f["when"] for f in receipt["run"]["failures"]] == ["call"]
+    assert receipt["run"]["failures"][0]["verdict"] is True
