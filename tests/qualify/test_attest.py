@@ -1,5 +1,7 @@
 """`assay attest`: receipts as in-toto Statements in DSSE envelopes, signed with an OpenSSH
-ed25519 key; the signature checked by us, by openssl, and shown to fail when it should."""
+ed25519 key; the signature checked by us, by openssl, and shown to fail when it should. I10: an
+attestation is about the code its receipt says ran, a stale receipt is refused unless asked for,
+and ``--verify`` trusts what ``assay verify`` trusts and prints each receipt's status."""
 
 from __future__ import annotations
 
@@ -68,17 +70,14 @@ def _sign(receipts: Path, key: Path, out: Path, *extra: str) -> int:
 
 @pytest.fixture
 def signed(tmp_path: Path) -> dict:
-    """Three receipts attested about a wheel with alice's key; the paths a test needs."""
+    """All three receipts of a ledger attested with alice's key; the paths a test needs."""
     pytest.importorskip("cryptography")
     ledger = tamper_cases.Ledger(tmp_path)
-    wheel = tmp_path / "assay-0.1.0-py3-none-any.whl"
-    wheel.write_bytes(b"PK\x03\x04 not really a zip, but bytes with a digest")
     alice = _key(tmp_path, "alice")
     out = tmp_path / "att"
-    assert _sign(ledger.receipts, alice, out, "--wheel", str(wheel)) == 0
+    assert _sign(ledger.receipts, alice, out, "--all", "--root", str(tmp_path)) == 0
     return {
         "ledger": ledger,
-        "wheel": wheel,
         "alice": alice,
         "out": out,
         "allowed": _allowed(tmp_path, "alice@lab", alice),
@@ -105,7 +104,7 @@ def test_pae_is_the_dsse_spec_test_vector():
 # --- statement shape --------------------------------------------------------------------
 
 
-def test_one_statement_per_receipt_about_the_wheel(signed):
+def test_one_statement_per_receipt_about_the_code_it_ran(signed):
     receipts = signed["ledger"].paths
     names = sorted(p.name for p in signed["out"].iterdir())
     assert names == sorted(p.stem + ".intoto.json" for p in receipts)
@@ -115,10 +114,13 @@ def test_one_statement_per_receipt_about_the_wheel(signed):
     assert set(statement) == {"_type", "subject", "predicateType", "predicate"}
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == attest.PREDICATE_TYPE
-    wheel_sha = hashlib.sha256(signed["wheel"].read_bytes()).hexdigest()
-    assert statement["subject"] == [{"name": signed["wheel"].name, "digest": {"sha256": wheel_sha}}]
     receipt = next(p for p in receipts if path.name.startswith(p.stem))
-    assert statement["predicate"] == json.loads(receipt.read_text("utf-8"))
+    data = json.loads(receipt.read_text("utf-8"))
+    assert statement["predicate"] == data
+    (code,) = data["code"]["files"]
+    listing = f"{code['sha256']}  {code['path']}\n".encode()
+    digest = {"sha256": hashlib.sha256(listing).hexdigest()}
+    assert statement["subject"] == [{"name": attest.CODE_FILES, "digest": digest}]
 
 
 def test_keyid_is_the_ssh_keygen_fingerprint(signed):
@@ -138,11 +140,23 @@ def test_keyid_is_the_ssh_keygen_fingerprint(signed):
 
 def test_signature_verifies_with_the_signers_key(signed, capsys):
     files = [str(p) for p in sorted(signed["out"].iterdir())]
-    assert _cli("--verify", *files, "--allowed-signers", str(signed["allowed"])) == 0
+    receipts = str(signed["ledger"].receipts)
+    assert (
+        _cli(
+            "--verify", *files, "--allowed-signers", str(signed["allowed"]), "--receipts", receipts
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and all(" signed by alice@lab " in line for line in lines)
+    assert (
+        lines[0].startswith("note: signatures checked against ")
+        and "proves nothing" not in lines[0]
+    )
+    assert len(lines) == 4 and all(" signed by alice@lab " in line for line in lines[1:])
+    assert all(", status pass, " in line for line in lines[1:])
+    assert sum("(a run it shows)" in line for line in lines) == 1  # the gate shows its newest
     trusted = load_allowed_signers(signed["allowed"])
-    found = attest.check_attestation(Path(files[0]), trusted, signed["wheel"])
+    found = attest.check_attestation(Path(files[0]), trusted)
     assert found["signer"] == "alice@lab" and found["gate"] == "demo"
 
 
@@ -191,12 +205,83 @@ def test_another_key_does_not_verify(signed, tmp_path, capsys):
     assert _cli("--verify", str(path), "--allowed-signers", str(signed["allowed"])) == 0
 
 
-def test_subject_must_be_the_named_wheel(signed, tmp_path, capsys):
+def test_a_statement_about_other_code_than_its_receipt_ran_is_refused(signed, capsys):
+    """A key holder's statement that a receipt qualifies HEAD, or a wheel built later, is not
+    about what ran: verify refuses it even though the signature holds."""
+    path, envelope = _first(signed)
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["subject"] = [{"name": "assay-9.9-py3-none-any.whl", "digest": {"sha256": "0" * 64}}]
+    from assay.qualify.ledger.dsse import load_signing_key, sign_envelope
+
+    payload = attest.canonical_json(statement)
+    forged = sign_envelope(payload, load_signing_key(signed["alice"]))
+    path.write_text(json.dumps(forged), "utf-8")
+    assert _cli("--verify", str(path), "--allowed-signers", str(signed["allowed"])) == 1
+    assert "is not the code its receipt ran" in capsys.readouterr().out
+
+
+def test_verify_trusts_what_assay_verify_trusts(signed, tmp_path, capsys, monkeypatch):
+    files = [str(p) for p in sorted(signed["out"].iterdir())][:1]
+    receipts = ["--receipts", str(signed["ledger"].receipts)]
+    # no file named: $ASSAY_ALLOWED_SIGNERS, as for assay verify
+    monkeypatch.setenv("ASSAY_ALLOWED_SIGNERS", str(signed["allowed"]))
+    assert _cli("--verify", *files, *receipts) == 0
+    assert "from $ASSAY_ALLOWED_SIGNERS" in capsys.readouterr().out
+    monkeypatch.delenv("ASSAY_ALLOWED_SIGNERS")
+    # nothing outside the tree: refused, rather than trusting whatever the tree holds
+    assert "no allowed signers to trust" in _one_line_error(
+        capsys, _cli("--verify", *files, *receipts)
+    )
+    # only the tree's own file: it verifies, and says that proves nothing against a tree editor
+    (signed["ledger"].records / "allowed_signers").write_text(signed["allowed"].read_text())
+    assert _cli("--verify", *files, *receipts) == 0
+    assert "proves nothing" in capsys.readouterr().out
+
+
+def test_a_stale_receipt_is_refused_unless_asked_for(signed, tmp_path, capsys):
+    (tmp_path / tamper_cases.CODE).write_text("VALUE = 2\n", "utf-8")  # the code changed since
+    out = tmp_path / "again"
+    code = _sign(signed["ledger"].receipts, signed["alice"], out, "--root", str(tmp_path))
+    assert "has changed since" in _one_line_error(capsys, code)
+    assert not out.exists()
+    extra = ("--root", str(tmp_path), "--allow-stale")
+    assert _sign(signed["ledger"].receipts, signed["alice"], out, *extra) == 0
+    assert len(list(out.iterdir())) == 1  # by default, the run the gate's standing shows
+
+
+def test_receipt_subject_is_its_wheel_else_its_commit_else_its_files():
+    receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 0.0, "a" * 64)
+    assert attest.receipt_subject(receipt)["name"] == attest.CODE_FILES
+    receipt["code"].update(commit="c" * 40, dirty=True)
+    assert attest.receipt_subject(receipt) == {
+        "name": attest.GIT_COMMIT,
+        "digest": {"gitCommit": "c" * 40},
+        "annotations": {"dirty": True},
+    }
+    receipt["wheel"] = {"filename": "x-1-py3-none-any.whl", "sha256": "b" * 64}
+    assert attest.receipt_subject(receipt) == {
+        "name": "x-1-py3-none-any.whl",
+        "digest": {"sha256": "b" * 64},
+    }
+
+
+def test_a_wheel_the_receipts_did_not_run_is_refused(signed, tmp_path, capsys):
+    wheel = tmp_path / "assay-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x03\x04 not really a zip, but bytes with a digest")
+    out = tmp_path / "wheel-att"
+    code = _sign(
+        signed["ledger"].receipts,
+        signed["alice"],
+        out,
+        "--wheel",
+        str(wheel),
+        "--root",
+        str(tmp_path),
+    )
+    assert "this receipt did not run assay-0.1.0-py3-none-any.whl" in _one_line_error(capsys, code)
     path, _ = _first(signed)
-    other = tmp_path / "other.whl"
-    other.write_bytes(b"different bytes")
     allowed = str(signed["allowed"])
-    assert _cli("--verify", str(path), "--allowed-signers", allowed, "--wheel", str(other)) == 1
+    assert _cli("--verify", str(path), "--allowed-signers", allowed, "--wheel", str(wheel)) == 1
     assert "sha256 differs" in capsys.readouterr().out
 
 
@@ -286,7 +371,7 @@ def test_usage_errors_are_one_line(tmp_path, capsys):
     code = _cli("--verify", "x.json", "--out", str(tmp_path))
     assert "do not apply" in _one_line_error(capsys, code)
     code = _cli("--verify", "x.json", "--allowed-signers", str(tmp_path / "none"))
-    assert "cannot read allowed signers" in _one_line_error(capsys, code)
+    assert "no such allowed-signers file" in _one_line_error(capsys, code)
 
 
 def test_without_cryptography_the_feature_says_so_in_one_line(tmp_path, capsys, monkeypatch):
@@ -302,85 +387,3 @@ def test_the_assay_command_has_attest():
 
     args = build_parser().parse_args(["attest", "--verify", "x.intoto.json"])
     assert args.func is attest.run_attest
-
-
-# --- the source-tree subject ------------------------------------------------------------
-
-
-def _tree(root: Path) -> None:
-    (root / "src" / "pkg" / "__pycache__").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[project]\nname = 'pkg'\n", "utf-8")
-    (root / "src" / "pkg" / "__init__.py").write_text("VALUE = 1\n", "utf-8")
-    (root / "src" / "pkg" / "b c.py").write_text("# a space in the name\n", "utf-8")
-    (root / "src" / "pkg" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00")
-    (root / "src" / ".hidden").write_text("left out\n", "utf-8")
-    (root / "README.md").write_text("not source\n", "utf-8")
-
-
-def test_without_git_the_digest_is_the_sha256sum_listing(tmp_path, monkeypatch):
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    _tree(tmp_path)
-    sha = lambda p: hashlib.sha256((tmp_path / p).read_bytes()).hexdigest()  # noqa: E731
-    listing = "".join(
-        f"{sha(p)}  {p}\n" for p in ("pyproject.toml", "src/pkg/__init__.py", "src/pkg/b c.py")
-    )
-    subject = attest.tree_subject(tmp_path)
-    assert subject == {
-        "name": attest.FILE_TREE,
-        "digest": {"sha256": hashlib.sha256(listing.encode()).hexdigest()},
-    }
-    (tmp_path / "README.md").write_text("changed, but not source\n", "utf-8")
-    assert attest.tree_subject(tmp_path) == subject
-    (tmp_path / "src" / "pkg" / "__init__.py").write_text("VALUE = 2\n", "utf-8")
-    assert attest.tree_subject(tmp_path) != subject
-    with pytest.raises(AssayError, match=r"no pyproject\.toml or src/"):
-        attest.tree_subject(tmp_path / "src" / "pkg" / "__pycache__")
-
-
-def _git(root: Path, *argv: str) -> str:
-    ident = [
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.invalid",
-        "-c",
-        "commit.gpgsign=false",
-    ]
-    done = subprocess.run(
-        ["git", "-C", str(root), *ident, *argv], check=True, capture_output=True, text=True
-    )
-    return done.stdout
-
-
-@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
-def test_in_git_the_digest_is_ls_tree_of_head(tmp_path):
-    _tree(tmp_path)
-    _git(tmp_path, "init", "-q")
-    with pytest.raises(AssayError, match="without a commit"):
-        attest.tree_subject(tmp_path)
-    _git(tmp_path, "add", "-A")
-    _git(tmp_path, "commit", "-q", "-m", "one")
-    listing = _git(tmp_path, "-c", "core.quotepath=true", "ls-tree", "-r", "--full-tree", "HEAD")
-    subject = attest.tree_subject(tmp_path / "src")  # any folder inside the work tree
-    assert subject == {
-        "name": attest.GIT_TREE,
-        "digest": {
-            "sha256": hashlib.sha256(listing.encode()).hexdigest(),
-            "gitCommit": _git(tmp_path, "rev-parse", "HEAD").strip(),
-        },
-    }
-    (tmp_path / "src" / "pkg" / "__init__.py").write_text("VALUE = 2\n", "utf-8")
-    assert attest.tree_subject(tmp_path) == subject  # uncommitted edits are not covered
-    _git(tmp_path, "commit", "-q", "-am", "two")
-    assert attest.tree_subject(tmp_path)["digest"]["sha256"] != subject["digest"]["sha256"]
-
-
-@needs_crypto
-def test_attest_without_wheel_names_the_tree(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    ledger = tamper_cases.Ledger(tmp_path)  # writes src/demo_impl.py: a source tree
-    key = _key(tmp_path, "alice")
-    assert _sign(ledger.receipts, key, tmp_path / "att", "--root", str(tmp_path), "--json") == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert shown["subject"]["name"] == attest.FILE_TREE
-    assert len(shown["attestations"]) == 3

@@ -173,21 +173,30 @@ def with_erased(
 ) -> list[Entry]:
     """The ledger's runs with each erased receipt put back where it stood: right after the
     receipt its back-link names (at the start for a null link, by time for a receipt from
-    before back-links, at the end when its predecessor is gone too)."""
+    before back-links, at the end when its predecessor is in neither list)."""
     entries = [Entry(r) for r in receipts]
-    for receipt, correction in sorted(erased, key=lambda rc: rc[1].line):
-        entry = Entry(receipt, correction)
+    waiting = sorted(erased, key=lambda rc: rc[1].line)
+    while waiting:
         shas = [e.receipt["receipt_sha256"] for e in entries]
-        if "previous_receipt_sha256" in receipt:
-            link = receipt["previous_receipt_sha256"]
-            at = 0 if link is None else (shas.index(link) + 1 if link in shas else len(entries))
-            while (  # after any run erased from the same place before it
-                at < len(entries)
-                and entries[at].erased_by is not None
-                and entries[at].receipt.get("previous_receipt_sha256") == link
-            ):
-                at += 1
-        else:
-            at = sum(e.receipt["created"] <= receipt["created"] for e in entries)
-        entries.insert(at, entry)
+        ready = [
+            rc for rc in waiting if rc[0].get("previous_receipt_sha256", None) in (None, *shas)
+        ]
+        receipt, correction = (ready or waiting)[0]  # a lost predecessor: at the end
+        waiting.remove((receipt, correction))
+        entries.insert(_position(entries, receipt), Entry(receipt, correction))
     return entries
+
+
+def _position(entries: list[Entry], receipt: dict[str, Any]) -> int:
+    if "previous_receipt_sha256" not in receipt:
+        return sum(e.receipt["created"] <= receipt["created"] for e in entries)
+    link = receipt["previous_receipt_sha256"]
+    shas = [e.receipt["receipt_sha256"] for e in entries]
+    at = 0 if link is None else (shas.index(link) + 1 if link in shas else len(entries))
+    while (  # after any run erased from the same place before it
+        at < len(entries)
+        and entries[at].erased_by is not None
+        and entries[at].receipt.get("previous_receipt_sha256") == link
+    ):
+        at += 1
+    return at

@@ -165,7 +165,7 @@ class DeviceStanding:
             out.append(f"{why}: {_names(list(dict.fromkeys(keys)))}")
         if self.bounds:
             shown = [f"{b.claim_id} ({b.before} -> {b.after})" for b in self.bounds]
-            out.append(f"{_count(len(self.bounds), 'bound')} changed: {_names(shown)}")
+            out.append(f"bound changed for {_count(len(self.bounds), 'claim')}: {_names(shown)}")
         return out
 
 

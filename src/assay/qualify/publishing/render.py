@@ -7,6 +7,7 @@ detects a record out of sync or edited by hand.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ def code(value: Any) -> str:
     return "`" + flat.replace("`", "'").strip() + "`"
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),

@@ -8,6 +8,7 @@ Layout: ``index.html``, ``<gate>.html``, ``figures/<gate>/*.png`` and
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from assay.qualify.publishing.view import gate_view
 from assay.qualify.publishing.wording import headline_text
 
 
+@functools.lru_cache(maxsize=1)
 def _template() -> jinja2.Template:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
@@ -70,6 +72,56 @@ def _signed(receipts_dir: Path, gate: str, entries: list[dict[str, Any]]) -> Non
         e["sig_href"] = f"receipts/{gate}/{sig.name}" if sig.exists() else ""
 
 
+def index_entry(standing: Standing, root: Path) -> dict[str, Any]:
+    """One index row of the site: what the Markdown index shows, as fields."""
+    head = standing.head or {}
+    return {
+        "gate": standing.gate,
+        "href": f"{standing.gate}.html",
+        "what": what_it_gates(root, standing.gate) or "n/a",
+        "headline": headline_text(standing.head),
+        "status": standing.status,
+        "summary": standing.summary(),
+        "date": head.get("created", "none"),
+        "devices": ", ".join(d.device for d in standing.devices),
+        "count": len(standing.receipts),
+        "stale": _stale_text(standing_stale(standing)),
+    }
+
+
+def gate_page(
+    standing: Standing, banner: list[str] | None = None, receipts_dir: Path | None = None
+) -> str:
+    """The site page of one gate: what its Markdown record shows, autoescaped."""
+    gate = standing.gate
+    stale = standing_stale(standing)
+    view = gate_view(standing)
+    for entry, receipt in zip(view["ledger"], reversed(standing.receipts), strict=True):
+        entry["file"] = receipt_filename(receipt)
+        entry["href"] = f"receipts/{gate}/{entry['file']}"
+    if receipts_dir is not None:
+        _signed(receipts_dir, gate, view["ledger"])
+    else:
+        for entry in view["ledger"]:
+            entry["sig_href"] = ""
+    stale_banner = ""
+    if stale is not None and not stale.ci_runs:
+        stale_banner = f"Stale since {stale.since}: needs a {stale.needs} run to refresh"
+    return _template().render(
+        page="gate",
+        title=f"Gate record: {gate}",
+        v=view,
+        broken=list(banner or []),
+        stale=stale_banner,
+        ledger_href=f"receipts/{gate}/LEDGER.txt",
+    )
+
+
+def index_page(rows: list[dict[str, Any]], banner: list[str] | None = None) -> str:
+    """The site's index page from :func:`index_entry` rows."""
+    return _template().render(page="index", title="Gate records", rows=rows, broken=banner or [])
+
+
 def build_site(
     receipts_dir: Path,
     records_dir: Path,
@@ -85,48 +137,16 @@ def build_site(
     """
     receipts_dir, records_dir, out = Path(receipts_dir), Path(records_dir), Path(out)
     root = root or project_root(records_dir)
-    template = _template()
     banner = list(problems or [])
     rows = []
     out.mkdir(parents=True, exist_ok=True)
     for standing in standings(receipts_dir, records_dir, root):
         if standing.head is None:
             continue
-        gate = standing.gate
-        stale = standing_stale(standing)
-        rows.append(
-            {
-                "gate": gate,
-                "href": f"{gate}.html",
-                "what": what_it_gates(root, gate) or "n/a",
-                "headline": headline_text(standing.head),
-                "status": standing.status,
-                "summary": standing.summary(),
-                "date": standing.head["created"],
-                "devices": ", ".join(d.device for d in standing.devices),
-                "count": len(standing.receipts),
-                "stale": _stale_text(stale),
-            }
-        )
+        rows.append(index_entry(standing, root))
         _copy_evidence(standing, receipts_dir, records_dir, out)
-        view = gate_view(standing)
-        for entry, receipt in zip(view["ledger"], reversed(standing.receipts), strict=True):
-            entry["file"] = receipt_filename(receipt)
-            entry["href"] = f"receipts/{gate}/{entry['file']}"
-        _signed(receipts_dir, gate, view["ledger"])
-        stale_banner = ""
-        if stale is not None and not stale.ci_runs:
-            stale_banner = f"Stale since {stale.since}: needs a {stale.needs} run to refresh"
-        page = template.render(
-            page="gate",
-            title=f"Gate record: {gate}",
-            v=view,
-            broken=banner,
-            stale=stale_banner,
-            ledger_href=f"receipts/{gate}/LEDGER.txt",
-        )
-        write_atomic(out / f"{gate}.html", page.encode("utf-8"), overwrite=True)
+        page = gate_page(standing, banner, receipts_dir)
+        write_atomic(out / f"{standing.gate}.html", page.encode("utf-8"), overwrite=True)
     index = out / "index.html"
-    text = template.render(page="index", title="Gate records", rows=rows, broken=banner)
-    write_atomic(index, text.encode("utf-8"), overwrite=True)
+    write_atomic(index, index_page(rows, banner).encode("utf-8"), overwrite=True)
     return index
