@@ -61,8 +61,10 @@ def _device(device: str, runs: list[Run], facts: set[tuple[str, str]]) -> str | 
             in_head = head is not None and claim in head.claims
             if not in_head and _retired(claim, runs):
                 facts.add(("retired after failing", claim))
-            elif in_head and head.claims[claim][0] == "pass" and any(
-                not r.erased and (claim, i) in r.corrects for r in runs
+            elif (
+                in_head
+                and head.claims[claim][0] == "pass"
+                and any(not r.erased and (claim, i) in r.corrects for r in runs)
             ):
                 facts.add(("loosened after failing", claim))
             else:
