@@ -106,13 +106,14 @@ def oracle(runs: list[Run], acknowledged: int = 0, broken: bool = False) -> Verd
     facts: set[tuple[str, str]] = set()
     if broken:
         return Verdict("broken", facts)
+    if any(r.erased and not r.erased_text_kept for r in runs):
+        facts.add(("text is not kept", ""))  # unknowable, so never a plain pass
+    runs = [r for r in runs if r.erased_text_kept]
     found = [_device(d, runs, facts) for d in sorted({r.device for r in runs})]
     shown = [s for s in found if s is not None]
     status = min(shown, key=WORST.index) if shown else "no complete run"
     if acknowledged:  # I9: acknowledged changes show in the status cell
         facts.add(("acknowledged ledger rewrite", ""))
-    if any(r.erased and not r.erased_text_kept for r in runs):
-        facts.add(("text is not kept", ""))
     kept = [r for r in runs if not r.erased]
     if any(c in r.claims for r in kept for c, _ in r.corrects):
         facts.add(("correction", ""))

@@ -172,8 +172,8 @@ def with_erased(
     receipts: list[dict[str, Any]], erased: list[tuple[dict[str, Any], Correction]]
 ) -> list[Entry]:
     """The ledger's runs with each erased receipt put back where it stood: right after the
-    receipt its back-link names (at the start for a null link, by time for a receipt from
-    before back-links, at the end when its predecessor is in neither list)."""
+    receipt its back-link names (at the start for a null link); by time when it has no
+    back-link (a receipt from before them) or its predecessor was erased without its text."""
     entries = [Entry(r) for r in receipts]
     waiting = sorted(erased, key=lambda rc: rc[1].line)
     while waiting:
@@ -181,18 +181,21 @@ def with_erased(
         ready = [
             rc for rc in waiting if rc[0].get("previous_receipt_sha256", None) in (None, *shas)
         ]
-        receipt, correction = (ready or waiting)[0]  # a lost predecessor: at the end
+        receipt, correction = (ready or waiting)[0]
         waiting.remove((receipt, correction))
         entries.insert(_position(entries, receipt), Entry(receipt, correction))
     return entries
 
 
 def _position(entries: list[Entry], receipt: dict[str, Any]) -> int:
-    if "previous_receipt_sha256" not in receipt:
-        return sum(e.receipt["created"] <= receipt["created"] for e in entries)
-    link = receipt["previous_receipt_sha256"]
+    link = receipt.get("previous_receipt_sha256", "")
     shas = [e.receipt["receipt_sha256"] for e in entries]
-    at = 0 if link is None else (shas.index(link) + 1 if link in shas else len(entries))
+    if link is not None and link not in shas:  # no back-link, or its run is gone: by time
+        return next(
+            (i for i, e in enumerate(entries) if e.receipt["created"] > receipt["created"]),
+            len(entries),
+        )
+    at = 0 if link is None else shas.index(link) + 1
     while (  # after any run erased from the same place before it
         at < len(entries)
         and entries[at].erased_by is not None

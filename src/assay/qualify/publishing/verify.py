@@ -219,4 +219,5 @@ def check_records(
         failing, reported = stale_lines(gates)
         problems.extend(failing)
         notes.extend(f"stale (reported, not failing): {r}" for r in reported)
-    return Report(problems, notes, gates)
+    # a bad CORRECTIONS line is both a ledger problem and a history one: say it once
+    return Report(list(dict.fromkeys(problems)), notes, gates)
