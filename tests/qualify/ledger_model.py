@@ -144,6 +144,8 @@ class Ledger:
         """The run a correction of ``cid`` cites: its newest failure when this run holds the
         claim (a bound loosened after it), else the last run holding it (a retirement)."""
         for i in range(len(self.runs) - 1, -1, -1):
+            if self.runs[i].erased and not self.runs[i].erased_text_kept:
+                continue  # nothing left to cite: a correction must name a receipt it can read
             verdict = self.runs[i].claims.get(cid)
             if verdict is not None and (not holds or verdict[0] == "fail"):
                 return i

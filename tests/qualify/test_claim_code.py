@@ -132,11 +132,13 @@ def test_child_imports_reads_each_report_once_and_restores_the_environment(tmp_p
     children.start()
     directory = children.directory
     assert os.environ[ENV] == str(directory)
-    (directory / "imports-1.json").write_text(json.dumps(["a", "b"]))
+    report = {"modules": ["a", "b"], "context": "t:x", "read": ["/data/table.csv"]}
+    (directory / "imports-1.json").write_text(json.dumps(report))
     (directory / "imports-2.json").write_text("[")  # torn: reported nothing
     assert children.names() == {"a", "b"}
-    (directory / "imports-1.json").write_text(json.dumps(["changed"]))  # already read
-    (directory / "imports-3.json").write_text(json.dumps(["c"]))
+    assert children.reads("t:x") == {"/data/table.csv"} and children.reads("t:y") == set()
+    (directory / "imports-1.json").write_text(json.dumps({"modules": ["changed"]}))  # read
+    (directory / "imports-3.json").write_text(json.dumps({"modules": ["c"], "context": None}))
     assert children.names() == {"a", "b", "c"}
     children.stop()
     assert os.environ[ENV] == "outer" and not directory.exists()

@@ -9,7 +9,7 @@ import html
 import json
 import re
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ledger_model import CLAIMS, GATE, Ledger
@@ -117,6 +117,7 @@ DiskMachine.TestCase.settings = settings(
     stateful_step_count=5,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking on disk takes minutes
 )
 test_ledgers_on_disk = DiskMachine.TestCase
 
@@ -124,7 +125,6 @@ test_ledgers_on_disk = DiskMachine.TestCase
 def test_the_disk_model_catches_a_loader_that_drops_erased_receipts(monkeypatch):
     """Control: erased receipts read back without the text their acknowledgement keeps."""
     import pytest
-    from hypothesis import Phase
     from hypothesis.stateful import run_state_machine_as_test
 
     from assay.qualify.judging import loading

@@ -3,8 +3,9 @@
 A record is stale when a file the receipt it shows (each device's newest complete run, see
 :mod:`assay.qualify.judging.standing`) hashed differs from the working tree (or is gone). Per claim,
 the files are the claim's ``code_files`` (else the receipt's ``code.files``) together with the
-``executed_files`` its test was measured to run. The gate file ``gates/gate_<gate>.py`` is
-checked on its own as well.
+``executed_files`` its test was measured to run, the ``import_files`` whose import-time code those
+rely on and the ``read_files`` it opened (data tables, configs, fixtures). The gate file
+``gates/gate_<gate>.py`` is checked on its own as well.
 
 Gates that need a device or a quiet machine cannot be re-run by CI, so for them staleness is
 reported without failing. A gate says so with a module-level ``GATE_NEEDS = "device"`` or
@@ -117,7 +118,8 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
         # what the claim's test executed (measured, when recorded) on top of what it declared;
         # receipts from before measuring carry no executed_files and keep declared-only
         checked: set[str] = set()
-        for entry in [*(claim.get("code_files") or shared), *claim.get("executed_files", [])]:
+        relied = [claim.get(k, []) for k in ("executed_files", "import_files", "read_files")]
+        for entry in [*(claim.get("code_files") or shared), *(e for r in relied for e in r)]:
             if entry["path"] == gate_file or entry["path"] in checked:
                 continue
             checked.add(entry["path"])

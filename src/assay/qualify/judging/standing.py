@@ -226,6 +226,13 @@ class Standing:
         if corrected:
             shown = [f"{c['claim_id']} of {c['receipt_sha256'][:12]}" for c in corrected]
             out.append(f"{_count(len(corrected), 'correction')}: {_names(shown)}")
+        differs = [
+            f"{d.device}: {len(d.head['code']['differs_from_tree'])}"
+            for d in self.devices
+            if d.head is not None and d.head["code"].get("differs_from_tree")
+        ]
+        if differs:
+            out.append(f"code that ran differs from the tree ({', '.join(differs)} files)")
         files = list(dict.fromkeys(r["gate_file"] for r in self.receipts if r.get("gate_file")))
         if len(files) > 1:
             out.append(f"gate file changed: {' -> '.join(files)}")

@@ -39,8 +39,11 @@ def judged_claim(claim: dict[str, Any], nodeid: str) -> dict[str, Any]:
         "controls": verdict["controls"],
         "test": nodeid,
         **({"code_files": claim["code_files"]} if claim.get("code_files") else {}),
-        **{k: claim[k] for k in ("code_source", "executed_files", "device") if k in claim},
+        **{k: claim[k] for k in PROVENANCE if k in claim},
     }
+
+
+PROVENANCE = ("code_source", "executed_files", "import_files", "read_files", "device")
 
 
 def figure_name(source: Path, sha: str) -> str:
@@ -134,6 +137,7 @@ def build_receipt(
     subject: dict[str, Any] | None = None,
     partial: str | None = None,
     failures: list[dict[str, str]] | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The unsealed receipt for ``gate`` from its tests' fragments (ordered by node id).
 
@@ -141,10 +145,12 @@ def build_receipt(
     fragments. ``baseline`` is left None for the caller to fill. ``subject`` is the project
     under test; ``partial`` says why the run left tests of this gate out (``run.partial``);
     ``failures`` lists tests that failed or raised, each with its exception line; any makes
-    the status ``fail``.
+    the status ``fail``. ``provenance`` (``root``, ``packages``, ``outside``) lets each claim
+    record the modules it relied on and the files it read
+    (:func:`assay.qualify.plugin.executed.attach`).
     """
     ordered = sorted(fragments, key=lambda f: (f.get("order", 0), f["nodeid"]))
-    attach_executed(ordered)  # per claim: measured files, the gate-wide ones merged
+    attach_executed(ordered, **(provenance or {}))  # per claim: what it ran, relied on, read
     claims = [judged_claim(c, f["nodeid"]) for f in ordered for c in f["claims"]]
     extra_run: dict[str, Any] = {}
     if partial:

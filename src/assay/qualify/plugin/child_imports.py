@@ -1,4 +1,5 @@
-"""What a gate session's child processes imported, so that ``code=`` is checked there too.
+"""What a gate session's child processes imported and read, so that ``code=`` is checked there
+too and the files a claim's child opened count for the claim.
 
 A claim may list only code its test ran (:meth:`assay.qualify.plugin.gate.Gate.stale_code`), which
 is checked against ``sys.modules`` of the process running the test. Code that runs in a child
@@ -6,7 +7,9 @@ process (a CLI run, torchrun ranks, a module fixture's measuring job) is importe
 instead. Once a process has collected gate tests, the plugin points :data:`ENV` at a private
 directory (:class:`ChildImports`); a child that calls :func:`report_at_exit` writes the names
 of the modules it imported into it when it exits normally, and every later gate test of that
-process counts them as imported, exactly as it counts its own ``sys.modules``.
+process counts them as imported, exactly as it counts its own ``sys.modules``. The child also
+notes the files it opens for reading (:mod:`assay.qualify.plugin.reads`), under the gate context
+it was started in (``ASSAY_GATE_CONTEXT``), and reports them with its imports.
 
 A project makes its child processes report by calling :func:`report_at_exit` in its child
 entry points (assay does, at import of ``assay.cli`` and in its gates' child scripts). It costs
@@ -24,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 ENV = "ASSAY_GATE_IMPORTS"
+CONTEXT_ENV = "ASSAY_GATE_CONTEXT"  # the gate context a child was started in (executed.py)
 _registered = False
 
 
@@ -38,20 +42,33 @@ def report_at_exit() -> None:
     if not directory or _registered:
         return
     _registered = True
-    atexit.register(_write, Path(directory))
+    context = os.environ.get(CONTEXT_ENV)
+    if context:
+        from assay.qualify.plugin import reads
+
+        reads.install()
+        reads.switch(context)
+    atexit.register(_write, Path(directory), context)
 
 
-def _write(directory: Path) -> None:
+def _write(directory: Path, context: str | None) -> None:
     if not directory.is_dir():  # the session that started us has finished and cleaned up
         return
+    from assay.qualify.plugin import reads
+
     names = {name for name in list(sys.modules) if isinstance(name, str)}
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is not None and spec.name:  # `python -m pkg.mod` runs pkg.mod under __main__
         names.add(spec.name)
-    # temp file then rename: the reader never sees half a list
+    report = {
+        "modules": sorted(names),
+        "context": context,
+        "read": sorted(reads.read_under(context)) if context else [],
+    }
+    # temp file then rename: the reader never sees half a report
     fd, temp = tempfile.mkstemp(dir=directory, prefix=".imports-", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(sorted(names), handle)
+        json.dump(report, handle)
     os.replace(temp, directory / f"imports-{os.getpid()}.json")
 
 
@@ -64,6 +81,7 @@ class ChildImports:
         self._previous: str | None = None
         self._read: set[str] = set()
         self._names: set[str] = set()
+        self._opened: dict[str, set[str]] = {}
 
     def start(self) -> None:
         """Point :data:`ENV` at a fresh directory (once); children started from now report."""
@@ -75,19 +93,32 @@ class ChildImports:
 
     def names(self) -> set[str]:
         """The union of the module names every child that has exited so far reported."""
+        self._collect()
+        return self._names
+
+    def reads(self, context: str) -> set[str]:
+        """The files the children started under ``context`` opened for reading."""
+        self._collect()
+        return set(self._opened.get(context, ()))
+
+    def _collect(self) -> None:
         if self.directory is None:
-            return self._names
+            return
         for path in sorted(self.directory.glob("imports-*.json")):
             if path.name in self._read:
                 continue
             self._read.add(path.name)
             try:
-                names = json.loads(path.read_text("utf-8"))
+                report = json.loads(path.read_text("utf-8"))
             except (OSError, ValueError):  # a child that died mid-write reported nothing
                 continue
-            if isinstance(names, list):
-                self._names.update(n for n in names if isinstance(n, str))
-        return self._names
+            if not isinstance(report, dict):
+                continue
+            self._names.update(n for n in report.get("modules", []) if isinstance(n, str))
+            context = report.get("context")
+            if isinstance(context, str):
+                opened = self._opened.setdefault(context, set())
+                opened.update(r for r in report.get("read", []) if isinstance(r, str))
 
     def stop(self) -> None:
         """Restore :data:`ENV` as it was before :meth:`start` and remove the directory."""

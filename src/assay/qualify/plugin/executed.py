@@ -51,7 +51,8 @@ from typing import Any
 
 import pytest
 
-ENV_CONTEXT = "ASSAY_GATE_CONTEXT"
+from assay.qualify.plugin.child_imports import CONTEXT_ENV as ENV_CONTEXT
+
 RC_ENV = "COVERAGE_PROCESS_START"
 FLAG = "GATE_COVERAGE"
 OFF_ENV = "ASSAY_GATE_COVERAGE"  # "0": measure nothing (harness/coverage_cost.py's baseline)
@@ -89,6 +90,14 @@ def measured_tests(path: Path) -> tuple[bool, set[str]]:
     return measured, timed
 
 
+def read_contexts(item: pytest.Item) -> tuple[str | None, str | None]:
+    """(test context, gate context) reads of a gate test are noted under, traced or not."""
+    match = _GATE_MODULE.match(item.path.name)
+    if match is None:
+        return None, None
+    return f"t:{item.nodeid}", f"g:{match.group(1)}"
+
+
 def subject_packages(root: Path, override: str | None) -> list[str]:
     """Import names of the project under test: its normalised name, plus the top-level
     packages of its installed distribution when there is one."""
@@ -120,6 +129,7 @@ class Measure:
         self._saved: dict[str, str | None] = {}
         self._running = False
         self._current: tuple[str | None, str | None] = (None, None)  # (test ctx, gate ctx)
+        self._reading: tuple[str | None, str | None] = (None, None)  # the same, traced or not
         self._child: dict[str, set[str]] = {}
         self._read: set[str] = set()
         self._sha: dict[str, str] = {}
@@ -148,28 +158,32 @@ class Measure:
         if not isinstance(collector, pytest.Module) or match is None:
             return (yield)
         # importing the gate module counts for every claim of the gate
-        self._enter(f"g:{match.group(1)}" if self._module(collector.path)[0] else None)
+        gate = f"g:{match.group(1)}"
+        self._enter(gate if self._module(collector.path)[0] else None, gate)
         try:
             return (yield)
         finally:
-            self._enter(None)
+            self._enter(None, None)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, Any]:
         self._current = self.contexts(item)
-        self._enter(self._current[0])
+        self._reading = read_contexts(item)
+        self._enter(self._current[0], self._reading[0])
         return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Generator[None, Any, Any]:
         test, gate = self._current
-        if gate is None or fixturedef.scope == "function":
+        read_test, read_gate = self._reading
+        if read_gate is None or fixturedef.scope == "function":
             return (yield)
-        self._enter(gate)  # shared fixtures count for the whole gate, whichever test set up
+        # shared fixtures count for the whole gate, whichever test set them up
+        self._enter(gate, read_gate)
         try:
             return (yield)
         finally:
-            self._enter(test)
+            self._enter(test, read_test)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, Any]:
@@ -177,33 +191,47 @@ class Measure:
             return (yield)
         finally:
             self._current = (None, None)
-            self._enter(None)
+            self._reading = (None, None)
+            self._enter(None, None)
 
-    def _enter(self, context: str | None) -> None:
-        """Trace under ``context`` from now on (children too), or pause when None."""
-        if context is None:
-            if self._running:
-                self._cov.stop()
-                self._running = False
-                self._restore_env()
-            return
-        if not self._start():
-            return
-        if not self._running:
-            self._cov.start()
-            self._running = True
-        self._cov.switch_context(context)
-        for key, value in ((RC_ENV, str(self._dir / "child.rc")), (ENV_CONTEXT, context)):
-            self._saved.setdefault(key, os.environ.get(key))
-            os.environ[key] = value
+    def _enter(self, context: str | None, reading: str | None) -> None:
+        """Trace under ``context`` from now on (children too), or pause when None; note the
+        files opened under ``reading`` (:mod:`assay.qualify.plugin.reads`), traced or not, and
+        let children started now report under it."""
+        from assay.qualify.plugin import reads
 
-    def _restore_env(self) -> None:
-        for key, value in self._saved.items():
+        reads.install()
+        reads.switch(reading)
+        if context is None and self._running:
+            self._cov.stop()
+            self._running = False
+        if context is not None and self._start():
+            if not self._running:
+                self._cov.start()
+                self._running = True
+            self._cov.switch_context(context)
+            self._set_env(RC_ENV, str(self._dir / "child.rc"))
+        else:
+            self._restore_env(RC_ENV)  # children run untraced too
+        if reading is None:
+            self._restore_env()
+        else:
+            self._set_env(ENV_CONTEXT, reading)
+
+    def _set_env(self, key: str, value: str) -> None:
+        self._saved.setdefault(key, os.environ.get(key))
+        os.environ[key] = value
+
+    def _restore_env(self, only: str | None = None) -> None:
+        """Put back the variables set since the last restore (all, or ``only`` that one)."""
+        for key in [only] if only else list(self._saved):
+            if key not in self._saved:
+                continue
+            value = self._saved.pop(key)
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        self._saved = {}
 
     def _start(self) -> bool:
         """Create the tracer and the children's rc file once; False if coverage is missing."""
@@ -238,13 +266,25 @@ class Measure:
             self._cov.config.disable_warnings.append(warning)
         return True
 
-    def report(self, item: pytest.Item, display: Callable[[Path], str]) -> dict[str, Any]:
+    def report(
+        self, item: pytest.Item, display: Callable[[Path], str], children: Any = None
+    ) -> dict[str, Any]:
         """What ``item`` executed so far, for its fragment: ``{"source": "declared"}`` when it
         ran untraced, else ``{"source": "measured", "test": [...], "gate": [...]}``, each a
-        sorted list of ``{"path", "sha256"}`` with paths shown by ``display``."""
+        sorted list of ``{"path", "sha256"}`` with paths shown by ``display``; and, traced or
+        not, ``"read"``: the paths its test and its gate opened for reading, children's
+        included (``{"test": [...], "gate": [...]}``, absolute, unfiltered); ``children`` is the
+        process's :class:`assay.qualify.plugin.child_imports.ChildImports`, if any."""
+        from assay.qualify.plugin import reads
+
+        read_test, read_gate = read_contexts(item)
+        opened = {
+            key: sorted(reads.read_under(c) | (children.reads(c) if children else set()))
+            for key, c in (("test", read_test), ("gate", read_gate))
+        }
         test, gate = self.contexts(item)
         if test is None or gate is None or self._cov is None:
-            return {"source": "declared"}
+            return {"source": "declared", "read": opened}
         data = self._cov.get_data()
         self._read_children()
         found = {}
@@ -254,7 +294,7 @@ class Measure:
             files |= self._child.get(context, set())
             found[key] = self._entries(files, display)
         data.set_query_contexts(None)
-        return {"source": "measured", **found}
+        return {"source": "measured", **found, "read": opened}
 
     def _entries(self, files: set[str], display: Callable[[Path], str]) -> list[dict[str, str]]:
         from assay.qualify.core.source import file_sha256
@@ -291,30 +331,70 @@ class Measure:
 
     def close(self) -> None:
         """Stop tracing, restore the environment and remove the private data directory."""
-        self._enter(None)
+        self._enter(None, None)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
 
-def attach(fragments: list[dict[str, Any]]) -> None:
+def attach(
+    fragments: list[dict[str, Any]],
+    root: Path | None = None,
+    packages: list[str] | None = None,
+    outside: list[Path] | None = None,
+) -> None:
     """Give each claim of one gate's fragments its ``code_source`` and, when measured, its
     ``executed_files``: its own test's files plus every file the gate-wide context executed
     in any of the gate's tests (import and shared fixtures), so the sets do not depend on
-    which test ran first. Fragments without measurement data are left as they are."""
+    which test ran first. With ``root``: its ``import_files`` (project modules whose
+    import-time code those files rely on, :mod:`assay.qualify.plugin.imports`) and its
+    ``read_files`` (project files its test or its gate opened for reading, children
+    included, not under ``outside``: :mod:`assay.qualify.plugin.reads`). Fragments without
+    measurement data are left as they are."""
     shared: dict[str, str] = {}
+    shared_reads: set[str] = set()
     for fragment in fragments:
-        for entry in (fragment.get("executed") or {}).get("gate", []):
+        executed = fragment.get("executed") or {}
+        for entry in executed.get("gate", []):
             shared.setdefault(entry["path"], entry["sha256"])
+        shared_reads.update((executed.get("read") or {}).get("gate", []))
     for fragment in fragments:
         executed = fragment.get("executed")
         if not executed:
             continue
+        measured = executed["source"] == "measured"
+        files = dict(shared) if measured else {}
+        for entry in executed.get("test", []) if measured else []:
+            files.setdefault(entry["path"], entry["sha256"])
+        opened = shared_reads | set((executed.get("read") or {}).get("test", []))
         for claim in fragment["claims"]:
             claim["code_source"] = executed["source"]
-            if executed["source"] != "measured":
-                continue
-            files = dict(shared)
-            for entry in executed["test"]:
-                files.setdefault(entry["path"], entry["sha256"])
-            claim["executed_files"] = [{"path": p, "sha256": files[p]} for p in sorted(files)]
+            if measured:
+                claim["executed_files"] = [{"path": p, "sha256": files[p]} for p in sorted(files)]
+            if root is not None:
+                ran = {*files, *(f["path"] for f in claim.get("code_files", []))}
+                _relied_on(claim, sorted(ran), opened, Path(root), packages or [], outside or [])
+
+
+def _relied_on(
+    claim: dict[str, Any],
+    ran: list[str],
+    opened: set[str],
+    root: Path,
+    packages: list[str],
+    outside: list[Path],
+) -> None:
+    """Set the claim's ``import_files`` and ``read_files`` (each omitted when empty)."""
+    from assay.qualify.core.source import file_sha256
+    from assay.qualify.plugin.imports import import_closure
+    from assay.qualify.plugin.reads import project_files
+
+    closure = import_closure(root, ran, packages)
+    if closure:
+        claim["import_files"] = [{"path": p, "sha256": file_sha256(root / p)} for p in closure]
+    read = project_files(opened, root, outside)
+    if read:
+        top = root.resolve()
+        claim["read_files"] = [
+            {"path": p.relative_to(top).as_posix(), "sha256": file_sha256(p)} for p in read
+        ]

@@ -204,7 +204,7 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     measure = config.stash.get(MEASURE, None)
     if measure is not None:  # the files of the project under test this test executed
         fragment["executed"] = measure.report(
-            node, lambda path: display_path(config.rootpath, path)
+            node, lambda path: display_path(config.rootpath, path), children
         )
     fragment["outcome"] = node.stash.get(OUTCOME, "error")
     fragment["duration_s"] = time.perf_counter() - start

@@ -27,6 +27,7 @@ from assay.qualify.plugin.assemble import (
     plan_figures,
 )
 from assay.qualify.plugin.environment import describe_code, describe_environment
+from assay.qualify.plugin.executed import subject_packages
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Options:
     partial: dict[str, str] = field(default_factory=dict)  # gate -> why the run is partial
     failures: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # gate -> failures
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # gate -> headline, skipped
+    project: str | None = None  # the ini gate_project, when set
 
 
 WHEEL_ENV = "ASSAY_SUBJECT_WHEEL"
@@ -73,6 +75,27 @@ def wheel_subject() -> dict[str, str] | None:
             f"${WHEEL_ENV} is set but assay was imported from {origin}, not an installed wheel"
         )
     return {"filename": wheel.name, "sha256": file_sha256(wheel)}
+
+
+def differs_from_tree(receipt: dict[str, Any], root: Path) -> list[str]:
+    """Paths (relative to ``root``) of files the receipt's claims recorded whose bytes differ
+    from the tree's now, or that the tree lacks: the copy that ran was not the tree's (an
+    installed package, or a file edited while the gates ran)."""
+    recorded: dict[str, str] = {}
+    for claim in receipt["claims"]:
+        for key in ("code_files", "executed_files", "import_files", "read_files"):
+            for entry in claim.get(key, []):
+                recorded.setdefault(entry["path"], entry["sha256"])
+    for entry in receipt["code"]["files"]:
+        recorded.setdefault(entry["path"], entry["sha256"])
+    found = []
+    for path, sha in sorted(recorded.items()):
+        if Path(path).is_absolute():
+            continue  # outside the project: the tree has nothing to compare with
+        target = Path(root) / path
+        if not target.is_file() or file_sha256(target) != sha:
+            found.append(path)
+    return found
 
 
 def _earlier(receipts: Path, gate: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -121,7 +144,15 @@ def _assemble(
         subject=options.subject,
         partial=options.partial.get(gate),
         failures=options.failures.get(gate),
+        provenance={
+            "root": options.root,
+            "packages": subject_packages(options.root, options.project),
+            "outside": [options.receipts, options.records],
+        },
     )
+    differs = differs_from_tree(receipt, options.root)
+    if differs:
+        receipt["code"]["differs_from_tree"] = differs
     extras = options.extras.get(gate, {})
     if extras.get("gate_file"):
         receipt["gate_file"] = extras["gate_file"]

@@ -283,6 +283,7 @@ class GateSession:
             environment=self.environment,
             tree=self.tree,
             subject=describe_subject(config.rootpath, config.getini("gate_project") or None),
+            project=config.getini("gate_project") or None,
             partial={gate: reason} if (reason := self.partial_reason(gate)) else {},
             failures={gate: self.failures[gate]} if self.failures.get(gate) else {},
         )

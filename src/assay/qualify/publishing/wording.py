@@ -129,6 +129,14 @@ def subject_text(receipt: dict[str, Any]) -> list[str]:
                 f"WARNING: pyproject.toml declares version {s['declared']}, but the gates "
                 f"imported version {opt(s.get('version'))}"
             )
+    differs = receipt["code"].get("differs_from_tree") or []
+    if differs:
+        more = f" and {len(differs) - 3} more" if len(differs) > 3 else ""
+        lines.append(
+            f"WARNING: the code that ran differs from the project tree in "
+            f"{plural(len(differs), 'file')} ({', '.join(differs[:3])}{more}): an installed "
+            "copy ran, or files changed while the gates ran"
+        )
     if receipt.get("wheel"):
         w = receipt["wheel"]
         lines.append(

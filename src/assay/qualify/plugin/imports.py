@@ -1,0 +1,114 @@
+"""Modules whose import-time code a claim relied on, whichever test imported them first.
+
+Coverage sees a module's top-level lines run once per process, under whatever test imported
+it first; a later claim that relies on the same constants, tables or registrations executes
+none of them. So a claim's provenance also holds the closure of what its executed files import:
+every import statement in an executed file (a function's too: it ran or may run), then, for a
+module pulled in that way, the imports at its own top level, and the ``__init__`` of every
+package on the way. Computed from the project's source files alone (``ast``), so it is the same
+in every process, test order and xdist split. Only modules of the project under test count.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+INSTRUMENT = "assay.qualify"
+
+
+def _entries(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [f"0:{a.name}:" for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [f"{node.level}:{node.module or ''}:{a.name}" for a in node.names]
+    return []
+
+
+@lru_cache(maxsize=4096)
+def _imports(path: Path, mtime_ns: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(imports that run at import time, imports anywhere) of a source file, each as
+    ``level:module:name``; cached per file version. Import time is everything outside a
+    function body (class bodies and ``if``/``try`` blocks at top level run on import)."""
+    try:
+        tree = ast.parse(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return (), ()
+    anywhere = [e for node in ast.walk(tree) for e in _entries(node)]
+    top: list[str] = []
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        top.extend(_entries(node))
+        pending.extend(ast.iter_child_nodes(node))
+    return tuple(top), tuple(anywhere)
+
+
+class ProjectModules:
+    """The modules of the project under test found under ``root``: name <-> display path."""
+
+    def __init__(self, root: Path, packages: list[str], paths: list[str]) -> None:
+        self.root = Path(root)
+        self.by_name: dict[str, str] = {}
+        self.by_path: dict[str, str] = {}
+        bases = set()
+        for path in paths:
+            parts = Path(path).parts
+            for package in packages:
+                if package in parts and not Path(path).is_absolute():
+                    bases.add((Path(*parts[: parts.index(package)]), package))
+        for base, package in sorted(bases):
+            folder = self.root / base / package
+            for file in folder.rglob("*.py") if folder.is_dir() else []:
+                if "__pycache__" in file.parts:
+                    continue
+                rel = file.relative_to(self.root / base).with_suffix("")
+                names = list(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+                if ".".join(names).startswith(INSTRUMENT):
+                    continue  # the framework is the instrument, never the subject
+                shown = file.relative_to(self.root).as_posix()
+                self.by_name[".".join(names)] = shown
+                self.by_path[shown] = ".".join(names)
+
+    def targets(self, shown: str, entries: tuple[str, ...]) -> set[str]:
+        """Display paths of the project modules the import ``entries`` of file ``shown`` name,
+        with the packages on the way."""
+        module = self.by_path[shown]
+        package = module if shown.endswith("__init__.py") else module.rpartition(".")[0]
+        found = set()
+        for entry in entries:
+            level, base, name = entry.split(":", 2)
+            if int(level):
+                up = package.split(".")[: len(package.split(".")) - int(level) + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            for candidate in (f"{base}.{name}" if name else base, base):
+                parts = candidate.split(".")
+                for i in range(1, len(parts) + 1):  # a.b.c imports a, a.b and a.b.c
+                    if ".".join(parts[:i]) in self.by_name:
+                        found.add(self.by_name[".".join(parts[:i])])
+        return found
+
+
+def import_closure(root: Path, files: list[str], packages: list[str]) -> list[str]:
+    """Display paths of the project modules whose import-time code ``files`` (display paths of
+    what ran) rely on, not counting ``files`` themselves; sorted."""
+    project = ProjectModules(root, packages, files)
+    executed = [f for f in files if f in project.by_path]
+    seen = set(executed)
+    queue = [(f, True) for f in executed]
+    while queue:
+        shown, ran = queue.pop()
+        path = project.root / shown
+        try:
+            version = path.stat().st_mtime_ns
+        except OSError:
+            continue
+        top, anywhere = _imports(path, version)
+        for target in project.targets(shown, anywhere if ran else top):
+            if target not in seen:
+                seen.add(target)
+                queue.append((target, False))
+    return sorted(seen - set(files))

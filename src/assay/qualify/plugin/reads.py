@@ -1,0 +1,92 @@
+"""Files a claim read: the data tables, configs and fixtures on disk its test opened.
+
+A claim depends on more than code. A Python audit hook (PEP 578), installed once per process
+that runs gate tests (and in each reporting child, :mod:`assay.qualify.plugin.child_imports`),
+notes every file opened for reading while a gate context is current: the test's own
+(``t:<nodeid>``) or the gate's (module import and shared fixtures, ``g:<gate>``), the same
+contexts :mod:`assay.qualify.plugin.executed` measures code under. Which of them belong to the
+project is decided where the receipt is made: regular files under the project root, not code
+(``.py``, compiled files), not under the receipts or records folders, not in ``.git``. Their
+sha256 goes in the receipt (``claims[].read_files``) and ``verify --stale`` compares them.
+
+An audit hook cannot be removed, so it stays installed and costs one global lookup per
+audited event once no context is current. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+# the context opens are noted under, or None; a module global keeps the hook's check cheap
+_current: str | None = None
+_seen: dict[str, set[str]] = {}
+_installed = False
+_LIMIT = 20_000  # paths per context: a runaway reader must not hold the session's memory
+CODE_SUFFIXES = {".py", ".pyc", ".pyo", ".so", ".pyd", ".pth"}
+
+
+def _hook(event: str, args: tuple) -> None:
+    if _current is None or event != "open":
+        return
+    path, mode, flags = args
+    if mode is not None:
+        if any(ch in mode for ch in "wax+"):
+            return
+    elif isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR):
+        return
+    if isinstance(path, int):  # a descriptor, opened (and noted) before
+        return
+    found = _seen.setdefault(_current, set())
+    if len(found) < _LIMIT:
+        found.add(os.path.abspath(os.fsdecode(path) if isinstance(path, bytes) else str(path)))
+
+
+def install() -> None:
+    """Install the audit hook (once per process)."""
+    global _installed
+    if not _installed:
+        sys.addaudithook(_hook)
+        _installed = True
+
+
+def switch(context: str | None) -> None:
+    """Note reads under ``context`` from now on (None: stop noting)."""
+    global _current
+    _current = context
+
+
+def read_under(context: str) -> set[str]:
+    """The paths opened for reading while ``context`` was current, in this process."""
+    return set(_seen.get(context, ()))
+
+
+def all_reads() -> dict[str, list[str]]:
+    """Every context's reads, for a child's report at exit."""
+    return {context: sorted(paths) for context, paths in _seen.items()}
+
+
+def project_files(paths: Iterable[str], root: Path, outside: Iterable[Path] = ()) -> list[Path]:
+    """The project's data files among ``paths``: regular files under ``root`` that are not code,
+    not in ``.git``, ``__pycache__`` or a virtualenv, and not under any of ``outside`` (the
+    receipts and records the session writes), each once, sorted."""
+    root = Path(root).resolve()
+    excluded = [Path(p).resolve() for p in outside]
+    found = set()
+    for name in paths:
+        try:
+            path = Path(name).resolve()
+            rel = path.relative_to(root)
+        except (ValueError, OSError):
+            continue
+        if path.suffix in CODE_SUFFIXES or not path.is_file():
+            continue
+        parts = set(rel.parts)
+        if parts & {".git", "__pycache__", ".nox", ".venv", "venv", ".tox"}:
+            continue
+        if any(path == e or e in path.parents for e in excluded):
+            continue
+        found.add(path)
+    return sorted(found)
