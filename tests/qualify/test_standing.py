@@ -330,3 +330,29 @@ def test_one_claim_is_singular_and_absent_libraries_get_no_column():
 
     columns = [k for k, _ in gate_view(standing_of("demo", [receipt]))["environment"]]
     assert columns == ["Device", "CPU", "Python", "OS"]  # no torch, CUDA or bitsandbytes
+
+
+def test_a_failing_partial_run_after_a_passing_complete_run_fails_the_gate(gates, tmp_path, capsys):
+    """Issue 39, case 1: the environment changes and ``pytest -x`` stops at the first claim,
+    which now fails. The newest evidence is a failure: no view may say pass."""
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    gates.write("demo", GATE.format(bad="0.5").replace("c.measure(0.0)", "c.measure(0.5)", 1))
+    assert gates.run("-x").ret != 0
+    newest = json.loads(gates.receipt_files("demo")[-1].read_text())
+    assert newest["run"]["partial"], newest["run"]
+    assert_agree(five_views(gates, tmp_path, capsys), "fail", "good", "partial run")
+
+
+def test_a_failing_partial_run_on_another_device_fails_the_gate(gates, tmp_path, capsys):
+    """The same across devices: cpu passes complete; a cuda run that fails a claim and
+    stops early leaves the gate at fail, not at cpu's pass."""
+    from gatekit import SEES_CUDA
+
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    gates.pytester.makeconftest(SEES_CUDA)
+    gates.write("demo", GATE.format(bad="0.5").replace("c.measure(0.0)", "c.measure(0.5)", 1))
+    assert gates.run("-x", "--gate-device=cuda").ret != 0
+    views = five_views(gates, tmp_path, capsys)
+    assert_agree(views, "fail", "cuda: fail")

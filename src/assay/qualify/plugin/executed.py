@@ -201,7 +201,7 @@ class Measure:
         from assay.qualify.plugin import reads
 
         reads.install()
-        reads.switch(reading)
+        reads.switch(None)  # what the instrument reads itself (its settings) is not the claim's
         if context is None and self._running:
             self._cov.stop()
             self._running = False
@@ -217,6 +217,7 @@ class Measure:
             self._restore_env()
         else:
             self._set_env(ENV_CONTEXT, reading)
+        reads.switch(reading)
 
     def _set_env(self, key: str, value: str) -> None:
         self._saved.setdefault(key, os.environ.get(key))

@@ -17,6 +17,7 @@ from typing import Any
 from assay.errors import AssayError
 from assay.qualify.core.source import file_sha256
 from assay.qualify.core.threshold import KINDS, Threshold, non_finite_kind
+from assay.qualify.plugin.paths import display_path, package_files
 
 # seconds per unit, for timing measurements recorded in a claim's own time unit
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -434,34 +435,3 @@ class Gate:
 
     def _display(self, path: Path) -> str:
         return display_path(self._root, path)
-
-
-def package_files(origin: str | None, locations: Iterable[str]) -> list[Path]:
-    """Every ``.py`` file under a package's directories (caches skipped), its ``__init__.py``
-    (``origin``) first and the rest sorted, so the list is the same on every machine."""
-    first = [Path(origin)] if origin and origin.endswith(".py") and Path(origin).is_file() else []
-    rest = {
-        path
-        for location in locations
-        for path in Path(location).rglob("*.py")
-        if "__pycache__" not in path.parts and path.is_file()
-    }
-    return first + sorted(rest - set(first))
-
-
-def display_path(root: Path, path: Path) -> str:
-    """``path`` as receipts show it: relative to ``root`` (the rootdir) when under it; a file of
-    an installed assay as its checkout path ``src/assay/...`` (so staleness still works);
-    else absolute."""
-    resolved = path.resolve()
-    try:
-        return resolved.relative_to(root.resolve()).as_posix()
-    except ValueError:
-        pass
-    import assay
-
-    package = Path(assay.__file__).resolve().parent
-    try:
-        return "src/assay/" + resolved.relative_to(package).as_posix()
-    except ValueError:
-        return resolved.as_posix()

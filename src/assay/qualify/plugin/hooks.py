@@ -174,7 +174,8 @@ def gate_name(path: Path) -> str:
 def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     """The declaration surface of one gate test (see docs/gate-api.md)."""
     from assay.qualify.plugin.environment import resolve_device
-    from assay.qualify.plugin.gate import Gate, display_path
+    from assay.qualify.plugin.gate import Gate
+    from assay.qualify.plugin.paths import display_path
     from assay.qualify.plugin.session import FRAGMENT_KEY, VERDICT_KEY, clash_line, plain_nodeid
 
     config = request.config
@@ -196,6 +197,9 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     node.stash[GATE] = g
     start = time.perf_counter()
     yield g
+    from assay.qualify.plugin import reads
+
+    reads.switch(None)  # the test's code is done: what the framework reads now is not its
     children = config.stash.get(CHILDREN, None)
     if children is not None:  # what this process's children ran counts like its own imports
         g.child_imports(children.names())

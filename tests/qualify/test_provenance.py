@@ -1,0 +1,109 @@
+"""I7, provenance is closed: what a claim depended on includes the files it opened (data tables,
+configs, fixtures on disk, in the test or in a child) and every module whose import-time code it
+relied on, whichever gate imported it first; staleness covers all of it, and code that ran but
+differs from the tree is flagged."""
+
+from __future__ import annotations
+
+import pytest
+
+from assay.qualify.judging.stale import check_receipt
+
+PACKAGE = {
+    "pyproject.toml": '[project]\nname = "toylib"\nversion = "0.1"\n',
+    "toylib/__init__.py": "",
+    "toylib/constants.py": "LIMIT = 3\n",
+    "toylib/core.py": "from toylib.constants import LIMIT\n\ndef clamp(x):\n    return min(x, 3)\n",
+    "data/table.csv": "x,y\n1,2\n",
+}
+
+FIRST = """
+import toylib.core  # this gate imports toylib first: the constants run under its context
+
+def test_first(gate):
+    c = gate.claim("first", "clamps", kind="correctness", threshold=Threshold("==", 0))
+    c.measure(toylib.core.clamp(5) - 3)
+    c.control("broken", 1)
+"""
+
+SECOND = """
+import toylib.core
+
+def test_second(gate):
+    c = gate.claim("second", "clamps too", kind="correctness", threshold=Threshold("==", 0))
+    c.measure(toylib.core.clamp(9) - 3)
+    c.control("broken", 1)
+"""
+
+READER = """
+import subprocess
+import sys
+
+def test_reads(gate):
+    with open("data/table.csv") as handle:
+        rows = handle.read().splitlines()
+    code = "import assay.qualify as q; q.report_at_exit(); open('data/child.txt').read()"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    c = gate.claim("rows", "two rows", kind="correctness", threshold=Threshold("==", 2))
+    c.measure(len(rows))
+    c.control("truncated", 1)
+"""
+
+
+@pytest.fixture
+def toy(gates):
+    for name, text in PACKAGE.items():
+        path = gates.pytester.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    gates.pytester.syspathinsert()
+    return gates
+
+
+def _paths(claim: dict, key: str) -> list[str]:
+    return [e["path"] for e in claim.get(key, [])]
+
+
+def test_import_time_code_counts_for_a_gate_that_did_not_import_it_first(toy):
+    toy.write("first", FIRST)
+    toy.write("second", SECOND)
+    assert toy.run().ret == 0
+    (second,) = toy.only_receipt("second")["claims"]
+    # the constants' line ran once, under gate_first's import; gate_second relies on it too
+    assert "toylib/constants.py" not in _paths(second, "executed_files")
+    assert "toylib/constants.py" in _paths(second, "import_files")
+    (toy.pytester.path / "toylib/constants.py").write_text("LIMIT = 4\n")
+    stale = check_receipt(toy.pytester.path, toy.only_receipt("second"))
+    assert stale is not None and "toylib/constants.py" in stale.changed
+
+
+def test_files_a_claim_opened_are_part_of_it_children_included(toy):
+    (toy.pytester.path / "data/child.txt").write_text("from the child\n")
+    toy.write("reads", READER)
+    result = toy.run()
+    assert result.ret == 0, result.stdout.str()
+    receipt = toy.only_receipt("reads")
+    (claim,) = receipt["claims"]
+    assert _paths(claim, "read_files") == ["data/child.txt", "data/table.csv"]
+    assert check_receipt(toy.pytester.path, receipt) is None
+    (toy.pytester.path / "data/table.csv").write_text("x,y\n1,2\n3,4\n")
+    stale = check_receipt(toy.pytester.path, receipt)
+    assert stale is not None and stale.changed == {"data/table.csv": ["rows"]}
+    assert not any("receipts" in p for p in _paths(claim, "read_files"))
+
+
+def test_an_installed_copy_that_differs_from_the_tree_is_flagged(toy, tmp_path, monkeypatch):
+    installed = tmp_path / "site-packages" / "toylib"
+    installed.mkdir(parents=True)
+    for name in ("__init__.py", "constants.py", "core.py"):
+        (installed / name).write_text((toy.pytester.path / "toylib" / name).read_text())
+    (installed / "core.py").write_text(PACKAGE["toylib/core.py"] + "# a later release\n")
+    monkeypatch.syspath_prepend(str(installed.parent))
+    toy.write("first", FIRST)
+    assert toy.run("--import-mode=importlib").ret == 0  # the gate's folder stays off sys.path
+    receipt = toy.only_receipt("first")
+    assert "toylib/core.py" in _paths(receipt["claims"][0], "executed_files")  # the tree's path
+    assert receipt["code"]["differs_from_tree"] == ["toylib/core.py"]
+    record = (toy.records / "first.md").read_text("utf-8")
+    assert "WARNING: the code that ran differs from the project tree in 1 file" in record
+    assert "code that ran differs from the tree" in record.split("\n")[2]
