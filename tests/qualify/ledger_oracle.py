@@ -108,7 +108,8 @@ def oracle(runs: list[Run], acknowledged: int = 0, broken: bool = False) -> Verd
         return Verdict("broken", facts)
     if any(r.erased and not r.erased_text_kept for r in runs):
         facts.add(("text is not kept", ""))  # unknowable, so never a plain pass
-    runs = [r for r in runs if r.erased_text_kept]
+    # a run erased without its text is unknowable: it keeps its place, with nothing in it
+    runs = [r if r.erased_text_kept else Run(r.device, False, {}, erased=True) for r in runs]
     found = [_device(d, runs, facts) for d in sorted({r.device for r in runs})]
     shown = [s for s in found if s is not None]
     status = min(shown, key=WORST.index) if shown else "no complete run"

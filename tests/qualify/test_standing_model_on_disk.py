@@ -17,6 +17,7 @@ from ledger_oracle import oracle
 from test_standing_model import CLAIM_SPEC, FACT_WORDS
 
 from assay.cli import main
+from assay.qualify.judging.standing import gate_standing
 from assay.qualify.ledger.chain import HEADER, ledger_path, read_ledger, write_receipt
 from assay.qualify.ledger.history import CORRECTIONS_HEADER
 from assay.qualify.ledger.receipt import receipt_filename
@@ -101,7 +102,10 @@ class DiskMachine(RuleBasedStateMachine):
             assert match.group(1).lower() == expected.status, (name, match.group(0))
         summary = verified["standings"][GATE]["summary"]
         assert verified["standings"][GATE]["status"] == expected.status, summary
-        assert summary == self.ledger.standing().summary()  # what was read is what was written
+        memory, disk = self.ledger.standing(), gate_standing(self.receipts, GATE)
+        assert summary == memory.summary()  # what was read is what was written
+        erased = [[e.receipt["receipt_sha256"] for e in d.erased] for d in memory.devices]
+        assert [[e.receipt["receipt_sha256"] for e in d.erased] for d in disk.devices] == erased
         for text in (summary, html.unescape(shown["record"].group(2).replace("\\", ""))):
             for what, key in expected.facts:
                 assert FACT_WORDS[what] in text and key.rsplit("::")[-1] in text, (what, text)
