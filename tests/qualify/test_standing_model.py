@@ -143,7 +143,7 @@ def test_the_model_builds_valid_receipts():
 
 DEFECTS = {
     "failures in partial runs ignored": (
-        "assay.qualify.judging.standing.standing_failures",
+        "assay.qualify.judging.device.standing_failures",
         lambda real: lambda entries: real([e for e in entries if e.complete]),
     ),
     "erased receipts forgotten": (
@@ -155,7 +155,7 @@ DEFECTS = {
         lambda real: lambda new, old: True,
     ),
     "retirements hidden from the status cell": (
-        "assay.qualify.judging.standing.DeviceStanding.qualifiers",
+        "assay.qualify.judging.device.DeviceStanding.qualifiers",
         lambda real: lambda self: [q for q in real(self) if "retired" not in q],
     ),
     "acknowledged rewrites hidden": (

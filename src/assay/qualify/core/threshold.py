@@ -259,3 +259,15 @@ def explain(claim: dict[str, Any], verdict: dict[str, Any]) -> str:
     passed = [c for c in verdict["controls"] if not c["failed"]]
     names = ", ".join(f"{c['name']!r} measured {c['measured']:g}" for c in passed)
     return f"{name} inconclusive: control {names} met the threshold {bound}; the check cannot fail"
+
+
+def unjudged(claims: list[dict[str, Any]], judged: dict[str, str]) -> list[str]:
+    """Why each claim that did not pass fails its test, except those already failed at the
+    end of the call with the same verdict: a claim is judged the same way wherever it was
+    declared or measured (body, fixture, teardown, finalizer)."""
+    found = []
+    for claim in claims:
+        verdict = judge(claim)
+        if verdict["verdict"] != "pass" and judged.get(claim["id"]) != verdict["verdict"]:
+            found.append(explain(claim, verdict))
+    return found

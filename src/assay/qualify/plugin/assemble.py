@@ -11,7 +11,7 @@ from assay.qualify.core.source import file_sha256
 from assay.qualify.core.status import derive_status
 from assay.qualify.core.threshold import judge
 from assay.qualify.ledger.receipt import SCHEMA_ID
-from assay.qualify.plugin.executed import attach as attach_executed
+from assay.qualify.plugin.provenance import attach as attach_executed
 
 
 def _unique(items: list[Any]) -> list[Any]:

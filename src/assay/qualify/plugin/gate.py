@@ -7,8 +7,6 @@ controller. Bad declarations raise :class:`AssayError` at the line that made the
 from __future__ import annotations
 
 import importlib.util
-import re
-import statistics
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,173 +14,15 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.qualify.core.source import file_sha256
-from assay.qualify.core.threshold import KINDS, Threshold, non_finite_kind
+from assay.qualify.core.threshold import KINDS, Threshold
+from assay.qualify.plugin.claim import Claim, nonempty_text
 from assay.qualify.plugin.paths import display_path, package_files
-
-# seconds per unit, for timing measurements recorded in a claim's own time unit
-TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        # numpy/torch scalars expose __float__; accept them, nothing else
-        if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
-            return float(value)
-        raise AssayError(f"{where}: expected a number, got {value!r}")
-    return value
-
-
-def _spread(numbers: list[float]) -> dict[str, Any]:
-    """n, min, median, max and, for several samples, quartiles, IQR and Tukey outliers."""
-    median = statistics.median(numbers)
-    found: dict[str, Any] = {
-        "n": len(numbers),
-        "min": min(numbers),
-        "median": median,
-        "max": max(numbers),
-    }
-    if len(numbers) > 1:
-        q1, _, q3 = statistics.quantiles(numbers, n=4)
-        iqr = q3 - q1
-        outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in numbers)
-        found.update(q1=q1, q3=q3, iqr=iqr, outliers=outliers)
-    return found
-
-
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise AssayError(f"{where}: expected a non-empty string, got {value!r}")
-    return value
-
-
 def _is_path(item: str | Path) -> bool:
     return isinstance(item, Path) or "/" in item or item.endswith(".py")
-
-
-class Claim:
-    """One claim: a statement, a threshold, one measurement and the controls that must fail it."""
-
-    def __init__(self, data: dict[str, Any], threshold: Threshold, gate: Gate) -> None:
-        self._data = data
-        self.threshold = threshold
-        self._gate = gate
-
-    def _gate_open(self, where: str) -> None:
-        self._gate.check_open(where)
-
-    @property
-    def id(self) -> str:
-        """The claim id, unique within its gate."""
-        return self._data["id"]
-
-    def measure(
-        self,
-        value: float | None = None,
-        *,
-        samples: Iterable[float] | None = None,
-        timing: Any = None,
-    ) -> None:
-        """Record the measurement: one ``value``, repeated ``samples`` (value = median), or a
-        ``timing`` from :func:`assay.qualify.plugin.timing.measure_time` (value = median time per
-        call in the claim's unit, one of s, ms, us, ns; its statistics go in the receipt).
-
-        A claim is measured exactly once. A value, sample or timing that is NaN or infinite
-        never vanishes: the measurement is kept as not finite (``value`` None, ``non_finite``
-        naming it, the finite samples' spread beside it) and the claim fails.
-        """
-        where = f"claim {self.id!r} measure"
-        self._gate_open(where)
-        if self._data["measurement"] is not None:
-            raise AssayError(f"{where}: already measured; a claim takes one measurement")
-        if sum(x is not None for x in (value, samples, timing)) != 1:
-            raise AssayError(f"{where}: pass exactly one of value, samples= or timing=")
-        unit = self._data["unit"]
-        if timing is not None:
-            if unit not in TIME_UNITS:
-                raise AssayError(f"{where}: a timing needs the claim unit s, ms, us or ns")
-            scale = 1.0 / TIME_UNITS[unit]
-            stats = timing.stats(scale)
-            odd = next((k for v in stats.values() if (k := non_finite_kind(v))), None)
-            if odd:  # a timer that returned garbage: the claim fails, the stats cannot travel
-                self._data["measurement"] = {"value": None, "unit": unit, "non_finite": odd}
-                return
-            self._data["measurement"] = {
-                "value": stats["median"],
-                "unit": unit,
-                "samples": {k: stats[k] for k in ("n", "min", "median", "max")},
-                "timing": stats,
-            }
-            return
-        if samples is None:
-            number = _number(value, where)
-            odd = non_finite_kind(float(number))
-            self._data["measurement"] = (
-                {"value": None, "unit": unit, "non_finite": odd}
-                if odd
-                else {"value": number, "unit": unit}
-            )
-            return
-        numbers = [_number(s, f"{where} samples") for s in samples]
-        if not numbers:
-            raise AssayError(f"{where}: samples is empty; expected at least one number")
-        odd_kinds = [k for x in numbers if (k := non_finite_kind(float(x)))]
-        finite = [x for x in numbers if non_finite_kind(float(x)) is None]
-        summary = _spread(finite) if finite else {}
-        if odd_kinds:  # a NaN never vanishes into a median: the claim fails and says so
-            summary = {**summary, "n": len(numbers), "non_finite": len(odd_kinds)}
-            self._data["measurement"] = {
-                "value": None,
-                "unit": unit,
-                "non_finite": odd_kinds[0],
-                "samples": summary,
-            }
-            return
-        self._data["measurement"] = {"value": summary["median"], "unit": unit, "samples": summary}
-
-    def control(self, name: str, measured: float) -> None:
-        """Record the same check on a deliberately broken subject; it must miss the threshold.
-        A control that measured NaN or infinity shows nothing: it is kept as not finite and the
-        claim cannot pass on it."""
-        where = f"claim {self.id!r} control"
-        self._gate_open(where)
-        name = _text(name, f"{where} name")
-        if any(c["name"] == name for c in self._data["controls"]):
-            raise AssayError(f"{where}: control {name!r} declared twice")
-        number = _number(measured, where)
-        odd = non_finite_kind(float(number))
-        entry: dict[str, Any] = {"name": name, "measured": None if odd else number}
-        if odd:
-            entry["non_finite"] = odd
-        self._data["controls"].append(entry)
-
-    def ran_on(self, device: str) -> None:
-        """Record the device this claim's tensors were on (``cpu``, ``cuda``, ``cuda:1`` ...), as
-        the test read it from its tensors or model. The framework imports no torch: it only
-        stores the device type, so a claim measured on the CPU inside a run started with
-        ``--gate-device cuda`` is labelled cpu."""
-        self._gate_open(f"claim {self.id!r} ran_on")
-        where = f"claim {self.id!r} ran_on"
-        kind = _text(device, where).split(":", 1)[0].strip().lower()
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
-            raise AssayError(
-                f"{where}: expected a device type like 'cpu' or 'cuda', not {device!r}"
-            )
-        from assay.qualify.plugin.environment import cuda_seen
-
-        if kind == "cuda" and not cuda_seen():
-            raise AssayError(
-                f"{where}: 'cuda', but this process's torch sees no CUDA device; a label "
-                "comes from the tensors the test actually used"
-            )
-        self._data["device"] = kind
-
-    @property
-    def measured(self) -> float | None:
-        """The measured value, or None before :meth:`measure`."""
-        m = self._data["measurement"]
-        return None if m is None else m["value"]
 
 
 def blank_fragment(gate: str, nodeid: str) -> dict[str, Any]:
@@ -255,9 +95,9 @@ class Gate:
         value computed by arithmetic from other measurements; the record labels it as such.
         """
         self.check_open("gate.claim")
-        claim_id = _text(claim_id, "gate.claim id")
+        claim_id = nonempty_text(claim_id, "gate.claim id")
         where = f"claim {claim_id!r}"
-        statement = _text(statement, f"{where} statement")
+        statement = nonempty_text(statement, f"{where} statement")
         if kind not in KINDS:
             raise AssayError(f"{where} kind: expected one of {', '.join(KINDS)}, got {kind!r}")
         if not isinstance(threshold, Threshold):
@@ -335,7 +175,7 @@ class Gate:
     def input(self, role: str, path: str | Path) -> None:
         """Record an input file by role, size in bytes and sha256."""
         self.check_open("gate.input")
-        role = _text(role, "gate.input role")
+        role = nonempty_text(role, "gate.input role")
         p = Path(path)
         if not p.is_file():
             raise AssayError(f"gate.input {role!r}: {p} is not a file")
@@ -360,14 +200,17 @@ class Gate:
     def not_tested(self, item: str, reason: str) -> None:
         """Write down something this gate does not test, and why."""
         self.check_open("gate.not_tested")
-        entry = {"item": _text(item, "gate.not_tested item"), "reason": _text(reason, "reason")}
+        entry = {
+            "item": nonempty_text(item, "gate.not_tested item"),
+            "reason": nonempty_text(reason, "reason"),
+        }
         if entry not in self._data["not_tested"]:
             self._data["not_tested"].append(entry)
 
     def note(self, text: str) -> None:
         """Add a free-text note to the record."""
         self.check_open("gate.note")
-        text = _text(text, "gate.note")
+        text = nonempty_text(text, "gate.note")
         if text not in self._data["notes"]:
             self._data["notes"].append(text)
 
@@ -377,7 +220,7 @@ class Gate:
         ``derived=True`` marks a figure plotted from arithmetic rather than measurements."""
         self.check_open("gate.figure")
         p = Path(path)
-        caption = _text(caption, "gate.figure caption")
+        caption = nonempty_text(caption, "gate.figure caption")
         if not p.is_file():
             raise AssayError(f"gate.figure: {p} is not a file")
         with p.open("rb") as handle:
@@ -395,13 +238,13 @@ class Gate:
         beside the original row. The referenced receipt must exist in this gate's receipts.
         """
         self.check_open("gate.correct")
-        sha = _text(receipt_sha256, "gate.correct receipt_sha256").lower()
+        sha = nonempty_text(receipt_sha256, "gate.correct receipt_sha256").lower()
         if len(sha) != 64 or any(ch not in "0123456789abcdef" for ch in sha):
             raise AssayError(f"gate.correct receipt_sha256: expected 64 hex digits, got {sha!r}")
         entry = {
             "receipt_sha256": sha,
-            "claim_id": _text(claim_id, "gate.correct claim_id"),
-            "reason": _text(reason, "gate.correct reason"),
+            "claim_id": nonempty_text(claim_id, "gate.correct claim_id"),
+            "reason": nonempty_text(reason, "gate.correct reason"),
         }
         if entry not in self._data["corrects"]:
             self._data["corrects"].append(entry)

@@ -197,6 +197,7 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     node.stash[GATE] = g
     start = time.perf_counter()
     yield g
+    from assay.qualify.core.threshold import unjudged
     from assay.qualify.plugin import reads
 
     reads.switch(None)  # the test's code is done: what the framework reads now is not its
@@ -219,25 +220,11 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     node.user_properties.append((FRAGMENT_KEY, fragment))
     problems = g.stale_code()
     if fragment["outcome"] != "failed":  # a test that raised is failed already
-        problems += _unjudged(fragment["claims"], node.stash[JUDGED])
+        problems += unjudged(fragment["claims"], node.stash[JUDGED])
     if problems:
         if len(problems) > len(g.stale_code()):
             node.user_properties.append((VERDICT_KEY, "teardown"))
         pytest.fail(f"gate {g.name!r}: " + "; ".join(problems), pytrace=False)
-
-
-def _unjudged(claims: list[dict[str, Any]], judged: dict[str, str]) -> list[str]:
-    """Why each claim that did not pass fails its test, except those already failed at the
-    end of the call with the same verdict: a claim is judged the same way wherever it was
-    declared or measured (body, fixture, teardown, finalizer)."""
-    from assay.qualify.core.threshold import explain, judge
-
-    found = []
-    for claim in claims:
-        verdict = judge(claim)
-        if verdict["verdict"] != "pass" and judged.get(claim["id"]) != verdict["verdict"]:
-            found.append(explain(claim, verdict))
-    return found
 
 
 @pytest.hookimpl(wrapper=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.qualify.plugin.gate import TIME_UNITS
+from assay.qualify.plugin.claim import TIME_UNITS
 
 # Calibration accepts a calls-per-round count only when this many rounds in a row all last
 # long enough: one round is one sample, and a single preempted round would end it too early.

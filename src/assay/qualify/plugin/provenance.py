@@ -1,0 +1,72 @@
+"""What each claim ran, relied on and read, merged from its gate's fragments into the receipt:
+the measured files (:mod:`assay.qualify.plugin.executed`), the import-time closure of those
+(:mod:`assay.qualify.plugin.imports`) and the project files opened for reading
+(:mod:`assay.qualify.plugin.reads`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def attach(
+    fragments: list[dict[str, Any]],
+    root: Path | None = None,
+    packages: list[str] | None = None,
+    outside: list[Path] | None = None,
+) -> None:
+    """Give each claim of one gate's fragments its ``code_source`` and, when measured, its
+    ``executed_files``: its own test's files plus every file the gate-wide context executed
+    in any of the gate's tests (import and shared fixtures), so the sets do not depend on
+    which test ran first. With ``root``: its ``import_files`` (project modules whose
+    import-time code those files rely on, :mod:`assay.qualify.plugin.imports`) and its
+    ``read_files`` (project files its test or its gate opened for reading, children
+    included, not under ``outside``: :mod:`assay.qualify.plugin.reads`). Fragments without
+    measurement data are left as they are."""
+    shared: dict[str, str] = {}
+    shared_reads: set[str] = set()
+    for fragment in fragments:
+        executed = fragment.get("executed") or {}
+        for entry in executed.get("gate", []):
+            shared.setdefault(entry["path"], entry["sha256"])
+        shared_reads.update((executed.get("read") or {}).get("gate", []))
+    for fragment in fragments:
+        executed = fragment.get("executed")
+        if not executed:
+            continue
+        measured = executed["source"] == "measured"
+        files = dict(shared) if measured else {}
+        for entry in executed.get("test", []) if measured else []:
+            files.setdefault(entry["path"], entry["sha256"])
+        opened = shared_reads | set((executed.get("read") or {}).get("test", []))
+        for claim in fragment["claims"]:
+            claim["code_source"] = executed["source"]
+            if measured:
+                claim["executed_files"] = [{"path": p, "sha256": files[p]} for p in sorted(files)]
+            if root is not None:
+                ran = {*files, *(f["path"] for f in claim.get("code_files", []))}
+                _relied_on(claim, sorted(ran), opened, Path(root), packages or [], outside or [])
+
+
+def _relied_on(
+    claim: dict[str, Any],
+    ran: list[str],
+    opened: set[str],
+    root: Path,
+    packages: list[str],
+    outside: list[Path],
+) -> None:
+    """Set the claim's ``import_files`` and ``read_files`` (each omitted when empty)."""
+    from assay.qualify.core.source import file_sha256
+    from assay.qualify.plugin.imports import import_closure
+    from assay.qualify.plugin.reads import project_files
+
+    closure = import_closure(root, ran, packages)
+    if closure:
+        claim["import_files"] = [{"path": p, "sha256": file_sha256(root / p)} for p in closure]
+    read = project_files(opened, root, outside)
+    if read:
+        top = root.resolve()
+        claim["read_files"] = [
+            {"path": p.relative_to(top).as_posix(), "sha256": file_sha256(p)} for p in read
+        ]
