@@ -36,7 +36,8 @@ def display_path(root: Path, path: Path) -> str:
     """``path`` as receipts show it: relative to ``root`` (the rootdir) when under it; a file of
     an installed copy of a package the tree also holds (``<root>/src/<name>`` or
     ``<root>/<name>``, e.g. an installed assay) as the tree's path, so staleness and the
-    ``differs_from_tree`` check compare the two; else absolute."""
+    ``differs_from_tree`` check compare the two; assay's own files as ``src/assay/...``
+    wherever it runs; else absolute."""
     resolved = Path(path).resolve()
     top = Path(root).resolve()
     try:
@@ -45,8 +46,10 @@ def display_path(root: Path, path: Path) -> str:
         pass
     package = _top_package(resolved.parent)
     if package is not None:
+        inside = resolved.relative_to(package).as_posix()
         for tree in (top / "src" / package.name, top / package.name):
             if tree.is_dir():
-                inside = resolved.relative_to(package).as_posix()
                 return f"{tree.relative_to(top).as_posix()}/{inside}"
+        if package.name == "assay":  # assay's own files keep its checkout's layout anywhere
+            return f"src/assay/{inside}"
     return resolved.as_posix()
