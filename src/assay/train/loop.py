@@ -27,6 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
+from assay.bounded import JSONL_BYTES, parse_json, read_capped
 from assay.train.build import (
     NEFTune,
     build_datasets,
@@ -135,18 +136,22 @@ class Trainer:
         checkpoint.restore(self.params, self.optimizer)
 
     def _truncate_metrics(self, step: int) -> None:
-        """Keep only the metrics of steps up to ``step`` (a kill may have left later ones)."""
+        """Keep only the metrics of steps up to ``step`` (a kill may have left later ones).
+
+        Lines are split on ``\\n`` alone and kept as the bytes they were; reading stops at the
+        first line that is not a JSON object with a ``step`` (a torn last line)."""
         path = self.out_dir / METRICS
         if not path.exists():
             return
         kept = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in read_capped(path, JSONL_BYTES, "metrics file").split(b"\n"):
             try:
-                if json.loads(line)["step"] <= step:
+                row = parse_json(line)
+                if row["step"] <= step:
                     kept.append(line)
             except (ValueError, KeyError, TypeError):
-                break  # a torn last line
-        atomic_write_bytes(path, "".join(f"{line}\n" for line in kept).encode())
+                break  # a torn last line (or the empty piece after the final newline)
+        atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
 
     # -- one step ----------------------------------------------------------------------------
     def _build_model(self) -> tuple[nn.Module, nn.Module]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.bounded import parse_json, read_text_bounded
+from assay.bounded import parse_json, read_text_bounded, split_lines
 
 CORRECTIONS = "CORRECTIONS"
 CHANGES = ("deleted", "modified", "line removed", "line changed", "line inserted")
@@ -103,7 +103,7 @@ def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], l
     if not path.is_file():
         return [], []
     try:
-        lines = read_text_bounded(path, within=path.parent).splitlines()
+        lines = split_lines(read_text_bounded(path, within=path.parent))
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{gate}/{CORRECTIONS}: not readable ({err})"]
     found: list[Correction] = []
