@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--overwrite",
         action="store_true",
-        help="delete an existing run in output.dir and start again (default: refuse it)",
+        help="replace an existing run in output.dir: it is moved aside and deleted after the "
+        "new run's first checkpoint, or put back if the new run fails first (default: refuse)",
     )
     train.add_argument("--device", default="cpu", help="compute device (default cpu)")
     train.add_argument(

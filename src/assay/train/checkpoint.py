@@ -101,6 +101,20 @@ def read_latest(run_dir: Path) -> Path:
     return run_dir / name
 
 
+def finished_at(path: Path, config_sha: str, steps: int) -> Path | None:
+    """The checkpoint ``path`` names (a run directory through ``latest``, or a step directory)
+    when it already reached ``steps`` under the config whose fingerprint is ``config_sha``;
+    None otherwise or when it cannot tell (the resume itself then reports what is wrong).
+    Reads only the pointer and the manifest."""
+    try:
+        directory = read_latest(path) if (path / LATEST).exists() else path
+        manifest = _read_manifest(directory)
+    except CheckpointError:
+        return None
+    same = manifest["fingerprints"].get("config") == config_sha
+    return directory if same and manifest["step"] >= steps else None
+
+
 def save_checkpoint(
     run_dir: str | os.PathLike[str],
     step: int,

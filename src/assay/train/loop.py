@@ -267,6 +267,7 @@ class Trainer:
         stop_at: int | None = None,
         stop_requested: Callable[[], bool] | None = None,
         report: Callable[[dict[str, Any]], None] | None = None,
+        on_checkpoint: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """Run to ``config.steps`` (or stop after step ``stop_at``, saving a checkpoint there),
         logging and checkpointing; returns the summary. Only the main process shows the
@@ -274,8 +275,10 @@ class Trainer:
 
         ``stop_requested`` is asked after every optimizer step (every rank agrees on the
         answer); once it says True the run saves a checkpoint at that step and ends, with
-        ``"stopped": True`` in the summary (no final evaluation). ``report`` receives each
-        metrics line after it is written (main process only)."""
+        ``"stopped": True`` in the summary (no final evaluation) and its ``reason`` attribute
+        (default "signal") in the run state. ``report`` receives each
+        metrics line after it is written, and ``on_checkpoint`` is called after each
+        checkpoint is complete (main process only)."""
         config = self.config
         last = config.steps if stop_at is None else min(stop_at, config.steps)
         if self.is_main:
@@ -314,11 +317,12 @@ class Trainer:
                 bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{record.tokens_per_s:.0f}")
                 saved = record.step % config.output.save_every == 0 or record.step == last
                 if saved:
-                    self.save()
+                    self._save_and_tell(on_checkpoint)
                 if stop_requested is not None and self._agree_to_stop(stop_requested()):
                     if not saved:
-                        self.save()
-                    stopped, outcome["reason"] = True, "signal"
+                        self._save_and_tell(on_checkpoint)
+                    stopped = True
+                    outcome["reason"] = getattr(stop_requested, "reason", "signal")
                     break
         elapsed = time.perf_counter() - started
         tokens = sum(r.tokens for r in records)
@@ -345,6 +349,11 @@ class Trainer:
         """Whether the run stops after this step; a job of several ranks stops when any is
         asked (so all stop at the same step)."""
         return asked
+
+    def _save_and_tell(self, on_checkpoint: Callable[[], None] | None) -> None:
+        self.save()
+        if on_checkpoint is not None and self.is_main:
+            on_checkpoint()
 
     def save(self) -> Path:
         return save_checkpoint(
