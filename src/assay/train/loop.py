@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
 from assay.bounded import JSONL_BYTES, parse_json, read_capped
+from assay.model.tokenizer import check_fits
 from assay.train.build import (
     NEFTune,
     build_datasets,
@@ -41,7 +42,7 @@ from assay.train.build import (
 )
 from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from assay.train.checkpoint_check import check_restorable
-from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
+from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint, model_path
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
 from assay.train.run_dir import not_started
@@ -78,6 +79,7 @@ class Trainer:
         runner, self.base = self._build_model()
         self.base.train()  # adapter dropout (when configured) is on for training steps
         self.tokenizer = build_tokenizer(config)
+        check_fits(self.tokenizer, self.base.config.vocab_size, str(model_path(config)))
         self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
         self.model = self._wrap(runner)
         self.params = trainable_parameters(self.base)
