@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import atomic_write_bytes, json_bytes
-from assay.bounded import parse_json
+from assay.bounded import JSON_BYTES, parse_json, read_text_bounded
 from assay.errors import AssayError
 from assay.qualify.core.source import file_sha256
 from assay.qualify.ledger.dsse import (
@@ -168,7 +168,7 @@ def check_attestation(path: Path, trusted: list[Any], wheel: Path | None = None)
     receipt is malformed, or (with ``wheel``) the subject's sha256 is not the wheel's.
     """
     try:
-        envelope = parse_json(Path(path).read_text("utf-8"))
+        envelope = parse_json(read_text_bounded(path, JSON_BYTES))  # capped: /dev/zero too
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise EnvelopeError(f"not a readable JSON envelope ({err})") from None
     opened = open_envelope(envelope, trusted)
