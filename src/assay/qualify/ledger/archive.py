@@ -31,7 +31,7 @@ from typing import Any
 
 from assay.bounded import parse_json
 from assay.errors import AssayError
-from assay.qualify.ledger.import_commit import GatePlan
+from assay.qualify.ledger.import_commit import GatePlan, same_bytes
 
 ARCHIVE_FORMAT = "assay.receipt-archive/1"
 MANIFEST = "manifest.json"
@@ -281,7 +281,7 @@ def _plan(
         for name, receipt, data in found[present:]:
             target = Path(receipts_dir) / gate / name
             if target.exists():
-                if not target.is_file() or target.read_bytes() != data:
+                if not same_bytes(target, data):
                     raise AssayError(f"{target}: exists but is not in the ledger; not overwritten")
                 plan.on_disk.add(name)
             for figure in receipt.get("figures", []):
@@ -293,7 +293,7 @@ def _plan(
                 if data is None or _sha256(data) != figure["sha256"]:
                     raise AssayError(f"{archive}: figure {figure['path']} missing or altered")
                 home = Path(records_dir) / figure["path"]
-                if home.exists() and home.read_bytes() != data:
+                if home.exists() and not same_bytes(home, data):
                     raise AssayError(f"{home}: exists with other bytes; not overwritten")
                 if not home.exists():
                     plan.figures[figure["path"]] = data

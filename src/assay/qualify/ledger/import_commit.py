@@ -65,6 +65,15 @@ def _write_new(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def same_bytes(path: Path, data: bytes) -> bool:
+    """Whether ``path`` is a regular file holding exactly ``data``; reads at most
+    ``len(data)`` bytes of it (a FIFO or a huge file is simply not the same)."""
+    if not path.is_file() or path.stat().st_size != len(data):
+        return False
+    with open(path, "rb") as handle:
+        return handle.read(len(data) + 1) == data
+
+
 def _ledger_bytes(entries: list[tuple[str, str]]) -> bytes:
     return (HEADER + "".join(f"{sha} {name}\n" for sha, name in entries)).encode("utf-8")
 
@@ -136,7 +145,7 @@ class _Commit:
                 try:
                     os.link(staged.temp, staged.home)
                 except FileExistsError:
-                    if staged.home.read_bytes() != staged.temp.read_bytes():
+                    if not same_bytes(staged.home, staged.temp.read_bytes()):
                         raise
                 else:
                     placed.append(staged.home)
