@@ -180,7 +180,6 @@ def test_a_full_disk_at_any_write_leaves_the_records_whole_or_completable(home, 
     with FailAt(0) as counting:
         import_archive(archive, tmp_path / "counted" / "receipts", tmp_path / "counted")
     assert len(counting.events) >= 6, counting.events
-    outcomes = []
     for n in range(1, len(counting.events) + 1):
         records = tmp_path / f"trial-{n}"
         shutil.copytree(pristine, records)
@@ -189,15 +188,14 @@ def test_a_full_disk_at_any_write_leaves_the_records_whole_or_completable(home, 
                 import_archive(archive, records / "receipts", records)
             except AssayError as err:
                 assert "No space left on device" in str(err) and "\n" not in str(err)
+                # the process survived: everything it staged or placed is gone again
+                assert _tree(records) == _tree(pristine), f"write {n} left files behind"
             else:  # a failed fsync of a folder is no error (some filesystems refuse it), nor
                 # a failed mkdir of a folder that exists
                 assert fault.events[n - 1] in ("fsync", "mkdir") and _tree(records) == want
         assert fault.failed
-        untouched = _tree(records) == _tree(pristine)
         import_archive(archive, records / "receipts", records)  # the same command again
         assert _tree(records) == want, f"write {n} ({fault.events[-1]}) was not completable"
-        outcomes.append(untouched)
-    assert any(outcomes)  # most faults leave the records exactly as they were
 
 
 CHILD = """

@@ -57,12 +57,18 @@ def _temp_for(home: Path, token: str) -> Path:
 
 
 def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data``, fsynced; on any failure it is removed again."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
 
 
 def same_bytes(path: Path, data: bytes) -> bool:
@@ -152,8 +158,9 @@ class _Commit:
                 staged.temp.unlink()
             for folder in {s.home.parent for s in self.staged[plan.gate]}:
                 fsync_dir(folder)
-            ledger = self.ledgers.pop(plan.gate)
+            ledger = self.ledgers[plan.gate]
             os.replace(ledger.temp, ledger.home)
+            del self.ledgers[plan.gate]  # committed: no temporary left to discard
             fsync_dir(ledger.home.parent)
         except BaseException:
             for home in placed:
