@@ -232,6 +232,7 @@ PRODUCT_CONTROLS = {
     "surrogate": ("train.data_rows.allow_surrogates", "text_value"),
     "numbers": ("bounded.long_integers_read", "jsonl"),
     "legal": ("train.config_schema.merge_keys_refused", "merge_keys"),
+    "line_separators": ("bounded.split_lines_at_every_break", "ledger_comment"),
 }
 # class -> (what the claim's statement says it covers, the code it names)
 CLASSES = {

@@ -115,7 +115,8 @@ def _train_run(trainer, args: argparse.Namespace, on_checkpoint, main: bool = Tr
         summary = trainer.train(stop_at=args.stop_at, stop_requested=_StopWhen(stop, report),
                                 report=report, on_checkpoint=on_checkpoint)  # fmt: skip
     if report is not None:
-        report.raise_if_failed(str(args.config), trainer.out_dir, finished=not summary["stopped"])
+        done = summary["steps"] >= trainer.config.steps  # stopped at the last step: finished
+        report.raise_if_failed(str(args.config), trainer.out_dir, finished=done)
     return summary, stop
 
 

@@ -113,8 +113,8 @@ def finished_at(path: Path, config_sha: str, steps: int) -> Path | None:
         manifest = _read_manifest(directory)
     except CheckpointError:
         return None
-    if manifest["fingerprints"].get("config") != config_sha or manifest["step"] < steps:
-        return None
+    if manifest["fingerprints"].get("config") != config_sha or manifest["step"] != steps:
+        return None  # not there yet, or past the end (refused by the resume's field checks)
     _verified(directory, manifest)
     return directory
 
@@ -227,10 +227,10 @@ def _verified(directory: Path, manifest: Mapping[str, Any]) -> dict[str, bytes]:
         path = directory / name
         try:  # never more than the manifest promises: a file grown to gigabytes is refused
             data = read_capped(path, entry["bytes"], "checkpoint file")
-        except FileNotFoundError as exc:
-            raise CheckpointError(f"{path}: missing checkpoint file") from exc
         except InputTooLarge as exc:
             raise CheckpointError(f"{exc} (the manifest's size)") from None
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{path}: missing checkpoint file") from exc
         if len(data) != entry["bytes"]:
             raise CheckpointError(
                 f"{path}: {len(data)} bytes, the manifest says {entry['bytes']} (truncated?)"
