@@ -227,8 +227,10 @@ def import_cases(root: Path) -> list[Case]:
     shutil.copytree(home, dry)
     with FailAt(0) as counted:
         import_archive(archive, dry / "receipts", dry)
-    first_write = counted.events.index("write") + 1  # staging: nothing placed yet
-    ledger_rename = counted.events.index("replace") + 1  # the commit point itself
+    events = counted.events
+    # the first byte written (staging: nothing placed yet), and the LEDGER's rename
+    first_write = next(i for i, e in enumerate(events) if e in ("write", "file.write")) + 1
+    ledger_rename = (events.index("replace") if "replace" in events else len(events) - 1) + 1
     cases = []
     for name, n in (("first_write", first_write), ("ledger_rename", ledger_rename)):
         records = folder / name
