@@ -24,6 +24,7 @@ from corpus_harness import judge_message, run_case, run_case_subprocess  # noqa:
 from corpus_inputs import INJECTION, injection_record, live_markup  # noqa: E402
 from corpus_robust import CLASSES as ISSUE16  # noqa: E402
 from corpus_round3 import CLASSES as ISSUE30  # noqa: E402
+from corpus_round4 import CLASSES as ISSUE41  # noqa: E402
 from corpus_run import run_all  # noqa: E402
 from generate import build_corpus  # noqa: E402
 from unsafe_scan import scan_tree, unsafe_calls  # noqa: E402
@@ -205,18 +206,40 @@ ISSUE30_READERS = (
     "assay.qualify.cli_commands",
     "assay.qualify.ledger.receipt",
 )
+ISSUE41_READERS = (
+    "assay.bounded",
+    "assay.status_cli",
+    "assay.train_cli",
+    "assay.train.run_dir",
+    "assay.train.run_lock",
+    "assay.train.run_state",
+    "assay.train.report",
+    "assay.train.yaml_scalars",
+    "assay.train.config_schema",
+    "assay.train.checkpoint",
+    "assay.train.data_rows",
+    "assay.qualify.ledger.archive",
+    "assay.qualify.ledger.tar_stream",
+    "assay.qualify.ledger.import_commit",
+    "assay.qualify.ledger.chain",
+    "assay.qualify.ledger.dsse",
+    "assay.qualify.publishing.attest",
+    "assay.qualify.cli_commands",
+)
 # class -> (fault point that removes its guard, case-name filter) for a product control.
 PRODUCT_CONTROLS = {
     "bounds": ("bounded.unbounded_aliases", "alias_bomb"),
     "surrogate": ("train.data_rows.allow_surrogates", "text_value"),
     "numbers": ("bounded.long_integers_read", "jsonl"),
     "legal": ("train.config_schema.merge_keys_refused", "merge_keys"),
+    "line_separators": ("bounded.split_lines_at_every_break", "ledger_comment"),
 }
 # class -> (what the claim's statement says it covers, the code it names)
 CLASSES = {
     **{k: (f"issue 16 item {v}", [*ISSUE16_READERS, "corpus_robust", "corpus_outputs"])
        for k, v in ISSUE16.items()},
     **{k: (f"issue 30, {v}", [*ISSUE30_READERS, "corpus_round3"]) for k, v in ISSUE30.items()},
+    **{k: (f"issue 41, {v}", [*ISSUE41_READERS, "corpus_round4"]) for k, v in ISSUE41.items()},
 }  # fmt: skip
 
 

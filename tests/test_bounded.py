@@ -141,3 +141,30 @@ def test_merge_keys_share_settings_and_x_keys_hold_anchors(tmp_path):
     path.write_text("optim: {lr: 0.1, lr: 0.2}\n")  # duplicates are still refused
     with pytest.raises(ConfigError, match="duplicate key 'lr'"):
         read_yaml(path)
+
+
+def test_read_capped_never_allocates_its_cap_under_an_address_space_limit(tmp_path):
+    """A 2 KB data file read with the 4 GiB JSONL cap under ``ulimit -v 3GiB``: a reader that
+    asks for cap + 1 bytes at once dies with MemoryError."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b'{"text": "hello"}\n' * 110)
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+        "from assay.bounded import JSONL_BYTES, read_capped\n"
+        "data = read_capped(sys.argv[1], JSONL_BYTES, 'data file')\n"
+        "print(len(data))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-300:]
+    assert done.stdout.strip() == str(110 * 18)
+
+
+def test_read_capped_reads_a_special_file_in_chunks_up_to_its_cap():
+    with pytest.raises(InputTooLarge, match=r"/dev/zero: data is over the limit of 3,000,000"):
+        read_capped("/dev/zero", 3_000_000, "data")

@@ -55,3 +55,22 @@ def test_info_json_keeps_stdout_pure(tiny_models, capsys, monkeypatch):
     assert main(["info", str(tiny_models["llama3"]["gguf"]), "--json"]) == 0
     out = capsys.readouterr().out
     json.loads(out)  # one JSON document, the status (if any) went to stderr
+
+
+def _until_shown(stream: io.StringIO) -> None:
+    deadline = time.monotonic() + 30
+    while "loading" not in stream.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_an_interrupted_load_never_says_it_loaded(monkeypatch):
+    import pytest
+
+    monkeypatch.setenv("ASSAY_PROGRESS", "1")
+    for stream in (io.StringIO(), _Tty()):
+        with pytest.raises(KeyboardInterrupt), load_status("model", after=0.0, stream=stream):
+            _until_shown(stream)
+            raise KeyboardInterrupt
+        text = stream.getvalue()
+        assert "loading model" in text and "loaded" not in text, text
+        assert text.endswith("\n" if not stream.isatty() else "\x1b[K")

@@ -3,7 +3,8 @@
 A loader that reads a hostile file must answer quickly, so each one reads through here:
 
 - :func:`read_capped` refuses a file larger than its cap before reading it whole (one line
-  naming the file, the size and the cap);
+  naming the file, the size and the cap), and never allocates the cap itself;
+- :func:`split_lines` splits JSON Lines on ``\\n`` alone (U+2028 is legal inside JSON);
 - :func:`loads_json` parses JSON with the depth error and lone-surrogate escapes turned into
   one-line errors (``\\ud800`` decodes to a str that no UTF-8 encoder or tokenizer accepts);
 - :func:`parse_json` is ``json.loads`` with integers bounded to :data:`INT_DIGITS` digits (a
@@ -45,19 +46,46 @@ class InputTooLarge(AssayError):
     """A file is larger than the cap its reader allows."""
 
 
+READ_CHUNK = 1 << 20  # bytes asked of the OS at once when a file's size is not known
+
+
 def read_capped(path: str | os.PathLike[str], cap: int, what: str) -> bytes:
     """The bytes of ``path``; InputTooLarge (one line) when it is larger than ``cap``.
 
+    Never asks for more memory than the file holds (plus one chunk): a regular file is read at
+    its size, a special file (no size) in chunks, each refused once past ``cap``. A cap of
+    gigabytes therefore costs nothing under an address-space limit (``ulimit -v``).
     OSError from opening or reading propagates unchanged (the CLI prints it on one line).
     """
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > cap:
             raise InputTooLarge(f"{path}: {what} is {size:,} bytes; the limit is {cap:,} bytes")
-        data = handle.read(cap + 1)
-    if len(data) > cap:  # grew while reading, or a special file with no size
-        raise InputTooLarge(f"{path}: {what} is over the limit of {cap:,} bytes")
-    return data
+        parts = [handle.read(size)] if size else []
+        total = len(parts[0]) if parts else 0
+        while True:  # a file that grew while being read, or a special file with no size
+            chunk = handle.read(min(READ_CHUNK, cap + 1 - total))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise InputTooLarge(f"{path}: {what} is over the limit of {cap:,} bytes")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines (or line-per-entry) text, split on ``\\n`` only.
+
+    ``str.splitlines`` also splits on U+2028, U+2029, form feeds and other characters that
+    are legal inside a JSON string, so it would cut one entry in two. A ``\\r`` before the
+    ``\\n`` is dropped (a file saved with Windows line ends) and a final newline ends the last
+    line rather than starting an empty one.
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 class RefusedFile(OSError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import sys
@@ -23,6 +24,7 @@ if os.environ.get("ASSAY_GATE_IMPORTS"):  # a gate test's child: report the code
     report_at_exit()
 
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a tool killed by the closed pipe exits with
 # Commands that run the trainer, so need the `train` extra; the rest (render, verify, sign,
 # publish, attest, docs) are the gate framework's and run without torch.
 TRAINER_COMMANDS = frozenset({"info", "train", "eval", "export", "estimate", "generate", "status"})
@@ -130,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--overwrite",
         action="store_true",
-        help="delete an existing run in output.dir and start again (default: refuse it)",
+        help="replace an existing run in output.dir: it is moved aside and deleted after the "
+        "new run's first checkpoint, or put back if the new run fails first (default: refuse)",
     )
     train.add_argument("--device", default="cpu", help="compute device (default cpu)")
     train.add_argument(
@@ -232,10 +235,18 @@ def _from_train_extra(err: ModuleNotFoundError) -> bool:
     return (err.name or "").split(".")[0] in TRAIN_EXTRA_MODULES
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the flush at exit cannot fail on the closed pipe again."""
+    # a stdout without a file descriptor (captured in-process) has nothing to flush at exit
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code. AssayError and OSError become one line and exit 2;
     so does a trainer command without the ``train`` extra (before any argument is checked;
-    ``--help`` still prints)."""
+    ``--help`` still prints). A reader that closed stdout (``| head``) ends the command
+    quietly with 141, as SIGPIPE ends other tools."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(argv)
     asks_help = any(word in ("-h", "--help") for word in argv)
@@ -246,7 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.func
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader that closed the pipe shows here, not at exit
+        return code
+    except BrokenPipeError:  # `assay verify | head`: end quietly, as other tools do
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except AssayError as err:
         print(f"assay: error: {_rank_prefix()}{err}", file=sys.stderr)
         return EXIT_USAGE

@@ -22,6 +22,7 @@ def _is_config(path: Path) -> bool:
 
 
 def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
+    from assay.model.tokenizer import check_fits
     from assay.train.build import build_model, build_tokenizer, trainable_parameters
     from assay.train.checkpoint import load_checkpoint
     from assay.train.config import load_train_config
@@ -33,7 +34,9 @@ def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
         if saved.fingerprints["model"] != base.fingerprint.canonical_sha256:
             raise AssayError(f"{saved.path}: was trained on another model than {config.model}")
         saved.restore(trainable_parameters(base), rng=False)
-    return base, build_tokenizer(config)
+    tokenizer = build_tokenizer(config)
+    check_fits(tokenizer, base.config.vocab_size, str(config.model))
+    return base, tokenizer
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -53,12 +56,14 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     if _is_config(source):
         return _from_config(source, None)
     import assay
-    from assay.model.tokenizer import load_tokenizer
+    from assay.model.tokenizer import check_fits, load_tokenizer
 
     tokenizer_source = args.tokenizer or source
     if Path(tokenizer_source).is_dir():
         raise AssayError(f"{source}: a safetensors directory has no GGUF tokenizer; --tokenizer")
-    return assay.load(source, storage=args.storage), load_tokenizer(tokenizer_source)
+    model, tokenizer = assay.load(source, storage=args.storage), load_tokenizer(tokenizer_source)
+    check_fits(tokenizer, model.config.vocab_size, str(source))
+    return model, tokenizer
 
 
 def _within_context(prompts: list[list[int]], new: int, context: int) -> None:

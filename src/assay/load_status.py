@@ -2,9 +2,11 @@
 
 :func:`load_status` shows ``assay: loading <what> ... 3 s`` on stderr once the block has run
 longer than ``after`` seconds (about one), updates the count each second on a terminal, and
-ends the line with the total when the block finishes. Nothing goes to stdout, so ``--json``
-output stays one JSON document. It shows when stderr is a terminal, or when
-``ASSAY_PROGRESS=1`` asks for it (logs, tests); ``ASSAY_PROGRESS=0`` silences it.
+ends the line with the total when the block finishes; a block that raises (an error, Ctrl-C)
+never claims it loaded: the line is erased on a terminal and ends in "stopped" elsewhere.
+Nothing goes to stdout, so ``--json`` output stays one JSON document. It shows when stderr is a
+terminal, or when ``ASSAY_PROGRESS=1`` asks for it (logs, tests); ``ASSAY_PROGRESS=0``
+silences it.
 """
 
 from __future__ import annotations
@@ -61,12 +63,20 @@ def load_status(
 
     thread = threading.Thread(target=tick, name="assay-load-status", daemon=True)
     thread.start()
+    loaded = False
     try:
         yield
+        loaded = True
     finally:
         with lock:
             done.set()
             if shown.is_set():
-                out.write(f"\rassay: loaded {what} in {time.monotonic() - started:.1f} s\n")
+                seconds = time.monotonic() - started
+                if loaded:
+                    out.write(f"\rassay: loaded {what} in {seconds:.1f} s\n")
+                elif tty:  # erase it: the error (or "interrupted") line that follows stands alone
+                    out.write("\r\x1b[K")
+                else:
+                    out.write(f" stopped after {seconds:.1f} s\n")
                 out.flush()
         thread.join()

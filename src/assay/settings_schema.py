@@ -146,6 +146,29 @@ def _allowed(found: Rule) -> str:
     return text + (", or null" if found.nullable and found.kind != "size" else "")
 
 
+# How a config's YAML is read (assay.train.yaml_scalars), under the table of docs/settings.md.
+YAML_NOTES = (
+    "",
+    "## How values are read",
+    "",
+    "PyYAML reads YAML 1.1, where a few plain values mean something other than what they look",
+    "like, and YAML 1.2 reads them differently again. assay never picks one of the two",
+    "silently; it refuses the value with one line naming the file, the line and the key, and",
+    "says what each YAML version would read and what to write instead:",
+    "",
+    "- integers are decimal: `steps: 010` (octal 8 in YAML 1.1, 10 in YAML 1.2) is refused, as",
+    "  are `0x1F`, `0o17` and `0b101` (write 31, 15, 5); `1_000` is 1000;",
+    "- `yes`, `no`, `on` and `off` are booleans only for a boolean setting (`truncate: yes` is",
+    "  true); for any other setting they are refused (quote them, `model: 'no'`, for the text);",
+    "- a base-60 number such as `1:30` (90 in YAML 1.1, text in YAML 1.2) and a date such as",
+    "  `2026-01-01` are refused (write the number, or quote the text);",
+    "- floats may be written `1e-4` (YAML 1.1 needs `1.0e-4`); `.nan` and `.inf` are refused.",
+    "",
+    "Quoted values are always text. Keys are read as written (`yes: 1` is the unknown key",
+    "`yes`).",
+)
+
+
 def docs_text() -> str:
     """``docs/settings.md``: one table row per key of a train config."""
     lines = [
@@ -167,7 +190,7 @@ def docs_text() -> str:
         default = _short_default(found)
         where = found.where() or ""
         lines.append(f"| `{key}` | {_allowed(found)} | {default} | {where} | {found.help} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *YAML_NOTES]) + "\n"
 
 
 def help_lines() -> list[str]:

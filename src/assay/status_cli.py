@@ -3,24 +3,119 @@
 Step, latest loss, tokens/s (mean of the last 20 steps), the last checkpoint, elapsed training
 time, an ETA while it runs, and its state: running, finished, stopped (a signal or --stop-at)
 or failed. A run left ``running`` by a process that no longer exists (killed, or the machine
-went down) is reported as failed. Nothing is loaded but JSON and YAML; no model is touched.
+went down) is reported as failed: the run's lock tells, or its pid together with that
+process's start time, never a bare pid (a pid may belong to another process since). Every
+file is read with a cap, and a malformed one is one line naming the file and the field. Nothing
+is loaded but JSON and YAML; no model is touched.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
 
 RECENT = 20  # steps the tokens/s and ETA are averaged over
+STATES = ("running", "finished", "stopped", "failed")
+POINTER_BYTES = 4096  # ``latest`` holds one step folder's name
+NUMBERS = ("loss", "seconds", "tokens", "tokens_per_s")  # a metrics line's numbers status reads
 
 
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The metrics lines that parse, split on "\\n" alone (a line torn by a crash is skipped,
+    as resume drops it); AssayError naming the file, line and field for a line that parses
+    but holds a step or number of the wrong kind (a string, a boolean, NaN, Infinity)."""
+    from assay.bounded import JSONL_BYTES, parse_json, read_capped
+
+    found = []
+    if not path.is_file():
+        return found
+    for number, line in enumerate(read_capped(path, JSONL_BYTES, "metrics file").split(b"\n"), 1):
+        try:
+            row = parse_json(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict):
+            continue
+        step = row.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise AssayError(f"{path}:{number}: step: expected a step number, got {step!r}")
+        for name in NUMBERS:
+            if name in row and not _number(row[name]):
+                raise AssayError(
+                    f"{path}:{number}: {name}: expected a finite number, got {row[name]!r}"
+                )
+        found.append(row)
+    return found
+
+
+def _state(path: Path) -> dict[str, Any]:
+    """``run-state.json`` checked field by field (AssayError naming the file and field); an
+    empty dict when the run predates the file."""
+    from assay.bounded import read_json_file
+
+    if not path.exists():
+        return {}
+    state = read_json_file(path, AssayError)
+    if not isinstance(state, dict):
+        raise AssayError(f"{path}: expected a JSON object, got {type(state).__name__}")
+    if state.get("state") not in STATES:
+        raise AssayError(f"{path}: state: expected one of {', '.join(STATES)}, "
+                         f"got {state.get('state')!r}")  # fmt: skip
+    for name in ("reason", "updated", "started"):
+        if not isinstance(state.get(name), str | None):
+            raise AssayError(f"{path}: {name}: expected text, got {state[name]!r}")
+    return state
+
+
+def _checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint ``latest`` names (AssayError naming the file when it is unreadable)."""
+    from assay.bounded import InputTooLarge, read_capped
+
+    latest = run_dir / "latest"
+    if not latest.is_file():
+        return None
+    try:
+        name = read_capped(latest, POINTER_BYTES, "checkpoint pointer").decode("utf-8").strip()
+    except InputTooLarge as exc:
+        raise AssayError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise AssayError(f"{latest}: not UTF-8 text (byte {exc.start}); expected a "
+                         "checkpoint name like step-000010") from None  # fmt: skip
+    if not re.fullmatch(r"step-\d{6,}", name):
+        raise AssayError(f"{latest}: {name[:80]!r} is not a checkpoint name like step-000010")
+    return run_dir / name
+
+
+def _liveness(run_dir: Path, state: dict[str, Any]) -> tuple[str, str | None]:
+    """(state, reason) of a run whose state file says running: running while its lock is
+    held or its pid is alive with the start time it recorded; a bare pid proves nothing (the
+    kernel reuses pids), so a run that recorded no start time is unknown while the pid exists."""
+    from assay.train.run_lock import lock_held, same_process
+
+    pid = state.get("pid")
+    if lock_held(run_dir) or same_process(pid, state.get("start_ticks")):
+        return "running", None
+    if "start_ticks" not in state and _pid_exists(pid):
+        return "unknown", (
+            f"process {pid} exists, but the run recorded no start time to tell whether it is "
+            "the run's process"
+        )
+    return "failed", f"process {pid} is gone (killed or crashed)"
+
+
+def _pid_exists(pid: Any) -> bool:
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
         return False
     try:
         os.kill(pid, 0)
@@ -31,25 +126,9 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    """The metrics lines that parse (a line torn by a crash is skipped, as resume drops it)."""
-    from assay.bounded import parse_json
-
-    found = []
-    if path.is_file():
-        for line in path.read_text("utf-8", errors="replace").splitlines():
-            try:
-                row = parse_json(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int):
-                found.append(row)
-    return found
-
-
 def run_status(run_dir: Path) -> dict[str, Any]:
-    """The status of ``run_dir`` as a JSON-ready dict; AssayError when it is not a run."""
-    from assay.bounded import read_json_file
+    """The status of ``run_dir`` as a JSON-ready dict; AssayError (one line naming the file
+    and the field) when it is not a run or one of its files is malformed."""
     from assay.train.config_schema import read_yaml
     from assay.train.loop import METRICS, RUN_CONFIG
     from assay.train.run_state import RUN_STATE
@@ -57,24 +136,23 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     if not (run_dir / RUN_CONFIG).is_file():
         raise AssayError(f"{run_dir}: not a run directory (no {RUN_CONFIG})")
     steps = read_yaml(run_dir / RUN_CONFIG).get("steps")
-    state_file = run_dir / RUN_STATE
-    state = read_json_file(state_file, AssayError) if state_file.is_file() else {}
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    state = _state(run_dir / RUN_STATE)
     records = _records(run_dir / METRICS)
-    latest = run_dir / "latest"
-    checkpoint = latest.read_text("utf-8").strip() if latest.is_file() else None
+    checkpoint = _checkpoint(run_dir)
     recent = records[-RECENT:]
     seconds = sum(r.get("seconds", 0.0) for r in recent)
-    tokens_per_s = sum(r.get("tokens", 0) for r in recent) / seconds if seconds else None
+    tokens_per_s = sum(r.get("tokens", 0) for r in recent) / seconds if seconds > 0 else None
     step = records[-1]["step"] if records else 0
     word, reason = state.get("state"), state.get("reason")
     if word is None:  # a run written before run-state.json existed
-        done = isinstance(steps, int) and step >= steps
+        done = steps is not None and step >= steps
         word, reason = ("finished", None) if done else ("unknown", f"no {RUN_STATE}")
-    if word == "running" and not _alive(state.get("pid")):
-        word, reason = "failed", f"process {state.get('pid')} is gone (killed or crashed)"
+    if word == "running":
+        word, reason = _liveness(run_dir, state)
     eta = None
-    if word == "running" and recent and isinstance(steps, int):
-        eta = (steps - step) * seconds / len(recent)
+    if word == "running" and recent and steps is not None:
+        eta = max(steps - step, 0) * seconds / len(recent)
     return {
         "run": str(run_dir),
         "state": word,
@@ -83,7 +161,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "steps": steps,
         "loss": records[-1].get("loss") if records else None,
         "tokens_per_s": tokens_per_s,
-        "checkpoint": str(run_dir / checkpoint) if checkpoint else None,
+        "checkpoint": str(checkpoint) if checkpoint else None,
         "elapsed_s": sum(r.get("seconds", 0.0) for r in records),
         "eta_s": eta,
         "updated": state.get("updated"),

@@ -7,8 +7,10 @@ refuses a run directory that already holds a run unless told to resume or overwr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,15 +75,49 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     print(f"checkpoint {summary['checkpoint']}")
 
 
+@contextlib.contextmanager
 def _reporter(args: argparse.Namespace, run_dir: Path, main: bool = True):
-    """The ``--report-to`` reporter's context (a null one for ``none`` or another rank)."""
-    import contextlib
-
+    """The ``--report-to`` reporter (None for ``none`` or another rank), open for the block;
+    AssayError at once when its writer cannot even start."""
     if args.report_to != "tensorboard" or not main:
-        return contextlib.nullcontext(None)
+        yield None
+        return
     from assay.train.report import tensorboard_report
 
-    return tensorboard_report(run_dir)
+    with tensorboard_report(run_dir) as reporter:
+        if reporter.failed:
+            raise AssayError(f"--report-to tensorboard: {reporter.error}; nothing was trained")
+        yield reporter
+
+
+class _StopWhen:
+    """The run's stop request: a signal (``stop``), or a reporter that failed; ``reason`` is
+    what the run state records."""
+
+    def __init__(self, stop: GracefulStop, reporter) -> None:
+        self.stop, self.reporter = stop, reporter
+
+    def __call__(self) -> bool:
+        return self.stop() or (self.reporter is not None and self.reporter.failed)
+
+    @property
+    def reason(self) -> str:
+        return "signal" if self.stop() else "report-to failed"
+
+
+def _train_run(trainer, args: argparse.Namespace, on_checkpoint, main: bool = True):
+    """(summary, stop): ``trainer`` trained under graceful stop and the reporter; a reporter
+    that failed ends the run with its one-line error (AssayError) once the run has stopped
+    and saved its checkpoint."""
+    from assay.train.graceful import GracefulStop
+
+    with GracefulStop() as stop, _reporter(args, trainer.out_dir, main) as report:
+        summary = trainer.train(stop_at=args.stop_at, stop_requested=_StopWhen(stop, report),
+                                report=report, on_checkpoint=on_checkpoint)  # fmt: skip
+    if report is not None:
+        done = summary["steps"] >= trainer.config.steps  # stopped at the last step: finished
+        report.raise_if_failed(str(args.config), trainer.out_dir, finished=done)
+    return summary, stop
 
 
 def _say_stopped(summary: dict[str, Any], stop: GracefulStop, args: argparse.Namespace) -> None:
@@ -113,21 +149,21 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
     from assay.distributed.context import init
     from assay.distributed.trainer import DistributedTrainer
     from assay.train.config import DistributedConfig
-    from assay.train.graceful import GracefulStop
 
     settings = config.distributed or DistributedConfig()
     context = init(args.device, settings.backend, source=f"{args.config}: distributed")
     try:
         args.device = context.device
         _check_fit(config, args)
-        if context.is_main:
-            _claim_output(config, args)
-        progress = not (args.json or args.no_progress)
-        trainer = DistributedTrainer(config, context, progress=progress)
-        if args.resume:
-            trainer.resume(args.resume)
-        with GracefulStop() as stop, _reporter(args, trainer.out_dir, context.is_main) as report:
-            summary = trainer.train(stop_at=args.stop_at, stop_requested=stop, report=report)
+        claim = _claim_output(config, args) if context.is_main else None
+        with _claimed(claim) as on_checkpoint:
+            if context.is_main:
+                _check_events_folder(config, args)
+            progress = not (args.json or args.no_progress)
+            trainer = DistributedTrainer(config, context, progress=progress)
+            if args.resume:
+                trainer.resume(args.resume)
+            summary, stop = _train_run(trainer, args, on_checkpoint, context.is_main)
         if context.is_main:
             _print_summary(summary, args.json)
             _say_stopped(summary, stop, args)
@@ -144,18 +180,66 @@ def _preflight(config) -> None:
     check_rows(config)
 
 
-def _claim_output(config, args: argparse.Namespace) -> None:
-    """Refuse a run dir that holds a run unless --resume/--overwrite (main process only)."""
+def _claim_output(config, args: argparse.Namespace):
+    """Check and lock the run dir for this process (main process only): refuse one that
+    holds a run unless --resume/--overwrite, and one another process is writing."""
     from assay.train.run_dir import claim_run_dir
 
-    claim_run_dir(Path(config.output.dir), str(args.config), resume=args.resume,
-                  overwrite=args.overwrite)  # fmt: skip
+    return claim_run_dir(Path(config.output.dir), str(args.config), resume=args.resume,
+                         overwrite=args.overwrite)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _claimed(claim) -> Iterator[Callable[[], None] | None]:
+    """Hold ``claim`` (a RunClaim, or None on a rank that writes nothing) for the block; yield
+    what the run calls after each checkpoint. A block that fails before the first checkpoint
+    gives an overwritten run back; one that cannot delete the old run says so on one line."""
+    if claim is None:
+        yield None
+        return
+
+    def after_checkpoint() -> None:
+        trouble = claim.checkpointed()
+        if trouble:
+            print(f"assay: warning: {trouble}", file=sys.stderr)
+
+    failed = True
+    try:
+        yield after_checkpoint
+        failed = False
+    finally:
+        claim.release(failed=failed)
+
+
+def _check_events_folder(config, args: argparse.Namespace) -> None:
+    """With ``--report-to tensorboard``, refuse before loading when event files cannot be
+    written into the (claimed, so existing) run folder."""
+    if args.report_to == "tensorboard":
+        from assay.train.report import check_events_folder
+
+        check_events_folder(Path(config.output.dir))
+
+
+def _finished(config, args: argparse.Namespace) -> bool:
+    """True (and one line said) when ``--resume`` names a run that already reached its last
+    step under this config: nothing is loaded and nothing in the run is written."""
+    from assay.train.checkpoint import finished_at
+    from assay.train.config import config_fingerprint
+
+    done = finished_at(Path(args.resume), config_fingerprint(config), config.steps)
+    if done is None:
+        return False
+    if args.json:
+        print(json.dumps({"finished": True, "steps": config.steps, "checkpoint": str(done)}))
+    else:
+        print(f"{done.parent}: already finished (step {config.steps} of {config.steps}); "
+              f"nothing to train, nothing changed; checkpoint {done}")  # fmt: skip
+    return True
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from assay.distributed.context import launched
     from assay.train.config import load_train_config
-    from assay.train.graceful import GracefulStop
     from assay.train.loop import Trainer
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
@@ -167,13 +251,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     if launched():
         return _train_distributed(config, args)
     _check_fit(config, args)
-    _claim_output(config, args)
-    with load_status("model and data", enabled=not args.no_progress):
-        trainer = Trainer(config, device=args.device, progress=not (args.json or args.no_progress))
-    if args.resume:
-        trainer.resume(args.resume)
-    with GracefulStop() as stop, _reporter(args, trainer.out_dir) as report:
-        summary = trainer.train(stop_at=args.stop_at, stop_requested=stop, report=report)
+    with _claimed(_claim_output(config, args)) as on_checkpoint:
+        if args.resume and _finished(config, args):
+            return 0
+        _check_events_folder(config, args)
+        with load_status("model and data", enabled=not args.no_progress):
+            trainer = Trainer(config, device=args.device,
+                              progress=not (args.json or args.no_progress))  # fmt: skip
+        if args.resume:
+            trainer.resume(args.resume)
+        summary, stop = _train_run(trainer, args, on_checkpoint)
     _print_summary(summary, args.json)
     _say_stopped(summary, stop, args)
     return stop.exit_code if summary["stopped"] else 0

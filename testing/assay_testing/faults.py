@@ -42,3 +42,84 @@ def pause_at_event(
 
     for name in events:
         setattr(os, name, wrap(getattr(os, name)))
+
+
+WRITE_EVENTS = ("write", "fsync", "rename", "replace", "link", "mkdir")
+
+
+class _FailingFile:
+    """A file object whose writes count as events of ``counter`` (and may fail)."""
+
+    def __init__(self, handle: Any, counter: FailAt) -> None:
+        self._handle, self._counter = handle, counter
+
+    def write(self, data: Any) -> int:
+        self._counter.event("file.write")
+        return self._handle.write(data)
+
+    def __enter__(self) -> _FailingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
+class FailAt:
+    """While active, every write-side filesystem call (``os.write``, ``os.fsync``,
+    ``os.rename``, ``os.replace``, ``os.link``, ``os.mkdir`` and ``write`` on a file opened
+    for writing through ``open`` or ``os.fdopen``) is one event; event ``fail_at`` raises
+    ``OSError(errno_)`` instead of happening (``fail_at`` <= 0: none fails, only counted).
+    ``events`` names every event seen, in order; ``failed`` says whether the fault fired."""
+
+    def __init__(self, fail_at: int, errno_: int = 28) -> None:
+        self.fail_at, self.errno = fail_at, errno_
+        self.events: list[str] = []
+        self.failed = False
+        self._saved: dict[str, Any] = {}
+
+    def event(self, name: str) -> None:
+        self.events.append(name)
+        if len(self.events) == self.fail_at:
+            self.failed = True
+            raise OSError(self.errno, os.strerror(self.errno))
+
+    def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            if name == "write" and args and isinstance(args[0], int) and args[0] <= 2:
+                return real(*args, **kwargs)  # the test's own stdout and stderr
+            self.event(name)
+            return real(*args, **kwargs)
+
+        return inner
+
+    def _opener(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            handle = real(*args, **kwargs)
+            mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
+            return _FailingFile(handle, self) if any(c in mode for c in "wax+") else handle
+
+        return inner
+
+    def __enter__(self) -> FailAt:
+        import builtins
+
+        for name in WRITE_EVENTS:
+            self._saved[f"os.{name}"] = getattr(os, name)
+            setattr(os, name, self._wrap(name, getattr(os, name)))
+        self._saved["os.fdopen"], self._saved["open"] = os.fdopen, builtins.open
+        os.fdopen = self._opener(os.fdopen)
+        builtins.open = self._opener(builtins.open)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import builtins
+
+        for key, real in self._saved.items():
+            if key == "open":
+                builtins.open = real
+            else:
+                setattr(os, key.removeprefix("os."), real)
+        self._saved.clear()

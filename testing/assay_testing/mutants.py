@@ -279,6 +279,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "bounded.split_lines_at_every_break",
+        (
+            "tests/test_json_lines.py::test_the_ledger_reader_keeps_a_comment_with_a_line_separator",
+            "tests/test_json_lines.py::test_the_corrections_reader_keeps_an_entry_with_a_line_separator",
+        ),
+    ),
+    Mutant(
         "train.config_schema.merge_keys_refused",
         ("tests/test_bounded.py::test_merge_keys_share_settings_and_x_keys_hold_anchors",),
     ),

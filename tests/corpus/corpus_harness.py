@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HANG_SECONDS = 20.0
 
@@ -33,6 +34,10 @@ class Case:
     watch: Path
     env: tuple[tuple[str, str | None], ...] = ()  # set (None: unset) for the run
     accept: bool = False  # legal input: must succeed (exit 0, no error line), not be refused
+    # a picklable callable returning a context manager entered around the run (a lock held by
+    # "another writer", a fault armed); the snapshot of ``watch`` is taken inside it
+    around: Any = None
+    expect: str = ""  # legal input: text stdout must hold (the answer, not just exit 0)
 
 
 @dataclass
@@ -156,34 +161,38 @@ def run_case(case: Case, main: Callable[[list[str]], int] | None = None) -> Outc
     """Run ``case`` in this process through ``main`` (default :func:`corpus_main`)."""
     if main is None:
         main = corpus_main
-    before = snapshot(case.watch)
     err, out = io.StringIO(), io.StringIO()
     code: int | None = None
     crashed = hung = False
-    try:
-        with (
-            contextlib.redirect_stderr(err),
-            contextlib.redirect_stdout(out),
-            environment(case.env),
-            hang_guard(HANG_SECONDS),
-        ):
-            code = main(list(case.argv))
-    except _Hang:
-        hung = True
-    except SystemExit as exc:  # argparse: a usage error, not a clean input error
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:
-        crashed = True
-        err.write(f"Traceback (escaped): {type(exc).__name__}: {exc}\n")
+    with case.around() if case.around is not None else contextlib.nullcontext():
+        before = snapshot(case.watch)
+        try:
+            with (
+                contextlib.redirect_stderr(err),
+                contextlib.redirect_stdout(out),
+                environment(case.env),
+                hang_guard(HANG_SECONDS),
+            ):
+                code = main(list(case.argv))
+        except _Hang:
+            hung = True
+        except SystemExit as exc:  # argparse: a usage error, not a clean input error
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException as exc:
+            crashed = True
+            err.write(f"Traceback (escaped): {type(exc).__name__}: {exc}\n")
+        after = snapshot(case.watch)
     outcome = Outcome(case, code, err.getvalue(), crashed=crashed, hung=hung)
     outcome.problems = judge_message(case, code, outcome.stderr)
     if hung:
         outcome.problems.append(f"no answer within {HANG_SECONDS} s")
     if case.accept:  # legal input may print and write what a run prints and writes
+        if case.expect and case.expect not in out.getvalue():
+            outcome.problems.append(f"stdout does not say {case.expect!r}")
         return outcome
     if out.getvalue().strip():
         outcome.problems.append("printed output on stdout")
-    if snapshot(case.watch) != before:
+    if after != before:
         outcome.problems.append(f"files under {case.watch} changed (partial output)")
     return outcome
 

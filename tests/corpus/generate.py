@@ -16,6 +16,7 @@ from corpus_inputs import checkpoint_cases, config_cases, data_cases, receipt_ca
 from corpus_models import gguf_cases, safetensors_cases
 from corpus_robust import robust_cases
 from corpus_round3 import round3_cases
+from corpus_round4 import round4_cases
 
 # The GGUF tokenizer vocabulary, so the tiny model trains with the SmolLM2 tokenizer.
 VOCAB = 49152
@@ -37,6 +38,7 @@ def build_corpus(root: Path) -> list[Case]:
         *receipt_cases(root),
         *robust_cases(root / "issue16", trainable),
         *round3_cases(root / "issue30", trainable),
+        *round4_cases(root / "issue41", trainable),
     ]
 
 

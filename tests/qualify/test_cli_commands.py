@@ -40,3 +40,16 @@ def test_render_refuses_tampered_receipts_with_exit_two(gates, capsys):
     path.write_text(path.read_text("utf-8").replace('"pass"', '"fail"', 1), encoding="utf-8")
     assert _main(["render", "--receipts", str(gates.receipts)]) == 2
     assert path.name in capsys.readouterr().err
+
+
+def test_verify_into_a_closed_pipe_ends_quietly(published):
+    """``assay verify | head``: the reader closed the pipe; no "Broken pipe" error line."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "assay.cli", "verify", "--receipts", str(published.receipts),
+            "--records", str(published.records)]  # fmt: skip
+    reader = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    reader.stdout.close()  # gone before a byte arrives
+    err = reader.stderr.read().decode()
+    assert reader.wait() == 141 and err == ""

@@ -79,9 +79,22 @@ def test_check_records_reports_a_clean_tree_and_names_what_breaks_it(published):
     assert report.as_json()["ok"] is False
 
 
-def test_a_stray_markdown_file_in_latin_1_is_not_a_crash(published):
+def test_a_stray_markdown_file_in_latin_1_is_reported_not_a_crash(published):
     (published.records / "notes.md").write_bytes("caf\xe9\n".encode("latin-1"))
-    assert check_records(published.receipts, published.records).problems == []
+    problems = check_records(published.receipts, published.records).problems
+    assert len(problems) == 1 and problems[0].startswith(f"{published.records / 'notes.md'}: stray")
+
+
+def test_stray_markdown_that_no_receipt_produces_is_reported(published):
+    """Any Markdown under the records but the index and the gates' records: a reader takes
+    it for published evidence."""
+    (published.records / "figures" / "pub").mkdir(parents=True)
+    stray = [published.records / "summary.md", published.records / "figures" / "pub" / "x.md"]
+    for path in stray:
+        path.write_text("# All gates pass\n", "utf-8")
+    problems = check_records(published.receipts, published.records).problems
+    assert [p.split(": ")[0] for p in problems] == [str(p) for p in sorted(stray)], problems
+    assert all("stray Markdown" in p for p in problems)
 
 
 def test_a_ledger_linked_out_of_its_folder_is_refused_not_read(published):

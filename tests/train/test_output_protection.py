@@ -121,23 +121,48 @@ def test_another_runs_checkpoint_never_writes_into_this_run(workspace, tmp_path,
     assert _steps(run) == [1, 2]
 
 
-def test_overwrite_that_cannot_delete_leaves_the_old_run_whole(workspace, monkeypatch, capsys):
+def test_overwrite_that_cannot_delete_keeps_the_new_run_and_names_the_old(
+    workspace, monkeypatch, capsys
+):
+    """The old run goes only in exchange for a new one: moved aside whole, deleted after the
+    new run's first checkpoint; if that fails, one line names the folder left behind."""
     import shutil
 
     config, run = workspace
     assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
-    files = sorted(p.relative_to(run) for p in run.rglob("*"))
+    old = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
 
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(shutil, "rmtree", refuse)
     capsys.readouterr()
-    assert main(["train", str(config), "--json", "--no-progress", "--overwrite"]) == 2
-    err = capsys.readouterr().err
+    assert main(["train", str(config), "--json", "--no-progress", "--overwrite"]) == 0
+    err = capsys.readouterr().err.strip()
     aside = next(run.parent.glob(f".{run.name}.replaced-*"))
-    assert "could not be deleted" in err and str(aside) in err
-    assert sorted(p.relative_to(aside) for p in aside.rglob("*")) == files
+    assert err.count("\n") == 0 and "could not be deleted" in err and str(aside) in err
+    assert {p.relative_to(aside): p.read_bytes() for p in aside.rglob("*") if p.is_file()} == old
+    assert _steps(run) == [1, 2]  # the new run, whole
+
+
+def test_overwrite_whose_new_run_fails_before_a_checkpoint_keeps_the_old_run(
+    workspace, monkeypatch, capsys
+):
+    from assay.train.loop import Trainer
+
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
+    old = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    def broken_step(self):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Trainer, "train_step", broken_step)
+    capsys.readouterr()
+    assert main(["train", str(config), "--json", "--no-progress", "--overwrite"]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == old
+    assert sorted(p.name for p in run.parent.iterdir() if p.name.startswith(".")) == []
 
 
 def test_export_into_the_run_itself_is_refused(workspace, capsys):
@@ -152,14 +177,16 @@ def test_export_into_the_run_itself_is_refused(workspace, capsys):
     assert sorted(run.rglob("*")) == files
 
 
-def test_resuming_a_finished_run_says_there_is_nothing_to_train(workspace, capsys):
+def test_resuming_a_finished_run_leaves_it_byte_for_byte_and_says_so(workspace, capsys):
     config, run = workspace
     assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert main(["train", str(config), "--no-progress", "--resume", str(run)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("nothing to train: the run is at step 2\n")
-    assert _steps(run) == [1, 2]
+    assert out.count("\n") == 1 and out.startswith(f"{run}: already finished (step 2 of 2)")
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()}
+    assert after == before
 
 
 def test_eval_of_a_checkpoint_trained_on_another_model_is_refused(workspace, tmp_path, capsys):

@@ -43,3 +43,78 @@ def test_a_missing_tensorboard_is_one_line_before_anything_loads(
         "tensorboard (or the assay[tensorboard] extra)\n"
     )
     assert not (tmp_path / "run").exists()
+
+
+def _forbid_loading(monkeypatch) -> None:
+    """Fail the test if the model and data start loading."""
+    from assay.train.loop import Trainer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model and data loaded before the refusal")
+
+    monkeypatch.setattr(Trainer, "__init__", refuse)
+
+
+def test_an_events_folder_that_cannot_be_written_is_refused_before_loading(
+    tmp_path, capsys, monkeypatch, tiny_lora_config
+):
+    pytest.importorskip("tensorboard")
+    config, run = tiny_lora_config(steps=3), tmp_path / "run"
+    assert main(["train", str(config), "--no-progress", "--stop-at", "1"]) == 0
+    (run / "tensorboard").write_text("a file where the events folder goes")
+    before = sorted(run.rglob("*"))
+    _forbid_loading(monkeypatch)
+    capsys.readouterr()
+    argv = ["train", str(config), "--no-progress", "--report-to", "tensorboard", "--resume"]
+    assert main([*argv, str(run)]) == 2
+    assert capsys.readouterr().err == (
+        f"assay: error: --report-to tensorboard: {run / 'tensorboard'}: exists and is not a "
+        "folder; move it away\n"
+    )
+    assert sorted(run.rglob("*")) == before
+
+
+def test_a_tensorboard_that_does_not_import_is_refused_before_loading(
+    tmp_path, capsys, monkeypatch, tiny_lora_config
+):
+    import sys
+
+    pytest.importorskip("tensorboard")
+    config = tiny_lora_config(steps=3)
+    _forbid_loading(monkeypatch)
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    assert main(["train", str(config), "--report-to", "tensorboard"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "installed but does not import (ModuleNotFoundError" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_full_disk_under_the_writer_thread_ends_the_run_on_one_line_after_a_checkpoint(
+    tmp_path, capsys, monkeypatch, tiny_lora_config
+):
+    import errno
+
+    pytest.importorskip("tensorboard")
+    from tensorboard.summary.writer import record_writer
+
+    config = tiny_lora_config(steps=4)
+    real, records = record_writer.RecordWriter.write, []
+
+    def full_after_the_first_records(self, data):
+        records.append(len(data))
+        if len(records) > 6:  # the file header and step 1's scalars fit; step 2's do not
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full_after_the_first_records)
+    capsys.readouterr()
+    assert main(["train", str(config), "--no-progress", "--report-to", "tensorboard"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "Exception in thread" not in err
+    run = tmp_path / "run"
+    assert f"{run / 'tensorboard'}: cannot write event files (No space left on device)" in err
+    step = int(err.split("stopped after step ")[1].split(" ")[0])
+    assert (run / "latest").read_text().strip() == f"step-{step:06d}"
+    monkeypatch.undo()
+    assert main(["train", str(config), "--no-progress", "--resume", str(run)]) == 0

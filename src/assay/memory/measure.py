@@ -118,10 +118,13 @@ class _NvmlPoller:
             handle = pynvml.nvmlDeviceGetHandleByIndex(self.device)
         except Exception:  # no pynvml or no driver: the NVML view is simply absent
             return
-        while not self.done.is_set():
-            used = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-            self.best = used if self.best is None else max(self.best, used)
-            self.done.wait(0.001)
+        try:
+            while not self.done.is_set():
+                used = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+                self.best = used if self.best is None else max(self.best, used)
+                self.done.wait(0.001)
+        except Exception:  # the driver failed mid-run: keep the peak seen, print no traceback
+            return
 
     def start(self) -> None:
         self.thread.start()

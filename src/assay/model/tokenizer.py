@@ -131,6 +131,11 @@ class Tokenizer:
         return self._backend.get_vocab_size(with_added_tokens=True)
 
     @property
+    def source(self) -> str:
+        """The file the vocabulary was read from."""
+        return self._source
+
+    @property
     def chat_template(self) -> str | None:
         """The file's jinja2 chat template source, or None."""
         return self._chat_template
@@ -379,6 +384,18 @@ def tokenizer_from_metadata(meta: Mapping[str, Any], source: str) -> Tokenizer:
         chat_template=template if isinstance(template, str) else None,
         build_seconds=time.perf_counter() - start,
     )
+
+
+def check_fits(tokenizer: Tokenizer, model_vocab: int, model: str) -> None:
+    """ModelFileError naming both files and both sizes when ``tokenizer`` can produce token ids
+    that ``model`` (whose embedding has ``model_vocab`` rows) has no row for: they would index
+    past the embedding in the first forward. A smaller tokenizer is fine (padded vocabularies)."""
+    if tokenizer.vocab_size > model_vocab:
+        raise ModelFileError(
+            f"{tokenizer.source}: the tokenizer has {tokenizer.vocab_size:,} tokens, more than "
+            f"the {model_vocab:,} of the model {model}: ids from {model_vocab:,} up have no "
+            "embedding row; use a tokenizer of the model's vocabulary"
+        )
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:

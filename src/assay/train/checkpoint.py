@@ -53,6 +53,7 @@ from assay.train.checkpoint_state import (
 __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"]
 
 FORMAT = "assay.checkpoint/1"
+POINTER_BYTES = 4096  # ``latest`` holds one step folder's name
 FINGERPRINTS = ("config", "dataset", "model")
 LATEST = "latest"
 MANIFEST = "manifest.json"
@@ -93,12 +94,29 @@ def read_latest(run_dir: Path) -> Path:
     """The checkpoint directory ``run_dir/latest`` names; CheckpointError if unusable."""
     pointer = run_dir / LATEST
     try:
-        name = pointer.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        name = read_capped(pointer, POINTER_BYTES, "checkpoint pointer").decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError, InputTooLarge) as exc:
         raise CheckpointError(f"{pointer}: cannot read the latest-checkpoint pointer") from exc
     if not _STEP_DIR.fullmatch(name):
         raise CheckpointError(f"{pointer}: {name!r} is not a checkpoint name like step-000010")
     return run_dir / name
+
+
+def finished_at(path: Path, config_sha: str, steps: int) -> Path | None:
+    """The checkpoint ``path`` names (a run directory through ``latest``, or a step directory)
+    when it already reached ``steps`` under the config whose fingerprint is ``config_sha`` and
+    every file verifies against its manifest (CheckpointError naming the file otherwise); None
+    when it did not reach them, or when the pointer or manifest cannot tell (the resume
+    itself then says what is wrong). Writes nothing."""
+    try:
+        directory = read_latest(path) if (path / LATEST).exists() else path
+        manifest = _read_manifest(directory)
+    except CheckpointError:
+        return None
+    if manifest["fingerprints"].get("config") != config_sha or manifest["step"] != steps:
+        return None  # not there yet, or past the end (refused by the resume's field checks)
+    _verified(directory, manifest)
+    return directory
 
 
 def save_checkpoint(
@@ -207,8 +225,10 @@ def _verified(directory: Path, manifest: Mapping[str, Any]) -> dict[str, bytes]:
         if entry is None:
             raise CheckpointError(f"{directory / MANIFEST}: lists no {name}")
         path = directory / name
-        try:
-            data = path.read_bytes()
+        try:  # never more than the manifest promises: a file grown to gigabytes is refused
+            data = read_capped(path, entry["bytes"], "checkpoint file")
+        except InputTooLarge as exc:
+            raise CheckpointError(f"{exc} (the manifest's size)") from None
         except FileNotFoundError as exc:
             raise CheckpointError(f"{path}: missing checkpoint file") from exc
         if len(data) != entry["bytes"]:

@@ -5,6 +5,8 @@ collapse, and (b) reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``; a learni
 silently read as a string is a classic trap). Merge keys (``<<: *anchor``) are expanded, and
 top-level keys starting with ``x-`` are set aside as anchor holders. Schema errors name the
 file and the dotted field path; an unknown key also names the nearest valid key (difflib).
+Scalars that YAML 1.1 and 1.2 read differently (``010``, ``no``, ``1:30``) are settled or
+refused by key in :mod:`assay.train.yaml_scalars`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from assay.bounded import (
 )
 from assay.errors import ConfigError
 from assay.settings_schema import build_schema
+from assay.train import yaml_scalars
 
 _FLOAT = re.compile(
     r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
@@ -48,6 +51,7 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+yaml_scalars.install(_Loader)  # ahead of the rest: 010, yes, 1:30 ... (yaml_scalars.py)
 
 
 _MERGE = "tag:yaml.org,2002:merge"
@@ -102,12 +106,14 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid YAML ({exc})") from exc
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
+        kind = "a scalar" if isinstance(data, yaml_scalars.Surprising) else kind
         raise ConfigError(f"{path}: expected a mapping of config keys, the file is {kind}")
     bad = lone_surrogate(data)
     if bad is not None:
         raise ConfigError(f"{path}: {bad}: lone surrogate escape is not text")
     # Top-level ``x-`` keys hold anchors for merge keys (``x-defaults: &d``, then ``<<: *d``),
     # as in Compose files; they are not settings.
+    data = yaml_scalars.settle(data, path)
     return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith(EXTENSION))}
 
 

@@ -140,6 +140,8 @@ def read_rows(path: str | os.PathLike[str], fmt: str = "auto") -> RowFile:
     invalid UTF-8, invalid JSON, a non-object line, or missing or wrong-typed fields.
     """
     source = os.fspath(path)
+    if os.path.exists(source) and not os.path.isfile(source):  # /dev/zero, a FIFO: no end
+        raise DataError(f"{source}: not a regular file; a data file must be one")
     try:
         raw = read_capped(source, JSONL_BYTES, "data file")
     except InputTooLarge as exc:

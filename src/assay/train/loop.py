@@ -27,6 +27,8 @@ from torch import nn
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
+from assay.bounded import JSONL_BYTES, parse_json, read_capped
+from assay.model.tokenizer import check_fits
 from assay.train.build import (
     NEFTune,
     build_datasets,
@@ -40,7 +42,7 @@ from assay.train.build import (
 )
 from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from assay.train.checkpoint_check import check_restorable
-from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint
+from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint, model_path
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
 from assay.train.run_dir import not_started
@@ -77,6 +79,7 @@ class Trainer:
         runner, self.base = self._build_model()
         self.base.train()  # adapter dropout (when configured) is on for training steps
         self.tokenizer = build_tokenizer(config)
+        check_fits(self.tokenizer, self.base.config.vocab_size, str(model_path(config)))
         self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
         self.model = self._wrap(runner)
         self.params = trainable_parameters(self.base)
@@ -135,18 +138,22 @@ class Trainer:
         checkpoint.restore(self.params, self.optimizer)
 
     def _truncate_metrics(self, step: int) -> None:
-        """Keep only the metrics of steps up to ``step`` (a kill may have left later ones)."""
+        """Keep only the metrics of steps up to ``step`` (a kill may have left later ones).
+
+        Lines are split on ``\\n`` alone and kept as the bytes they were; reading stops at the
+        first line that is not a JSON object with a ``step`` (a torn last line)."""
         path = self.out_dir / METRICS
         if not path.exists():
             return
         kept = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in read_capped(path, JSONL_BYTES, "metrics file").split(b"\n"):
             try:
-                if json.loads(line)["step"] <= step:
+                row = parse_json(line)
+                if row["step"] <= step:
                     kept.append(line)
             except (ValueError, KeyError, TypeError):
-                break  # a torn last line
-        atomic_write_bytes(path, "".join(f"{line}\n" for line in kept).encode())
+                break  # a torn last line (or the empty piece after the final newline)
+        atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
 
     # -- one step ----------------------------------------------------------------------------
     def _build_model(self) -> tuple[nn.Module, nn.Module]:
@@ -262,6 +269,7 @@ class Trainer:
         stop_at: int | None = None,
         stop_requested: Callable[[], bool] | None = None,
         report: Callable[[dict[str, Any]], None] | None = None,
+        on_checkpoint: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
         """Run to ``config.steps`` (or stop after step ``stop_at``, saving a checkpoint there),
         logging and checkpointing; returns the summary. Only the main process shows the
@@ -269,8 +277,10 @@ class Trainer:
 
         ``stop_requested`` is asked after every optimizer step (every rank agrees on the
         answer); once it says True the run saves a checkpoint at that step and ends, with
-        ``"stopped": True`` in the summary (no final evaluation). ``report`` receives each
-        metrics line after it is written (main process only)."""
+        ``"stopped": True`` in the summary (no final evaluation) and its ``reason`` attribute
+        (default "signal") in the run state. ``report`` receives each
+        metrics line after it is written, and ``on_checkpoint`` is called after each
+        checkpoint is complete (main process only)."""
         config = self.config
         last = config.steps if stop_at is None else min(stop_at, config.steps)
         if self.is_main:
@@ -309,11 +319,12 @@ class Trainer:
                 bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{record.tokens_per_s:.0f}")
                 saved = record.step % config.output.save_every == 0 or record.step == last
                 if saved:
-                    self.save()
+                    self._save_and_tell(on_checkpoint)
                 if stop_requested is not None and self._agree_to_stop(stop_requested()):
                     if not saved:
-                        self.save()
-                    stopped, outcome["reason"] = True, "signal"
+                        self._save_and_tell(on_checkpoint)
+                    stopped = True
+                    outcome["reason"] = getattr(stop_requested, "reason", "signal")
                     break
         elapsed = time.perf_counter() - started
         tokens = sum(r.tokens for r in records)
@@ -340,6 +351,11 @@ class Trainer:
         """Whether the run stops after this step; a job of several ranks stops when any is
         asked (so all stop at the same step)."""
         return asked
+
+    def _save_and_tell(self, on_checkpoint: Callable[[], None] | None) -> None:
+        self.save()
+        if on_checkpoint is not None and self.is_main:
+            on_checkpoint()
 
     def save(self) -> Path:
         return save_checkpoint(

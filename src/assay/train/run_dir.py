@@ -1,18 +1,28 @@
-"""Output protection for run directories: a run never silently mixes with an older one.
+"""Output protection for run directories: a run never silently mixes with an older one, and
+one run folder has one writer.
 
 ``assay train`` into a directory that already holds a run refuses unless ``--resume``
-(continue it) or ``--overwrite`` (delete it and start clean). A run killed before its first
-checkpoint has a run directory without ``latest`` or any ``step-*``; resuming it starts at
-step 0 with its metrics emptied (:func:`not_started`).
+(continue it) or ``--overwrite`` (replace it). :func:`claim_run_dir` checks, then takes the
+folder's lock (:mod:`assay.train.run_lock`) and checks again under it, so of two processes
+started together exactly one trains and the other is refused naming it.
+
+``--overwrite`` is whole or nothing: the old run is renamed aside in one step
+(``.<name>.replaced-<pid>``) and stays there until the new run's first checkpoint
+(:meth:`RunClaim.checkpointed` then deletes it); a new run that fails before that puts the old
+one back (:meth:`RunClaim.release`). A run killed before its first checkpoint has a run
+directory without ``latest`` or any ``step-*``; resuming it starts at step 0 with its metrics
+emptied (:func:`not_started`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 
 from assay.errors import ConfigError
+from assay.train.run_lock import LOCK_NAME, RunLock, acquire, refuse_if_held
 
 LATEST = "latest"
 
@@ -27,10 +37,10 @@ def not_started(path: str | os.PathLike[str]) -> bool:
 
 
 def holds_run(path: Path) -> bool:
-    """True when ``path`` exists and is not an empty directory."""
+    """True when ``path`` exists and is not an empty directory (its lock file aside)."""
     if not path.exists():
         return False
-    return not path.is_dir() or any(path.iterdir())
+    return not path.is_dir() or any(p.name != LOCK_NAME for p in path.iterdir())
 
 
 def run_of(path: Path) -> Path:
@@ -58,9 +68,85 @@ def _check_resume(out: Path, source: str, resume: Path) -> None:
         )
 
 
-def _replace(out: Path, source: str) -> None:
-    """Remove the old run at ``out`` without ever leaving it half deleted: it is first moved
-    aside in one rename (nothing is lost if that fails), then deleted."""
+def _check(out: Path, source: str, resume: str | os.PathLike[str] | None, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise ConfigError(f"{source}: --resume and --overwrite exclude each other")
+    if resume:
+        _check_resume(out, source, Path(resume))
+    elif holds_run(out) and not overwrite:
+        raise ConfigError(
+            f"{source}: output.dir: {out} already holds a run; pass --resume {out} to "
+            "continue it or --overwrite to delete it and start again"
+        )
+
+
+class RunClaim:
+    """The claim of one run folder for the life of a run: its lock, and with ``--overwrite``
+    the old run moved aside (``replaced``) until the new run's first checkpoint."""
+
+    def __init__(self, out: Path, source: str, lock: RunLock) -> None:
+        self.out, self.source, self.lock = out, source, lock
+        self.replaced: Path | None = None
+
+    def replace_old_run(self) -> None:
+        """Move the run at ``out`` aside in one rename (nothing is lost if it fails) and lock
+        a fresh, empty ``out`` in its place."""
+        aside = _move_aside(self.out, self.source)
+        old = self.lock
+        old.moved(aside)
+        try:
+            self.lock = acquire(self.out, self.source)
+        except BaseException:  # another writer took the name in between: leave it alone
+            self.lock = old
+            if not self.out.exists():
+                os.replace(aside, self.out)
+                old.moved(self.out)
+            raise
+        old.release()
+        self.replaced = aside
+
+    def checkpointed(self) -> str | None:
+        """The new run has a checkpoint: delete the old one. Returns None, or one line saying
+        the old run could not be deleted and where it was left (the new run is kept)."""
+        aside, self.replaced = self.replaced, None
+        if aside is None:
+            return None
+        try:
+            _remove(aside)
+        except OSError as exc:
+            return (
+                f"{self.source}: --overwrite: the old run, moved whole to {aside}, could not be "
+                f"deleted ({exc.strerror or exc}); the new run is in {self.out}; delete {aside} "
+                "by hand"
+            )
+        return None
+
+    def _put_back(self) -> None:
+        """The new run failed before its first checkpoint: restore the old run at ``out``."""
+        aside, self.replaced = self.replaced, None
+        if aside is None:
+            return
+        failed = self.out.with_name(f".{self.out.name}.failed-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.out, failed)
+            self.lock.moved(failed)
+        os.replace(aside, self.out)
+        with contextlib.suppress(OSError):
+            _remove(failed)
+
+    def release(self, *, failed: bool) -> None:
+        """End the claim: a ``failed`` run that never checkpointed gives the old run back;
+        then the lock is released (and a folder it created for nothing is removed)."""
+        try:
+            if failed:
+                self._put_back()
+            elif self.replaced is not None:  # ended well without a checkpoint (--stop-at 0)
+                self.checkpointed()
+        finally:
+            self.lock.release()
+
+
+def _move_aside(out: Path, source: str) -> Path:
     aside = out.with_name(f".{out.name}.replaced-{os.getpid()}")
     try:
         os.replace(out, aside)
@@ -69,37 +155,46 @@ def _replace(out: Path, source: str) -> None:
             f"{source}: --overwrite: cannot move the old run {out} aside "
             f"({exc.strerror or exc}); nothing was deleted"
         ) from None
-    try:
-        if aside.is_dir() and not aside.is_symlink():
-            shutil.rmtree(aside)
-        else:
-            aside.unlink()
-    except OSError as exc:
-        raise ConfigError(
-            f"{source}: --overwrite: the old run, moved whole to {aside}, could not be deleted "
-            f"({exc.strerror or exc}); delete it and train again"
-        ) from None
+    return aside
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def claim_run_dir(
     out: Path, source: str, *, resume: str | os.PathLike[str] | None, overwrite: bool
-) -> None:
-    """Check (and with ``overwrite`` clear) the run directory before anything is written.
+) -> RunClaim:
+    """Check the run directory, take its lock, check again under the lock, and with
+    ``overwrite`` move an old run aside; the caller ends the claim with
+    :meth:`RunClaim.release`.
 
     ConfigError naming the config's ``output.dir`` when it already holds a run and neither
     ``resume`` (the path to continue from) nor ``overwrite`` is set, or when both are; for a
-    ``resume`` path that is not a run, or whose run would be written into another run.
+    ``resume`` path that is not a run, or whose run would be written into another run; and
+    when another process holds the folder (naming its pid and start time). A refusal writes
+    nothing: a folder created only to hold the lock is removed again.
     """
-    if resume and overwrite:
-        raise ConfigError(f"{source}: --resume and --overwrite exclude each other")
-    if resume:
-        _check_resume(out, source, Path(resume))
-        return
-    if not holds_run(out):
-        return
-    if not overwrite:
-        raise ConfigError(
-            f"{source}: output.dir: {out} already holds a run; pass --resume {out} to "
-            "continue it or --overwrite to delete it and start again"
-        )
-    _replace(out, source)
+    refuse_if_held(out, source)
+    _check(out, source, resume, overwrite)  # refuse early, before touching anything
+    # a file where the folder goes (only --overwrite gets here): aside like an old run
+    file_aside = _move_aside(out, source) if out.exists() and not out.is_dir() else None
+    try:
+        lock = acquire(out, source)
+    except BaseException:
+        if file_aside is not None and not out.exists():
+            os.replace(file_aside, out)
+        raise
+    claim = RunClaim(out, source, lock)
+    claim.replaced = file_aside
+    try:
+        _check(out, source, resume, overwrite)  # again: another writer may have finished
+        if overwrite and holds_run(out):
+            claim.replace_old_run()
+    except BaseException:
+        lock.release()
+        raise
+    return claim

@@ -1,9 +1,12 @@
 """``run-state.json``: what a run directory's last training process is doing or did.
 
-Written atomically by the main process when training starts (``running``, with its pid) and
-when it ends: ``finished`` (reached ``steps``), ``stopped`` (a signal or ``--stop-at``, with the
-reason) or ``failed`` (an exception, named on one line). A process killed outright leaves
-``running`` behind; ``assay status`` then sees its pid gone and reports it as failed.
+Written atomically by the main process when training starts (``running``, with its pid and
+the pid's start time in clock ticks since boot, so a reused pid is never taken for the run's
+process) and when it ends: ``finished`` (reached ``steps``), ``stopped`` (a signal,
+``--stop-at`` or a failed reporter, with the reason) or ``failed`` (an exception, named on one
+line). A process killed outright leaves
+``running`` behind; ``assay status`` then sees that neither the run's lock is held nor its
+process (pid and start time) alive, and reports it as failed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import atomic_write_bytes
+from assay.train.run_lock import start_ticks
 
 RUN_STATE = "run-state.json"
 
@@ -42,7 +46,8 @@ def recorded_state(
     outcome: dict[str, Any] = {}
     started = _now()
     if enabled:
-        write_state(run_dir, state="running", pid=os.getpid(), started=started, step=step(),
+        write_state(run_dir, state="running", pid=os.getpid(),
+                    start_ticks=start_ticks(os.getpid()), started=started, step=step(),
                     steps=target)  # fmt: skip
     try:
         yield outcome

@@ -98,6 +98,17 @@ DEFECTS: tuple[Defect, ...] = (
         (Edit("assay.bounded:long_integer", "if count > INT_DIGITS:", "if False:"),),
     ),
     Defect(
+        "bounded.split_lines_at_every_break",
+        "JSON Lines split with str.splitlines, so U+2028 inside a string cuts an entry in two",
+        (
+            Edit(
+                "assay.bounded:split_lines",
+                '    lines = text.split("\\n")\n',
+                '    lines = text.splitlines() or [""]\n',
+            ),
+        ),
+    ),
+    Defect(
         "export.in_place",
         "an export writes straight into --out, unstaged",
         (

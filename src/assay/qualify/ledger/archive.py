@@ -31,6 +31,7 @@ from typing import Any
 
 from assay.bounded import parse_json
 from assay.errors import AssayError
+from assay.qualify.ledger.import_commit import GatePlan, same_bytes
 
 ARCHIVE_FORMAT = "assay.receipt-archive/1"
 MANIFEST = "manifest.json"
@@ -116,22 +117,16 @@ def _manifest_bytes(manifest: dict[str, Any]) -> bytes:
 
 def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and members of an archive, checked: only plain files with safe names,
-    each listed in the manifest with its bytes and sha256, none missing, none extra.
-    AssayError names the archive and the first thing wrong."""
+    each listed in the manifest with its bytes and sha256, none missing, none extra. Every
+    size is capped while streaming (:mod:`assay.qualify.ledger.tar_stream`). AssayError names
+    the archive and the first thing wrong."""
+    from assay.qualify.ledger.tar_stream import Caps, read_members
+
     members: dict[str, bytes] = {}
-    total = 0
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for info in tar:
-                if not info.isfile() or not _MEMBER.match(info.name) or info.name in members:
-                    raise AssayError(f"{path}: member {info.name!r} is not a plain, safe, new file")
-                total += info.size
-                if total > MAX_UNPACKED:
-                    raise AssayError(f"{path}: unpacks to over {MAX_UNPACKED >> 20} MiB")
-                handle = tar.extractfile(info)
-                members[info.name] = handle.read() if handle else b""
-    except (OSError, tarfile.TarError, EOFError) as err:
-        raise AssayError(f"{path}: not a readable .tar.gz ({err})") from None
+    for name, data in read_members(path, Caps(total_bytes=MAX_UNPACKED)):
+        if not _MEMBER.match(name) or name in members:
+            raise AssayError(f"{path}: member {name!r} is not a plain, safe, new file")
+        members[name] = data
     try:
         manifest = parse_json(members.pop(MANIFEST))
     except KeyError:
@@ -140,24 +135,42 @@ def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         raise AssayError(f"{path}: {MANIFEST} is not JSON ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != ARCHIVE_FORMAT:
         raise AssayError(f"{path}: {MANIFEST} format is not {ARCHIVE_FORMAT!r}")
-    try:
-        listed = {f["path"]: f for f in manifest.get("files", [])}
-        sums = {name: str(f["sha256"]) for name, f in listed.items()}
-    except (TypeError, KeyError, AttributeError):
-        raise AssayError(f"{path}: {MANIFEST} files: expected [{{path, bytes, sha256}}]") from None
+    sums = _listed_files(path, manifest.get("files", []))
     if not _gates_well_formed(manifest.get("gates", {})):
         raise AssayError(
             f"{path}: {MANIFEST} gates: expected {{gate name: {{chained_onto: 64 hex or null, "
             "receipts: [file names]}}}}"
         )
-    for name in sorted(set(listed) | set(members)):
+    for name in sorted(set(sums) | set(members)):
         if name not in members:
             raise AssayError(f"{path}: {name} is in the manifest but not in the archive")
-        if name not in listed:
+        if name not in sums:
             raise AssayError(f"{path}: {name} is in the archive but not in the manifest")
         if _sha256(members[name]) != sums[name]:
             raise AssayError(f"{path}: {name} sha256 differs from the manifest's")
     return manifest, members
+
+
+def _listed_files(archive: Path, files: Any) -> dict[str, str]:
+    """path -> sha256 of the manifest's ``files``; AssayError naming the first bad entry."""
+    if not isinstance(files, list):
+        raise AssayError(f"{archive}: {MANIFEST} files: expected a list of {{path, bytes, sha256}}")
+    sums: dict[str, str] = {}
+    for i, entry in enumerate(files):
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("path"), str)
+            and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("bytes"), int)
+            and not isinstance(entry.get("bytes"), bool)
+        )
+        if not ok:
+            raise AssayError(
+                f"{archive}: {MANIFEST} files[{i}]: expected {{path: text, bytes: integer, "
+                "sha256: text}}"
+            )
+        sums[entry["path"]] = entry["sha256"]
+    return sums
 
 
 def _gates_well_formed(gates: Any) -> bool:
@@ -188,9 +201,10 @@ class Imported:
 
 def _checked_gate(
     archive: Path, gate: str, entry: dict[str, Any], members: dict[str, bytes], receipts_dir: Path
-) -> tuple[list[tuple[str, dict[str, Any], bytes]], int]:
-    """The gate's receipts from the archive, each valid and linked to the one before, and how
-    many of them the home ledger already holds right after the base head."""
+) -> tuple[list[tuple[str, dict[str, Any], bytes]], int, list[tuple[str, str]]]:
+    """The gate's receipts from the archive, each valid and linked to the one before, how
+    many of them the home ledger already holds right after the base head, and the ledger's
+    entries. Reads only."""
     from assay.qualify.ledger.chain import ledger_path, read_ledger
     from assay.qualify.ledger.receipt import problems_in, receipt_filename
 
@@ -214,7 +228,9 @@ def _checked_gate(
         link = receipt["receipt_sha256"]
         found.append((name, receipt, members[member]))
     ledger = ledger_path(receipts_dir, gate)
-    if not ledger.exists() and any((Path(receipts_dir) / gate).glob("*.json")):
+    if not ledger.exists() and any(
+        not (p.name.startswith(".")) for p in (Path(receipts_dir) / gate).glob("*.json")
+    ):
         raise AssayError(f"{ledger}: missing; run `assay render` once to list the receipts")
     entries, problems = read_ledger(ledger) if ledger.exists() else ([], [])
     if problems:
@@ -240,45 +256,34 @@ def _checked_gate(
             f"{ledger}: head moved since the kit was built (the archive chains {gate} onto "
             f"{(base or 'genesis')[:12]}, the head is now {head}); run the kit again from this tree"
         )
-    return found, present
+    return found, present, entries
 
 
-def import_archive(archive: Path, receipts_dir: Path, records_dir: Path) -> Imported:
-    """Add an archive's receipts (and figures) to ``receipts_dir``/``records_dir``: every check
-    first (manifest, schema, seals, back-links, ledger heads, figure bytes), then the writes,
-    so a refused archive writes nothing. Receipts the ledger already holds are skipped, so the
-    same archive, or a later one from the same lease that repeats them, imports once."""
-    from assay.qualify.ledger.chain import locked
-
-    manifest, members = read_archive(archive)
-    gates = sorted(g for g, e in manifest.get("gates", {}).items() if e.get("receipts"))
-    with contextlib.ExitStack() as held:
-        for gate in gates:  # checked and written under the locks, so no run lands in between
-            held.enter_context(locked(receipts_dir, gate))
-        return _import_locked(archive, manifest, members, gates, receipts_dir, records_dir)
-
-
-def _import_locked(
+def _plan(
     archive: Path,
     manifest: dict[str, Any],
     members: dict[str, bytes],
     gates: list[str],
     receipts_dir: Path,
     records_dir: Path,
-) -> Imported:
-    from assay.qualify.ledger.chain import append
-    from assay.qualify.ledger.receipt import write_atomic
+) -> tuple[list[GatePlan], list[Path]]:
+    """(what each gate gains, the receipts already home): every check, nothing written.
 
-    planned: list[tuple[str, list[tuple[str, dict[str, Any], bytes]]]] = []
-    figures: dict[str, bytes] = {}
+    A receipt file on disk that no ledger lists, with exactly the archive's bytes, was placed
+    by an import that was interrupted before its LEDGER; it is listed now, not refused."""
+    plans: list[GatePlan] = []
     already: list[Path] = []
     for gate in gates:
-        entry = manifest["gates"][gate]
-        found, present = _checked_gate(archive, gate, entry, members, receipts_dir)
-        for name, receipt, _ in found[present:]:
+        found, present, entries = _checked_gate(
+            archive, gate, manifest["gates"][gate], members, receipts_dir
+        )
+        plan = GatePlan(gate, entries=entries)
+        for name, receipt, data in found[present:]:
             target = Path(receipts_dir) / gate / name
             if target.exists():
-                raise AssayError(f"{target}: exists but is not in the ledger; not overwritten")
+                if not same_bytes(target, data):
+                    raise AssayError(f"{target}: exists but is not in the ledger; not overwritten")
+                plan.on_disk.add(name)
             for figure in receipt.get("figures", []):
                 if not re.fullmatch(
                     rf"figures/{re.escape(gate)}/[A-Za-z0-9_.-]+\.png", figure["path"]
@@ -288,22 +293,59 @@ def _import_locked(
                 if data is None or _sha256(data) != figure["sha256"]:
                     raise AssayError(f"{archive}: figure {figure['path']} missing or altered")
                 home = Path(records_dir) / figure["path"]
-                if home.exists() and home.read_bytes() != data:
+                if home.exists() and not same_bytes(home, data):
                     raise AssayError(f"{home}: exists with other bytes; not overwritten")
-                figures[figure["path"]] = data
-        planned.append((gate, found[present:]))
+                if not home.exists():
+                    plan.figures[figure["path"]] = data
+            plan.receipts.append((name, data, receipt["receipt_sha256"]))
+        if plan.receipts:
+            plans.append(plan)
         already.extend(Path(receipts_dir) / gate / name for name, _, _ in found[:present])
-    done = Imported(present=already)
-    for name, data in sorted(figures.items()):
-        home = Path(records_dir) / name
-        if not home.exists():
-            write_atomic(home, data, overwrite=False)
-            done.figures.append(home)
-    for gate, todo in planned:
-        done.gates.append(gate)
-        for name, receipt, data in todo:
-            target = Path(receipts_dir) / gate / name
-            write_atomic(target, data, overwrite=False)
-            append(receipts_dir, gate, receipt["receipt_sha256"], name)
-            done.written.append(target)
-    return done
+    return plans, already
+
+
+def import_archive(archive: Path, receipts_dir: Path, records_dir: Path) -> Imported:
+    """Add an archive's receipts (and figures) to ``receipts_dir``/``records_dir``, all or
+    nothing: every check first (manifest, schema, seals, back-links, ledger heads, figure
+    bytes), so a refused archive writes nothing, not even a folder; then, under the gates'
+    locks, the checks again and the staged commit of
+    :mod:`assay.qualify.ledger.import_commit`. An import interrupted at any write leaves the
+    records as they were or completable by importing the same archive again. Receipts the
+    ledger already holds are skipped, so the same archive, or a later one from the same lease
+    that repeats them, imports once."""
+    from assay.qualify.ledger.chain import locked
+    from assay.qualify.ledger.import_commit import commit, remove_stale_temporaries
+
+    receipts_dir, records_dir = Path(receipts_dir), Path(records_dir)
+    manifest, members = read_archive(archive)
+    gates = sorted(g for g, e in manifest.get("gates", {}).items() if e.get("receipts"))
+    plans, already = _plan(archive, manifest, members, gates, receipts_dir, records_dir)
+    if not plans:
+        return Imported(present=already)
+    wanted = [p.gate for p in plans]
+    new_folders = [receipts_dir / g for g in wanted if not (receipts_dir / g).exists()]
+    with contextlib.ExitStack() as held:
+        for gate in wanted:  # checked again and written under the locks: no run lands between
+            held.enter_context(locked(receipts_dir, gate))
+        try:
+            plans, already = _plan(archive, manifest, members, wanted, receipts_dir, records_dir)
+            remove_stale_temporaries(
+                [receipts_dir / g for g in wanted] + [records_dir / "figures" / g for g in wanted]
+            )
+            done = commit(plans, receipts_dir, records_dir)
+        except OSError as err:
+            imported = getattr(err, "committed", [])
+            raise AssayError(
+                f"{archive}: import stopped ({err.strerror or err}); "
+                + (f"gates {', '.join(imported)} imported, " if imported else "")
+                + "the records are otherwise as they were; run the same command again"
+            ) from None
+        finally:
+            for folder in new_folders:  # made only to hold a lock
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+    result = Imported(present=already, gates=done)
+    for plan in plans:
+        result.figures.extend(Path(records_dir) / path for path in sorted(plan.figures))
+        result.written.extend(receipts_dir / plan.gate / name for name, _, _ in plan.receipts)
+    return result

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assay.bounded import read_text_bounded
+from assay.bounded import read_text_bounded, split_lines
 from assay.errors import AssayError
 from assay.qualify.ledger.receipt import (
     GATE_NAME,
@@ -57,7 +57,7 @@ def read_ledger(path: Path) -> tuple[list[tuple[str, str]], list[str]]:
     entries: list[tuple[str, str]] = []
     problems: list[str] = []
     try:
-        lines = read_text_bounded(path, within=Path(path).parent).splitlines()
+        lines = split_lines(read_text_bounded(path, within=Path(path).parent))
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{path}: ledger not readable ({err})"]
     for number, line in enumerate(lines, 1):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.bounded import parse_json, read_text_bounded
+from assay.bounded import parse_json, read_text_bounded, split_lines
 
 CORRECTIONS = "CORRECTIONS"
 CHANGES = ("deleted", "modified", "line removed", "line changed", "line inserted")
@@ -116,8 +116,8 @@ def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], l
     path = Path(receipts_dir) / gate / CORRECTIONS
     if not path.is_file():
         return [], []
-    try:  # JSON Lines split on "\n" only: a JSON string may hold U+2028 and friends
-        lines = read_text_bounded(path, within=path.parent).split("\n")
+    try:
+        lines = split_lines(read_text_bounded(path, within=path.parent))
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{gate}/{CORRECTIONS}: not readable ({err})"]
     found: list[Correction] = []

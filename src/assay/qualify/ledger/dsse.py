@@ -19,7 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.bounded import read_capped, read_text_bounded
 from assay.errors import AssayError
+
+SIGNERS_BYTES = 1 << 20  # an allowed-signers file: one line per trusted key
+KEY_BYTES = 64 << 10  # an OpenSSH private key is a few hundred bytes
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 CERT_AUTHORITY = "cert-authority"
@@ -86,7 +90,7 @@ def load_signing_key(path: Path) -> Any:
     from cryptography.hazmat.primitives.serialization import load_ssh_private_key
 
     try:
-        key = load_ssh_private_key(Path(path).read_bytes(), password=None)
+        key = load_ssh_private_key(read_capped(path, KEY_BYTES, "signing key"), password=None)
     except TypeError:
         raise AssayError(f"{path}: passphrase-protected keys are not supported") from None
     except (ValueError, UnicodeDecodeError) as err:
@@ -126,7 +130,7 @@ def load_allowed_signers(path: Path) -> list[TrustedKey]:
     are not enforced. AssayError when the file is missing or holds no usable key.
     """
     try:
-        lines = Path(path).read_text("utf-8").splitlines()
+        lines = read_text_bounded(path, SIGNERS_BYTES).splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise AssayError(f"{path}: cannot read allowed signers ({err})") from None
     need_cryptography()

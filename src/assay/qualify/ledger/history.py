@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from pathlib import Path
 
+from assay.bounded import split_lines
 from assay.qualify.ledger.chain import LEDGER
 from assay.qualify.ledger.corrections import (
     CHANGES,
@@ -212,8 +213,8 @@ def _blobs(top: Path, shas: set[str]) -> dict[str, bytes]:
 def rewrite(old: bytes, new: bytes) -> tuple[str, str] | None:
     """None when ``new`` extends ``old`` line by line (only lines added at the end); else
     (change, detail) for the first place they part: a line removed, changed or inserted."""
-    a = old.decode("utf-8", "replace").splitlines()
-    b = new.decode("utf-8", "replace").splitlines()
+    a = split_lines(old.decode("utf-8", "replace"))
+    b = split_lines(new.decode("utf-8", "replace"))
     if b[: len(a)] == a:
         return None
     for tag, i1, _, j1, _ in SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():

@@ -191,7 +191,12 @@ def _from_tree(path: Path, how: str) -> str:
 
 def signer_lines(path: Path) -> frozenset[str]:
     """The non-comment lines of an allowed-signers file, whitespace-normalised, as a set."""
-    text = path.read_text("utf-8", errors="replace")
+    from assay.bounded import read_capped
+    from assay.qualify.ledger.dsse import SIGNERS_BYTES
+
+    if not path.is_file():
+        raise AssayError(f"{path}: allowed signers: not a regular file")
+    text = read_capped(path, SIGNERS_BYTES, "allowed-signers file").decode("utf-8", "replace")
     lines = (" ".join(line.split()) for line in text.splitlines())
     return frozenset(line for line in lines if line and not line.startswith("#"))
 

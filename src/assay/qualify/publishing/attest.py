@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import atomic_write_bytes, json_bytes
-from assay.bounded import parse_json, read_text_bounded
+from assay.bounded import JSON_BYTES, parse_json, read_text_bounded
 from assay.errors import AssayError
 from assay.qualify.core.source import file_sha256
 from assay.qualify.core.status import derive_status
@@ -196,7 +196,7 @@ def check_attestation(path: Path, trusted: list[Any], wheel: Path | None = None)
     code its receipt ran, or (with ``wheel``) that code is not the wheel.
     """
     try:
-        envelope = parse_json(read_text_bounded(Path(path)))
+        envelope = parse_json(read_text_bounded(path, JSON_BYTES))  # capped: /dev/zero too
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise EnvelopeError(f"not a readable JSON envelope ({err})") from None
     opened = open_envelope(envelope, trusted)

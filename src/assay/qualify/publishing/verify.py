@@ -160,7 +160,33 @@ def verify_tree(
                 continue
             if first.startswith(RECORD_MARK) and md.stem not in names:
                 problems.append(f"{md}: record has no receipts in {receipts_dir}")
+        problems.extend(stray_markdown(records_dir, names, first_lines=RECORD_MARK))
     return problems, gates
+
+
+def stray_markdown(records_dir: Path, gates: set[str], first_lines: str) -> list[str]:
+    """One problem per Markdown file under ``records_dir`` that no gate's receipts produce:
+    anything but the index and a gate's record (a file that looks like a record is already
+    reported as one without receipts). A reader would take such a file for published
+    evidence that nothing backs."""
+    index = index_path(records_dir)
+    problems = []
+    for md in sorted(records_dir.rglob("*.md")):
+        if md == index or (md.parent == records_dir and md.stem in gates):
+            continue
+        try:
+            with md.open("rb") as handle:
+                looks_like_record = handle.readline(len(first_lines) * 4).startswith(
+                    first_lines.encode()
+                )
+        except OSError:
+            looks_like_record = False
+        if not (looks_like_record and md.parent == records_dir):
+            problems.append(
+                f"{md}: stray Markdown in the records: neither the index nor a gate's record, "
+                "so no receipt backs it; remove it or move it out of the records folder"
+            )
+    return problems
 
 
 @dataclass
