@@ -76,7 +76,7 @@ def test_diff(gate):
     )
     result = gates.run("--gate-device=cuda")
     assert result.ret != 0
-    result.stdout.fnmatch_lines(["*ran_on: 'cuda', but this process's torch sees no CUDA device*"])
+    result.stdout.fnmatch_lines(["*ran_on: 'cuda', but this process's torch sees no such device*"])
     assert gates.only_receipt("dev")["run"]["device"] == "cpu"
 
 
@@ -110,3 +110,38 @@ def test_verify_recomputes_the_status_of_every_receipt(gates):
     problems = verify_all(gates.receipts, gates.records)
     assert any("status: 'pass' but its claims and tests give 'fail'" in p for p in problems)
     json.loads(new.read_text())
+
+
+@pytest.mark.parametrize("label", ["gpu", "tpu", "mps"])
+def test_a_device_label_this_process_could_not_have_used_is_refused(gates, label):
+    gates.write(
+        "dev",
+        f"""
+def test_diff(gate):
+    c = gate.claim("diff", "agrees", kind="correctness", threshold=Threshold("<=", 1))
+    c.measure(0)
+    c.ran_on({label!r})
+    c.control("broken", 2)
+""",
+    )
+    assert gates.run().ret != 0
+    assert "device" not in gates.only_receipt("dev")["claims"][0]
+
+
+def test_a_version_no_distribution_vouches_for_is_not_shown_as_what_ran(gates):
+    """The ini names toylib 2.0.0, pyproject says 0.1.0, and the gates import a plain folder
+    that no installed distribution provides: the record says which version ran is unknown."""
+    root = gates.pytester.path
+    (root / "pyproject.toml").write_text('[project]\nname = "toylib"\nversion = "0.1.0"\n')
+    (root / "toylib").mkdir()
+    (root / "toylib" / "__init__.py").write_text("VALUE = 1\n")
+    gates.pytester.makeini("[pytest]\ngate_project = toylib==2.0.0\n")
+    gates.pytester.syspathinsert()
+    gates.write("subj", "import toylib\n" + PASSING_GATE.format(value="0"))
+    assert gates.run().ret == 0
+    subject = gates.only_receipt("subj")["subject"]
+    assert subject["version"] is None and subject["declared"] == "2.0.0"
+    assert "pyproject.toml declares 0.1.0" in subject["source"]
+    record = (gates.records / "subj.md").read_text("utf-8")
+    assert "the version the gates imported is unknown" in record
+    assert "not an installed distribution" in record

@@ -107,3 +107,18 @@ def test_an_installed_copy_that_differs_from_the_tree_is_flagged(toy, tmp_path, 
     record = (toy.records / "first.md").read_text("utf-8")
     assert "WARNING: the code that ran differs from the project tree in 1 file" in record
     assert "code that ran differs from the tree" in record.split("\n")[2]
+
+
+def test_an_untraced_claim_still_depends_on_what_its_gate_imports(toy, monkeypatch):
+    """With coverage off (a timing gate, or ASSAY_GATE_COVERAGE=0), the claim records no
+    executed files; the modules its gate imports still count, so an edit to them stales it."""
+    monkeypatch.setenv("ASSAY_GATE_COVERAGE", "0")
+    toy.write("first", FIRST)
+    assert toy.run().ret == 0
+    receipt = toy.only_receipt("first")
+    (claim,) = receipt["claims"]
+    assert claim["code_source"] == "declared" and "executed_files" not in claim
+    assert "toylib/core.py" in _paths(claim, "import_files")
+    (toy.pytester.path / "toylib/core.py").write_text(PACKAGE["toylib/core.py"] + "# edit\n")
+    stale = check_receipt(toy.pytester.path, receipt)
+    assert stale is not None and "toylib/core.py" in stale.changed

@@ -140,3 +140,35 @@ def test_step(gate):
     receipt = gates.only_receipt("agree")
     assert [f["when"] for f in receipt["run"]["failures"]] == ["call"]
     assert receipt["run"]["failures"][0]["verdict"] is True
+
+
+INTERRUPTED = """
+import os
+import pytest
+
+def test_mean(gate):
+    c = gate.claim("m", "mean is zero", kind="correctness", threshold=Threshold("<=", 0))
+    c.measure(int(os.environ.get("MEAN", "0")))
+    c.control("shifted", 5)
+    if os.environ.get("MEAN"):
+        {stop}
+
+def test_later(gate):
+    c = gate.claim("later", "holds", kind="correctness", threshold=Threshold("<=", 0))
+    c.measure(0)
+    c.control("broken", 5)
+"""
+
+
+@pytest.mark.parametrize("stop", ["pytest.exit('stop', returncode=0)", "raise KeyboardInterrupt"])
+def test_an_interrupt_in_the_test_that_measured_a_failing_claim_keeps_it(gates, stop, monkeypatch):
+    from assay.qualify.judging.standing import gate_standing
+
+    gates.write("agree", INTERRUPTED.format(stop=stop))
+    assert gates.run(subprocess=True).ret == 0
+    monkeypatch.setenv("MEAN", "1")
+    assert gates.run(subprocess=True).ret != 0
+    newest = [__import__("json").loads(p.read_text()) for p in gates.receipt_files("agree")][-1]
+    assert newest["run"]["partial"] and [c["verdict"] for c in newest["claims"]] == ["fail"]
+    assert newest["run"]["failures"][0]["message"].startswith("interrupted: ")
+    assert gate_standing(gates.receipts, "agree").status == "fail"

@@ -286,7 +286,7 @@ def test_the_subject_is_the_version_the_gates_imported(gates, tmp_path, capsys):
     subject = gates.only_receipt("demo")["subject"]
     assert (subject["name"], subject["version"], subject["declared"]) == ("toylib", "1.0", "2.0")
     record = (gates.records / "demo.md").read_text()
-    assert "pyproject.toml declares version 2.0, but the gates imported version 1.0" in record
+    assert "version 2.0 is declared, but the version the gates imported is 1.0" in record
 
 
 def test_a_declared_headline_leads_the_index_and_the_record(gates):

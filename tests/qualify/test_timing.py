@@ -107,12 +107,13 @@ def test_a_timing_claim_records_statistics_in_its_unit(gates):
     gates.write(
         "clock",
         """
+from assay.qualify.plugin.claim import MeasuredControl
 from assay.qualify.plugin.timing import Timing
 
 def test_t(gate):
     c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<", 5), unit="ms")
     c.measure(timing=Timing((1e6, 2e6, 3e6), iterations=4, warmup_rounds=2, resolution_ns=1))
-    c.control("slow", 50)
+    c.control("slow", MeasuredControl(50))
 """,
     )
     assert gates.run("--gate-no-render").ret == 0
@@ -135,3 +136,26 @@ def test_a_timing_needs_a_time_unit():
     claim = g.claim("c", "s", kind="performance", threshold=Threshold("<", 1), unit="tok/s")
     with pytest.raises(AssayError, match="unit s, ms, us or ns"):
         claim.measure(timing=Timing((1.0, 2.0), 1, 0, 1))
+
+
+@pytest.mark.parametrize("order", ["control first", "measure first"])
+def test_a_typed_constant_is_no_control_for_a_timing_claim(gates, order):
+    steps = [
+        'c.control("a slow one would take a second", 1e6)',
+        "c.measure(timing=Timing((1e6, 2e6, 3e6), iterations=4, warmup_rounds=2, resolution_ns=1))",
+    ]
+    body = "\n    ".join(steps if order == "control first" else steps[::-1])
+    gates.write(
+        "clock",
+        f"""
+from assay.qualify.plugin.timing import Timing
+
+def test_t(gate):
+    c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<", 5), unit="ms")
+    {body}
+""",
+    )
+    result = gates.run()
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*measured slower variant*"])
+    assert gates.only_receipt("clock")["status"] != "pass"

@@ -27,13 +27,19 @@ def gate_status(claims: Iterable[dict[str, Any]], outcomes: Iterable[str]) -> st
 
 def own_failures(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The recorded failures of a run that are the tests' own, not a claim's verdict: the
-    plugin fails a test whose claim did not pass (marked ``verdict``; receipts before the mark:
-    a call-phase failure of a test whose own code passed), and the claim speaks for it."""
+    plugin fails a test whose claim did not pass and says so (``verdict`` true), and the claim
+    speaks for it; every other failure is the test's (``verdict`` false: a strict XPASS, a
+    teardown error). Receipts from before the mark: a call-phase failure of a test whose own
+    code passed was a verdict."""
     passed = {t["nodeid"] for t in run.get("tests") or [] if t["outcome"] == "passed"}
     return [
         f
         for f in run.get("failures") or []
-        if not (f.get("verdict") or (f["when"] == "call" and f["nodeid"] in passed))
+        if (
+            not f["verdict"]
+            if "verdict" in f
+            else not (f["when"] == "call" and f["nodeid"] in passed)
+        )
     ]
 
 

@@ -78,7 +78,13 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
             now_text = "absent" if new is None else new["verdict"]
             reasons.append(f"passed in the baseline, {now_text} now")
         change = None
-        if new is not None and old_value is not None and value is not None:
+        units = (old["measurement"]["unit"], new["measurement"]["unit"]) if old and new else None
+        if units is not None and units[0] != units[1] and value is not None:
+            reasons.append(
+                f"its unit changed from {units[0]!r} to {units[1]!r}: the values cannot be "
+                "compared, so the change is not shown to be no worse"
+            )
+        elif new is not None and old_value is not None and value is not None:
             op, bound = new["threshold"]["op"], new["threshold"]["value"]
             base = tolerance_base(mode, old_value, bound)
             change = None if base == 0 else (value - old_value) / base

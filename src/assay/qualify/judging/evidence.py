@@ -50,15 +50,19 @@ class Failure:
     bound: str  # the claim's bound then ("" for a test)
 
 
-def bound_of(claim: dict[str, Any]) -> tuple[str, float]:
-    """(operator, value) of a claim's threshold."""
-    return claim["threshold"]["op"], claim["threshold"]["value"]
+def bound_of(claim: dict[str, Any]) -> tuple[str, float, str]:
+    """(operator, value, unit) of a claim's threshold: a bound means nothing without its unit."""
+    unit = (claim.get("measurement") or {}).get("unit", "")
+    return claim["threshold"]["op"], claim["threshold"]["value"], unit
 
 
-def same_or_stricter(new: tuple[str, float], old: tuple[str, float]) -> bool:
+def same_or_stricter(new: tuple[str, float, str], old: tuple[str, float, str]) -> bool:
     """True when meeting ``new`` implies meeting ``old`` (e.g. ``<= 1e-5`` vs ``<= 1e-4``,
-    ``< 1`` vs ``<= 1``); an operator of the other direction is never stricter."""
-    (op_new, v_new), (op_old, v_old) = new, old
+    ``< 1`` vs ``<= 1``); an operator of the other direction, or another unit (``0.01 s``
+    is not ``1 ms``), is never stricter."""
+    (op_new, v_new, unit_new), (op_old, v_old, unit_old) = new, old
+    if unit_new != unit_old:
+        return False
     if op_new == "==" or op_old == "==":
         return op_new == op_old and v_new == v_old
     upper = {"<", "<="}
@@ -70,11 +74,13 @@ def same_or_stricter(new: tuple[str, float], old: tuple[str, float]) -> bool:
 
 
 def bound_text(claim: dict[str, Any]) -> str:
-    """``<= 0.0001`` with the regression tolerance, as a bound is compared across runs."""
+    """``<= 0.0001 ms`` with the regression tolerance, as a bound is compared across runs
+    (the value in full: a bound of 5.0000001 is not shown as 5)."""
     t = claim["threshold"]
     tol = t["tolerance"]
-    shown = f"{tol['value']:g} {tol['mode']}" if isinstance(tol, dict) else f"{tol:g}"
-    return f"{t['op']} {t['value']:g} (tolerance {shown})"
+    shown = f"{tol['value']!r} {tol['mode']}" if isinstance(tol, dict) else f"{tol!r}"
+    unit = (claim.get("measurement") or {}).get("unit", "")
+    return f"{t['op']} {t['value']!r}{' ' + unit if unit else ''} (tolerance {shown})"
 
 
 def failed_tests(receipt: dict[str, Any]) -> set[str]:
@@ -142,7 +148,7 @@ class BoundChange:
 
 
 def bound_changes(entries: list[Entry], head: dict[str, Any]) -> list[BoundChange]:
-    """For each claim of ``head``, a change of operator, value or tolerance since the newest
+    """For each claim of ``head``, a change of operator, value, unit or tolerance since the newest
     earlier run (complete, partial or erased) of ``entries`` that held it."""
     at = next(i for i, e in enumerate(entries) if e.receipt is head)
     changes = []
@@ -156,7 +162,9 @@ def bound_changes(entries: list[Entry], head: dict[str, Any]) -> list[BoundChang
             ),
             None,
         )
-        if before is not None and before[1]["threshold"] != claim["threshold"]:
+        if before is not None and (
+            before[1]["threshold"] != claim["threshold"] or bound_of(before[1]) != bound_of(claim)
+        ):
             changes.append(
                 BoundChange(
                     claim["id"],

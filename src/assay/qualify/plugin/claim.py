@@ -24,29 +24,52 @@ TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        # numpy/torch scalars expose __float__; accept them, nothing else
-        if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
-            return float(value)
+    """``value`` as a Python float (an int stays an int when a float can hold it); NaN and
+    infinity pass through, to be kept as not finite. AssayError for anything else: a string, a
+    bool, an int beyond a float's range, an object whose ``__float__`` fails."""
+    if isinstance(value, (bool, str, bytes)):
         raise AssayError(f"{where}: expected a number, got {value!r}")
-    return value
+    if isinstance(value, float):
+        return value
+    if not isinstance(value, int) and not hasattr(value, "__float__"):
+        raise AssayError(f"{where}: expected a number, got {value!r}")
+    try:  # numpy/torch scalars and Decimal expose __float__; accept them, nothing else
+        number = float(value)
+    except (TypeError, ValueError, OverflowError) as err:
+        shown = repr(value)[:40]
+        raise AssayError(f"{where}: {shown} is not a number a float can hold ({err})") from None
+    return value if isinstance(value, int) else number
 
 
-def _spread(numbers: list[float]) -> dict[str, Any]:
-    """n, min, median, max and, for several samples, quartiles, IQR and Tukey outliers."""
+def _stats(numbers: list[float]) -> dict[str, Any]:
     median = statistics.median(numbers)
-    found: dict[str, Any] = {
-        "n": len(numbers),
-        "min": min(numbers),
-        "median": median,
-        "max": max(numbers),
-    }
+    found: dict[str, Any] = {"median": median}
     if len(numbers) > 1:
         q1, _, q3 = statistics.quantiles(numbers, n=4)
         iqr = q3 - q1
         outliers = sum(x < q1 - 1.5 * iqr or x > q3 + 1.5 * iqr for x in numbers)
         found.update(q1=q1, q3=q3, iqr=iqr, outliers=outliers)
     return found
+
+
+def _spread(numbers: list[float]) -> dict[str, Any]:
+    """n, min, median, max and, for several samples, quartiles, IQR and Tukey outliers, all
+    finite for finite samples: where the arithmetic overflows (two samples near the largest
+    float) it is done on scaled values, and quartiles that still cannot be held are left out."""
+    found: dict[str, Any] = {"n": len(numbers), "min": min(numbers), "max": max(numbers)}
+    stats = _stats(numbers)
+    if any(non_finite_kind(v) for v in stats.values()):
+        scale = max(abs(x) for x in numbers)
+        scaled = _stats([x / scale for x in numbers])
+        stats = {k: v if k == "outliers" else v * scale for k, v in scaled.items()}
+        if any(non_finite_kind(v) for v in stats.values()):
+            stats = {"median": stats["median"]}
+    return {**found, "median": stats.pop("median"), **stats}
+
+
+class MeasuredControl(float):
+    """A control's median time per call, as :func:`measure_control` measured it: the only kind
+    of control a timing claim takes (a number typed in shows nothing about the timing)."""
 
 
 def nonempty_text(value: Any, where: str) -> str:
@@ -63,6 +86,11 @@ class Claim:
         self._data = data
         self.threshold = threshold
         self._gate = gate
+        self._measured_controls: list[bool] = []
+
+    def _timed(self) -> bool:
+        measurement = self._data["measurement"]
+        return measurement is not None and "timing" in measurement
 
     def _gate_open(self, where: str) -> None:
         self._gate.check_open(where)
@@ -97,6 +125,11 @@ class Claim:
         if timing is not None:
             if unit not in TIME_UNITS:
                 raise AssayError(f"{where}: a timing needs the claim unit s, ms, us or ns")
+            if not all(self._measured_controls):
+                raise AssayError(
+                    f"{where}: a timing claim's controls must be measured slower variants "
+                    "(assay.qualify.measure_control), and one was a number typed in"
+                )
             scale = 1.0 / TIME_UNITS[unit]
             stats = timing.stats(scale)
             odd = next((k for v in stats.values() if (k := non_finite_kind(v))), None)
@@ -112,7 +145,7 @@ class Claim:
             return
         if samples is None:
             number = _number(value, where)
-            odd = non_finite_kind(float(number))
+            odd = non_finite_kind(number)
             self._data["measurement"] = (
                 {"value": None, "unit": unit, "non_finite": odd}
                 if odd
@@ -122,8 +155,8 @@ class Claim:
         numbers = [_number(s, f"{where} samples") for s in samples]
         if not numbers:
             raise AssayError(f"{where}: samples is empty; expected at least one number")
-        odd_kinds = [k for x in numbers if (k := non_finite_kind(float(x)))]
-        finite = [x for x in numbers if non_finite_kind(float(x)) is None]
+        odd_kinds = [k for x in numbers if (k := non_finite_kind(x))]
+        finite = [x for x in numbers if non_finite_kind(x) is None]
         summary = _spread(finite) if finite else {}
         if odd_kinds:  # a NaN never vanishes into a median: the claim fails and says so
             summary = {**summary, "n": len(numbers), "non_finite": len(odd_kinds)}
@@ -145,9 +178,16 @@ class Claim:
         name = nonempty_text(name, f"{where} name")
         if any(c["name"] == name for c in self._data["controls"]):
             raise AssayError(f"{where}: control {name!r} declared twice")
+        if self._timed() and not isinstance(measured, MeasuredControl):
+            raise AssayError(
+                f"{where}: a timing claim's control is a measured slower variant "
+                "(assay.qualify.measure_control), not a number typed in"
+            )
         number = _number(measured, where)
-        odd = non_finite_kind(float(number))
-        entry: dict[str, Any] = {"name": name, "measured": None if odd else number}
+        odd = non_finite_kind(number)
+        plain = number if type(number) in (int, float) else float(number)  # travels via xdist
+        entry: dict[str, Any] = {"name": name, "measured": None if odd else plain}
+        self._measured_controls.append(isinstance(measured, MeasuredControl))
         if odd:
             entry["non_finite"] = odd
         self._data["controls"].append(entry)
@@ -156,20 +196,22 @@ class Claim:
         """Record the device this claim's tensors were on (``cpu``, ``cuda``, ``cuda:1`` ...), as
         the test read it from its tensors or model. The framework imports no torch: it only
         stores the device type, so a claim measured on the CPU inside a run started with
-        ``--gate-device cuda`` is labelled cpu."""
-        self._gate_open(f"claim {self.id!r} ran_on")
+        ``--gate-device cuda`` is labelled cpu. A label must be a device this process could have
+        used: ``cpu``, or ``cuda``/``mps``/``xpu`` when the process's torch sees one
+        (AssayError otherwise)."""
         where = f"claim {self.id!r} ran_on"
+        self._gate_open(where)
         kind = nonempty_text(device, where).split(":", 1)[0].strip().lower()
         if not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
             raise AssayError(
                 f"{where}: expected a device type like 'cpu' or 'cuda', not {device!r}"
             )
-        from assay.qualify.plugin.environment import cuda_seen
+        from assay.qualify.plugin.environment import device_seen
 
-        if kind == "cuda" and not cuda_seen():
+        if not device_seen(kind):
             raise AssayError(
-                f"{where}: 'cuda', but this process's torch sees no CUDA device; a label "
-                "comes from the tensors the test actually used"
+                f"{where}: {kind!r}, but this process's torch sees no such device (known: cpu, "
+                "cuda, mps, xpu); a label comes from the tensors the test actually used"
             )
         self._data["device"] = kind
 

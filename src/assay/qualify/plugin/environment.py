@@ -45,6 +45,27 @@ def cuda_seen() -> bool:
         return False
 
 
+def device_seen(kind: str) -> bool:
+    """True when this process could have put tensors on a device of type ``kind``: always for
+    ``cpu``; for ``cuda``, ``mps`` and ``xpu`` only when the process's torch sees one. Any other
+    name is no device torch knows, so never seen."""
+    if kind == "cpu":
+        return True
+    if kind == "cuda":
+        return cuda_seen()
+    torch = sys.modules.get("torch")
+    backend = {"mps": ("backends", "mps"), "xpu": ("xpu",)}.get(kind)
+    if torch is None or backend is None:
+        return False
+    try:
+        found = torch
+        for name in backend:
+            found = getattr(found, name)
+        return bool(found.is_available())
+    except Exception:  # an absent or broken backend: nothing was seen
+        return False
+
+
 def resolve_device(choice: str | None) -> str:
     """``cpu`` or ``cuda`` for a ``--gate-device`` choice: ``cuda`` only when this process
     sees a CUDA device (:func:`cuda_seen`), whether it was asked for (``cuda``) or chosen
@@ -289,6 +310,9 @@ def describe_subject(root: Path, override: str | None = None) -> dict[str, Any]:
     if override:
         name, _, version = override.partition("==")
         name, declared, source = name.strip(), version.strip() or None, "ini gate_project"
+        in_tree, tree_version = _pyproject(root)
+        if declared and in_tree == name and tree_version and tree_version != declared:
+            source += f", while pyproject.toml declares {tree_version}"
     else:
         name, declared = _pyproject(root)
         source = "pyproject.toml" if name else "none"

@@ -174,8 +174,8 @@ def gate_name(path: Path) -> str:
 def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
     """The declaration surface of one gate test (see docs/gate-api.md)."""
     from assay.qualify.plugin.environment import resolve_device
+    from assay.qualify.plugin.fragment import STARTED, TAKEN, take
     from assay.qualify.plugin.gate import Gate
-    from assay.qualify.plugin.paths import display_path
     from assay.qualify.plugin.session import FRAGMENT_KEY, VERDICT_KEY, clash_line, plain_nodeid
 
     config = request.config
@@ -195,31 +195,20 @@ def gate(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
         g.note("asked for --gate-device cuda, but this process saw no CUDA device: measured on cpu")
     g.module(request.path)  # the gate's own source is part of what every claim ran
     node.stash[GATE] = g
-    start = time.perf_counter()
+    node.stash[STARTED] = time.perf_counter()
+    node.stash[TAKEN] = False
     yield g
+    if node.stash[TAKEN]:  # interrupted in its own code: the session already holds it
+        return
     from assay.qualify.core.threshold import unjudged
-    from assay.qualify.plugin import reads
 
-    reads.switch(None)  # the test's code is done: what the framework reads now is not its
-    children = config.stash.get(CHILDREN, None)
-    if children is not None:  # what this process's children ran counts like its own imports
-        g.child_imports(children.names())
-    fragment = g.fragment()
-    g.close()  # anything declared from now on would reach no receipt: refused instead
-    measure = config.stash.get(MEASURE, None)
-    if measure is not None:  # the files of the project under test this test executed
-        fragment["executed"] = measure.report(
-            node, lambda path: display_path(config.rootpath, path), children
-        )
-    fragment["outcome"] = node.stash.get(OUTCOME, "error")
-    fragment["duration_s"] = time.perf_counter() - start
-    # collection order is the same in every xdist worker, so it orders claims stably
-    items = request.session.items
-    fragment["order"] = items.index(node) if node in items else len(items)
+    outcome = node.stash.get(OUTCOME, "error")
+    children, measure = config.stash.get(CHILDREN, None), config.stash.get(MEASURE, None)
+    fragment = take(node, g, outcome, children, measure)
     # rides on the teardown report, which xdist serialises to the controller
     node.user_properties.append((FRAGMENT_KEY, fragment))
     problems = g.stale_code()
-    if fragment["outcome"] != "failed":  # a test that raised is failed already
+    if outcome != "failed":  # a test that raised is failed already
         problems += unjudged(fragment["claims"], node.stash[JUDGED])
     if problems:
         if len(problems) > len(g.stale_code()):
@@ -239,6 +228,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         result = yield
     except pytest.skip.Exception:
         item.stash[OUTCOME] = "skipped"
+        raise
+    except (KeyboardInterrupt, pytest.exit.Exception) as error:
+        from assay.qualify.plugin.fragment import keep_interrupted
+
+        item.stash[OUTCOME] = "failed"
+        config = item.config
+        state = None if _is_worker(config) else _state(config)
+        found = config.stash.get(CHILDREN, None), config.stash.get(MEASURE, None)
+        keep_interrupted(item, declared, error, state, *found)
         raise
     except BaseException:
         item.stash[OUTCOME] = "failed"

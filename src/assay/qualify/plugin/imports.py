@@ -60,6 +60,10 @@ class ProjectModules:
             for package in packages:
                 if package in parts and not Path(path).is_absolute():
                     bases.add((Path(*parts[: parts.index(package)]), package))
+        for package in packages:  # the tree's own copy, where nothing executed reveals it
+            for base in (Path("src"), Path()):
+                if (self.root / base / package).is_dir():
+                    bases.add((base, package))
         for base, package in sorted(bases):
             folder = self.root / base / package
             for file in folder.rglob("*.py") if folder.is_dir() else []:
@@ -76,11 +80,15 @@ class ProjectModules:
     def targets(self, shown: str, entries: tuple[str, ...]) -> set[str]:
         """Display paths of the project modules the import ``entries`` of file ``shown`` name,
         with the packages on the way."""
-        module = self.by_path[shown]
-        package = module if shown.endswith("__init__.py") else module.rpartition(".")[0]
+        module = self.by_path.get(shown)  # None: a script such as a gate module
+        package = "" if module is None else module
+        if module is not None and not shown.endswith("__init__.py"):
+            package = module.rpartition(".")[0]
         found = set()
         for entry in entries:
             level, base, name = entry.split(":", 2)
+            if int(level) and module is None:
+                continue  # a relative import in a script resolves to nothing of the project
             if int(level):
                 up = package.split(".")[: len(package.split(".")) - int(level) + 1]
                 base = ".".join([*up, *([base] if base else [])])
@@ -92,11 +100,17 @@ class ProjectModules:
         return found
 
 
+def _script(root: Path, shown: str) -> bool:
+    """A Python file of the tree outside the project's packages (a gate module): its imports
+    count, as an executed file's do."""
+    return shown.endswith(".py") and not Path(shown).is_absolute() and (root / shown).is_file()
+
+
 def import_closure(root: Path, files: list[str], packages: list[str]) -> list[str]:
     """Display paths of the project modules whose import-time code ``files`` (display paths of
     what ran) rely on, not counting ``files`` themselves; sorted."""
     project = ProjectModules(root, packages, files)
-    executed = [f for f in files if f in project.by_path]
+    executed = [f for f in files if f in project.by_path or _script(root, f)]
     seen = set(executed)
     queue = [(f, True) for f in executed]
     while queue:

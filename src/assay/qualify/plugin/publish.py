@@ -188,13 +188,17 @@ def _assemble(
 
 
 def not_passing(receipt: dict[str, Any]) -> list[str]:
-    """One line per claim of ``receipt`` that did not pass: each makes the session fail, however
-    the test that declared it ended (skipped, xfailed, rerun or judged in a teardown)."""
-    return [
+    """One line per claim of ``receipt`` that did not pass, or one for a receipt whose status is
+    fail: each makes the session fail, however the test ended (skipped, xfailed, rerun, judged
+    in a teardown), so pytest agrees with the receipt."""
+    found = [
         f"gate {receipt['gate']!r}: claim {c['id']!r} {c['verdict']}"
         for c in receipt["claims"]
         if c["verdict"] != "pass"
     ]
+    if receipt["status"] == "fail" and not found:  # a test raised (xfailed, strict XPASS ...)
+        found.append(f"gate {receipt['gate']!r}: status fail (a test failed or raised)")
+    return found
 
 
 def _publish_gate(

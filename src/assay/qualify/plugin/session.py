@@ -174,15 +174,17 @@ class GateSession:
             self.skipped.setdefault(gate, []).append(
                 {"nodeid": nodeid, "reason": skip_reason(report)}
             )
+        xfailed = report.skipped and getattr(report, "wasxfail", None) is not None
+        on_verdict = report.when in verdict_phases and exception_line(report).removeprefix(
+            "Failed: "
+        ).startswith(f"gate {gate!r}: ")
         if report.outcome == "rerun":  # pytest-rerunfailures: this attempt failed, another runs
             self.again.add(nodeid)
-            self._failure(gate, nodeid, report, "failed, then run again: ")
+            self._failure(gate, nodeid, report, "failed, then run again: ", verdict=on_verdict)
         elif report.failed:
-            message = exception_line(report)
-            on_verdict = report.when in verdict_phases and message.removeprefix(
-                "Failed: "
-            ).startswith(f"gate {gate!r}: ")
             self._failure(gate, nodeid, report, "", verdict=on_verdict)
+        elif xfailed and report.when == "call":  # it raised, as marked: still a failure here
+            self._failure(gate, nodeid, report, "xfailed: ", verdict=on_verdict)
         if report.when == "teardown":
             if nodeid in self.again:  # the next attempt's teardown is the last one
                 self.again.discard(nodeid)
@@ -207,9 +209,8 @@ class GateSession:
             "nodeid": nodeid,
             "when": report.when,
             "message": (prefix + exception_line(report))[:500],
+            "verdict": verdict,
         }
-        if verdict:
-            entry["verdict"] = True
         self.failures.setdefault(gate, []).append(entry)
 
     def collect_error(self, report: Any) -> None:
@@ -219,7 +220,12 @@ class GateSession:
         if gate is None:
             return
         self.failures.setdefault(gate, []).append(
-            {"nodeid": nodeid, "when": "collect", "message": exception_line(report)}
+            {
+                "nodeid": nodeid,
+                "when": "collect",
+                "message": exception_line(report),
+                "verdict": False,
+            }
         )
 
     def partial_reason(self, gate: str) -> str | None:

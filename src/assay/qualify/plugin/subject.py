@@ -79,11 +79,12 @@ def imported_identity(name: str, declared: str | None, source: str) -> dict[str,
     path = Path(origin).resolve()
     dist = _provider(module, path, name)
     subject: dict[str, Any] = {"module": module, "path": str(path.parent)}
-    if dist is None:
+    if dist is None:  # nothing says which version ran: never the declaration's word for it
         subject.update(
             name=name,
-            version=declared,
-            source=f"{source} (no installed distribution provides the imported {module!r})",
+            version=None,
+            source=f"{source} (no installed distribution provides the imported {module!r}; "
+            "the version that ran is not known)",
         )
     else:
         subject.update(

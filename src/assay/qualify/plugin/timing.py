@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.qualify.plugin.claim import TIME_UNITS
+from assay.qualify.plugin.claim import TIME_UNITS, MeasuredControl
 
 # Calibration accepts a calls-per-round count only when this many rounds in a row all last
 # long enough: one round is one sample, and a single preempted round would end it too early.
@@ -178,7 +178,7 @@ def measure_time(
 
 def measure_control(
     slower: Callable[[], Any], *, like: Timing, unit: str, **overrides: Any
-) -> float:
+) -> MeasuredControl:
     """Time ``slower`` (a deliberately slowed variant of the claim's subject) with the
     :func:`measure_time` settings that produced ``like``, and return its median time per call
     in ``unit``: the value to pass to ``claim.control``. ``overrides`` replace single settings
@@ -190,7 +190,7 @@ def measure_control(
     settings = dataclasses.replace(like.settings, **overrides)
     # fields one by one, not asdict(): asdict would deep-copy the timer callable
     kwargs = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
-    return measure_time(slower, **kwargs).median_in(unit)
+    return MeasuredControl(measure_time(slower, **kwargs).median_in(unit))
 
 
 def _warm_up(fn: Callable[[], Any], warmup_s: float, timer: Callable[[], int]) -> int:

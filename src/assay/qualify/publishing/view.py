@@ -341,7 +341,7 @@ def _code_of(claim: dict[str, Any]) -> str:
     declared = [f["path"] for f in claim.get("code_files", [])]
     shown = ", ".join(declared)
     if claim.get("code_source") == "declared":
-        return shown + " (declared only: timed without the coverage tracer)"
+        return shown + " (declared and imported only: measured without the coverage tracer)"
     executed = [f["path"] for f in claim.get("executed_files", []) if f["path"] not in declared]
     if executed:
         shown += f"; measured: {plural(len(executed), 'more file')} executed (see the receipt)"

@@ -22,6 +22,23 @@ def num(value: Any) -> str:
     return f"{value:.6g}"
 
 
+def exact(value: Any) -> str:
+    """A bound in full (the shortest text that reads back as the same number), so a bound of
+    5.0000001 is never shown as 5."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+def beside(value: Any, bound: Any) -> str:
+    """A measured value for display next to its bound: to 6 digits, in full when 6 digits
+    would read the same as a bound it differs from."""
+    shown = num(value)
+    if value is not None and value != bound and shown == exact(bound):
+        return exact(value)
+    return shown
+
+
 def pct(value: Any) -> str:
     """A relative change or tolerance as a signed percentage."""
     return "n/a" if value is None else f"{value * 100:+.2f}%".replace("+0.00%", "0%")
@@ -42,17 +59,17 @@ def threshold_text(claim: dict[str, Any]) -> str:
     t = claim["threshold"]
     unit = f" {claim['measurement']['unit']}" if claim["measurement"]["unit"] else ""
     if not isinstance(t["tolerance"], dict):  # receipts from before tolerance modes
-        return f"{t['op']} {num(t['value'])}{unit} (regression tolerance {pct(t['tolerance'])})"
+        return f"{t['op']} {exact(t['value'])}{unit} (regression tolerance {pct(t['tolerance'])})"
     mode, value = t["tolerance"]["mode"], t["tolerance"]["value"]
     shown = f"{num(value)}{unit}" if mode == "absolute" else pct(value)
-    return f"{t['op']} {num(t['value'])}{unit} (regression tolerance {shown} {mode})"
+    return f"{t['op']} {exact(t['value'])}{unit} (regression tolerance {shown} {mode})"
 
 
 def measured_text(claim: dict[str, Any]) -> str:
     """The measured value with unit, sample spread and the derived label."""
     m = claim["measurement"]
     unit = f" {m['unit']}" if m["unit"] and m["value"] is not None else ""
-    shown = f"{num(m['value'])}{unit}"
+    shown = f"{beside(m['value'], claim['threshold']['value'])}{unit}"
     if m.get("non_finite"):
         shown = f"{m['non_finite']} (not a finite number: the claim fails)"
     if "samples" in m:
@@ -123,11 +140,14 @@ def subject_text(receipt: dict[str, Any]) -> list[str]:
         lines.append(f"Project under test: {opt(s['name'])} {opt(s['version'])}{where}")
         if s.get("path"):
             kind = "an editable checkout" if s.get("editable") else "an installed package"
+            if "editable" not in s:
+                kind = "a folder on the import path, not an installed distribution"
             lines.append(f"Imported from {s['path']} ({kind})")
         if s.get("declared") and s["declared"] != s.get("version"):
+            ran = s.get("version") or "unknown"
             lines.append(
-                f"WARNING: pyproject.toml declares version {s['declared']}, but the gates "
-                f"imported version {opt(s.get('version'))}"
+                f"WARNING: version {s['declared']} is declared, but the version the gates "
+                f"imported is {ran}"
             )
     differs = receipt["code"].get("differs_from_tree") or []
     if differs:
@@ -170,8 +190,10 @@ def headline_text(receipt: dict[str, Any] | None) -> str:
     t = claim["threshold"]
     derived = " (derived: arithmetic)" if claim.get("derived") else ""
     label = "" if how == "declared headline" else f" [{how}]"
-    value = claim["measurement"].get("non_finite") or num(claim["measurement"]["value"])
+    value = claim["measurement"].get("non_finite") or beside(
+        claim["measurement"]["value"], claim["threshold"]["value"]
+    )
     return (
         f"{claim['id']}: {value}{unit}{derived} "
-        f"(threshold {t['op']} {num(t['value'])}{unit}) {claim['verdict']}{label}"
+        f"(threshold {t['op']} {exact(t['value'])}{unit}) {claim['verdict']}{label}"
     )
