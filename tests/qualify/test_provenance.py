@@ -122,3 +122,20 @@ def test_an_untraced_claim_still_depends_on_what_its_gate_imports(toy, monkeypat
     (toy.pytester.path / "toylib/core.py").write_text(PACKAGE["toylib/core.py"] + "# edit\n")
     stale = check_receipt(toy.pytester.path, receipt)
     assert stale is not None and "toylib/core.py" in stale.changed
+
+
+def test_a_file_read_at_import_time_counts_for_every_gate_relying_on_the_module(toy):
+    """toylib reads its table when imported; gate_first imports it first, gate_second finds it
+    imported already. Both claims depend on the table, so an edit to it stales both."""
+    (toy.pytester.path / "toylib/__init__.py").write_text(
+        "with open('data/table.csv') as handle:\n    TABLE = handle.read()\n"
+    )
+    toy.write("first", FIRST)
+    toy.write("second", SECOND)
+    assert toy.run().ret == 0
+    for gate in ("first", "second"):
+        (claim,) = toy.only_receipt(gate)["claims"]
+        assert "data/table.csv" in _paths(claim, "read_files"), (gate, claim)
+    (toy.pytester.path / "data/table.csv").write_text("x,y\n9,9\n")
+    for gate in ("first", "second"):
+        assert check_receipt(toy.pytester.path, toy.only_receipt(gate)) is not None, gate

@@ -279,9 +279,15 @@ class Measure:
         from assay.qualify.plugin import reads
 
         read_test, read_gate = read_contexts(item)
-        opened = {
+        opened: dict[str, Any] = {
             key: sorted(reads.read_under(c) | (children.reads(c) if children else set()))
             for key, c in (("test", read_test), ("gate", read_gate))
+        }
+        shown = {Path(m): display(Path(m)) for m in reads.read_at_import()}
+        opened["at_import"] = {  # the tree's modules: each claim relying on one gets its reads
+            shown[Path(m)]: sorted(paths)
+            for m, paths in reads.read_at_import().items()
+            if not Path(shown[Path(m)]).is_absolute()
         }
         test, gate = self.contexts(item)
         if test is None or gate is None or self._cov is None:

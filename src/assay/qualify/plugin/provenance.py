@@ -25,11 +25,15 @@ def attach(
     measurement data are left as they are."""
     shared: dict[str, str] = {}
     shared_reads: set[str] = set()
+    at_import: dict[str, set[str]] = {}  # module -> what its top-level code read, any process
     for fragment in fragments:
         executed = fragment.get("executed") or {}
         for entry in executed.get("gate", []):
             shared.setdefault(entry["path"], entry["sha256"])
-        shared_reads.update((executed.get("read") or {}).get("gate", []))
+        read = executed.get("read") or {}
+        shared_reads.update(read.get("gate", []))
+        for module, paths in (read.get("at_import") or {}).items():
+            at_import.setdefault(module, set()).update(paths)
     for fragment in fragments:
         executed = fragment.get("executed")
         if not executed:
@@ -45,18 +49,22 @@ def attach(
                 claim["executed_files"] = [{"path": p, "sha256": files[p]} for p in sorted(files)]
             if root is not None:
                 ran = {*files, *(f["path"] for f in claim.get("code_files", []))}
-                _relied_on(claim, sorted(ran), opened, Path(root), packages or [], outside or [])
+                _relied_on(
+                    claim, sorted(ran), opened, at_import, Path(root), packages or [], outside or []
+                )
 
 
 def _relied_on(
     claim: dict[str, Any],
     ran: list[str],
     opened: set[str],
+    at_import: dict[str, set[str]],
     root: Path,
     packages: list[str],
     outside: list[Path],
 ) -> None:
-    """Set the claim's ``import_files`` and ``read_files`` (each omitted when empty)."""
+    """Set the claim's ``import_files`` and ``read_files`` (each omitted when empty); the files
+    a module it ran or relied on opened at import time are among the files it read."""
     from assay.qualify.core.source import file_sha256
     from assay.qualify.plugin.imports import import_closure
     from assay.qualify.plugin.reads import project_files
@@ -64,6 +72,8 @@ def _relied_on(
     closure = import_closure(root, ran, packages)
     if closure:
         claim["import_files"] = [{"path": p, "sha256": file_sha256(root / p)} for p in closure]
+    # what a module it relies on read at import time counts, whichever test imported it first
+    opened = opened.union(*(at_import.get(m, set()) for m in [*ran, *closure]))
     read = project_files(opened, root, outside)
     if read:
         top = root.resolve()

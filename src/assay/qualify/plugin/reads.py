@@ -19,18 +19,24 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-# the context opens are noted under, or None; a module global keeps the hook's check cheap
-_current: str | None = None
-_seen: dict[str, set[str]] = {}
-_installed = False
+# One record per process, kept on ``sys`` rather than in this module: an audit hook cannot be
+# removed, so a second import of this module (a test harness restoring sys.modules) must find
+# the hook already installed and the reads it noted, not start a second, blind copy.
+_STATE: dict[str, Any] = sys.__dict__.setdefault(
+    "_assay_gate_reads", {"current": None, "seen": {}, "at_import": {}, "installed": False}
+)
+_seen: dict[str, set[str]] = _STATE["seen"]
+_at_import: dict[str, set[str]] = _STATE["at_import"]  # module file -> files its top level read
 _LIMIT = 20_000  # paths per context: a runaway reader must not hold the session's memory
 CODE_SUFFIXES = {".py", ".pyc", ".pyo", ".so", ".pyd", ".pth"}
 
 
 def _hook(event: str, args: tuple) -> None:
-    if _current is None or event != "open":
+    if event != "open":
         return
+    current = _STATE["current"]
     path, mode, flags = args
     if mode is not None:
         if any(ch in mode for ch in "wax+"):
@@ -39,23 +45,43 @@ def _hook(event: str, args: tuple) -> None:
         return
     if isinstance(path, int):  # a descriptor, opened (and noted) before
         return
-    found = _seen.setdefault(_current, set())
-    if len(found) < _LIMIT:
-        found.add(os.path.abspath(os.fsdecode(path) if isinstance(path, bytes) else str(path)))
+    name = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+    if os.path.splitext(name)[1] in CODE_SUFFIXES:
+        return
+    name = os.path.abspath(name)
+    if current is not None:
+        found = _seen.setdefault(current, set())
+        if len(found) < _LIMIT:
+            found.add(name)
+    importing = _importing_module()
+    if importing is not None:  # read at import time: it counts wherever the module is relied on
+        during = _at_import.setdefault(importing, set())
+        if len(during) < _LIMIT:
+            during.add(name)
+
+
+def _importing_module() -> str | None:
+    """The file of the module whose top-level code is running now, if any (the innermost)."""
+    frame = sys._getframe(2)
+    for _ in range(64):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "<module>":
+            return frame.f_code.co_filename
+        frame = frame.f_back
+    return None
 
 
 def install() -> None:
     """Install the audit hook (once per process)."""
-    global _installed
-    if not _installed:
+    if not _STATE["installed"]:
         sys.addaudithook(_hook)
-        _installed = True
+        _STATE["installed"] = True
 
 
 def switch(context: str | None) -> None:
     """Note reads under ``context`` from now on (None: stop noting)."""
-    global _current
-    _current = context
+    _STATE["current"] = context
 
 
 def read_under(context: str) -> set[str]:
@@ -63,9 +89,10 @@ def read_under(context: str) -> set[str]:
     return set(_seen.get(context, ()))
 
 
-def all_reads() -> dict[str, list[str]]:
-    """Every context's reads, for a child's report at exit."""
-    return {context: sorted(paths) for context, paths in _seen.items()}
+def read_at_import() -> dict[str, set[str]]:
+    """Module file -> the files its top-level code opened for reading, in this process, whatever
+    gate (or none) was current when it was imported."""
+    return {module: set(paths) for module, paths in _at_import.items()}
 
 
 def project_files(paths: Iterable[str], root: Path, outside: Iterable[Path] = ()) -> list[Path]:
