@@ -16,8 +16,8 @@ ZERO = "/dev/zero"
 def test_an_envelope_that_never_ends_fails_on_one_line(signed, capsys):  # noqa: F811
     assert os.path.exists(ZERO)
     assert _cli("--verify", ZERO, "--allowed-signers", str(signed["allowed"])) == 1
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and out.startswith(f"{ZERO}: not a readable JSON envelope")
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("note:")]
+    assert len(lines) == 1 and lines[0].startswith(f"{ZERO}: not a readable JSON envelope")
 
 
 def test_an_envelope_past_its_cap_fails_on_one_line(signed, tmp_path, capsys):  # noqa: F811
@@ -32,4 +32,4 @@ def test_allowed_signers_that_never_end_are_one_line(signed, capsys):  # noqa: F
     path, _ = _first(signed)
     assert _cli("--verify", str(path), "--allowed-signers", ZERO) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{ZERO}: cannot read allowed signers" in err, err
+    assert err.count("\n") == 1 and f"{ZERO}: not a regular file" in err, err

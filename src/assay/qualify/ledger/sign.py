@@ -161,7 +161,8 @@ def resolve_trust(records_dir: Path, option: str | None) -> Trust:
             return Trust(None, False, (), None)
         return Trust(in_tree, False, (), _from_tree(in_tree, "taken from the tree itself"))
     if not source.path.is_file():
-        missing = f"{source.path}: no such allowed-signers file (from {source.origin})"
+        what = "not a regular file" if source.path.exists() else "no such allowed-signers file"
+        missing = f"{source.path}: {what} (from {source.origin})"
         return Trust(source.path, not _inside(source.path, tree), (missing,), None)
     problems = _disagreement(in_tree, source)
     if _inside(source.path, tree):
