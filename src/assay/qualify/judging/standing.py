@@ -195,16 +195,26 @@ def standing_of(
 
 
 def gate_standing(
-    receipts_dir: Path, gate: str, records_dir: Path | None = None, root: Path | None = None
+    receipts_dir: Path,
+    gate: str,
+    records_dir: Path | None = None,
+    root: Path | None = None,
+    history: Any = None,
 ) -> Standing:
-    """Load, check and judge one gate's ledger: the one standing every view shows."""
+    """Load, check and judge one gate's ledger: the one standing every view shows. Its git
+    history counts too: a rewrite nobody acknowledged (a receipt deleted, a LEDGER line
+    removed) leaves the gate ``broken`` in every view, as ``verify`` reports it. ``history`` is
+    a :class:`assay.qualify.ledger.history.HistoryReport` of the receipts folder, walked here
+    when not given."""
     from assay.qualify.judging.loading import load_ledger
+    from assay.qualify.ledger.history import gate_history
 
     ledger = load_ledger(receipts_dir, gate, records_dir)
+    walked = history if history is not None else gate_history(receipts_dir, gate)
     return standing_of(
         gate,
         ledger.receipts,
-        ledger.problems,
+        [*ledger.problems, *walked.problems_for(gate)],
         root,
         erased=ledger.erased,
         acknowledged=ledger.acknowledged,

@@ -8,7 +8,7 @@ import datetime
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class Violation:
     change: str
     sha256: str
     detail: str = ""
+    earlier: bytes = field(default=b"", repr=False, compare=False)  # a receipt's earlier bytes
 
     def describe(self) -> str:
         """One line naming the gate, the file, the commit (12 hex) and what happened."""

@@ -36,6 +36,7 @@ acknowledged: restore the file instead.
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 from assay.bounded import split_lines
+from assay.qualify.core.status import derive_status
 from assay.qualify.ledger.chain import LEDGER
 from assay.qualify.ledger.corrections import (
     CHANGES,
@@ -89,6 +91,10 @@ class HistoryReport:
     def failed(self) -> bool:
         """True when there is something to fix (a not-checked history is not a failure)."""
         return bool(self.problems)
+
+    def problems_for(self, gate: str) -> list[str]:
+        """The problems of one gate folder (each names ``<gate>/<file>`` first)."""
+        return [p for p in self.problems if p.startswith(f"{gate}/")]
 
 
 class _NotChecked(Exception):
@@ -245,7 +251,7 @@ def _violation(c: _Change, blobs: dict[str, bytes], top: Path, rel: str) -> Viol
     before = blobs[c.old]
     digest = hashlib.sha256(before).hexdigest()
     if c.status == "D":
-        return Violation(c.gate, c.file, c.commit, "deleted", digest)
+        return Violation(c.gate, c.file, c.commit, "deleted", digest, earlier=before)
     after = _after(c, blobs, top, rel)
     if c.file in APPEND_ONLY:
         found = rewrite(before, after or b"")
@@ -254,7 +260,7 @@ def _violation(c: _Change, blobs: dict[str, bytes], top: Path, rel: str) -> Viol
         return Violation(c.gate, c.file, c.commit, found[0], digest, found[1])
     if (after == before) if after is not None else (c.new == c.old):
         return None  # a mode change, or a stat-only difference in the working tree
-    return Violation(c.gate, c.file, c.commit, "modified", digest)
+    return Violation(c.gate, c.file, c.commit, "modified", digest, earlier=before)
 
 
 def _judge(
@@ -271,6 +277,10 @@ def _judge(
             problems.append(v.describe())
             continue
         used.add((cover.gate, cover.line))
+        erased = _failure_erased(v, cover)
+        if erased:
+            problems.append(erased)
+            continue
         reason = cover.reason if len(cover.reason) <= 120 else cover.reason[:117] + "..."
         notes.append(
             f"{v.describe()}; acknowledged in {cover.gate}/{CORRECTIONS}:{cover.line} "
@@ -283,6 +293,26 @@ def _judge(
                 f"commit {c.commit[:12]} (sha256 {c.sha256[:12]}), which the history does not show"
             )
     return problems, notes
+
+
+def _failure_erased(v: Violation, cover: Correction) -> str | None:
+    """A problem when ``cover`` acknowledges erasing a receipt that failed without keeping its
+    text: an acknowledgement explains, it never turns a recorded failure into a pass."""
+    if not cover.erases_receipt or cover.content is not None or not v.earlier:
+        return None
+    try:
+        receipt = json.loads(v.earlier.decode("utf-8"))
+        failed = [c["id"] for c in receipt["claims"] if c.get("verdict") == "fail"]
+        status = derive_status(receipt)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None  # not a receipt: nothing it could have failed
+    if status != "fail":
+        return None
+    shown = ", ".join(failed[:3]) or "a test"
+    return (
+        f"{v.gate}/{CORRECTIONS}:{cover.line}: acknowledges erasing {v.file}, which failed "
+        f"({shown}), without keeping its text: add its content so the failure stays weighed"
+    )
 
 
 def _on_disk(receipts_dir: Path, gates: Collection[str] | None) -> set[str]:

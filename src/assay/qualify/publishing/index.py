@@ -59,8 +59,14 @@ def index_row(standing: Standing, root: Path) -> str:
 
 
 def standings(receipts_dir: Path, records_dir: Path, root: Path) -> list[Standing]:
-    """The standing of every gate with receipts under ``receipts_dir``, sorted by gate."""
-    return [gate_standing(receipts_dir, g, records_dir, root) for g in gates_in(receipts_dir)]
+    """The standing of every gate with receipts under ``receipts_dir``, sorted by gate (the git
+    history walked once for all of them)."""
+    from assay.qualify.ledger.history import check_history
+
+    history = check_history(receipts_dir)
+    return [
+        gate_standing(receipts_dir, g, records_dir, root, history) for g in gates_in(receipts_dir)
+    ]
 
 
 def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> str:

@@ -1,0 +1,119 @@
+"""A rewrite of a gate's committed history shows in every view, not only in ``verify``: an
+unacknowledged one leaves the gate broken, and an acknowledgement never turns a recorded failure
+into a pass (an entry erasing a failing receipt must keep its text, which is then weighed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+
+import pytest
+from test_standing import GATE, assert_agree, five_views
+
+from assay.qualify.judging.standing import gate_standing
+from assay.qualify.ledger.chain import HEADER, ledger_path, read_ledger
+
+
+@pytest.fixture(autouse=True)
+def isolated_git(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+
+
+def _git(root, *args: str) -> str:
+    ident = [
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "-c",
+        "commit.gpgsign=false",
+    ]
+    done = subprocess.run(["git", *ident, *args], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def failing_tail(gates):
+    """A passing run and a failing one, both committed; the failing one is the newest."""
+    root = gates.pytester.path
+    _git(root, "init", "-q")
+    gates.write("demo", GATE.format(bad="0.0"))
+    assert gates.run().ret == 0
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "pass")
+    gates.write("demo", GATE.format(bad="0.5"))
+    assert gates.run().ret != 0
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "fail")
+    return gates
+
+
+def _drop_newest(gates) -> tuple[str, str]:
+    """Delete the newest receipt and its LEDGER line, as a tree editor would; its name and text."""
+    path = gates.receipt_files("demo")[-1]
+    text = path.read_text("utf-8")
+    path.unlink()
+    entries, _ = read_ledger(ledger_path(gates.receipts, "demo"))
+    lines = "".join(f"{sha} {name}\n" for sha, name in entries[:-1])
+    ledger_path(gates.receipts, "demo").write_text(HEADER + lines, "utf-8")
+    from assay.qualify.publishing.index import render_all
+
+    render_all(gates.receipts, gates.records, gates.pytester.path)
+    return path.name, text
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_an_unacknowledged_deletion_leaves_every_view_broken(
+    failing_tail, tmp_path, capsys, committed
+):
+    _drop_newest(failing_tail)
+    if committed:
+        _git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
+    assert_agree(five_views(failing_tail, tmp_path, capsys), "broken")
+
+
+def _acknowledge(gates, name: str, text: str, *, keep: bool) -> None:
+    root = gates.pytester.path
+    commit = _git(root, "rev-parse", "HEAD")
+    before = _git(root, "show", f"{commit}^:records/receipts/demo/LEDGER") + "\n"
+    lines = [
+        {"file": name, "change": "deleted", "sha256": hashlib.sha256(text.encode()).hexdigest()},
+        {
+            "file": "LEDGER",
+            "change": "line removed",
+            "sha256": hashlib.sha256(before.encode()).hexdigest(),
+        },
+    ]
+    if keep:
+        lines[0]["content"] = text
+    with (gates.receipts / "demo" / "CORRECTIONS").open("w", encoding="utf-8") as handle:
+        for line in lines:
+            entry = {"date": "2026-12-04", "commit": commit, "reason": "withdrawn", **line}
+            handle.write(json.dumps(entry) + "\n")
+    from assay.qualify.publishing.index import render_all
+
+    render_all(gates.receipts, gates.records, root)
+
+
+def test_acknowledging_the_erasure_of_a_failure_without_its_text_is_refused(
+    failing_tail, tmp_path, capsys
+):
+    name, text = _drop_newest(failing_tail)
+    _git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
+    _acknowledge(failing_tail, name, text, keep=False)
+    views = five_views(failing_tail, tmp_path, capsys)
+    assert_agree(views, "broken")
+    assert "without keeping its text" in views["record"]
+
+
+def test_an_erased_failure_whose_text_is_kept_still_fails_the_gate(failing_tail, tmp_path, capsys):
+    name, text = _drop_newest(failing_tail)
+    _git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
+    _acknowledge(failing_tail, name, text, keep=True)
+    standing = gate_standing(failing_tail.receipts, "demo")
+    assert standing.problems == [] and standing.status == "fail", standing.summary()
+    assert_agree(five_views(failing_tail, tmp_path, capsys), "fail", "erased run", "acknowledged")
