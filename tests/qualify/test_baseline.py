@@ -49,3 +49,11 @@ def test_metric_within_tolerance_passes_and_is_recorded(gates):
     )
     assert receipt["baseline"]["regressions"] == []
     assert "## Baseline comparison" in (gates.records / "perf.md").read_text("utf-8")
+
+
+def test_a_claim_whose_unit_changed_regresses_rather_than_compare_numbers(gates):
+    base = _baseline(gates, "200")
+    gates.write("perf", GATE.format(value="0.2").replace('unit="tok/s"', 'unit="tok/ms"'))
+    result = gates.run(f"--gate-baseline={base}")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*claim 'speed' regressed: its unit changed from 'tok/s'*"])

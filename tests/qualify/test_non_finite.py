@@ -72,3 +72,26 @@ def test_judge_never_passes_a_non_finite_value_whatever_the_operator(value, op):
         "controls": [{"name": "k", "measured": 1e9 if op in ("<", "<=", "==") else -1e9}],
     }
     assert judge(claim)["verdict"] == "fail"
+
+
+def test_finite_samples_whose_arithmetic_overflows_still_give_a_receipt(gates):
+    call = "measure(samples=[1.7e308, 1.7e308, -1.7e308])"
+    gates.write("finite", MEASURE.format(op=">=", bound=1e300, call=call, control=1e299))
+    assert gates.run().ret == 0
+    (claim,) = gates.only_receipt("finite")["claims"]
+    assert claim["verdict"] == "pass" and claim["measurement"]["value"] == 1.7e308
+    assert "q1" not in claim["measurement"]["samples"]  # the quartile spread overflows
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("10**400", "not a number a float can hold"),
+        ("__import__('decimal').Decimal('sNaN')", "signaling"),
+    ],
+)
+def test_a_number_a_float_cannot_hold_is_one_clear_error(gates, value, said):
+    gates.write("finite", MEASURE.format(op="<", bound=1, call=f"measure({value})", control=5))
+    result = gates.run()
+    assert result.ret != 0
+    result.stdout.fnmatch_lines([f"*AssayError: claim 'loss' measure*{said}*"])

@@ -172,3 +172,36 @@ def test_an_interrupt_in_the_test_that_measured_a_failing_claim_keeps_it(gates, 
     assert newest["run"]["partial"] and [c["verdict"] for c in newest["claims"]] == ["fail"]
     assert newest["run"]["failures"][0]["message"].startswith("interrupted: ")
     assert gate_standing(gates.receipts, "agree").status == "fail"
+
+
+XPASS_STRICT = """
+import pytest
+
+@pytest.mark.xfail(strict=True, reason="thought broken")
+def test_step(gate):
+    c = gate.claim("x", "holds", kind="memory", threshold=Threshold("<=", 1))
+    c.measure(0)
+    c.control("broken", 2)
+"""
+
+XFAIL_RAISES = """
+import pytest
+
+@pytest.mark.xfail(reason="known")
+def test_step(gate):
+    c = gate.claim("x", "holds", kind="memory", threshold=Threshold("<=", 1))
+    c.measure(0)
+    c.control("broken", 2)
+    assert False, "the step raised"
+"""
+
+
+@pytest.mark.parametrize("source", [XPASS_STRICT, XFAIL_RAISES], ids=["strict xpass", "xfail"])
+def test_a_test_failure_the_claims_do_not_show_fails_the_receipt_and_the_session(gates, source):
+    gates.write("agree", source)
+    result = gates.run()
+    receipt = gates.only_receipt("agree")
+    assert receipt["status"] == "fail"
+    assert [f["verdict"] for f in receipt["run"]["failures"]] == [False]
+    assert result.ret != 0
+    assert "**Status: FAIL**" in (gates.records / "agree.md").read_text("utf-8")

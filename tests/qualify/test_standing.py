@@ -356,3 +356,30 @@ def test_a_failing_partial_run_on_another_device_fails_the_gate(gates, tmp_path,
     assert gates.run("-x", "--gate-device=cuda").ret != 0
     views = five_views(gates, tmp_path, capsys)
     assert_agree(views, "fail", "cuda: fail")
+
+
+UNIT = """
+def test_time(gate):
+    c = gate.claim("t", "fast enough", kind="correctness", threshold=Threshold("<=", {bound}),
+                   unit="{unit}")
+    c.measure({value})
+    c.control("slow", 1e9)
+"""
+
+
+def test_a_bound_moved_to_another_unit_never_clears_a_failure(gates, tmp_path, capsys):
+    """5 ms fails <= 1 ms; 0.005 s under <= 0.01 s is the same 5 ms under a 10 ms bound: a
+    looser bound, not the same one, so the failure stands and the change shows."""
+    gates.write("demo", UNIT.format(bound=1, unit="ms", value=5))
+    assert gates.run().ret != 0
+    gates.write("demo", UNIT.format(bound=0.01, unit="s", value=0.005))
+    assert gates.run().ret == 0
+    views = five_views(gates, tmp_path, capsys)
+    assert_agree(views, "fail", "bound changed", "1 ms", "0.01 s")
+
+
+def test_a_bound_is_shown_in_full(gates):
+    gates.write("demo", UNIT.format(bound=5.0000001, unit="x", value=5.0).replace("<=", "<"))
+    assert gates.run().ret == 0
+    record = (gates.records / "demo.md").read_text("utf-8")
+    assert "threshold &lt; 5.0000001 x" in record

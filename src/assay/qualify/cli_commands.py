@@ -75,7 +75,12 @@ def run_verify(args: argparse.Namespace) -> int:
         stale=args.stale,
         allowed_signers=args.allowed_signers,
         require_signatures=args.require_signatures,
+        known_heads=Path(args.known_heads) if args.known_heads else None,
     )
+    if args.record_heads and not report.problems:
+        from assay.qualify.publishing.heads import record_heads
+
+        record_heads(Path(args.record_heads), report.standings)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
         return 1 if report.problems else 0
@@ -245,6 +250,20 @@ def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
         "--require-signatures",
         action="store_true",
         help="fail every unsigned receipt, and refuse without trusted signers outside the tree",
+    )
+    verify.add_argument(
+        "--known-heads",
+        default=None,
+        metavar="FILE",
+        help="fail when a receipt this file (kept outside the tree) recorded as a gate's head "
+        "is gone from its ledger: a rollback that signatures alone cannot show",
+    )
+    verify.add_argument(
+        "--record-heads",
+        default=None,
+        metavar="FILE",
+        help="when everything verifies, write each gate's newest receipt to FILE for the next "
+        "--known-heads",
     )
     summary = "sign every unsigned receipt with ssh-keygen -Y sign (detached .sig files)"
     sign = subparsers.add_parser("sign", help=summary, description=summary)

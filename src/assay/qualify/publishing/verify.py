@@ -217,10 +217,13 @@ def check_records(
     stale: bool = False,
     allowed_signers: str | None = None,
     require_signatures: bool = False,
+    known_heads: Path | None = None,
 ) -> Report:
     """The one verification ``verify`` prints and ``publish`` refuses on: receipts, ledgers,
-    records and index (:func:`verify_tree`), the git history of every ledger, signatures
-    and, with ``stale``, stale records of gates CI re-runs (others are notes)."""
+    records and index (:func:`verify_tree`), the git history of every ledger, signatures,
+    with ``known_heads`` every head a verifier recorded still in its ledger
+    (:mod:`assay.qualify.publishing.heads`) and, with ``stale``, stale records of gates CI
+    re-runs (others are notes)."""
     from assay.qualify.ledger.history import check_history
 
     receipts_dir, records_dir = Path(receipts_dir), Path(records_dir)
@@ -241,6 +244,13 @@ def check_records(
         bad, signed = [str(err)], []
     problems.extend(bad)
     notes.extend(signed)
+    if known_heads is not None:
+        from assay.qualify.publishing.heads import missing_heads
+
+        try:
+            problems.extend(missing_heads(Path(known_heads), gates))
+        except AssayError as err:
+            problems.append(str(err))
     if stale:
         failing, reported = stale_lines(gates)
         problems.extend(failing)
