@@ -78,7 +78,11 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
             now_text = "absent" if new is None else new["verdict"]
             reasons.append(f"passed in the baseline, {now_text} now")
         change = None
-        units = (old["measurement"]["unit"], new["measurement"]["unit"]) if old and new else None
+        units = (
+            (old["measurement"].get("unit", ""), new["measurement"].get("unit", ""))
+            if old and new
+            else None
+        )
         if units is not None and units[0] != units[1] and value is not None:
             reasons.append(
                 f"its unit changed from {units[0]!r} to {units[1]!r}: the values cannot be "
