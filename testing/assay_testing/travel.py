@@ -23,6 +23,7 @@ import numpy as np
 from assay.atomic import fsync_file
 from assay.errors import AssayError
 from assay.model.gguf_export import finish_gguf
+from assay.qualify.core.source import file_sha256
 
 SKELETON_FORMAT = "assay.gguf-skeleton/1"
 # Values a random SmolLM2-sized decoder keeps finite and non-degenerate with: init-scale weights,
@@ -145,14 +146,6 @@ def write_travel_model(skeleton: dict[str, Any], path: Path, *, seed: int = 0) -
         if tmp.exists():
             tmp.unlink()
     return target
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import strategies as st
 from ledger_oracle import Run
 
 from assay.qualify.core.status import derive_status
@@ -22,6 +23,19 @@ CLAIMS = ("a", "b", "c")
 # what a claim measured: each against an upper bound, tight (1e-3) or loose (1e-2)
 VALUES = {"pass": 0.0, "tight-fails": 5e-3, "fail": 0.5, "nan": math.nan, "no control": 0.0}
 BOUNDS = {"tight": 1e-3, "loose": 1e-2}
+
+# one run of the gate, as both state machines (in memory and on disk) draw it
+RUN_STEP = dict(
+    device=st.sampled_from(["cpu", "cuda"]),
+    complete=st.booleans(),
+    claims=st.dictionaries(
+        st.sampled_from(CLAIMS),
+        st.tuples(st.sampled_from(sorted(VALUES)), st.sampled_from(sorted(BOUNDS))),
+        max_size=3,
+    ),
+    extra=st.sampled_from([None, "passed", "failed"]),
+    corrections=st.lists(st.sampled_from(CLAIMS), max_size=2, unique=True),
+)
 TOLERANCE = {"mode": "absolute", "value": 0}
 ENVIRONMENT = {
     "python": "CPython 3.11.7",

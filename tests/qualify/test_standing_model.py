@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from ledger_model import BOUNDS, CLAIMS, VALUES, Ledger
+from ledger_model import RUN_STEP, Ledger
 from ledger_oracle import oracle
 
 from assay.qualify.judging.standing import Standing
@@ -26,7 +26,6 @@ from assay.qualify.publishing.site import gate_page, index_entry, index_page
 from assay.qualify.publishing.verify import Report
 
 EXAMPLES = 2000
-CLAIM_SPEC = st.tuples(st.sampled_from(sorted(VALUES)), st.sampled_from(sorted(BOUNDS)))
 FACT_WORDS = {
     "retired after failing": "retired after failing",
     "retired": "retired",
@@ -86,13 +85,7 @@ class LedgerMachine(RuleBasedStateMachine):
         super().__init__()
         self.ledger = Ledger()
 
-    @rule(
-        device=st.sampled_from(["cpu", "cuda"]),
-        complete=st.booleans(),
-        claims=st.dictionaries(st.sampled_from(CLAIMS), CLAIM_SPEC, max_size=3),
-        extra=st.sampled_from([None, "passed", "failed"]),
-        corrections=st.lists(st.sampled_from(CLAIMS), max_size=2, unique=True),
-    )
+    @rule(**RUN_STEP)
     def run(self, device, complete, claims, extra, corrections):
         self.ledger.add(device, complete, claims, extra, corrections)
 

@@ -12,9 +12,9 @@ import re
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from ledger_model import CLAIMS, GATE, Ledger
+from ledger_model import GATE, RUN_STEP, Ledger
 from ledger_oracle import oracle
-from test_standing_model import CLAIM_SPEC, FACT_WORDS
+from test_standing_model import FACT_WORDS
 
 from assay.cli import main
 from assay.qualify.judging.standing import gate_standing
@@ -36,13 +36,7 @@ class DiskMachine(RuleBasedStateMachine):
         self.receipts = self.records / "receipts"
         self.ledger = Ledger()
 
-    @rule(
-        device=st.sampled_from(["cpu", "cuda"]),
-        complete=st.booleans(),
-        claims=st.dictionaries(st.sampled_from(CLAIMS), CLAIM_SPEC, max_size=3),
-        extra=st.sampled_from([None, "passed", "failed"]),
-        corrections=st.lists(st.sampled_from(CLAIMS), max_size=2, unique=True),
-    )
+    @rule(**RUN_STEP)
     def run(self, device, complete, claims, extra, corrections):
         receipt = self.ledger.add(device, complete, claims, extra, corrections)
         unsealed = {k: v for k, v in receipt.items() if k != "receipt_sha256"}

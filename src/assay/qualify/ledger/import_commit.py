@@ -26,7 +26,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assay.atomic import fsync_dir, write_all
+from assay.atomic import fsync_dir, write_synced
 from assay.qualify.ledger.chain import HEADER, LEDGER
 
 TEMP_MARK = ".import-"
@@ -58,13 +58,8 @@ def _temp_for(home: Path, token: str) -> Path:
 
 def _write_new(path: Path, data: bytes) -> None:
     """Create ``path`` holding ``data``, fsynced; on any failure it is removed again."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_synced(path, data)
     except BaseException:
         with contextlib.suppress(OSError):
             path.unlink()
