@@ -379,3 +379,19 @@ def test_the_assay_command_has_attest():
 
     args = build_parser().parse_args(["attest", "--verify", "x.intoto.json"])
     assert args.func is attest.run_attest
+
+
+def test_an_attested_partial_run_says_so_and_counts_as_shown_when_nothing_is_complete():
+    from types import SimpleNamespace
+
+    result = {
+        "ok": True, "file": "a.intoto.json", "gate": "demo", "receipt_sha256": "ab" * 32,
+        "status": "pass", "partial": True, "subject": {"name": "src"}, "signer": "me",
+        "keyid": "SHA256:x", "standing": "no complete run", "shown": True,
+    }  # fmt: skip
+    assert ", status pass (a partial run), about src," in attest.attest_line(result)
+    assert "(a partial run)" not in attest.attest_line({**result, "partial": False})
+    partial_only = SimpleNamespace(
+        devices=[SimpleNamespace(head=None)], newest={"receipt_sha256": "ab" * 32}
+    )
+    assert attest.shown_runs(partial_only) == {"ab" * 32}  # what attest picks, verify shows

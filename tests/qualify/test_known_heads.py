@@ -4,6 +4,7 @@ remaining receipt and signature intact; only a record kept outside the tree show
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -34,9 +35,13 @@ def test_a_rolled_back_head_is_caught_by_the_heads_recorded_outside(tmp_path, ca
     capsys.readouterr()
     assert _verify(ledger) == 0  # nothing in the tree can show it
     assert _verify(ledger, f"--known-heads={heads}") == 1
-    assert "is gone from the ledger (the tree or its history was rolled back)" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "is gone from the ledger (the tree or its history was rolled back)" in out
+    # the rolled-back gate reads broken beside the problem, never pass
+    assert f"standing: {tamper_cases.GATE}: broken" in out
+    assert _verify(ledger, f"--known-heads={heads}", "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["standings"][tamper_cases.GATE]["status"] == "broken"
 
 
 def test_a_malformed_heads_file_is_one_problem_naming_the_line(tmp_path, capsys):

@@ -5,6 +5,9 @@ differs from the tree is flagged."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
 from assay.qualify.judging.stale import check_receipt
@@ -139,3 +142,52 @@ def test_a_file_read_at_import_time_counts_for_every_gate_relying_on_the_module(
     (toy.pytester.path / "data/table.csv").write_text("x,y\n9,9\n")
     for gate in ("first", "second"):
         assert check_receipt(toy.pytester.path, toy.only_receipt(gate)) is not None, gate
+
+
+def test_a_database_a_claim_opened_is_part_of_it(toy):
+    """SQLite opens its file in C, past Python's open event; the connect is noted instead."""
+    import sqlite3
+
+    with sqlite3.connect(toy.pytester.path / "data/cases.db") as db:
+        db.execute("create table cases (x)")
+        db.execute("insert into cases values (2)")
+    toy.write(
+        "db",
+        """
+import sqlite3
+
+def test_db(gate):
+    rows = sqlite3.connect("file:data/cases.db?mode=ro", uri=True).execute("select x from cases")
+    c = gate.claim("db", "one case", kind="correctness", threshold=Threshold("==", 1))
+    c.measure(len(rows.fetchall()))
+    c.control("empty", 0)
+""",
+    )
+    assert toy.run().ret == 0
+    (claim,) = toy.only_receipt("db")["claims"]
+    assert "data/cases.db" in _paths(claim, "read_files")
+
+
+SECOND_SESSION = """
+import pathlib, sys
+import pytest
+
+receipts = sys.argv[1]
+pytest.main(["gate_first.py", "-q", "-p", "no:cacheprovider", "--gate-receipts=" + receipts])
+core = pathlib.Path("toylib/core.py")
+core.write_text(core.read_text().replace("min(x, 3)", "min(x, 3) + 1"))  # now it fails
+pytest.main(["gate_first.py", "-q", "-p", "no:cacheprovider", "--gate-receipts=" + receipts])
+"""
+
+
+def test_code_edited_between_two_sessions_of_one_process_is_flagged(toy):
+    """A notebook or watch loop runs pytest twice in one process; the second session runs the
+    module loaded by the first, not the edited file, so its receipt says the code differs."""
+    toy.write("first", FIRST)
+    script = toy.pytester.path / "twice.py"
+    script.write_text(SECOND_SESSION)
+    toy.pytester.run(sys.executable, str(script), str(toy.receipts))
+    first, second = (json.loads(p.read_text()) for p in toy.receipt_files("first"))
+    assert "differs_from_tree" not in first["code"]
+    assert second["code"]["differs_from_tree"] == ["toylib/core.py"]
+    assert second["status"] == "pass"  # the old code ran: what a reader must be warned of

@@ -205,3 +205,43 @@ def test_a_test_failure_the_claims_do_not_show_fails_the_receipt_and_the_session
     assert [f["verdict"] for f in receipt["run"]["failures"]] == [False]
     assert result.ret != 0
     assert "**Status: FAIL**" in (gates.records / "agree.md").read_text("utf-8")
+
+
+SUBTEST_FAILS = """
+def test_step(gate, subtests):
+    c = gate.claim("x", "holds", kind="memory", threshold=Threshold("<=", 1))
+    c.measure(0)
+    c.control("broken", 2)
+    with subtests.test(n=2):
+        assert False, "one subtest fails"
+"""
+
+
+def test_a_failed_subtest_is_its_tests_outcome(gates):
+    pytest.importorskip("_pytest.subtests")  # pytest >= 9 has subtests built in
+    gates.write("agree", SUBTEST_FAILS)
+    assert gates.run().ret != 0
+    receipt = gates.only_receipt("agree")
+    assert receipt["status"] == "fail"
+    assert [t["outcome"] for t in receipt["run"]["tests"]] == ["failed"]
+
+
+def test_a_raising_environment_hook_fails_the_session_and_keeps_the_receipt(gates):
+    gates.pytester.makeconftest(
+        "def pytest_gate_environment(config):\n    raise RuntimeError('numpy missing')\n"
+    )
+    gates.write("agree", XFAIL_RAISES.replace('    assert False, "the step raised"\n', ""))
+    result = gates.run()
+    assert result.ret != 0 and "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*pytest_gate_environment raised RuntimeError: numpy missing*"])
+    assert gates.only_receipt("agree")["claims"][0]["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("option", ["--gate-receipts", "--gate-records", "--gate-baseline"])
+def test_a_folder_option_naming_a_file_is_one_usage_line(gates, option):
+    gates.write("agree", XFAIL_RAISES)
+    (gates.pytester.path / "taken.txt").write_text("a file\n")
+    result = gates.pytester.runpytest(f"{option}=taken.txt", *map(str, gates.modules))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([f"*{option} *taken.txt: expected a folder, found a file*"])

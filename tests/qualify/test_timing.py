@@ -113,12 +113,42 @@ from assay.qualify.plugin.timing import Timing
 def test_t(gate):
     c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<", 5), unit="ms")
     c.measure(timing=Timing((1e6, 2e6, 3e6), iterations=4, warmup_rounds=2, resolution_ns=1))
-    c.control("slow", MeasuredControl(50))
+    c.control("slow", MeasuredControl(50, "ms"))
 """,
     )
     assert gates.run("--gate-no-render").ret == 0
     m = gates.only_receipt("clock")["claims"][0]["measurement"]
     assert m["value"] == 2.0 and m["timing"]["iterations"] == 4 and m["samples"]["n"] == 3
+
+
+def test_a_control_timed_in_another_unit_is_read_in_the_claims_unit(gates):
+    # 30 us is 3e-05 s: under the 0.01 s bound, so this control fails to miss it
+    gates.write(
+        "clock",
+        """
+from assay.qualify.plugin.claim import MeasuredControl
+from assay.qualify.plugin.timing import Timing
+
+def test_t(gate):
+    c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<=", 0.01), unit="s")
+    c.measure(timing=Timing((1e6, 2e6, 3e6), iterations=4, warmup_rounds=2, resolution_ns=1))
+    c.control("slow", MeasuredControl(30, "us"))
+""",
+    )
+    assert gates.run("--gate-no-render").ret != 0
+    claim = gates.only_receipt("clock")["claims"][0]
+    assert claim["controls"][0]["measured"] == pytest.approx(3e-5)
+    assert claim["verdict"] != "pass"
+
+
+def test_a_timed_control_for_a_claim_not_in_time_units_is_refused():
+    from assay.errors import AssayError
+    from assay.qualify.plugin.claim import MeasuredControl
+
+    with pytest.raises(AssayError, match="cannot be compared with a claim in 'tokens'"):
+        MeasuredControl(3, "ms").in_unit("tokens", "claim 't' control")
+    with pytest.raises(AssayError, match="not one of s, ms, us or ns"):
+        MeasuredControl(3, "minutes")
 
 
 def test_histogram_is_a_png(tmp_path):

@@ -189,8 +189,11 @@ def device_standing(device: str, entries: list[Entry]) -> DeviceStanding:
                     claim.get("test", ""),
                 )
             )
+    # a test skipped before it declared anything (a skip mark, a fixture that skips, xfail
+    # run=False) is in run.skipped only; either way it ran to no verdict
     standing.skipped = sorted(
-        t["nodeid"] for t in head["run"]["tests"] if t["outcome"] == "skipped"
+        {t["nodeid"] for t in head["run"]["tests"] if t["outcome"] == "skipped"}
+        | {s["nodeid"] for s in head["run"].get("skipped") or []}
     )
     standing.regressions = list((head.get("baseline") or {}).get("regressions") or [])
     standing.bounds = bound_changes(entries, head)

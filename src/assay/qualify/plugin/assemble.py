@@ -79,6 +79,13 @@ def _worst(options: list[str], order: tuple[str, ...]) -> str:
     return min(options, key=lambda o: order.index(o) if o in order else -1)
 
 
+def _outcome(fragment: dict[str, Any], failures: list[dict[str, Any]] | None) -> str:
+    """How a test ended, at least ``failed`` when pytest reported a failure of its own (a
+    subtest, a teardown error, an attempt a rerun plugin repeated) after its code returned."""
+    own = any(f["nodeid"] == fragment["nodeid"] and not f.get("verdict") for f in failures or [])
+    return _worst([fragment["outcome"], "failed"], _WORST_OUTCOME) if own else fragment["outcome"]
+
+
 def merge_attempts(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One fragment per test: a test that ran several times in one session (a rerun plugin,
     ``--dist each``) keeps each claim from its worst attempt and the worst way its own code
@@ -175,7 +182,7 @@ def build_receipt(
             **run,
             "seeds": _unique([s for f in ordered for s in f["seeds"]]),
             "duration_s": round(sum(f["duration_s"] for f in ordered), 6),
-            "tests": [{"nodeid": f["nodeid"], "outcome": f["outcome"]} for f in ordered],
+            "tests": [{"nodeid": f["nodeid"], "outcome": _outcome(f, failures)} for f in ordered],
             **extra_run,
         },
         "baseline": None,

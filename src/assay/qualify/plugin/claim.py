@@ -68,8 +68,30 @@ def _spread(numbers: list[float]) -> dict[str, Any]:
 
 
 class MeasuredControl(float):
-    """A control's median time per call, as :func:`measure_control` measured it: the only kind
-    of control a timing claim takes (a number typed in shows nothing about the timing)."""
+    """A control's median time per call in ``unit``, as :func:`measure_control` measured it:
+    the only kind of control a timing claim takes (a number typed in shows nothing about the
+    timing). ``claim.control`` converts it to the claim's own unit."""
+
+    unit: str
+
+    def __new__(cls, seconds_in_unit: float, unit: str) -> MeasuredControl:
+        if unit not in TIME_UNITS:
+            raise AssayError(f"measure_control: unit {unit!r} is not one of s, ms, us or ns")
+        made = super().__new__(cls, seconds_in_unit)
+        made.unit = unit
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MeasuredControl, (float(self), self.unit))
+
+    def in_unit(self, unit: str, where: str) -> float:
+        """This time in ``unit``; AssayError naming ``where`` when ``unit`` is not a time."""
+        if unit not in TIME_UNITS:
+            raise AssayError(
+                f"{where}: a time measured in {self.unit} cannot be compared with a claim in "
+                f"{unit!r} (expected s, ms, us or ns)"
+            )
+        return float(self) * TIME_UNITS[self.unit] / TIME_UNITS[unit]
 
 
 def nonempty_text(value: Any, where: str) -> str:
@@ -178,16 +200,19 @@ class Claim:
         name = nonempty_text(name, f"{where} name")
         if any(c["name"] == name for c in self._data["controls"]):
             raise AssayError(f"{where}: control {name!r} declared twice")
-        if self._timed() and not isinstance(measured, MeasuredControl):
+        timed_control = isinstance(measured, MeasuredControl)
+        if self._timed() and not timed_control:
             raise AssayError(
                 f"{where}: a timing claim's control is a measured slower variant "
                 "(assay.qualify.measure_control), not a number typed in"
             )
+        if isinstance(measured, MeasuredControl):  # measured in its own unit: read in ours
+            measured = measured.in_unit(self._data["unit"], where)
         number = _number(measured, where)
         odd = non_finite_kind(number)
         plain = number if type(number) in (int, float) else float(number)  # travels via xdist
         entry: dict[str, Any] = {"name": name, "measured": None if odd else plain}
-        self._measured_controls.append(isinstance(measured, MeasuredControl))
+        self._measured_controls.append(timed_control)
         if odd:
             entry["non_finite"] = odd
         self._data["controls"].append(entry)

@@ -39,26 +39,31 @@ def _matches(name: str, patterns: Iterable[str], default: str) -> bool:
 
 def defined_tests(path: Path, config: pytest.Config | None = None) -> set[str]:
     """``Class::function`` (or ``function``) for every test the gate file defines; empty
-    when the file cannot be parsed (its collection error is reported on its own)."""
+    when the file cannot be parsed (its collection error is reported on its own).
+
+    A test pytest cannot collect is still defined, so it shows as never collected: a method of
+    a test class with a constructor, and a test shadowed by a later one of the same name
+    (listed as ``name (defined again below)``, a key no collected item has)."""
     functions = list(config.getini("python_functions")) if config is not None else []
     classes = list(config.getini("python_classes")) if config is not None else []
     try:
         tree = ast.parse(Path(path).read_text("utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return set()
-    found = set()
+    found: set[str] = set()
+
+    def define(key: str) -> None:
+        found.add(f"{key} (defined again below)" if key in found else key)
+
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if _matches(node.name, functions, "test"):
-                found.add(node.name)
+                define(node.name)
         elif isinstance(node, ast.ClassDef) and _matches(node.name, classes, "Test"):
-            members = {m.name for m in node.body if isinstance(m, ast.FunctionDef)}
-            if "__init__" in members or "__new__" in members:
-                continue  # pytest does not collect a test class with a constructor
             for inner in node.body:
                 is_function = isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))
                 if is_function and _matches(inner.name, functions, "test"):
-                    found.add(f"{node.name}::{inner.name}")
+                    define(f"{node.name}::{inner.name}")
     return found
 
 

@@ -118,8 +118,19 @@ def _space_form_outside(config: pytest.Config) -> str | None:
     return None
 
 
+def _not_a_folder(config: pytest.Config) -> str | None:
+    """A folder setting that names an existing file, or None."""
+    from assay.qualify.plugin.session import setting_dir
+
+    for name in ("gate_receipts", "gate_records", "gate_baseline"):
+        path = setting_dir(config, name)
+        if path is not None and path.exists() and not path.is_dir():
+            return f"--{name.replace('_', '-')} {path}: expected a folder, found a file"
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    trap = _space_form_outside(config)
+    trap = _space_form_outside(config) or _not_a_folder(config)
     if trap:
         raise pytest.UsageError(trap)
     if config.getoption("gate_baseline", None) or config.getini("gate_baseline"):

@@ -28,6 +28,7 @@ from assay.qualify.plugin.assemble import (
 )
 from assay.qualify.plugin.environment import describe_code, describe_environment
 from assay.qualify.plugin.executed import subject_packages
+from assay.qualify.plugin.reads import changed_since_loaded
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,9 @@ def wheel_subject() -> dict[str, str] | None:
 
 def differs_from_tree(receipt: dict[str, Any], root: Path) -> list[str]:
     """Paths (relative to ``root``) of files the receipt's claims recorded whose bytes differ
-    from the tree's now, or that the tree lacks: the copy that ran was not the tree's (an
-    installed package, or a file edited while the gates ran)."""
+    from the tree's now, or that the tree lacks, or module sources changed on disk since this
+    process loaded them: the copy that ran was not the tree's (an installed package, a file
+    edited while the gates ran, or before a second session in one process)."""
     recorded: dict[str, str] = {}
     for claim in receipt["claims"]:
         for key in ("code_files", "executed_files", "import_files", "read_files"):
@@ -93,7 +95,7 @@ def differs_from_tree(receipt: dict[str, Any], root: Path) -> list[str]:
         if Path(path).is_absolute():
             continue  # outside the project: the tree has nothing to compare with
         target = Path(root) / path
-        if not target.is_file() or file_sha256(target) != sha:
+        if not target.is_file() or file_sha256(target) != sha or changed_since_loaded(target):
             found.append(path)
     return found
 

@@ -9,12 +9,17 @@ project is decided where the receipt is made: regular files under the project ro
 (``.py``, compiled files), not under the receipts or records folders, not in ``.git``. Their
 sha256 goes in the receipt (``claims[].read_files``) and ``verify --stale`` compares them.
 
+The same hook notes when the import system reads a module's source or bytecode, with the
+source's size and mtime then: a file changed on disk after its module was loaded (a second
+pytest session in one process) did not run, and is flagged as differing from the tree.
+
 An audit hook cannot be removed, so it stays installed and costs one global lookup per
 audited event once no context is current. Standard library only.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterable
@@ -25,18 +30,27 @@ from typing import Any
 # removed, so a second import of this module (a test harness restoring sys.modules) must find
 # the hook already installed and the reads it noted, not start a second, blind copy.
 _STATE: dict[str, Any] = sys.__dict__.setdefault(
-    "_assay_gate_reads", {"current": None, "seen": {}, "at_import": {}, "installed": False}
+    "_assay_gate_reads",
+    {"current": None, "seen": {}, "at_import": {}, "loaded": {}, "installed": False},
 )
 _seen: dict[str, set[str]] = _STATE["seen"]
 _at_import: dict[str, set[str]] = _STATE["at_import"]  # module file -> files its top level read
+# module source -> (mtime_ns, size) when the import system last read it (or its bytecode)
+_loaded: dict[str, tuple[int, int]] = _STATE.setdefault("loaded", {})
+_IMPORT_SYSTEM = "<frozen importlib._bootstrap_external>"
 _LIMIT = 20_000  # paths per context: a runaway reader must not hold the session's memory
 CODE_SUFFIXES = {".py", ".pyc", ".pyo", ".so", ".pyd", ".pth"}
 
 
 def _hook(event: str, args: tuple) -> None:
+    if event == "sqlite3.connect":  # SQLite opens its file in C, past the "open" event
+        database = args[0]
+        if isinstance(database, (str, bytes, os.PathLike)):
+            name = os.fsdecode(database)
+            _note(name.removeprefix("file:").split("?", 1)[0])
+        return
     if event != "open":
         return
-    current = _STATE["current"]
     path, mode, flags = args
     if mode is not None:
         if any(ch in mode for ch in "wax+"):
@@ -47,8 +61,15 @@ def _hook(event: str, args: tuple) -> None:
         return
     name = os.fsdecode(path) if isinstance(path, bytes) else str(path)
     if os.path.splitext(name)[1] in CODE_SUFFIXES:
+        if sys._getframe(1).f_code.co_filename == _IMPORT_SYSTEM:
+            _note_loaded(name)
         return
+    _note(name)
+
+
+def _note(name: str) -> None:
     name = os.path.abspath(name)
+    current = _STATE["current"]
     if current is not None:
         found = _seen.setdefault(current, set())
         if len(found) < _LIMIT:
@@ -58,6 +79,22 @@ def _hook(event: str, args: tuple) -> None:
         during = _at_import.setdefault(importing, set())
         if len(during) < _LIMIT:
             during.add(name)
+
+
+def _note_loaded(name: str) -> None:
+    """The import system is reading a module's source or bytecode: remember its source's
+    size and mtime now, which is the code this process runs until it loads the module again."""
+    source = name
+    if name.endswith(".pyc"):
+        try:
+            source = importlib.util.source_from_cache(name)
+        except ValueError:  # a sourceless .pyc: nothing on disk to differ from
+            return
+    try:
+        stat = os.stat(source)
+    except OSError:
+        return
+    _loaded[os.path.abspath(source)] = (stat.st_mtime_ns, stat.st_size)
 
 
 def _importing_module() -> str | None:
@@ -87,6 +124,20 @@ def switch(context: str | None) -> None:
 def read_under(context: str) -> set[str]:
     """The paths opened for reading while ``context`` was current, in this process."""
     return set(_seen.get(context, ()))
+
+
+def changed_since_loaded(path: Path) -> bool:
+    """Whether the module source at ``path`` was loaded by this process and has changed on disk
+    since (size or mtime): the code that ran is then not the file's (a second pytest session
+    in one process, a notebook, a watch loop)."""
+    seen = _loaded.get(os.path.abspath(path))
+    if seen is None:
+        return False
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return True
+    return (stat.st_mtime_ns, stat.st_size) != seen
 
 
 def read_at_import() -> dict[str, set[str]]:

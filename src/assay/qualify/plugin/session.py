@@ -170,11 +170,11 @@ class GateSession:
                 verdict_phases.add(value)
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.verdict.add(nodeid)
-        if report.skipped:
+        xfailed = report.skipped and getattr(report, "wasxfail", None) is not None
+        if report.skipped and not (xfailed and _raised(report)):  # that one is a failure
             self.skipped.setdefault(gate, []).append(
                 {"nodeid": nodeid, "reason": skip_reason(report)}
             )
-        xfailed = report.skipped and getattr(report, "wasxfail", None) is not None
         on_verdict = report.when in verdict_phases and exception_line(report).removeprefix(
             "Failed: "
         ).startswith(f"gate {gate!r}: ")
@@ -183,7 +183,7 @@ class GateSession:
             self._failure(gate, nodeid, report, "failed, then run again: ", verdict=on_verdict)
         elif report.failed:
             self._failure(gate, nodeid, report, "", verdict=on_verdict)
-        elif xfailed and report.when == "call":  # it raised, as marked: still a failure here
+        elif xfailed and _raised(report):  # it raised, as marked: still a failure here
             self._failure(gate, nodeid, report, "xfailed: ", verdict=on_verdict)
         if report.when == "teardown":
             if nodeid in self.again:  # the next attempt's teardown is the last one
@@ -196,8 +196,10 @@ class GateSession:
 
     def _fragment(self, gate: str, fragment: dict[str, Any]) -> None:
         if gate in self.published:
+            again = fragment["nodeid"] in self.done.get(gate, ())
+            what = "ran again (a plugin repeated it)" if again else "declared"
             self.problems.append(
-                f"gate {gate!r}: {fragment['nodeid']} declared after the gate's receipt was "
+                f"gate {gate!r}: {fragment['nodeid']} {what} after the gate's receipt was "
                 "written; its declarations are in no receipt"
             )
         self.fragments.setdefault(gate, []).append(fragment)
@@ -272,7 +274,16 @@ class GateSession:
 
         config = self.config
         if self.environment is None:
-            found = config.hook.pytest_gate_environment(config=config)
+            try:
+                found = config.hook.pytest_gate_environment(config=config)
+            except (
+                Exception
+            ) as err:  # a conftest's bug: the receipt is still written, the run fails
+                self.problems.append(
+                    f"pytest_gate_environment raised {type(err).__name__}: {err}; the receipts "
+                    "of this session lack its fields"
+                )
+                found = []
             self.environment = describe_environment([f for f in found if f])
         receipts = setting_dir(config, "gate_receipts")
         assert receipts is not None  # the ini default is records/receipts
@@ -340,3 +351,10 @@ def _empty_fragment(gate: str, nodeid: str) -> dict[str, Any]:
     from assay.qualify.plugin.gate import blank_fragment
 
     return {**blank_fragment(gate, nodeid), "outcome": "error", "duration_s": 0.0, "order": 1 << 30}
+
+
+def _raised(report: pytest.TestReport) -> bool:
+    """Whether an xfailed report is a test (or its fixture) that raised, rather than one
+    ``xfail(run=False)`` kept from running (pytest marks that ``[NOTRUN]``)."""
+    not_run = str(getattr(report, "wasxfail", "")).startswith("[NOTRUN]")
+    return report.when in ("setup", "call") and not not_run

@@ -190,7 +190,7 @@ def measure_control(
     settings = dataclasses.replace(like.settings, **overrides)
     # fields one by one, not asdict(): asdict would deep-copy the timer callable
     kwargs = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
-    return MeasuredControl(measure_time(slower, **kwargs).median_in(unit))
+    return MeasuredControl(measure_time(slower, **kwargs).median_in(unit), unit)
 
 
 def _warm_up(fn: Callable[[], Any], warmup_s: float, timer: Callable[[], int]) -> int:

@@ -117,9 +117,7 @@ def chosen_receipts(
     if not everything:
         shown = set()
         for gate in gates_in(receipts_dir):
-            standing = gate_standing(receipts_dir, gate)
-            heads = [d.head for d in standing.devices if d.head is not None] or [standing.newest]
-            shown |= {h["receipt_sha256"] for h in heads if h is not None}
+            shown |= shown_runs(gate_standing(receipts_dir, gate))
         receipts = [(p, r) for p, r in receipts if r["receipt_sha256"] in shown]
     stale = [
         f"{p.parent.name}/{p.name}: {found.describe()}"
@@ -133,6 +131,13 @@ def chosen_receipts(
             "changed since: republish the gate, or pass --allow-stale to attest it as it ran"
         )
     return receipts
+
+
+def shown_runs(standing: Any) -> set[str]:
+    """The receipt seals of the runs a gate's standing shows: every device's newest complete
+    run, or the newest (partial) run where no device has a complete one."""
+    heads = [d.head for d in standing.devices if d.head is not None] or [standing.newest]
+    return {h["receipt_sha256"] for h in heads if h is not None}
 
 
 def attest(
@@ -222,6 +227,7 @@ def check_attestation(path: Path, trusted: list[Any], wheel: Path | None = None)
         "gate": receipt["gate"],
         "receipt_sha256": receipt["receipt_sha256"],
         "status": derive_status(receipt),
+        "partial": bool(receipt["run"].get("partial")),
         "subject": subject,
     }
 
@@ -234,18 +240,18 @@ def _standing_of(receipts_dir: Path, result: dict[str, Any]) -> None:
     if not (Path(receipts_dir) / result["gate"]).is_dir():
         return
     standing = gate_standing(receipts_dir, result["gate"])
-    heads = {d.head["receipt_sha256"] for d in standing.devices if d.head is not None}
     result["standing"] = standing.summary()
-    result["shown"] = result["receipt_sha256"] in heads
+    result["shown"] = result["receipt_sha256"] in shown_runs(standing)
 
 
 def attest_line(result: dict[str, Any]) -> str:
     """The one line ``attest --verify`` prints for an envelope."""
     if not result["ok"]:
         return f"{result['file']}: {result['problem']}"
+    partial = " (a partial run)" if result.get("partial") else ""
     line = (
         f"ok: {result['file']}: {result['gate']} receipt {result['receipt_sha256'][:12]}, "
-        f"status {result['status']}, about {result['subject'].get('name')}, signed by "
+        f"status {result['status']}{partial}, about {result['subject'].get('name')}, signed by "
         f"{result['signer']} ({result['keyid']})"
     )
     if "standing" in result:

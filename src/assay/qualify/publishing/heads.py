@@ -44,18 +44,25 @@ def read_heads(path: Path) -> list[tuple[str, str]]:
 
 
 def missing_heads(path: Path, standings: list[Standing]) -> list[str]:
-    """One problem per known head that its gate's ledger no longer holds."""
-    held = {
-        s.gate: {r["receipt_sha256"] for r in s.receipts}
-        | {e.receipt["receipt_sha256"] for d in s.devices for e in d.erased}
-        for s in standings
-    }
-    return [
-        f"{gate}: receipt {sha[:12]}, a head {path} recorded, is gone from the ledger "
-        "(the tree or its history was rolled back)"
-        for gate, sha in read_heads(path)
-        if sha not in held.get(gate, set())
-    ]
+    """One problem per known head that its gate's ledger no longer holds; each is also added
+    to that gate's standing, so the gate reads ``broken`` in every view of this verification."""
+    by_gate = {s.gate: s for s in standings}
+    problems = []
+    for gate, sha in read_heads(path):
+        standing = by_gate.get(gate)
+        held = set() if standing is None else {r["receipt_sha256"] for r in standing.receipts}
+        if standing is not None:
+            held |= {e.receipt["receipt_sha256"] for d in standing.devices for e in d.erased}
+        if sha in held:
+            continue
+        line = (
+            f"{gate}: receipt {sha[:12]}, a head {path} recorded, is gone from the ledger "
+            "(the tree or its history was rolled back)"
+        )
+        problems.append(line)
+        if standing is not None:
+            standing.problems.append(line)
+    return problems
 
 
 def record_heads(path: Path, standings: list[Standing]) -> None:
