@@ -168,11 +168,12 @@ def test_a_gate_that_opts_out_records_only_its_declared_files_expanding_packages
 
 TIMED = """
 def test_timed(gate):
+    from assay.qualify.plugin.claim import MeasuredControl
     from toypkg import _core
     c = gate.claim("timed", "fast", kind="performance", threshold=Threshold("<", 1.0),
                    unit="s", code=["toypkg._core"])
     c.measure(0.1)
-    c.control("slow", 2.0)
+    c.control("slow", MeasuredControl(2.0, "s"))
 
 def test_plain(gate):
     from toypkg import _core

@@ -117,3 +117,32 @@ def test_an_erased_failure_whose_text_is_kept_still_fails_the_gate(failing_tail,
     standing = gate_standing(failing_tail.receipts, "demo")
     assert standing.problems == [] and standing.status == "fail", standing.summary()
     assert_agree(five_views(failing_tail, tmp_path, capsys), "fail", "erased run", "acknowledged")
+
+
+def test_erasing_every_receipt_of_a_failing_gate_still_shows_its_failure(
+    failing_tail, tmp_path, capsys
+):
+    """The whole receipts folder deleted and acknowledged with each file's text: the gate keeps
+    its row, record, page and standing, and the failure the erased receipts hold stands."""
+    gates, root = failing_tail, failing_tail.pytester.path
+    folder = gates.receipts / "demo"
+    files = {
+        p.name: p.read_text("utf-8") for p in [*gates.receipt_files("demo"), folder / "LEDGER"]
+    }
+    for name in files:
+        (folder / name).unlink()
+    _git(root, "commit", "-qam", "drop the gate's receipts")
+    commit = _git(root, "rev-parse", "HEAD")
+    with (folder / "CORRECTIONS").open("w", encoding="utf-8") as handle:
+        for name, text in files.items():
+            entry = {
+                "date": "2026-12-04", "commit": commit, "reason": "withdrawn", "file": name,
+                "change": "deleted", "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }  # fmt: skip
+            if name != "LEDGER":
+                entry["content"] = text
+            handle.write(json.dumps(entry) + "\n")
+    from assay.qualify.publishing.index import render_all
+
+    render_all(gates.receipts, gates.records, root)
+    assert_agree(five_views(gates, tmp_path, capsys), "fail", "erased run")

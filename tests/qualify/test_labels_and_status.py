@@ -5,6 +5,7 @@ from its claims by every writer and every reader."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from gatekit import PASSING_GATE
@@ -145,3 +146,33 @@ def test_a_version_no_distribution_vouches_for_is_not_shown_as_what_ran(gates):
     record = (gates.records / "subj.md").read_text("utf-8")
     assert "the version the gates imported is unknown" in record
     assert "not an installed distribution" in record
+
+
+def test_a_gate_file_named_after_the_index_is_not_a_gate(gates):
+    gates.write("README", "def test_x(gate):\n    pass\n")
+    result = gates.run()
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*not gate_README.py: README is the records index*"])
+    assert not (gates.records / "README.md").exists()
+
+
+def test_a_stubbed_torch_is_described_as_far_as_it_can_be(gates):
+    gates.pytester.makeconftest(
+        "import sys\nfrom unittest.mock import MagicMock\n"
+        "stub = MagicMock()\nstub.__version__ = '2.3.0'\nsys.modules['torch'] = stub\n"
+    )
+    gates.write(
+        "stub",
+        "def test_x(gate):\n"
+        "    c = gate.claim('x', 'ok', kind='correctness', threshold=Threshold('==', 0))\n"
+        "    c.measure(0)\n    c.control('broken', 1)\n",
+    )
+    try:
+        result = gates.run()
+    finally:
+        import torch
+
+        sys.modules["torch"] = torch
+    assert result.ret == 0 and "INTERNALERROR" not in result.stdout.str()
+    environment = gates.only_receipt("stub")["environment"]
+    assert environment["torch"] == "2.3.0" and environment["cuda"] is None

@@ -95,3 +95,18 @@ def test_a_number_a_float_cannot_hold_is_one_clear_error(gates, value, said):
     result = gates.run()
     assert result.ret != 0
     result.stdout.fnmatch_lines([f"*AssayError: claim 'loss' measure*{said}*"])
+
+
+def test_numbers_past_a_floats_range_are_refused_in_one_line():
+    from decimal import Decimal
+
+    from assay.errors import AssayError
+    from assay.qualify import Threshold
+    from assay.qualify.plugin.claim import _number
+
+    with pytest.raises(AssayError, match="expected a finite number"):
+        Threshold("<=", 10**400)
+    for value in (10**400, Decimal("1e400"), Decimal("-1e400")):
+        with pytest.raises(AssayError, match="is not a number a float can hold"):
+            _number(value, "claim 'x' measure")
+    assert _number(Decimal("Infinity"), "x") == float("inf")  # said to be infinite: kept as such

@@ -191,3 +191,47 @@ def test_code_edited_between_two_sessions_of_one_process_is_flagged(toy):
     assert "differs_from_tree" not in first["code"]
     assert second["code"]["differs_from_tree"] == ["toylib/core.py"]
     assert second["status"] == "pass"  # the old code ran: what a reader must be warned of
+
+
+OWN_TRACER = """
+import importlib
+import sys
+
+def test_traced(gate):
+    sys.settrace(lambda frame, event, arg: None)  # the test's own tracer replaces coverage's
+    core = importlib.import_module("toylib.core")  # imported by name: no static import
+    sys.settrace(None)
+    c = gate.claim("own", "clamps", kind="correctness", threshold=Threshold("==", 0))
+    c.measure(core.clamp(5) - 3)
+    c.control("broken", 1)
+"""
+
+
+def test_a_test_that_replaces_the_tracer_is_declared_and_what_it_loaded_still_counts(toy):
+    toy.write("own", OWN_TRACER)
+    assert toy.run().ret == 0
+    (claim,) = toy.only_receipt("own")["claims"]
+    assert claim["code_source"] == "declared" and "executed_files" not in claim
+    assert "toylib/core.py" in _paths(claim, "import_files")
+
+
+def test_a_src_package_named_unlike_its_distribution_is_measured(gates):
+    root = gates.pytester.path
+    (root / "pyproject.toml").write_text('[project]\nname = "toy-library"\nversion = "0.1"\n')
+    (root / "src" / "toylib").mkdir(parents=True)
+    (root / "src" / "toylib" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    gates.pytester.syspathinsert(root / "src")
+    gates.write(
+        "lib",
+        """
+import toylib
+
+def test_add(gate):
+    c = gate.claim("add", "adds", kind="correctness", threshold=Threshold("==", 0))
+    c.measure(toylib.add(1, 2) - 3)
+    c.control("broken", 1)
+""",
+    )
+    assert gates.run().ret == 0
+    (claim,) = gates.only_receipt("lib")["claims"]
+    assert "src/toylib/__init__.py" in _paths(claim, "executed_files")

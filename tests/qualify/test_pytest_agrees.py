@@ -4,7 +4,11 @@ a non-zero exit, however the test that declared it ended."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from assay.qualify.judging.standing import gate_standing
 
 FIXTURE_TEARDOWN = """
 import pytest
@@ -245,3 +249,63 @@ def test_a_folder_option_naming_a_file_is_one_usage_line(gates, option):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines([f"*{option} *taken.txt: expected a folder, found a file*"])
+
+
+RUNS_TWICE = """
+RUNS = []
+
+def test_step(gate):
+    RUNS.append(1)
+    c = gate.claim("x", "holds", kind="memory", threshold=Threshold("<=", 1))
+    c.measure(0 if len(RUNS) == 1 else 7)  # the second run misses the bound
+    c.control("broken", 2)
+"""
+
+LOOP_AGAIN = """
+import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session):  # a stability check: run everything once more
+    result = yield
+    for i, item in enumerate(session.items):
+        after = session.items[i + 1] if i + 1 < len(session.items) else None
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=after)
+    return result
+"""
+
+
+@pytest.mark.parametrize("how", ["conftest repeats the loop", "xdist --dist each"])
+def test_a_test_run_again_after_its_receipt_goes_in_a_later_partial_receipt(gates, how):
+    if how == "xdist --dist each":
+        source = RUNS_TWICE.replace(
+            "len(RUNS) == 1", "__import__('os').environ.get('PYTEST_XDIST_WORKER') != 'gw1'"
+        )
+        gates.write("agree", source)
+        result = gates.run("-n", "2", "--dist", "each")
+    else:
+        gates.pytester.makeconftest(LOOP_AGAIN)
+        gates.write("agree", RUNS_TWICE)
+        result = gates.run()
+    assert result.ret != 0
+    receipts = [json.loads(p.read_text()) for p in gates.receipt_files("agree")]
+    assert sorted(c["verdict"] for r in receipts for c in r["claims"]) == ["fail", "pass"]
+    late = next(r for r in receipts if r["claims"][0]["verdict"] == "fail")
+    assert "ran again" in late["run"]["partial_reason"]
+    assert gate_standing(gates.receipts, "agree").status == "fail"
+
+
+def test_records_are_never_rendered_from_another_ledger_than_the_one_beside_them(gates, tmp_path):
+    """ini gate_records names the published records; a scratch --gate-receipts run would have
+    re-rendered them from its own ledger. It is refused in one line, and nothing is written."""
+    gates.write("agree", XFAIL_RAISES)
+    gates.pytester.makeini("[pytest]\ngate_records = records\n")
+    (gates.records / "receipts").mkdir(parents=True)
+    scratch = tmp_path / "scratch" / "receipts"
+    result = gates.pytester.runpytest(f"--gate-receipts={scratch}", *map(str, gates.modules))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gate-records *records: its records show the receipts in*"])
+    assert not scratch.exists() and list(gates.records.iterdir()) == [gates.records / "receipts"]
+    no_render = gates.pytester.runpytest(
+        f"--gate-receipts={scratch}", "--gate-no-render", *map(str, gates.modules)
+    )
+    assert no_render.ret != pytest.ExitCode.USAGE_ERROR and scratch.exists()

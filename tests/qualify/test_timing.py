@@ -141,6 +141,22 @@ def test_t(gate):
     assert claim["verdict"] != "pass"
 
 
+@pytest.mark.parametrize("measure", ["samples=[0.1, 0.2, 0.3]", "0.2"])
+def test_a_performance_claim_in_a_time_unit_refuses_a_typed_control(gates, measure):
+    gates.write(
+        "clock",
+        f"""
+def test_t(gate):
+    c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<=", 1), unit="ms")
+    c.measure({measure})
+    c.control("naive version, from an old benchmark", 100.0)
+""",
+    )
+    result = gates.run("--gate-no-render")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*a timing claim's control is a measured slower variant*"])
+
+
 def test_a_timed_control_for_a_claim_not_in_time_units_is_refused():
     from assay.errors import AssayError
     from assay.qualify.plugin.claim import MeasuredControl

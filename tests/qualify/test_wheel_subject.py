@@ -124,7 +124,7 @@ def test_gate_runs_against_the_installed_wheel_and_names_it(tmp_path):
     # control: the same gate against the checkout sees no mark, and the wheel claim is refused
     env["PYTHONPATH"] = str(ROOT / "src")
     checkout = subprocess.run(
-        [*pytest_argv, receipts_opt, "receipts2"],
+        [*pytest_argv, receipts_opt, "checkout/receipts"],  # records beside it, not over ours
         cwd=project,
         env=env,
         capture_output=True,

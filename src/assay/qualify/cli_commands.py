@@ -30,7 +30,9 @@ def _nothing_to_check(receipts: Path) -> str | None:
         return f"{receipts}: no such receipts folder"
     if not receipts.is_dir():
         return f"{receipts}: not a folder of receipts"
-    if not any(receipts.glob("*/*.json")):
+    from assay.qualify.publishing.render import gates_in
+
+    if not gates_in(receipts):
         return f"{receipts}: holds no receipts (expected <gate>/<receipt>.json); nothing to verify"
     return None
 

@@ -85,8 +85,12 @@ class Threshold:
         number = self.value
         if isinstance(number, bool) or not isinstance(number, (int, float)):
             raise AssayError(f"Threshold.value: expected a number, got {number!r}")
-        if not math.isfinite(number):
-            raise AssayError(f"Threshold.value: expected a finite number, got {number!r}")
+        try:
+            finite = math.isfinite(number)
+        except OverflowError:  # an int beyond a float's range
+            finite = False
+        if not finite:
+            raise AssayError(f"Threshold.value: expected a finite number, got {str(number)[:40]}")
         if not isinstance(self.tolerance, Tolerance):
             _finite_non_negative("Threshold.tolerance", self.tolerance)
 

@@ -4,6 +4,7 @@ finite, so it never vanishes into a median or a pass."""
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Iterable
@@ -38,7 +39,18 @@ def _number(value: Any, where: str) -> float:
     except (TypeError, ValueError, OverflowError) as err:
         shown = repr(value)[:40]
         raise AssayError(f"{where}: {shown} is not a number a float can hold ({err})") from None
+    if math.isinf(number) and _finite_text(value):  # Decimal("1e400"): finite, past a float
+        raise AssayError(f"{where}: {repr(value)[:40]} is not a number a float can hold")
     return value if isinstance(value, int) else number
+
+
+def _finite_text(value: Any) -> bool:
+    """Whether a number-like whose float is infinite says it is finite (a Decimal does)."""
+    is_finite = getattr(value, "is_finite", None)
+    try:
+        return bool(is_finite()) if callable(is_finite) else False
+    except Exception:  # an object whose is_finite is not Decimal's: trust its float
+        return False
 
 
 def _stats(numbers: list[float]) -> dict[str, Any]:
@@ -111,8 +123,12 @@ class Claim:
         self._measured_controls: list[bool] = []
 
     def _timed(self) -> bool:
+        """A timing claim: measured with ``timing=``, or a performance claim in a time unit
+        (its samples may come from any clock; its controls must still be measured)."""
         measurement = self._data["measurement"]
-        return measurement is not None and "timing" in measurement
+        if measurement is not None and "timing" in measurement:
+            return True
+        return self._data.get("kind") == "performance" and self._data["unit"] in TIME_UNITS
 
     def _gate_open(self, where: str) -> None:
         self._gate.check_open(where)
@@ -204,7 +220,8 @@ class Claim:
         if self._timed() and not timed_control:
             raise AssayError(
                 f"{where}: a timing claim's control is a measured slower variant "
-                "(assay.qualify.measure_control), not a number typed in"
+                "(assay.qualify.measure_control, or MeasuredControl(seconds_in_unit, unit) for "
+                "a time you took yourself), not a number typed in"
             )
         if isinstance(measured, MeasuredControl):  # measured in its own unit: read in ours
             measured = measured.in_unit(self._data["unit"], where)

@@ -44,6 +44,7 @@ import ast
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -57,7 +58,7 @@ RC_ENV = "COVERAGE_PROCESS_START"
 FLAG = "GATE_COVERAGE"
 OFF_ENV = "ASSAY_GATE_COVERAGE"  # "0": measure nothing (harness/coverage_cost.py's baseline)
 INSTRUMENT = Path(__file__).resolve().parents[1]  # assay/qualify: never measured
-_GATE_MODULE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
+_GATE_MODULE = re.compile(r"^gate_(?!(?i:readme)\.py$)([A-Za-z0-9_]+)\.py$")  # README is the index
 
 
 def measured_tests(path: Path) -> tuple[bool, set[str]]:
@@ -106,7 +107,7 @@ def subject_packages(root: Path, override: str | None) -> list[str]:
     name = describe_subject(root, override)["name"]
     if not name:
         return []
-    names = [re.sub(r"[-.]+", "_", name)]
+    names = [re.sub(r"[-.]+", "_", name), *tree_packages(root)]
     try:
         from importlib.metadata import packages_distributions
 
@@ -114,6 +115,15 @@ def subject_packages(root: Path, override: str | None) -> list[str]:
     except Exception:  # metadata scans fail on broken installs; the name alone still measures
         pass
     return sorted(set(names))
+
+
+def tree_packages(root: Path) -> list[str]:
+    """The top-level packages of a src layout (``src/<name>/__init__.py``): the project's own
+    code even when its import name is not its distribution's (``scikit-learn``/``sklearn``)."""
+    src = Path(root) / "src"
+    if not src.is_dir():
+        return []
+    return sorted(p.parent.name for p in src.glob("*/__init__.py") if p.parent.name.isidentifier())
 
 
 class Measure:
@@ -133,6 +143,9 @@ class Measure:
         self._child: dict[str, set[str]] = {}
         self._read: set[str] = set()
         self._sha: dict[str, str] = {}
+        self._tracer: Any = None  # the trace function coverage installed for this thread
+        self._active: str | None = None  # the context being traced now
+        self._lost: set[str] = set()  # contexts whose code replaced or removed that tracer
 
     def _module(self, path: Path) -> tuple[bool, set[str]]:
         if path not in self._modules:
@@ -202,22 +215,34 @@ class Measure:
 
         reads.install()
         reads.switch(None)  # what the instrument reads itself (its settings) is not the claim's
+        self._check_tracer()
         if context is None and self._running:
             self._cov.stop()
             self._running = False
         if context is not None and self._start():
+            if self._running and sys.gettrace() is not self._tracer:
+                self._cov.stop()  # a test removed the tracer: put it back for the next one
+                self._running = False
             if not self._running:
                 self._cov.start()
                 self._running = True
+                self._tracer = sys.gettrace()
             self._cov.switch_context(context)
             self._set_env(RC_ENV, str(self._dir / "child.rc"))
         else:
             self._restore_env(RC_ENV)  # children run untraced too
+        self._active = context if self._running else None
         if reading is None:
             self._restore_env()
         else:
             self._set_env(ENV_CONTEXT, reading)
         reads.switch(reading)
+
+    def _check_tracer(self) -> None:
+        """Note the context being traced as unmeasured when its code replaced or removed the
+        coverage tracer (``sys.settrace``): what coverage holds for it is not what ran."""
+        if self._running and self._active is not None and sys.gettrace() is not self._tracer:
+            self._lost.add(self._active)
 
     def _set_env(self, key: str, value: str) -> None:
         self._saved.setdefault(key, os.environ.get(key))
@@ -283,6 +308,8 @@ class Measure:
             key: sorted(reads.read_under(c) | (children.reads(c) if children else set()))
             for key, c in (("test", read_test), ("gate", read_gate))
         }
+        contexts = (("test", read_test), ("gate", read_gate))
+        opened["modules"] = {key: sorted(reads.loaded_under(c)) for key, c in contexts}
         shown = {Path(m): display(Path(m)) for m in reads.read_at_import()}
         opened["at_import"] = {  # the tree's modules: each claim relying on one gets its reads
             shown[Path(m)]: sorted(paths)
@@ -290,7 +317,8 @@ class Measure:
             if not Path(shown[Path(m)]).is_absolute()
         }
         test, gate = self.contexts(item)
-        if test is None or gate is None or self._cov is None:
+        self._check_tracer()
+        if test is None or gate is None or self._cov is None or {test, gate} & self._lost:
             return {"source": "declared", "read": opened}
         data = self._cov.get_data()
         self._read_children()

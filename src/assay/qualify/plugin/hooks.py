@@ -28,7 +28,7 @@ CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collec
 MEASURE = pytest.StashKey[Any]()  # this process's executed.Measure, once it saw a gate module
 CLASHES = pytest.StashKey[dict]()  # gate name -> its files, where more than one claims it
 JUDGED = pytest.StashKey[dict]()  # claim id -> the verdict the test was already failed on
-GATE_MODULE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
+GATE_MODULE = re.compile(r"^gate_(?!(?i:readme)\.py$)([A-Za-z0-9_]+)\.py$")  # README is the index
 DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
 
 
@@ -129,8 +129,29 @@ def _not_a_folder(config: pytest.Config) -> str | None:
     return None
 
 
+def _records_of_another_ledger(config: pytest.Config) -> str | None:
+    """Records that would be rendered from receipts other than the ones beside them (an ini
+    ``gate_records`` with a scratch ``--gate-receipts``), or None."""
+    from assay.qualify.plugin.session import no_write, render_enabled, setting_dir
+
+    receipts = setting_dir(config, "gate_receipts")
+    if receipts is None or no_write(config) or not render_enabled(config):
+        return None
+    records = setting_dir(config, "gate_records") or receipts.parent
+    beside = records / "receipts"
+    if beside.is_dir() and beside.resolve() != receipts.resolve():
+        return (
+            f"--gate-records {records}: its records show the receipts in {beside}, but this run "
+            f"writes receipts to {receipts}; rendering there would replace them with another "
+            "ledger's: pass --gate-records beside those receipts, or --gate-no-render"
+        )
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    trap = _space_form_outside(config) or _not_a_folder(config)
+    trap = (
+        _space_form_outside(config) or _not_a_folder(config) or _records_of_another_ledger(config)
+    )
     if trap:
         raise pytest.UsageError(trap)
     if config.getoption("gate_baseline", None) or config.getini("gate_baseline"):
@@ -177,7 +198,10 @@ def gate_name(path: Path) -> str:
     if match is None:
         from assay.errors import AssayError
 
-        raise AssayError(f"{path}: the gate fixture needs a module named gate_<name>.py")
+        raise AssayError(
+            f"{path}: the gate fixture needs a module named gate_<name>.py (not gate_README.py: "
+            "README is the records index)"
+        )
     return match.group(1)
 
 

@@ -25,6 +25,7 @@ def attach(
     measurement data are left as they are."""
     shared: dict[str, str] = {}
     shared_reads: set[str] = set()
+    shared_modules: set[str] = set()  # module sources loaded by the gate's import or fixtures
     at_import: dict[str, set[str]] = {}  # module -> what its top-level code read, any process
     for fragment in fragments:
         executed = fragment.get("executed") or {}
@@ -32,6 +33,7 @@ def attach(
             shared.setdefault(entry["path"], entry["sha256"])
         read = executed.get("read") or {}
         shared_reads.update(read.get("gate", []))
+        shared_modules.update((read.get("modules") or {}).get("gate", []))
         for module, paths in (read.get("at_import") or {}).items():
             at_import.setdefault(module, set()).update(paths)
     for fragment in fragments:
@@ -42,16 +44,41 @@ def attach(
         files = dict(shared) if measured else {}
         for entry in executed.get("test", []) if measured else []:
             files.setdefault(entry["path"], entry["sha256"])
-        opened = shared_reads | set((executed.get("read") or {}).get("test", []))
+        read = executed.get("read") or {}
+        opened = shared_reads | set(read.get("test", []))
+        loaded = shared_modules | set((read.get("modules") or {}).get("test", []))
         for claim in fragment["claims"]:
             claim["code_source"] = executed["source"]
             if measured:
                 claim["executed_files"] = [{"path": p, "sha256": files[p]} for p in sorted(files)]
             if root is not None:
                 ran = {*files, *(f["path"] for f in claim.get("code_files", []))}
+                imported = _under(Path(root), loaded) - ran  # loaded by name, maybe untraced
                 _relied_on(
-                    claim, sorted(ran), opened, at_import, Path(root), packages or [], outside or []
+                    claim,
+                    sorted(ran | imported),
+                    opened,
+                    at_import,
+                    Path(root),
+                    packages or [],
+                    outside or [],
+                    imported,
                 )
+
+
+def _under(root: Path, paths: set[str]) -> set[str]:
+    """Display paths (relative to ``root``) of the module sources in ``paths`` inside it."""
+    from assay.qualify.plugin.reads import NOT_PROJECT
+
+    top, found = root.resolve(), set()
+    for name in paths:
+        try:
+            rel = Path(name).resolve().relative_to(top)
+        except (ValueError, OSError):
+            continue
+        if not set(rel.parts) & NOT_PROJECT:  # a virtualenv inside the tree is not its code
+            found.add(rel.as_posix())
+    return found
 
 
 def _relied_on(
@@ -62,14 +89,17 @@ def _relied_on(
     root: Path,
     packages: list[str],
     outside: list[Path],
+    imported: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> None:
     """Set the claim's ``import_files`` and ``read_files`` (each omitted when empty); the files
-    a module it ran or relied on opened at import time are among the files it read."""
+    a module it ran or relied on opened at import time are among the files it read.
+    ``imported``: project modules its test or gate loaded (by name too), which count whether or
+    not the tracer saw them run."""
     from assay.qualify.core.source import file_sha256
     from assay.qualify.plugin.imports import import_closure
     from assay.qualify.plugin.reads import project_files
 
-    closure = import_closure(root, ran, packages)
+    closure = sorted(set(import_closure(root, ran, packages)) | imported)
     if closure:
         claim["import_files"] = [{"path": p, "sha256": file_sha256(root / p)} for p in closure]
     # what a module it relies on read at import time counts, whichever test imported it first

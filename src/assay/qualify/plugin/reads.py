@@ -31,15 +31,19 @@ from typing import Any
 # the hook already installed and the reads it noted, not start a second, blind copy.
 _STATE: dict[str, Any] = sys.__dict__.setdefault(
     "_assay_gate_reads",
-    {"current": None, "seen": {}, "at_import": {}, "loaded": {}, "installed": False},
+    {"current": None, "seen": {}, "at_import": {}, "loaded": {}, "modules": {}, "installed": False},
 )
 _seen: dict[str, set[str]] = _STATE["seen"]
 _at_import: dict[str, set[str]] = _STATE["at_import"]  # module file -> files its top level read
 # module source -> (mtime_ns, size) when the import system last read it (or its bytecode)
 _loaded: dict[str, tuple[int, int]] = _STATE.setdefault("loaded", {})
 _IMPORT_SYSTEM = "<frozen importlib._bootstrap_external>"
+# context -> module sources the import system loaded while it was current
+_modules: dict[str, set[str]] = _STATE.setdefault("modules", {})
 _LIMIT = 20_000  # paths per context: a runaway reader must not hold the session's memory
 CODE_SUFFIXES = {".py", ".pyc", ".pyo", ".so", ".pyd", ".pth"}
+# folders under a project root that hold no project files: git, caches, virtualenvs
+NOT_PROJECT = {".git", "__pycache__", ".nox", ".venv", "venv", ".tox", "site-packages"}
 
 
 def _hook(event: str, args: tuple) -> None:
@@ -95,6 +99,11 @@ def _note_loaded(name: str) -> None:
     except OSError:
         return
     _loaded[os.path.abspath(source)] = (stat.st_mtime_ns, stat.st_size)
+    current = _STATE["current"]
+    if current is not None:  # a module imported by name (importlib) counts where it loaded
+        found = _modules.setdefault(current, set())
+        if len(found) < _LIMIT:
+            found.add(os.path.abspath(source))
 
 
 def _importing_module() -> str | None:
@@ -140,6 +149,11 @@ def changed_since_loaded(path: Path) -> bool:
     return (stat.st_mtime_ns, stat.st_size) != seen
 
 
+def loaded_under(context: str | None) -> set[str]:
+    """Module sources the import system loaded while ``context`` was current, in this process."""
+    return set(_modules.get(context, ())) if context else set()
+
+
 def read_at_import() -> dict[str, set[str]]:
     """Module file -> the files its top-level code opened for reading, in this process, whatever
     gate (or none) was current when it was imported."""
@@ -161,8 +175,7 @@ def project_files(paths: Iterable[str], root: Path, outside: Iterable[Path] = ()
             continue
         if path.suffix in CODE_SUFFIXES or not path.is_file():
             continue
-        parts = set(rel.parts)
-        if parts & {".git", "__pycache__", ".nox", ".venv", "venv", ".tox"}:
+        if set(rel.parts) & NOT_PROJECT:
             continue
         if any(path == e or e in path.parents for e in excluded):
             continue

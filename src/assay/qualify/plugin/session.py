@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-GATE_FILE = re.compile(r"^gate_([A-Za-z0-9_]+)\.py$")
+GATE_FILE = re.compile(r"^gate_(?!(?i:readme)\.py$)([A-Za-z0-9_]+)\.py$")  # README is the index
 XDIST_GROUP = re.compile(r"@[^\]/:@]+$")
 # user properties on a gate test's reports: the fragment it declared; the collected tests of
 # its gate left out of the run (an xdist worker sees that, its controller does not); the phase
@@ -120,6 +120,11 @@ class GateSession:
         self.failures: dict[str, list[dict[str, Any]]] = {}
         self.skipped: dict[str, list[dict[str, str]]] = {}
         self.published: set[str] = set()
+        # a gate whose tests ran again after its receipt was written (xdist --dist each, a
+        # conftest that repeats the run loop): the new declarations go in a second, partial
+        # receipt at the end of the session, never nowhere
+        self.late: set[str] = set()
+        self.cut: dict[str, tuple[int, int, int]] = {}  # what earlier receipts already hold
         self.written: list[tuple[str, str]] = []
         self.problems: list[str] = []
         self.not_passing: list[str] = []  # claims written (or previewed) that did not pass
@@ -156,6 +161,9 @@ class GateSession:
         if gate is None:
             return
         nodeid = plain_nodeid(report.nodeid)
+        if gate in self.published and report.when == "setup":
+            self.published.discard(gate)
+            self.late.add(gate)
         verdict_phases = set()
         for key, value in list(report.user_properties):
             if key == FRAGMENT_KEY:
@@ -191,17 +199,13 @@ class GateSession:
                 return
             self.done.setdefault(gate, set()).add(nodeid)
             expected = (self.expected or {}).get(gate)
-            if expected is not None and expected <= self.done[gate]:
+            if expected is not None and expected <= self.done[gate] and gate not in self.late:
                 self.publish(gate)
 
     def _fragment(self, gate: str, fragment: dict[str, Any]) -> None:
-        if gate in self.published:
-            again = fragment["nodeid"] in self.done.get(gate, ())
-            what = "ran again (a plugin repeated it)" if again else "declared"
-            self.problems.append(
-                f"gate {gate!r}: {fragment['nodeid']} {what} after the gate's receipt was "
-                "written; its declarations are in no receipt"
-            )
+        if gate in self.published:  # declared after the receipt: it goes in a later one
+            self.published.discard(gate)
+            self.late.add(gate)
         self.fragments.setdefault(gate, []).append(fragment)
 
     def _failure(
@@ -246,7 +250,22 @@ class GateSession:
         )
         if any(f["when"] == "collect" for f in self.failures.get(gate, [])):
             reasons.append("the gate module failed to collect")
+        if gate in self.late:
+            reasons.append(
+                "its tests ran again, or declared claims, after the gate's receipt of this "
+                "session was written: this receipt holds what came after"
+            )
         return "; ".join(reasons) or None
+
+    def _unpublished(self, gate: str) -> tuple[list[Any], list[Any], list[Any]]:
+        """The gate's fragments, failures and skips no receipt of this session holds yet; from
+        now on, the receipt being written holds them."""
+        start = self.cut.get(gate, (0, 0, 0))
+        fragments = self.fragments.get(gate, [])
+        failures = self.failures.get(gate, [])
+        skipped = self.skipped.get(gate, [])
+        self.cut[gate] = (len(fragments), len(failures), len(skipped))
+        return fragments[start[0] :], failures[start[1] :], skipped[start[2] :]
 
     def publish(self, gate: str) -> None:
         """Write the gate's receipt and render its record (once per gate per session)."""
@@ -256,9 +275,9 @@ class GateSession:
         if len(self.files.get(gate, ())) > 1:
             self.problems.append(f"receipt not written: {clash_line(gate, self.files[gate])}")
             return
-        fragments = self.fragments.get(gate, [])
+        fragments, failures, skipped = self._unpublished(gate)
         seen = {f["nodeid"] for f in fragments}
-        for failure in self.failures.get(gate, []):
+        for failure in failures:
             if failure["nodeid"] not in seen:  # raised before declaring: still the gate's test
                 seen.add(failure["nodeid"])
                 fragments.append(_empty_fragment(gate, failure["nodeid"]))
@@ -302,14 +321,14 @@ class GateSession:
             subject=describe_subject(config.rootpath, config.getini("gate_project") or None),
             project=config.getini("gate_project") or None,
             partial={gate: reason} if (reason := self.partial_reason(gate)) else {},
-            failures={gate: self.failures[gate]} if self.failures.get(gate) else {},
+            failures={gate: failures} if failures else {},
         )
         gate_file = next(iter(seen)).split("::", 1)[0]
         headline = module_constant(config.rootpath / gate_file, "HEADLINE")
         options.extras[gate] = {
             "gate_file": gate_file,
             **({"headline_claim": headline} if isinstance(headline, str) else {}),
-            **({"skipped": self.skipped[gate]} if self.skipped.get(gate) else {}),
+            **({"skipped": skipped} if skipped else {}),
         }
         if no_write(config):
             shown, not_passing = preview(fragments, options)

@@ -16,6 +16,8 @@ import jinja2
 
 from assay.errors import AssayError
 from assay.qualify.judging.standing import Standing, gate_standing, standing_of
+from assay.qualify.ledger.chain import LEDGER
+from assay.qualify.ledger.corrections import CORRECTIONS
 from assay.qualify.ledger.receipt import read_receipt, receipt_paths, write_atomic
 from assay.qualify.publishing.view import gate_view
 
@@ -89,14 +91,31 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+_ERASED_RECORD = """# Gate record: {{ s.gate | text }}
+
+{{ banner }}**Status: {{ s.status | upper }}** · {{ s.summary() | cell }} · 0 in the ledger
+
+Every receipt of this gate has been erased from its ledger. What they held still counts: the
+status above weighs the erased receipts that `receipts/{{ s.gate | text }}/CORRECTIONS` keeps.
+{% if s.problems %}
+
+**The ledger does not verify: {{ s.problems | length }} problem(s).**
+
+{% for p in s.problems %}
+- {{ p | text }}
+{% endfor %}
+{% endif %}
+"""
+
+
 def render_standing(standing: Standing, banner: str = "") -> str:
     """The Markdown record of one gate from its standing (see :mod:`assay.qualify.publishing.view`).
 
     Deterministic given the standing; ``banner`` (a tree-derived span from
     :func:`assay.qualify.judging.stale.banner`) is placed above the status line.
     """
-    if not standing.receipts:
-        raise AssayError(f"gate {standing.gate!r}: no receipts to render")
+    if not standing.receipts:  # every receipt erased: the failures they held still stand
+        return _environment().from_string(_ERASED_RECORD).render(s=standing, banner=banner)
     template = _environment().get_template("record.md.j2")
     return template.render(v=gate_view(standing), banner=banner)
 
@@ -119,14 +138,18 @@ def load_gate(receipts_dir: Path, gate: str) -> list[dict[str, Any]]:
 
 
 def gates_in(receipts_dir: Path) -> list[str]:
-    """Gate names that have a receipts folder with at least one receipt, sorted."""
+    """Gate names that have a receipts folder holding a receipt, or a LEDGER or CORRECTIONS
+    file (every receipt of a gate erased, acknowledged or not, still leaves a gate to judge),
+    sorted."""
     root = Path(receipts_dir)
     if not root.is_dir():
         return []
     return sorted(
         d.name
         for d in root.iterdir()
-        if d.is_dir() and GATE_DIR.match(d.name) and receipt_paths(root, d.name)
+        if d.is_dir()
+        and GATE_DIR.match(d.name)
+        and (receipt_paths(root, d.name) or (d / LEDGER).exists() or (d / CORRECTIONS).exists())
     )
 
 

@@ -89,6 +89,21 @@ def index_entry(standing: Standing, root: Path) -> dict[str, Any]:
     }
 
 
+def _erased_page(standing: Standing, banner: list[str]) -> str:
+    """The page of a gate whose every receipt was erased: its status and why, escaped."""
+    from html import escape
+
+    warnings = "".join(f"<p><strong>{escape(line)}</strong></p>" for line in banner)
+    return (
+        f"<!doctype html><meta charset=utf-8><title>Gate {escape(standing.gate)}</title>"
+        f"{warnings}<h1>Gate {escape(standing.gate)}</h1>"
+        f"<p><strong>Status: {escape(standing.status.upper())}</strong> · "
+        f"{escape(standing.summary())} · 0 in the ledger</p><p>Every receipt of this gate has "
+        "been erased from its ledger; the status weighs the erased receipts its CORRECTIONS "
+        "file keeps.</p>\n"
+    )
+
+
 def gate_page(
     standing: Standing, banner: list[str] | None = None, receipts_dir: Path | None = None
 ) -> str:
@@ -141,11 +156,12 @@ def build_site(
     rows = []
     out.mkdir(parents=True, exist_ok=True)
     for standing in standings(receipts_dir, records_dir, root):
-        if standing.head is None:
-            continue
         rows.append(index_entry(standing, root))
-        _copy_evidence(standing, receipts_dir, records_dir, out)
-        page = gate_page(standing, banner, receipts_dir)
+        if standing.head is None:  # every receipt erased: its page still says what stands
+            page = _erased_page(standing, banner)
+        else:
+            _copy_evidence(standing, receipts_dir, records_dir, out)
+            page = gate_page(standing, banner, receipts_dir)
         write_atomic(out / f"{standing.gate}.html", page.encode("utf-8"), overwrite=True)
     index = out / "index.html"
     write_atomic(index, index_page(rows, banner).encode("utf-8"), overwrite=True)
