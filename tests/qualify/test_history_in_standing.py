@@ -146,3 +146,14 @@ def test_erasing_every_receipt_of_a_failing_gate_still_shows_its_failure(
 
     render_all(gates.receipts, gates.records, root)
     assert_agree(five_views(gates, tmp_path, capsys), "fail", "erased run")
+
+
+def test_a_replace_graft_does_not_hide_an_unacknowledged_deletion(failing_tail, tmp_path, capsys):
+    """``git replace --graft`` makes every reader of history skip the commit that added the
+    failing receipt; history is read as committed, so the deletion still shows."""
+    root = failing_tail.pytester.path
+    added = _git(root, "rev-parse", "HEAD")
+    _drop_newest(failing_tail)
+    _git(root, "commit", "-qam", "drop the failing run")
+    _git(root, "replace", "--graft", "HEAD", f"{added}^")
+    assert_agree(five_views(failing_tail, tmp_path, capsys), "broken")

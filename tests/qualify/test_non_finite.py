@@ -101,11 +101,15 @@ def test_numbers_past_a_floats_range_are_refused_in_one_line():
     from decimal import Decimal
 
     from assay.errors import AssayError
-    from assay.qualify import Threshold
+    from assay.qualify import Threshold, Tolerance
     from assay.qualify.plugin.claim import _number
 
     with pytest.raises(AssayError, match="expected a finite number"):
         Threshold("<=", 10**400)
+    with pytest.raises(AssayError, match="expected a finite number"):
+        Threshold("<=", 1, tolerance=10**400)
+    with pytest.raises(AssayError, match="expected a finite number"):
+        Tolerance.relative(10**400)
     for value in (10**400, Decimal("1e400"), Decimal("-1e400")):
         with pytest.raises(AssayError, match="is not a number a float can hold"):
             _number(value, "claim 'x' measure")

@@ -141,13 +141,17 @@ def test_t(gate):
     assert claim["verdict"] != "pass"
 
 
-@pytest.mark.parametrize("measure", ["samples=[0.1, 0.2, 0.3]", "0.2"])
-def test_a_performance_claim_in_a_time_unit_refuses_a_typed_control(gates, measure):
+@pytest.mark.parametrize(
+    ("measure", "unit"),
+    [("samples=[0.1, 0.2, 0.3]", "ms"), ("0.2", "ms"), ("0.2", "msec"), ("0.2", "Seconds"),
+     ("0.2", "\u03bcs"), ("0.2", "min")],
+)  # fmt: skip
+def test_a_performance_claim_in_a_time_unit_refuses_a_typed_control(gates, measure, unit):
     gates.write(
         "clock",
         f"""
 def test_t(gate):
-    c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<=", 1), unit="ms")
+    c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<=", 1), unit="{unit}")
     c.measure({measure})
     c.control("naive version, from an old benchmark", 100.0)
 """,

@@ -93,6 +93,7 @@ def test_gate_runs_against_the_installed_wheel_and_names_it(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     (project / "gate_wheel.py").write_text(textwrap.dedent(GATE), "utf-8")
+    (project / "pytest.ini").write_text("[pytest]\ngate_project = assay-qualify\n", "utf-8")
     pytest_argv = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "gate_wheel.py"]
     pytest_argv += ["--gate-device", "cpu"]
     plugin = (ROOT / "src/assay/qualify/plugin/hooks.py").read_text("utf-8")
@@ -133,3 +134,21 @@ def test_gate_runs_against_the_installed_wheel_and_names_it(tmp_path):
     )
     assert checkout.returncode != 0
     assert "not an installed wheel" in checkout.stdout
+
+
+def test_a_wheel_of_another_project_or_a_checkout_import_is_never_the_subject(
+    tmp_path, monkeypatch
+):
+    from assay.errors import AssayError
+    from assay.qualify.plugin.publish import WHEEL_ENV, wheel_subject
+
+    other = tmp_path / "toylib-9.9.9-py3-none-any.whl"
+    other.write_bytes(b"PK")
+    monkeypatch.setenv(WHEEL_ENV, str(other))
+    with pytest.raises(AssayError, match="is not a wheel of the project under test"):
+        wheel_subject("assay-qualify", ROOT)
+    ours = tmp_path / "assay_qualify-0.1.0-py3-none-any.whl"
+    ours.write_bytes(b"PK")
+    monkeypatch.setenv(WHEEL_ENV, str(ours))
+    with pytest.raises(AssayError, match="not an installed wheel"):  # this run's assay: src/
+        wheel_subject("assay-qualify", ROOT)

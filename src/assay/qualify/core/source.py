@@ -35,3 +35,11 @@ def module_constant(path: Path, name: str) -> Any:
             except ValueError:
                 return None
     return None
+
+
+def git_env() -> dict[str, str]:
+    """The environment for reading git history as committed: replace objects and grafts
+    (``git replace --graft``), which can hide commits from every reader, are ignored."""
+    import os
+
+    return {**os.environ, "GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.devnull}

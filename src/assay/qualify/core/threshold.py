@@ -56,11 +56,19 @@ class Tolerance:
         return {"mode": self.mode, "value": self.value}
 
 
+def _is_finite(number: int | float) -> bool:
+    """Whether a float can hold ``number`` as a finite value (an int past its range cannot)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def _finite_non_negative(where: str, number: Any) -> None:
     if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise AssayError(f"{where}: expected a number, got {number!r}")
-    if not math.isfinite(number):
-        raise AssayError(f"{where}: expected a finite number, got {number!r}")
+    if not _is_finite(number):
+        raise AssayError(f"{where}: expected a finite number, got {str(number)[:40]}")
     if number < 0:
         raise AssayError(f"{where}: expected >= 0, got {number!r}")
 
@@ -85,11 +93,7 @@ class Threshold:
         number = self.value
         if isinstance(number, bool) or not isinstance(number, (int, float)):
             raise AssayError(f"Threshold.value: expected a number, got {number!r}")
-        try:
-            finite = math.isfinite(number)
-        except OverflowError:  # an int beyond a float's range
-            finite = False
-        if not finite:
+        if not _is_finite(number):
             raise AssayError(f"Threshold.value: expected a finite number, got {str(number)[:40]}")
         if not isinstance(self.tolerance, Tolerance):
             _finite_non_negative("Threshold.tolerance", self.tolerance)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.core.source import file_sha256, module_constant
+from assay.qualify.core.source import file_sha256, git_env, module_constant
 
 STALE_OPEN = "<!--stale-->"
 STALE_CLOSE = "<!--/stale-->"
@@ -92,6 +92,7 @@ def _since(root: Path, commit: str | None, paths: list[str]) -> str:
             done = subprocess.run(
                 ["git", "rev-list", "--reverse", f"{commit}..HEAD", "--", *paths],
                 cwd=root,
+                env=git_env(),
                 capture_output=True,
                 text=True,
                 timeout=20,

@@ -44,6 +44,7 @@ from difflib import SequenceMatcher
 from pathlib import Path
 
 from assay.bounded import split_lines
+from assay.qualify.core.source import git_env
 from assay.qualify.core.status import derive_status
 from assay.qualify.ledger.chain import LEDGER
 from assay.qualify.ledger.corrections import (
@@ -117,6 +118,7 @@ def _git(top: Path, *args: str, stdin: bytes | None = None) -> bytes:
         done = subprocess.run(
             ["git", "-c", "core.quotepath=off", *args],
             cwd=top,
+            env=git_env(),
             input=stdin,
             capture_output=True,
             timeout=GIT_TIMEOUT_S,

@@ -22,6 +22,23 @@ class Owner(Protocol):
 
 # seconds per unit, for timing measurements recorded in a claim's own time unit
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# other spellings of a time, read case-blind: a claim in any of them is a timing claim
+_TIME_WORDS = {
+    **dict.fromkeys(("sec", "secs", "second", "seconds"), 1.0),
+    **dict.fromkeys(("msec", "msecs", "millisecond", "milliseconds"), 1e-3),
+    **dict.fromkeys(("μs", "usec", "usecs", "microsecond", "microseconds"), 1e-6),  # Greek mu
+    **dict.fromkeys(("nsec", "nsecs", "nanosecond", "nanoseconds"), 1e-9),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600.0),
+}
+
+
+def seconds_per(unit: str) -> float | None:
+    """Seconds in one ``unit`` when it names a time (``ms``, ``msec``, ``seconds``, ``μs``
+    ...), else None."""
+    if unit in TIME_UNITS:
+        return TIME_UNITS[unit]
+    return _TIME_WORDS.get(unit.strip().lower())
 
 
 def _number(value: Any, where: str) -> float:
@@ -98,12 +115,13 @@ class MeasuredControl(float):
 
     def in_unit(self, unit: str, where: str) -> float:
         """This time in ``unit``; AssayError naming ``where`` when ``unit`` is not a time."""
-        if unit not in TIME_UNITS:
+        seconds = seconds_per(unit)
+        if seconds is None:
             raise AssayError(
                 f"{where}: a time measured in {self.unit} cannot be compared with a claim in "
                 f"{unit!r} (expected s, ms, us or ns)"
             )
-        return float(self) * TIME_UNITS[self.unit] / TIME_UNITS[unit]
+        return float(self) * TIME_UNITS[self.unit] / seconds
 
 
 def nonempty_text(value: Any, where: str) -> str:
@@ -128,7 +146,8 @@ class Claim:
         measurement = self._data["measurement"]
         if measurement is not None and "timing" in measurement:
             return True
-        return self._data.get("kind") == "performance" and self._data["unit"] in TIME_UNITS
+        timed_unit = seconds_per(self._data["unit"]) is not None
+        return self._data.get("kind") == "performance" and timed_unit
 
     def _gate_open(self, where: str) -> None:
         self._gate.check_open(where)

@@ -21,6 +21,7 @@ from typing import Any
 from assay import DISTRIBUTION
 from assay.bounded import parse_json
 from assay.errors import AssayError
+from assay.qualify.core.source import git_env
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
@@ -203,7 +204,13 @@ def describe_environment(contributions: list[dict[str, Any]] | None = None) -> d
 def _git(root: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, timeout=20, check=False
+            ["git", *args],
+            cwd=root,
+            env=git_env(),
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,26 +56,38 @@ class Options:
 WHEEL_ENV = "ASSAY_SUBJECT_WHEEL"
 
 
-def wheel_subject() -> dict[str, str] | None:
+def wheel_subject(subject: str | None, root: Path) -> dict[str, str] | None:
     """``{"filename", "sha256"}`` of the wheel named by $ASSAY_SUBJECT_WHEEL, else None.
 
-    Set by ``nox -s gates-wheel``. The imported ``assay`` must then come from an installed
-    package, not a source checkout (a ``src/assay`` path): AssayError otherwise, so a receipt
-    never claims a wheel it did not exercise.
+    Set by ``nox -s gates-wheel``. The wheel must be the project under test's (its
+    distribution name is ``subject``), and that project's packages must have been imported from
+    an installed copy, not the source checkout: AssayError otherwise, so a receipt never claims
+    a wheel it did not exercise.
     """
+    import sys
+
     value = os.environ.get(WHEEL_ENV)
     if not value:
         return None
-    import assay
-
     wheel = Path(value)
     if not wheel.is_file():
         raise AssayError(f"${WHEEL_ENV}={value}: no such wheel file")
-    origin = Path(assay.__file__).resolve()
-    if "site-packages" not in origin.parts and "dist-packages" not in origin.parts:
+
+    def normal(name: str) -> str:
+        return re.sub(r"[-_.]+", "_", name).lower()
+
+    if subject is None or normal(wheel.name.split("-", 1)[0]) != normal(subject):
         raise AssayError(
-            f"${WHEEL_ENV} is set but assay was imported from {origin}, not an installed wheel"
+            f"${WHEEL_ENV}={wheel.name} is not a wheel of the project under test ({subject})"
         )
+    for name in subject_packages(root, subject):
+        module = sys.modules.get(name)
+        origin = Path(getattr(module, "__file__", None) or "").resolve() if module else None
+        installed = origin is not None and {"site-packages", "dist-packages"} & set(origin.parts)
+        if module is not None and not installed:
+            raise AssayError(
+                f"${WHEEL_ENV} is set but {name} was imported from {origin}, not an installed wheel"
+            )
     return {"filename": wheel.name, "sha256": file_sha256(wheel)}
 
 
@@ -162,7 +175,7 @@ def _assemble(
         receipt["headline_claim"] = extras["headline_claim"]
     if extras.get("skipped"):
         receipt["run"]["skipped"] = extras["skipped"]
-    wheel = wheel_subject()
+    wheel = wheel_subject((receipt.get("subject") or {}).get("name"), options.root)
     if wheel is not None:
         receipt["wheel"] = wheel
         if isinstance(receipt.get("subject"), dict):  # issue 17's subject, where present
