@@ -125,6 +125,10 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
         "member added",
         "path escapes",
         "malformed manifest",
+        "receipt listed under no gate",
+        "manifest bytes wrong",
+        "gzip trailer corrupt",
+        "garbage after the gzip stream",
     ],
 )
 def test_a_tampered_archive_is_refused_and_writes_nothing(home, tmp_path, capsys, tamper):
@@ -155,12 +159,28 @@ def test_a_tampered_archive_is_refused_and_writes_nothing(home, tmp_path, capsys
                 }
             )
             members["manifest.json"] = json.dumps(manifest).encode()
-        else:  # a manifest whose gate entry is malformed
+        elif tamper == "receipt listed under no gate":
+            manifest = json.loads(members["manifest.json"])
+            manifest["gates"] = {}
+            members["manifest.json"] = json.dumps(manifest).encode()
+        elif tamper == "manifest bytes wrong":
+            manifest = json.loads(members["manifest.json"])
+            manifest["files"][0]["bytes"] += 1
+            members["manifest.json"] = json.dumps(manifest).encode()
+        elif tamper == "malformed manifest":  # a manifest whose gate entry is malformed
             manifest = json.loads(members["manifest.json"])
             manifest["gates"]["alpha"]["receipts"] = "not a list"
             members["manifest.json"] = json.dumps(manifest).encode()
 
-    _rewrite(archive, change)
+    if "gzip" in tamper:
+        data = bytearray(archive.read_bytes())
+        if tamper == "gzip trailer corrupt":
+            data[-8] ^= 0xFF  # the CRC32 of the gzip trailer
+        else:
+            data += b"trailing garbage"
+        archive.write_bytes(bytes(data))
+    else:
+        _rewrite(archive, change)
     before = _snapshot(home.records)
     assert _import(archive, home.receipts) == 2
     err = capsys.readouterr().err

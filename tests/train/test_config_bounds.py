@@ -53,3 +53,5 @@ def test_size_errors_list_the_accepted_units():
     with pytest.raises(ValueError, match="units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"):
         parse_size("4Gb")
     assert parse_size("4GiB") == 4 * 2**30
+    with pytest.raises(ValueError, match="a byte count is a whole number"):
+        parse_size("1.5")  # never read as 1 byte

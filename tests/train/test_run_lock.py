@@ -144,3 +144,20 @@ def test_status_does_not_trust_a_reused_pid(tmp_path, capsys, tiny_lora_config):
         status = json.loads(capsys.readouterr().out)
         assert (status["state"], status["eta_s"]) == (word, None), status
         assert f"process {alive}" in status["reason"]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("what", ["a file", "a dangling symlink"])
+def test_an_output_dir_that_is_not_a_folder_is_refused_and_kept(tmp_path, capsys, what, overwrite):
+    config = _config(tmp_path, "a", 1e-3)
+    out = tmp_path / "run"
+    if what == "a file":
+        out.write_text("precious\n")
+    else:
+        out.symlink_to(tmp_path / "nowhere")
+    capsys.readouterr()
+    assert main(["train", str(config), *(["--overwrite"] if overwrite else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "output.dir" in err, err
+    assert ("is a file, not a folder" if what == "a file" else "expected a folder") in err
+    assert out.is_symlink() if what != "a file" else out.read_text() == "precious\n"

@@ -125,6 +125,8 @@ def parse_size(value: int | str) -> int:
             shown = value if len(value) <= 40 else value[:40] + "..."
             raise ValueError(f"{shown!r} is not a size such as 4GiB (units: {units}, or bytes)")
         size = float(match.group(1)) * _UNITS[match.group(2)]
+        if "." in match.group(1) and not match.group(2):  # a fraction of a byte is no size
+            raise ValueError(f"{value.strip()!r}: a byte count is a whole number (or add a unit)")
     if not 1 <= size <= MAX_SIZE:
         raise ValueError("a size must be at least 1 byte" if size < 1 else
                          "a size can be at most 1 EiB (2**60 bytes)")  # fmt: skip

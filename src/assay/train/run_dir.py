@@ -69,6 +69,12 @@ def _check_resume(out: Path, source: str, resume: Path) -> None:
 
 
 def _check(out: Path, source: str, resume: str | os.PathLike[str] | None, overwrite: bool) -> None:
+    if out.is_symlink() and not out.exists():
+        raise ConfigError(
+            f"{source}: output.dir: {out} is a symlink to a missing target; expected a folder"
+        )
+    if out.exists() and not out.is_dir():  # a user's file is never a run, nor overwritten
+        raise ConfigError(f"{source}: output.dir: {out} is a file, not a folder; choose a folder")
     if resume and overwrite:
         raise ConfigError(f"{source}: --resume and --overwrite exclude each other")
     if resume:

@@ -146,13 +146,27 @@ def read_archive(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
             raise AssayError(f"{path}: {name} is in the manifest but not in the archive")
         if name not in sums:
             raise AssayError(f"{path}: {name} is in the archive but not in the manifest")
-        if _sha256(members[name]) != sums[name]:
+        if len(members[name]) != sums[name][1]:
+            raise AssayError(
+                f"{path}: {name} holds {len(members[name])} bytes, the manifest says "
+                f"{sums[name][1]}"
+            )
+        if _sha256(members[name]) != sums[name][0]:
             raise AssayError(f"{path}: {name} sha256 differs from the manifest's")
+    listed = {
+        f"receipts/{gate}/{name}"
+        for gate, entry in manifest.get("gates", {}).items()
+        for name in entry.get("receipts") or []
+    }
+    stray = sorted(n for n in members if n.startswith("receipts/") and n not in listed)
+    if stray:  # a receipt nothing would import must not vanish behind an "ok"
+        raise AssayError(f"{path}: {stray[0]} is in the archive but no gate of {MANIFEST} lists it")
     return manifest, members
 
 
-def _listed_files(archive: Path, files: Any) -> dict[str, str]:
-    """path -> sha256 of the manifest's ``files``; AssayError naming the first bad entry."""
+def _listed_files(archive: Path, files: Any) -> dict[str, tuple[str, int]]:
+    """path -> (sha256, bytes) of the manifest's ``files``; AssayError naming the first bad
+    entry."""
     if not isinstance(files, list):
         raise AssayError(f"{archive}: {MANIFEST} files: expected a list of {{path, bytes, sha256}}")
     sums: dict[str, str] = {}
@@ -169,7 +183,7 @@ def _listed_files(archive: Path, files: Any) -> dict[str, str]:
                 f"{archive}: {MANIFEST} files[{i}]: expected {{path: text, bytes: integer, "
                 "sha256: text}}"
             )
-        sums[entry["path"]] = entry["sha256"]
+        sums[entry["path"]] = (entry["sha256"], entry["bytes"])
     return sums
 
 

@@ -161,5 +161,12 @@ def read_members(path: Path, caps: Caps = Caps()) -> Iterator[tuple[str, bytes]]
     try:
         with gzip.open(path, "rb") as handle:
             yield from _Reader(path, handle, caps).members()  # type: ignore[arg-type]
+            # read past the tar's end to the gzip trailer: its CRC and length are checked
+            # there, and anything after the stream is refused
+            left = caps.total_bytes
+            while chunk := handle.read(min(1 << 20, left + 1)):
+                left -= len(chunk)
+                if left < 0:
+                    raise ArchiveError(f"{path}: over {caps.total_bytes >> 20} MiB unpacked")
     except (OSError, EOFError, zlib.error) as err:
         raise ArchiveError(f"{path}: not a readable .tar.gz ({err})") from None
