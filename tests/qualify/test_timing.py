@@ -103,19 +103,19 @@ def test_outliers_follow_tukeys_rule():
     assert stats["outliers"] == 1 and stats["median"] == 10.0 and stats["iqr"] == 0.0
 
 
-def test_a_timing_claim_records_statistics_in_its_unit(gates):
-    gates.write(
-        "clock",
-        """
+CLOCK = """
 from assay.qualify.plugin.claim import MeasuredControl
 from assay.qualify.plugin.timing import Timing
 
 def test_t(gate):
-    c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<", 5), unit="ms")
+    c = gate.claim("t", "fast", kind="performance", threshold=Threshold({bound}), unit="{unit}")
     c.measure(timing=Timing((1e6, 2e6, 3e6), iterations=4, warmup_rounds=2, resolution_ns=1))
-    c.control("slow", MeasuredControl(50, "ms"))
-""",
-    )
+    c.control("slow", MeasuredControl({control}))
+"""
+
+
+def test_a_timing_claim_records_statistics_in_its_unit(gates):
+    gates.write("clock", CLOCK.format(bound='"<", 5', unit="ms", control='50, "ms"'))
     assert gates.run("--gate-no-render").ret == 0
     m = gates.only_receipt("clock")["claims"][0]["measurement"]
     assert m["value"] == 2.0 and m["timing"]["iterations"] == 4 and m["samples"]["n"] == 3
@@ -123,18 +123,7 @@ def test_t(gate):
 
 def test_a_control_timed_in_another_unit_is_read_in_the_claims_unit(gates):
     # 30 us is 3e-05 s: under the 0.01 s bound, so this control fails to miss it
-    gates.write(
-        "clock",
-        """
-from assay.qualify.plugin.claim import MeasuredControl
-from assay.qualify.plugin.timing import Timing
-
-def test_t(gate):
-    c = gate.claim("t", "fast", kind="performance", threshold=Threshold("<=", 0.01), unit="s")
-    c.measure(timing=Timing((1e6, 2e6, 3e6), iterations=4, warmup_rounds=2, resolution_ns=1))
-    c.control("slow", MeasuredControl(30, "us"))
-""",
-    )
+    gates.write("clock", CLOCK.format(bound='"<=", 0.01', unit="s", control='30, "us"'))
     assert gates.run("--gate-no-render").ret != 0
     claim = gates.only_receipt("clock")["claims"][0]
     assert claim["controls"][0]["measured"] == pytest.approx(3e-5)

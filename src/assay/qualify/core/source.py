@@ -43,3 +43,23 @@ def git_env() -> dict[str, str]:
     import os
 
     return {**os.environ, "GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.devnull}
+
+
+def git_output(root: Path, *args: str) -> str | None:
+    """git's stdout for ``args`` run in ``root`` (history as committed, :func:`git_env`); None
+    when git is missing, slow (20 s) or fails."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=root,
+            env=git_env(),
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None

@@ -16,12 +16,11 @@ whose newest receipt ran on CUDA, counts too.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.core.source import file_sha256, git_env, module_constant
+from assay.qualify.core.source import file_sha256, git_output, module_constant
 
 STALE_OPEN = "<!--stale-->"
 STALE_CLOSE = "<!--/stale-->"
@@ -88,20 +87,9 @@ def _differs(root: Path, entry: dict[str, str]) -> bool:
 def _since(root: Path, commit: str | None, paths: list[str]) -> str:
     """The first commit after ``commit`` touching ``paths``; else 'uncommitted changes'."""
     if commit and paths:
-        try:
-            done = subprocess.run(
-                ["git", "rev-list", "--reverse", f"{commit}..HEAD", "--", *paths],
-                cwd=root,
-                env=git_env(),
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return "uncommitted changes"
-        first = done.stdout.split()
-        if done.returncode == 0 and first:
+        found = git_output(root, "rev-list", "--reverse", f"{commit}..HEAD", "--", *paths)
+        first = (found or "").split()
+        if first:
             return first[0][:12]
     return "uncommitted changes"
 

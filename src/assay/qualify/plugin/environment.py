@@ -12,7 +12,6 @@ import contextlib
 import os
 import platform
 import re
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 from assay import DISTRIBUTION
 from assay.bounded import parse_json
 from assay.errors import AssayError
-from assay.qualify.core.source import git_env
+from assay.qualify.core.source import git_output
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
@@ -201,32 +200,16 @@ def describe_environment(contributions: list[dict[str, Any]] | None = None) -> d
     return env
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            cwd=root,
-            env=git_env(),
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
 def tree_state(root: Path) -> dict[str, Any]:
     """The git state of ``root`` now: commit, whether tracked files differ from it, and the
     set of untracked paths. Taken before a session writes anything, so the records and
     receipts it writes cannot make its own receipts dirty."""
-    commit = _git(root, "rev-parse", "HEAD")
+    commit = git_output(root, "rev-parse", "HEAD")
     if not commit:
         return {"commit": None, "changed": None, "untracked": []}
-    status = _git(root, "status", "--porcelain", "--untracked-files=all") or ""
+    status = git_output(root, "status", "--porcelain", "--untracked-files=all") or ""
     lines = [line for line in status.splitlines() if line.strip()]
-    top = (_git(root, "rev-parse", "--show-toplevel") or str(root)).strip()
+    top = (git_output(root, "rev-parse", "--show-toplevel") or str(root)).strip()
     prefix = Path(top).resolve()
     untracked = []
     for line in lines:
