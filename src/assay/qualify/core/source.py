@@ -45,9 +45,11 @@ def git_env() -> dict[str, str]:
     return {**os.environ, "GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.devnull}
 
 
-def git_output(root: Path, *args: str) -> str | None:
-    """git's stdout for ``args`` run in ``root`` (history as committed, :func:`git_env`); None
-    when git is missing, slow (20 s) or fails."""
+def git_output(
+    root: Path, *args: str, stdin: str | None = None, ok: tuple[int, ...] = (0,)
+) -> str | None:
+    """git's stdout for ``args`` run in ``root`` (history as committed, :func:`git_env`), fed
+    ``stdin``; None when git is missing, slow (20 s) or exits with a code not in ``ok``."""
     import subprocess
 
     try:
@@ -55,6 +57,7 @@ def git_output(root: Path, *args: str) -> str | None:
             ["git", *args],
             cwd=root,
             env=git_env(),
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=20,
@@ -62,4 +65,44 @@ def git_output(root: Path, *args: str) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout if done.returncode in ok else None
+
+
+# Folders a clean checkout never holds, whatever a project's .gitignore says: git itself,
+# bytecode, virtualenvs and tool caches (hypothesis writes one during a run), build metadata.
+NOT_TREE_DIRS = frozenset(
+    {
+        ".git",
+        "__pycache__",
+        ".nox",
+        ".venv",
+        "venv",
+        ".tox",
+        "site-packages",
+        ".hypothesis",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+    }
+)
+NOT_TREE_SUFFIXES = (".egg-info", ".dist-info")
+
+
+def tree_paths(root: Path, paths: list[str]) -> set[str]:
+    """Those of ``paths`` (relative to ``root``, POSIX) that belong to the project's tree: not
+    under a folder of :data:`NOT_TREE_DIRS` or a ``*.egg-info``/``*.dist-info`` folder, and
+    tracked or not ignored by git. A file outside the tree differs from one clean checkout to
+    the next, so no record may depend on it. Absolute paths are kept (outside the project)."""
+
+    def cache_or_build(path: str) -> bool:
+        folders = Path(path).parts[:-1]
+        return bool(set(folders) & NOT_TREE_DIRS) or any(
+            f.endswith(NOT_TREE_SUFFIXES) for f in folders
+        )
+
+    kept = [p for p in paths if Path(p).is_absolute() or not cache_or_build(p)]
+    relative = [p for p in kept if not Path(p).is_absolute()]
+    # tracked files are never reported (no --no-index); exit 1 means none ignored
+    found = git_output(root, "check-ignore", "--stdin", "-z", stdin="\0".join(relative), ok=(0, 1))
+    ignored = set(filter(None, (found or "").split("\0")))
+    return {p for p in kept if p not in ignored}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.qualify.core.source import file_sha256, git_output, module_constant
+from assay.qualify.core.source import file_sha256, git_output, module_constant, tree_paths
 
 STALE_OPEN = "<!--stale-->"
 STALE_CLOSE = "<!--/stale-->"
@@ -94,6 +94,9 @@ def _since(root: Path, commit: str | None, paths: list[str]) -> str:
     return "uncommitted changes"
 
 
+_LISTS = ("code_files", "executed_files", "import_files", "read_files")
+
+
 def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
     """Staleness of the record headed by ``receipt`` against ``root``; None when current.
 
@@ -103,20 +106,26 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
     result = Staleness(gate, receipt["receipt_sha256"], needs=gate_needs(root, gate, receipt))
     gate_file = f"gates/gate_{gate}.py"
     shared = receipt["code"]["files"]
+    # a file no clean checkout holds (a tool's cache, a git-ignored file) is not the tree's:
+    # checking it would make the record's standing depend on the machine that reads it
+    recorded = {e["path"] for c in receipt["claims"] for k in _LISTS for e in c.get(k) or []}
+    in_tree = tree_paths(root, sorted(recorded | {e["path"] for e in shared}))
     for claim in receipt["claims"]:
         # what the claim's test executed (measured, when recorded) on top of what it declared;
         # receipts from before measuring carry no executed_files and keep declared-only
         checked: set[str] = set()
-        relied = [claim.get(k, []) for k in ("executed_files", "import_files", "read_files")]
+        relied = [claim.get(k, []) for k in _LISTS[1:]]
         for entry in [*(claim.get("code_files") or shared), *(e for r in relied for e in r)]:
             if entry["path"] == gate_file or entry["path"] in checked:
+                continue
+            if entry["path"] not in in_tree:
                 continue
             checked.add(entry["path"])
             if _differs(root, entry):
                 result.changed.setdefault(entry["path"], []).append(claim["id"])
     if not receipt["claims"]:
         for entry in shared:
-            if entry["path"] != gate_file and _differs(root, entry):
+            if entry["path"] != gate_file and entry["path"] in in_tree and _differs(root, entry):
                 result.changed.setdefault(entry["path"], [])
     for entry in shared:
         if entry["path"] == gate_file and _differs(root, entry):

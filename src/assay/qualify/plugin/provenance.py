@@ -68,17 +68,15 @@ def attach(
 
 def _under(root: Path, paths: set[str]) -> set[str]:
     """Display paths (relative to ``root``) of the module sources in ``paths`` inside it."""
-    from assay.qualify.plugin.reads import NOT_PROJECT
+    from assay.qualify.core.source import tree_paths
 
     top, found = root.resolve(), set()
     for name in paths:
         try:
-            rel = Path(name).resolve().relative_to(top)
+            found.add(Path(name).resolve().relative_to(top).as_posix())
         except (ValueError, OSError):
             continue
-        if not set(rel.parts) & NOT_PROJECT:  # a virtualenv inside the tree is not its code
-            found.add(rel.as_posix())
-    return found
+    return tree_paths(root, sorted(found))  # a virtualenv inside the tree is not its code
 
 
 def _relied_on(

@@ -6,7 +6,8 @@ notes every file opened for reading while a gate context is current: the test's 
 (``t:<nodeid>``) or the gate's (module import and shared fixtures, ``g:<gate>``), the same
 contexts :mod:`assay.qualify.plugin.executed` measures code under. Which of them belong to the
 project is decided where the receipt is made: regular files under the project root, not code
-(``.py``, compiled files), not under the receipts or records folders, not in ``.git``. Their
+(``.py``, compiled files), not under the receipts or records folders, and in the tree a
+clean checkout holds (no ``.git``, caches, virtualenvs or git-ignored files). Their
 sha256 goes in the receipt (``claims[].read_files``) and ``verify --stale`` compares them.
 
 The same hook notes when the import system reads a module's source or bytecode, with the
@@ -42,8 +43,6 @@ _IMPORT_SYSTEM = "<frozen importlib._bootstrap_external>"
 _modules: dict[str, set[str]] = _STATE.setdefault("modules", {})
 _LIMIT = 20_000  # paths per context: a runaway reader must not hold the session's memory
 CODE_SUFFIXES = {".py", ".pyc", ".pyo", ".so", ".pyd", ".pth"}
-# folders under a project root that hold no project files: git, caches, virtualenvs
-NOT_PROJECT = {".git", "__pycache__", ".nox", ".venv", "venv", ".tox", "site-packages"}
 
 
 def _hook(event: str, args: tuple) -> None:
@@ -162,22 +161,24 @@ def read_at_import() -> dict[str, set[str]]:
 
 def project_files(paths: Iterable[str], root: Path, outside: Iterable[Path] = ()) -> list[Path]:
     """The project's data files among ``paths``: regular files under ``root`` that are not code,
-    not in ``.git``, ``__pycache__`` or a virtualenv, and not under any of ``outside`` (the
-    receipts and records the session writes), each once, sorted."""
+    belong to its tree (:func:`~assay.qualify.core.source.tree_paths`: no caches, virtualenvs
+    or git-ignored files) and are not under any of ``outside`` (the receipts and records the
+    session writes), each once, sorted."""
+    from assay.qualify.core.source import tree_paths
+
     root = Path(root).resolve()
     excluded = [Path(p).resolve() for p in outside]
     found = set()
     for name in paths:
         try:
             path = Path(name).resolve()
-            rel = path.relative_to(root)
+            path.relative_to(root)
         except (ValueError, OSError):
             continue
         if path.suffix in CODE_SUFFIXES or not path.is_file():
             continue
-        if set(rel.parts) & NOT_PROJECT:
-            continue
         if any(path == e or e in path.parents for e in excluded):
             continue
         found.add(path)
-    return sorted(found)
+    kept = tree_paths(root, [p.relative_to(root).as_posix() for p in found])
+    return sorted(p for p in found if p.relative_to(root).as_posix() in kept)
