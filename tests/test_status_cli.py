@@ -78,3 +78,81 @@ def test_a_metrics_line_split_by_a_line_separator_still_counts(tmp_path, capsys)
     (run / "metrics.jsonl").write_text(line + "\n", "utf-8")
     status = _status(capsys, run)
     assert (status["step"], status["loss"]) == (3, 1.5)
+
+
+def _run_folder(root):
+    run = root / "run"
+    (run / "step-000001").mkdir(parents=True)
+    (run / "config.yaml").write_text("steps: 4\n")
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0, "seconds": 0.5}\n')
+    (run / "latest").write_text("step-000001\n")
+    (run / RUN_STATE).write_text(json.dumps({"state": "stopped", "reason": "stop_at"}))
+    return run
+
+
+@pytest.mark.parametrize("file", ["config.yaml", RUN_STATE, "metrics.jsonl", "latest"])
+@pytest.mark.parametrize("kind", ["folder", "fifo", "dangling link"])
+def test_a_run_file_that_is_not_a_file_is_one_line_never_taken_as_absent(
+    tmp_path, capsys, file, kind
+):
+    """Rule: each run file is absent or a regular file; anything else (which a reader could
+    block on, or mistake for "no metrics yet") is one line naming it, and nothing hangs."""
+    import os
+    import signal
+
+    run = _run_folder(tmp_path)
+    assert _status(capsys, run)["state"] == "stopped"  # the control: the same folder reads
+    (run / file).unlink()
+    if kind == "folder":
+        (run / file).mkdir()
+    elif kind == "fifo":
+        os.mkfifo(run / file)
+    else:
+        (run / file).symlink_to(tmp_path / "nowhere")
+
+    def hung(*_):
+        raise TimeoutError(f"assay status blocked on {file}")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)  # a blocking open of the FIFO would hang the test, not pass it
+    try:
+        assert main(["status", str(run)]) == 2
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(run / file) in err, err
+
+
+@pytest.mark.parametrize(
+    ("state", "field"),
+    [
+        ({"pid": "123"}, "pid"),
+        ({"pid": True}, "pid"),
+        ({"pid": -4}, "pid"),
+        ({"pid": 12, "start_ticks": 1.5}, "start_ticks"),
+        ({"pid": 12, "start_ticks": "9"}, "start_ticks"),
+    ],
+)
+def test_run_state_fields_the_liveness_test_reads_are_checked(tmp_path, capsys, state, field):
+    run = _run_folder(tmp_path)
+    (run / RUN_STATE).write_text(json.dumps({"state": "running", **state}))
+    assert main(["status", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{RUN_STATE}: {field}: expected a whole number" in err, err
+
+
+def test_a_running_state_with_no_pid_is_failed_not_gone(tmp_path, capsys):
+    run = _run_folder(tmp_path)
+    (run / RUN_STATE).write_text(json.dumps({"state": "running", "start_ticks": None}))
+    status = _status(capsys, run)
+    assert status["state"] == "failed" and "no process id" in status["reason"]
+
+
+def test_latest_naming_a_missing_checkpoint_is_one_line(tmp_path, capsys):
+    run = _run_folder(tmp_path)
+    assert _status(capsys, run)["checkpoint"] == str(run / "step-000001")
+    (run / "step-000001").rmdir()
+    assert main(["status", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "names step-000001, which is not a folder" in err, err

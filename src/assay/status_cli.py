@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,23 @@ RECENT = 20  # steps the tokens/s and ETA are averaged over
 STATES = ("running", "finished", "stopped", "failed")
 POINTER_BYTES = 4096  # ``latest`` holds one step folder's name
 NUMBERS = ("loss", "seconds", "tokens", "tokens_per_s")  # a metrics line's numbers status reads
+
+
+def _present(path: Path) -> bool:
+    """False when ``path`` is absent; True for a regular file; AssayError naming it for
+    anything else (a folder, a FIFO that would block the read, a dangling link), so a run file
+    is never taken for missing because it is not a file."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise AssayError(
+            f"{path}: cannot be read ({exc.strerror or exc}); expected a file"
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise AssayError(f"{path}: not a regular file; expected the run's {path.name}")
+    return True
 
 
 def _number(value: Any) -> bool:
@@ -38,7 +56,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
     from assay.bounded import JSONL_BYTES, parse_json, read_capped
 
     found = []
-    if not path.is_file():
+    if not _present(path):
         return found
     for number, line in enumerate(read_capped(path, JSONL_BYTES, "metrics file").split(b"\n"), 1):
         try:
@@ -64,7 +82,7 @@ def _state(path: Path) -> dict[str, Any]:
     empty dict when the run predates the file."""
     from assay.bounded import read_json_file
 
-    if not path.exists():
+    if not _present(path):
         return {}
     state = read_json_file(path, AssayError)
     if not isinstance(state, dict):
@@ -75,15 +93,21 @@ def _state(path: Path) -> dict[str, Any]:
     for name in ("reason", "updated", "started"):
         if not isinstance(state.get(name), str | None):
             raise AssayError(f"{path}: {name}: expected text, got {state[name]!r}")
+    for name in ("pid", "start_ticks"):  # the liveness test reads them: a wrong kind misleads it
+        value = state.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 0 <= value < 2**63):  # fmt: skip
+            raise AssayError(f"{path}: {name}: expected a whole number, got {value!r}")
     return state
 
 
 def _checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint ``latest`` names (AssayError naming the file when it is unreadable)."""
+    """The checkpoint ``latest`` names; AssayError naming the file when it is unreadable or
+    names a checkpoint folder that is not there (resume from it would fail)."""
     from assay.bounded import InputTooLarge, read_capped
 
     latest = run_dir / "latest"
-    if not latest.is_file():
+    if not _present(latest):
         return None
     try:
         name = read_capped(latest, POINTER_BYTES, "checkpoint pointer").decode("utf-8").strip()
@@ -94,6 +118,9 @@ def _checkpoint(run_dir: Path) -> Path | None:
                          "checkpoint name like step-000010") from None  # fmt: skip
     if not re.fullmatch(r"step-\d{6,}", name):
         raise AssayError(f"{latest}: {name[:80]!r} is not a checkpoint name like step-000010")
+    if not (run_dir / name).is_dir():
+        raise AssayError(f"{latest}: names {name}, which is not a folder in the run (deleted?); "
+                         "the run cannot resume from it")  # fmt: skip
     return run_dir / name
 
 
@@ -106,7 +133,9 @@ def _liveness(run_dir: Path, state: dict[str, Any]) -> tuple[str, str | None]:
     pid = state.get("pid")
     if lock_held(run_dir) or same_process(pid, state.get("start_ticks")):
         return "running", None
-    if "start_ticks" not in state and _pid_exists(pid):
+    if pid is None:
+        return "failed", "the run recorded no process id and does not hold its lock"
+    if state.get("start_ticks") is None and _pid_exists(pid):
         return "unknown", (
             f"process {pid} exists, but the run recorded no start time to tell whether it is "
             "the run's process"
@@ -133,7 +162,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     from assay.train.loop import METRICS, RUN_CONFIG
     from assay.train.run_state import RUN_STATE
 
-    if not (run_dir / RUN_CONFIG).is_file():
+    if not run_dir.is_dir() or not _present(run_dir / RUN_CONFIG):
         raise AssayError(f"{run_dir}: not a run directory (no {RUN_CONFIG})")
     steps = read_yaml(run_dir / RUN_CONFIG).get("steps")
     steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None

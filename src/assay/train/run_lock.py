@@ -187,7 +187,8 @@ def lock_held(folder: Path) -> bool | None:
     import fcntl
 
     try:
-        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO put where the lock file goes must not hang a reader
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     try:
