@@ -156,3 +156,17 @@ def test_latest_naming_a_missing_checkpoint_is_one_line(tmp_path, capsys):
     assert main(["status", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "names step-000001, which is not a folder" in err, err
+
+
+def test_a_lock_file_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
+    import os
+
+    from assay.train.run_lock import LOCK_NAME
+
+    run = _run_folder(tmp_path)
+    (run / RUN_STATE).write_text(json.dumps({"state": "running", "pid": 2**22 + 7}))
+    assert _status(capsys, run)["state"] == "failed"  # the control: no lock file at all
+    os.mkfifo(run / LOCK_NAME)
+    assert main(["status", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{LOCK_NAME}: not a regular file" in err, err

@@ -128,10 +128,11 @@ def _liveness(run_dir: Path, state: dict[str, Any]) -> tuple[str, str | None]:
     """(state, reason) of a run whose state file says running: running while its lock is
     held or its pid is alive with the start time it recorded; a bare pid proves nothing (the
     kernel reuses pids), so a run that recorded no start time is unknown while the pid exists."""
-    from assay.train.run_lock import lock_held, same_process
+    from assay.train.run_lock import LOCK_NAME, lock_held, same_process
 
     pid = state.get("pid")
-    if lock_held(run_dir) or same_process(pid, state.get("start_ticks")):
+    locked = _present(run_dir / LOCK_NAME) and lock_held(run_dir)
+    if locked or same_process(pid, state.get("start_ticks")):
         return "running", None
     if pid is None:
         return "failed", "the run recorded no process id and does not hold its lock"

@@ -187,8 +187,7 @@ def lock_held(folder: Path) -> bool | None:
     import fcntl
 
     try:
-        # O_NONBLOCK: a FIFO put where the lock file goes must not hang a reader
-        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     try:
