@@ -288,6 +288,13 @@ def status_cases(root: Path) -> list[Case]:
         "step_is_text": ("metrics.jsonl", b'{"step": "2"}\n', ":1: step"),
         "latest_not_utf8": ("latest", b"\xff\xfe", "not UTF-8 text"),
         "latest_escapes": ("latest", b"../../etc", "is not a checkpoint name"),
+        "latest_names_a_missing_checkpoint": ("latest", b"step-000009", "which is not a folder"),
+        "pid_is_text": ("run-state.json", b'{"state": "running", "pid": "1"}', "pid: expected"),
+        "start_ticks_fractional": (
+            "run-state.json",
+            b'{"state": "running", "pid": 1, "start_ticks": 1.5}',
+            "start_ticks: expected",
+        ),
     }
     cases = []
     for name, (file, body, where) in bodies.items():
@@ -298,6 +305,16 @@ def status_cases(root: Path) -> list[Case]:
         (run / file).write_bytes(body)
         cases.append(Case(f"status_files.{name}", "status_files", ("status", str(run)),
                           run / file, where, run))  # fmt: skip
+    # a run file that is not a file is refused by name, never read as "absent" nor blocked on
+    for file in ("metrics.jsonl", "run-state.json", "latest", "config.yaml"):
+        run = folder / f"fifo_{file}"
+        run.mkdir(parents=True)
+        for other in ("config.yaml", "metrics.jsonl"):
+            if other != file:
+                (run / other).write_text("steps: 4\n" if other == "config.yaml" else "")
+        os.mkfifo(run / file)
+        cases.append(Case(f"status_files.{file}_is_a_fifo", "status_files",
+                          ("status", str(run)), run / file, "not a regular file", run))  # fmt: skip
     reused = folder / "pid_reused"
     reused.mkdir(parents=True)
     (reused / "config.yaml").write_text("steps: 4\n")
