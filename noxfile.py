@@ -1,5 +1,5 @@
 """nox sessions: tests, lint, gates, gate-<name> (one per gates/gate_<name>.py), records, verify,
-bench, mutants.
+compare, site, bench, mutants.
 
 Torch: on a machine without an NVIDIA GPU each session installs the CPU wheel
 ``torch==2.13.0``. On a GPU box (``nvidia-smi`` on PATH) the session's virtualenv sees the system
@@ -147,6 +147,22 @@ def bench(session: nox.Session) -> None:
     install(session)
     for script in sorted((ROOT / "harness").glob("bench_*.py")):
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+@nox.session
+def compare(session: nox.Session) -> None:
+    """``assay compare OLD NEW`` (extra args) with the framework alone: what a change did to
+    the claims, worst first; exit 1 on a claim that flipped to fail, regressed or went missing."""
+    session.install(".")  # reads receipts and git only: no torch
+    session.run("assay", "compare", *session.posargs)
+
+
+@nox.session
+def site(session: nox.Session) -> None:
+    """The static site of the records (``assay publish --html DIR``, DIR the extra arg), with
+    the framework alone; refused when the records do not verify."""
+    session.install(".")
+    session.run("assay", "publish", "--html", *session.posargs)
 
 
 @nox.session

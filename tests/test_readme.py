@@ -46,6 +46,8 @@ NOT_RUN = {
     "bash harness/gpu_qualify.sh": "runs on the GPU box; nox -s gpu-dry-run rehearses it on CPU",
     "assay attest": "needs an ed25519 signing key; tests/qualify/test_attest.py signs with a "
     "throwaway key",
+    "assay compare": "reads this tree's git history; tests/qualify/test_compare.py compares real "
+    "ledgers, folders and revisions",
     "assay import-gpu": "placeholder archive; tests/qualify/test_archive.py and the dry run in "
     "tests/harness/test_gpu_bundle.py import real ones",
 }

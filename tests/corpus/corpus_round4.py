@@ -449,7 +449,7 @@ def reader_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> list[
         Case("reader_caps.eval_data_is_dev_zero", "reader_caps", ("eval", str(data), "--data",
              str(ZERO)), ZERO, "not a regular file", folder),
         Case("reader_caps.run_state_is_dev_zero", "reader_caps", ("status", str(state)),
-             state / "run-state.json", "over the limit", folder),
+             state / "run-state.json", "not a regular file", folder),
         Case("reader_caps.checkpoint_file_grew", "reader_caps", ("train", str(resume),
              "--resume", str(grown), "--no-progress"), step / "trainables.safetensors",
              "the manifest's size", folder),

@@ -1,5 +1,5 @@
-"""``assay render``, ``verify``, ``sign``, ``publish`` and ``import-gpu``: argparse wiring for
-src/assay/cli.py."""
+"""``assay render``, ``verify``, ``sign``, ``publish``, ``import-gpu`` and ``compare``:
+argparse wiring for src/assay/cli.py."""
 
 from __future__ import annotations
 
@@ -295,3 +295,6 @@ def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
     _dir_options(importer)
     importer.add_argument("--json", action="store_true", help="machine-readable output")
     importer.set_defaults(func=run_import)
+    from assay.qualify.publishing.compare_report import add_compare
+
+    add_compare(subparsers)

@@ -1,0 +1,227 @@
+"""``assay compare OLD NEW``: what a change did to the claims, read from receipts alone.
+
+For every gate and device on either side, the head receipt (newest complete, as a record
+leads with; a receipt file is its own head) is compared claim by claim. Each claim gets the
+worst change that applies, in this order:
+
+``flipped to fail`` (passed in OLD, not now), ``regressed`` (worse than OLD by more than its
+regression tolerance, the one ``--gate-baseline`` applies), ``missing`` (in OLD, gone from NEW
+and not retired by a correction), ``bound changed`` (operator, bound or tolerance differ),
+``retired``, ``new``, ``flipped to pass``, ``improved`` (better by more than the tolerance),
+``within tolerance`` (moved, inside it), ``unchanged``.
+
+The first three fail the comparison (exit 1): each is evidence lost or worsened. The gate's
+standing on each side (the one every view shows) is listed beside them. A gate, or a device of
+a gate, with receipts on one side only is listed as unpaired, not compared: a run of some gates
+(CI's) against a full ledger loses no claim by leaving the others out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.qualify.core.threshold import margin, tolerance_base, tolerance_of, worse_than
+from assay.qualify.publishing.compare_sides import Side
+
+CHANGES = (
+    "flipped to fail",
+    "regressed",
+    "missing",
+    "bound changed",
+    "retired",
+    "new",
+    "flipped to pass",
+    "improved",
+    "within tolerance",
+    "unchanged",
+)
+FAILING = frozenset(CHANGES[:3])
+
+
+@dataclass
+class ClaimChange:
+    """One claim of one gate on one device, on both sides."""
+
+    gate: str
+    device: str
+    claim_id: str
+    change: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    moved: float | None = None  # (new - old) over the tolerance's base, as --gate-baseline
+    tolerance: float | None = None
+    tolerance_mode: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class Comparison:
+    """Every claim change (worst first) and each gate's standing on both sides."""
+
+    old_label: str
+    new_label: str
+    changes: list[ClaimChange] = field(default_factory=list)
+    standings: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    # gate/device runs on one side only (a CI run of some gates against a full ledger): not
+    # compared claim by claim, and never counted as claims gone missing
+    unpaired: list[str] = field(default_factory=list)
+
+    @property
+    def failing(self) -> list[ClaimChange]:
+        return [c for c in self.changes if c.change in FAILING]
+
+    def counts(self) -> dict[str, int]:
+        found = {name: 0 for name in CHANGES}
+        for c in self.changes:
+            found[c.change] += 1
+        return {k: v for k, v in found.items() if v}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "old": self.old_label,
+            "new": self.new_label,
+            "ok": not self.failing,
+            "counts": self.counts(),
+            "claims": [c.as_dict() for c in self.changes],
+            "gates": {g: {"old": o, "new": n} for g, (o, n) in sorted(self.standings.items())},
+            "unpaired": self.unpaired,
+        }
+
+
+def _side_view(claim: dict[str, Any]) -> dict[str, Any]:
+    value = claim["measurement"].get("value")
+    threshold = claim["threshold"]
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    return {
+        "verdict": claim["verdict"],
+        "value": value,
+        "unit": claim["measurement"].get("unit", ""),
+        "op": threshold["op"],
+        "bound": threshold["value"],
+        "tolerance": list(tolerance_of(threshold)),
+        "margin": margin(threshold["op"], threshold["value"], value) if numeric else None,
+    }
+
+
+def _claim_change(
+    gate: str, device: str, cid: str, old: dict | None, new: dict | None, retired: set[str]
+) -> ClaimChange:
+    before = None if old is None else _side_view(old)
+    after = None if new is None else _side_view(new)
+    row = ClaimChange(gate, device, cid, "unchanged", before, after)
+    if before is None or after is None:
+        row.change = "new" if before is None else ("retired" if cid in retired else "missing")
+        return row
+    found = []
+    if before["verdict"] == "pass" and after["verdict"] != "pass":
+        found.append("flipped to fail")
+    elif before["verdict"] != "pass" and after["verdict"] == "pass":
+        found.append("flipped to pass")
+    if (before["op"], before["bound"], before["tolerance"]) != (
+        after["op"],
+        after["bound"],
+        after["tolerance"],
+    ):
+        found.append("bound changed")
+    a, b = before["value"], after["value"]
+    comparable = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+    if comparable and before["unit"] == after["unit"]:
+        mode, tol = after["tolerance"]
+        op, bound = after["op"], after["bound"]
+        base = tolerance_base(mode, a, bound)
+        row.moved = None if base == 0 else (b - a) / base
+        row.tolerance, row.tolerance_mode = tol, mode
+        if worse_than(op, tol, a, b, bound, mode):
+            found.append("regressed")
+        elif worse_than(op, tol, b, a, bound, mode) and op != "==":
+            found.append("improved")
+        elif a != b:
+            found.append("within tolerance")
+    elif a != b or before["unit"] != after["unit"]:
+        found.append("bound changed" if before["unit"] != after["unit"] else "within tolerance")
+    row.change = min(found, key=CHANGES.index) if found else "unchanged"
+    return row
+
+
+def _heads(side: Side, gate: str) -> dict[str, dict[str, Any]]:
+    """device -> the head receipt of ``gate`` on ``side``."""
+    if side.receipt is not None:
+        r = side.receipt
+        return {r["run"]["device"]: r} if r["gate"] == gate else {}
+    from assay.qualify.judging.baseline import find_baseline
+    from assay.qualify.ledger.receipt import read_receipt, receipt_paths
+
+    assert side.receipts_dir is not None
+    paths = receipt_paths(side.receipts_dir, gate)
+    devices = sorted({read_receipt(p)["run"]["device"] for p in paths})
+    heads = {}
+    for device in devices:
+        found = find_baseline(side.receipts_dir, gate, device)
+        if found is not None:
+            heads[device] = found[1]
+    return heads
+
+
+def _standing(side: Side, gate: str) -> tuple[str | None, set[str]]:
+    """(the gate's standing line, the claims its corrections retired) on ``side``."""
+    if side.receipt is not None:
+        if side.receipt["gate"] != gate:
+            return None, set()
+        return f"{side.receipt['status']} (one receipt, not a ledger)", set()
+    if gate not in side.gates():
+        return None, set()
+    from assay.qualify.judging.standing import gate_standing
+
+    assert side.receipts_dir is not None
+    standing = gate_standing(side.receipts_dir, gate)
+    retired = {r.claim_id for d in standing.devices for r in d.retired}
+    return standing.summary(), retired
+
+
+def compare_sides(old: Side, new: Side) -> Comparison:
+    """The comparison of ``old`` with ``new``; AssayError naming the file when a receipt on
+    either side is invalid (a comparison never skips one)."""
+    result = Comparison(old.label, new.label)
+    for gate in sorted(set(old.gates()) | set(new.gates())):
+        old_line, _ = _standing(old, gate)
+        new_line, retired = _standing(new, gate)
+        result.standings[gate] = (old_line, new_line)
+        before, after = _heads(old, gate), _heads(new, gate)
+        for device in sorted(set(before) | set(after)):
+            if device not in before or device not in after:
+                only = "OLD" if device in before else "NEW"
+                result.unpaired.append(f"{gate} ({device}): only in {only}")
+                continue
+            a = {c["id"]: c for c in before[device]["claims"]}
+            b = {c["id"]: c for c in after[device]["claims"]}
+            for cid in [*a, *(c for c in b if c not in a)]:
+                change = _claim_change(gate, device, cid, a.get(cid), b.get(cid), retired)
+                result.changes.append(change)
+    result.changes.sort(key=lambda c: (CHANGES.index(c.change), c.gate, c.device, c.claim_id))
+    return result
+
+
+def check_same_kind(old: Side, new: Side) -> None:
+    """Two receipt files must be of one gate: otherwise nothing would be compared."""
+    if (
+        old.receipt is not None
+        and new.receipt is not None
+        and (old.receipt["gate"] != new.receipt["gate"])
+    ):
+        raise AssayError(
+            f"OLD {old.label} is a receipt of gate {old.receipt['gate']!r} and NEW "
+            f"{new.label} one of {new.receipt['gate']!r}: compare receipts of one gate"
+        )
+
+
+def root_of(path: Path) -> Path:
+    """The git work tree holding ``path`` (where revisions are looked up), else ``path``."""
+    from assay.qualify.core.source import git_output
+
+    found = git_output(path, "rev-parse", "--show-toplevel")
+    return Path(found.strip()) if found else path

@@ -1,0 +1,142 @@
+"""The ``assay compare`` command: its Markdown table (worst first), ``--json``, the GitHub step
+summary, and its exit code (0: nothing flipped to fail, regressed or went missing; 1: something
+did; 2: bad input)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from assay.errors import AssayError
+from assay.qualify.publishing.compare import (
+    CHANGES,
+    FAILING,
+    ClaimChange,
+    Comparison,
+    check_same_kind,
+    compare_sides,
+    root_of,
+)
+from assay.qualify.publishing.compare_sides import opened
+from assay.qualify.publishing.render import cell
+from assay.qualify.publishing.wording import num, plural
+
+ROWS = 60  # changed claims shown in the table; the rest are counted
+
+
+def _side(view: dict | None) -> str:
+    if view is None:
+        return "-"
+    unit = f" {view['unit']}" if view["unit"] else ""
+    return f"{view['verdict']}: {num(view['value'])}{unit} ({view['op']} {num(view['bound'])})"
+
+
+def _margins(row: ClaimChange) -> str:
+    found = [num(v["margin"]) if v and v["margin"] is not None else "-" for v in (row.old, row.new)]
+    return " → ".join(found)
+
+
+def _moved(row: ClaimChange) -> str:
+    if row.moved is None:
+        return "-"
+    allowed = ""
+    if row.tolerance is not None:
+        allowed = f" (tolerance {row.tolerance:.3g} {cell(row.tolerance_mode)})"
+    return f"{row.moved:+.3g}{allowed}"
+
+
+def markdown(result: Comparison) -> str:
+    """The comparison as Markdown: a verdict line, the changed claims worst first (unchanged
+    ones counted, not listed), then each gate's standing on both sides."""
+    failing = result.failing
+    counts = result.counts()
+    said = ", ".join(f"{n} {name}" for name, n in counts.items()) or "no claims"
+    verdict = (
+        f"**{plural(len(failing), 'claim')} flipped to fail, regressed or went missing.**"
+        if failing
+        else "**No claim flipped to fail, regressed or went missing.**"
+    )
+    lines = [
+        f"## assay compare: {cell(result.old_label)} → {cell(result.new_label)}",
+        "",
+        verdict,
+        "",
+        f"Claims: {said}.",
+        "",
+    ]
+    shown = [c for c in result.changes if c.change != "unchanged"]
+    if shown:
+        lines += [
+            "| Change | Gate | Device | Claim | OLD | NEW | Margin OLD → NEW | Moved |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in shown[:ROWS]:
+            mark = "**" if row.change in FAILING else ""
+            lines.append(
+                f"| {mark}{row.change}{mark} | {cell(row.gate)} | {cell(row.device)} | "
+                f"{cell(row.claim_id)} | {cell(_side(row.old))} | {cell(_side(row.new))} | "
+                f"{_margins(row)} | {_moved(row)} |"
+            )
+        if len(shown) > ROWS:
+            lines.append(f"\n… and {len(shown) - ROWS} more changed claims (`--json` lists all).")
+        lines.append("")
+    if result.unpaired:
+        unpaired = cell("; ".join(result.unpaired))
+        lines += [f"Not compared (receipts on one side only): {unpaired}.", ""]
+    lines += ["| Gate | Standing in OLD | Standing in NEW |", "|---|---|---|"]
+    for gate, (old, new) in sorted(result.standings.items()):
+        lines.append(f"| {cell(gate)} | {cell(old or 'absent')} | {cell(new or 'absent')} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    root = root_of(Path(args.root) if args.root else Path.cwd())
+    with opened(args.old, args.new, root) as (old, new):
+        check_same_kind(old, new)
+        result = compare_sides(old, new)
+    text = markdown(result)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        sys.stdout.write(text)
+    if args.summary:
+        target = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not target:
+            raise AssayError("--summary: $GITHUB_STEP_SUMMARY is not set (GitHub Actions sets it)")
+        try:
+            with open(target, "a", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise AssayError(f"{target}: cannot append the summary ({exc.strerror})") from None
+    return 1 if result.failing else 0
+
+
+def add_compare(subparsers: argparse._SubParsersAction) -> None:
+    summary = "what changed between two sets of receipts: flips, regressions, bounds, standings"
+    parser = subparsers.add_parser(
+        "compare",
+        help=summary,
+        description=f"{summary.capitalize()}. OLD and NEW are each a receipts folder, a records "
+        "folder, a receipt file, or a git revision (its records/receipts read from git, no "
+        f"checkout). Changes, worst first: {', '.join(CHANGES)}. Exit 0 when no claim flipped "
+        "to fail, regressed beyond its tolerance or went missing; 1 when one did; 2 for bad "
+        "input.",
+    )
+    parser.add_argument("old", metavar="OLD", help="the baseline side")
+    parser.add_argument("new", metavar="NEW", help="the side under review")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="also append the Markdown to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary)",
+    )
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        help="the git repository revisions are read from (default: the one holding the "
+        "current folder)",
+    )
+    parser.set_defaults(func=run_compare)

@@ -1,0 +1,232 @@
+"""``assay compare OLD NEW`` over real ledgers written by ``write_receipt``: flips, regressions
+within and beyond tolerance, changed bounds, new, missing and retired claims, two git
+revisions, and bad input. The rule under test: a claim is reported unchanged only when nothing
+a reader would compare (verdict, value, unit, operator, bound, tolerance) differs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "gates"))
+
+import tamper_cases  # noqa: E402
+from assay.cli import main  # noqa: E402
+from assay.qualify.core.threshold import meets  # noqa: E402
+from assay.qualify.ledger.chain import write_receipt  # noqa: E402
+from assay.qualify.publishing.compare import _claim_change  # noqa: E402
+
+
+def _claim(cid: str, value: float, op: str = "<=", bound: float = 1e-3, tol: float = 0.1):
+    verdict = "pass" if meets(op, bound, value) else "fail"
+    return {
+        "id": cid,
+        "statement": f"claim {cid}",
+        "kind": "correctness",
+        "measurement": {"value": value, "unit": "max abs"},
+        "threshold": {"op": op, "value": bound, "tolerance": tol},
+        "verdict": verdict,
+        "margin": bound - value if op == "<=" else value - bound,
+        "controls": [{"name": "broken", "measured": 1.0, "failed": True}],
+        "test": f"gates/gate_demo.py::test_{cid}",
+    }
+
+
+def _run(receipts: Path, second: int, claims: list[dict], corrects: list[dict] = ()) -> dict:
+    receipt = tamper_cases.synthetic_receipt(f"2026-01-01T00:00:{second:02d}Z", 0.0, "0" * 64)
+    receipt["claims"] = claims
+    receipt["corrects"] = list(corrects)
+    receipt["run"]["tests"] = [{"nodeid": c["test"], "outcome": "passed"} for c in claims]
+    receipt["status"] = "pass" if all(c["verdict"] == "pass" for c in claims) else "fail"
+    path = write_receipt(receipt, receipts)
+    return json.loads(path.read_text("utf-8"))
+
+
+def _compare(capsys, old, new) -> tuple[int, dict]:
+    code = main(["compare", str(old), str(new), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _changes(found: dict) -> dict[str, str]:
+    return {c["claim_id"]: c["change"] for c in found["claims"]}
+
+
+def test_every_kind_of_change_between_two_ledgers(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    base = [
+        _claim("flips", 1e-4),
+        _claim("regresses", 1e-4),
+        _claim("wobbles", 1e-4),
+        _claim("improves", 9e-4),
+        _claim("rebound", 1e-4),
+        _claim("goes", 1e-4),
+        _claim("retires", 1e-4),
+        _claim("same", 1e-4),
+    ]
+    _run(old, 1, base)
+    first = _run(new, 1, base)
+    _run(
+        new,
+        2,
+        [
+            _claim("flips", 2e-3),  # now over its bound
+            _claim("regresses", 3e-4),  # worse by 2e-4, tolerance 0.1 x 1e-3 = 1e-4
+            _claim("wobbles", 1.5e-4),  # worse by 5e-5: inside the tolerance
+            _claim("improves", 1e-4),
+            _claim("rebound", 1e-4, bound=2e-3),
+            _claim("same", 1e-4),
+            _claim("arrives", 1e-4),
+        ],
+        corrects=[
+            {"receipt_sha256": first["receipt_sha256"], "claim_id": "retires", "reason": "gone"}
+        ],
+    )
+    code, found = _compare(capsys, old, new)
+    assert _changes(found) == {
+        "flips": "flipped to fail",
+        "regresses": "regressed",
+        "goes": "missing",
+        "rebound": "bound changed",
+        "retires": "retired",
+        "arrives": "new",
+        "improves": "improved",
+        "wobbles": "within tolerance",
+        "same": "unchanged",
+    }
+    assert code == 1 and not found["ok"]
+    assert [c["change"] for c in found["claims"]][:3] == [
+        "flipped to fail",
+        "regressed",
+        "missing",
+    ]  # worst first
+    assert found["gates"]["demo"]["new"].startswith("fail")
+    assert main(["compare", str(old), str(new)]) == 1
+    text = capsys.readouterr().out
+    assert text.index("flipped to fail") < text.index("within tolerance")
+    assert "unchanged" not in text.split("Claims:")[1].split("\n\n")[1]  # counted, not listed
+    code, found = _compare(capsys, new, new)  # the control: a ledger against itself
+    assert code == 0 and set(_changes(found).values()) == {"unchanged"}
+
+
+def test_a_gate_or_device_on_one_side_is_unpaired_not_missing(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_claim("a", 1e-4)])
+    (new / "other").mkdir(parents=True)
+    receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:01Z", 0.0, "0" * 64)
+    receipt["gate"] = "other"
+    write_receipt(receipt, new)
+    code, found = _compare(capsys, old, new)
+    assert code == 0 and found["claims"] == []
+    assert found["unpaired"] == ["demo (cpu): only in OLD", "other (cpu): only in NEW"]
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def test_two_git_revisions_are_read_without_a_checkout(tmp_path, capsys, monkeypatch):
+    repo = tmp_path / "repo"
+    receipts = repo / "records" / "receipts"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _run(receipts, 1, [_claim("a", 1e-4)])
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    _run(receipts, 2, [_claim("a", 5e-3)])
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "two")
+    (receipts / "demo").rename(tmp_path / "moved")  # the working tree no longer holds them
+    monkeypatch.chdir(repo)
+    code, found = _compare(capsys, "HEAD~1", "HEAD")
+    assert code == 1 and _changes(found) == {"a": "flipped to fail"}
+    assert found["old"].startswith("HEAD~1 (") and found["new"].startswith("HEAD (")
+    code, found = _compare(capsys, "HEAD", "HEAD")
+    assert code == 0 and _changes(found) == {"a": "unchanged"}
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda t: (t / "nowhere", t / "nowhere"), "OLD {t}/nowhere: no such folder or file"),
+        (lambda t: (t / "empty", t / "empty"), "OLD {t}/empty: a folder holding no receipts"),
+        (lambda t: (t / "bad.json", t / "bad.json"), "{t}/bad.json"),
+        (lambda t: ("--json", t), "OLD --json: not a receipts folder"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, make, expected):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.json").write_text("{not json", "utf-8")
+    old, new = make(tmp_path)
+    assert main(["compare", "--", str(old), str(new)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected.format(t=tmp_path) in err, err
+
+
+def test_a_revision_without_receipts_and_one_with_a_non_utf8_receipt(tmp_path, capsys, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "README").write_text("x")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "bare")
+    monkeypatch.chdir(repo)
+    assert main(["compare", "HEAD", "HEAD"]) == 2
+    assert "no records/receipts at" in capsys.readouterr().err
+    (repo / "records/receipts/demo").mkdir(parents=True)
+    (repo / "records/receipts/demo/x.json").write_bytes(b"\xff\xfe{}")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "junk")
+    assert main(["compare", "HEAD", "HEAD"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "x.json is not UTF-8 text" in err, err
+
+
+def test_summary_appends_to_the_github_step_summary(tmp_path, capsys, monkeypatch):
+    old = tmp_path / "old"
+    _run(old, 1, [_claim("a", 1e-4)])
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert main(["compare", str(old), str(old), "--summary"]) == 2
+    assert "GITHUB_STEP_SUMMARY is not set" in capsys.readouterr().err
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert main(["compare", str(old), str(old), "--summary"]) == 0
+    shown = capsys.readouterr().out
+    assert summary.read_text() == "earlier step\n" + shown
+
+
+values = st.sampled_from([0.0, 1e-4, 5e-4, 9e-4, 1e-3, 1.05e-3, 1.5e-3, 2e-3, 5e-3])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a=values,
+    b=values,
+    ops=st.tuples(st.sampled_from(["<=", ">=", "=="]), st.sampled_from(["<=", ">=", "=="])),
+    bounds=st.tuples(st.sampled_from([1e-3, 2e-3]), st.sampled_from([1e-3, 2e-3])),
+    tols=st.tuples(st.sampled_from([0.0, 0.1]), st.sampled_from([0.0, 0.1])),
+    units=st.tuples(st.sampled_from(["s", "max abs"]), st.sampled_from(["s", "max abs"])),
+)
+def test_a_claim_is_unchanged_only_when_nothing_compared_differs(a, b, ops, bounds, tols, units):
+    old = _claim("c", a, ops[0], bounds[0], tols[0])
+    new = _claim("c", b, ops[1], bounds[1], tols[1])
+    old["measurement"]["unit"], new["measurement"]["unit"] = units
+    row = _claim_change("g", "cpu", "c", old, new, set())
+    same = (a, ops[0], bounds[0], tols[0], units[0]) == (b, ops[1], bounds[1], tols[1], units[1])
+    assert (row.change == "unchanged") is same, (row.change, old, new)
+    if old["verdict"] == "pass" and new["verdict"] == "fail":
+        assert row.change == "flipped to fail"
