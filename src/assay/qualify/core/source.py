@@ -8,6 +8,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from assay.qualify.core.portable import is_outside
+
 
 def file_sha256(path: Path) -> str:
     """Hex sha256 of a file's bytes, read in chunks so large model files stay cheap."""
@@ -90,9 +92,10 @@ NOT_TREE_SUFFIXES = (".egg-info", ".dist-info")
 
 def tree_paths(root: Path, paths: list[str]) -> set[str]:
     """Those of ``paths`` (relative to ``root``, POSIX) that belong to the project's tree: not
-    under a folder of :data:`NOT_TREE_DIRS` or a ``*.egg-info``/``*.dist-info`` folder, and
-    tracked or not ignored by git. A file outside the tree differs from one clean checkout to
-    the next, so no record may depend on it. Absolute paths are kept (outside the project)."""
+        under a folder of :data:`NOT_TREE_DIRS` or a ``*.egg-info``/``*.dist-info`` folder, and
+        tracked or not ignored by git. A file outside the tree differs from one clean checkout to
+        the next, so no record may depend on it. Paths outside the project (absolute, ``~/``,
+    ``<site-packages>/``, ``<tmp>/``) are kept."""
 
     def cache_or_build(path: str) -> bool:
         folders = Path(path).parts[:-1]
@@ -100,8 +103,8 @@ def tree_paths(root: Path, paths: list[str]) -> set[str]:
             f.endswith(NOT_TREE_SUFFIXES) for f in folders
         )
 
-    kept = [p for p in paths if Path(p).is_absolute() or not cache_or_build(p)]
-    relative = [p for p in kept if not Path(p).is_absolute()]
+    kept = [p for p in paths if is_outside(p) or not cache_or_build(p)]
+    relative = [p for p in kept if not is_outside(p)]
     # tracked files are never reported (no --no-index); exit 1 means none ignored
     found = git_output(root, "check-ignore", "--stdin", "-z", stdin="\0".join(relative), ok=(0, 1))
     ignored = set(filter(None, (found or "").split("\0")))

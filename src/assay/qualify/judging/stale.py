@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.qualify.core.portable import local_path
 from assay.qualify.core.source import file_sha256, git_output, module_constant, tree_paths
 
 STALE_OPEN = "<!--stale-->"
@@ -79,8 +80,7 @@ def gate_needs(root: Path, gate: str, receipt: dict[str, Any] | None = None) -> 
 
 
 def _differs(root: Path, entry: dict[str, str]) -> bool:
-    path = Path(entry["path"])
-    target = path if path.is_absolute() else Path(root) / path
+    target = local_path(entry["path"], root)  # ~/..., <site-packages>/... mapped onto this machine
     return not target.is_file() or file_sha256(target) != entry["sha256"]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
+from assay.qualify.core.portable import is_outside, portable
 from assay.qualify.core.source import file_sha256
 from assay.qualify.judging.baseline import compare, find_baseline, no_baseline
 from assay.qualify.ledger.chain import write_receipt
@@ -105,7 +106,7 @@ def differs_from_tree(receipt: dict[str, Any], root: Path) -> list[str]:
         recorded.setdefault(entry["path"], entry["sha256"])
     found = []
     for path, sha in sorted(recorded.items()):
-        if Path(path).is_absolute():
+        if is_outside(path):
             continue  # outside the project: the tree has nothing to compare with
         target = Path(root) / path
         if not target.is_file() or file_sha256(target) != sha or changed_since_loaded(target):
@@ -168,6 +169,9 @@ def _assemble(
     differs = differs_from_tree(receipt, options.root)
     if differs:
         receipt["code"]["differs_from_tree"] = differs
+    # no path of this machine in what is published: the same run from another folder, home or
+    # virtualenv writes the same text (assay.qualify.core.portable)
+    receipt = portable(receipt, options.root)
     extras = options.extras.get(gate, {})
     if extras.get("gate_file"):
         receipt["gate_file"] = extras["gate_file"]
