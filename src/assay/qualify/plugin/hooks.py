@@ -414,6 +414,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state is None or (not state.written and not state.problems):
         return
     terminalreporter.section("assay gates")
+    if config.get_verbosity() >= 0:  # -q: the line per gate alone
+        from assay.qualify.plugin.claims_table import claims_table
+
+        for line, bad in claims_table(state.shown):
+            terminalreporter.line(line, red=bad)
     for path, status in state.written:
         shown = path if path.startswith("not written") else f"receipt ({status}): {path}"
         terminalreporter.line(shown)

@@ -52,6 +52,7 @@ class Options:
     failures: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # gate -> failures
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # gate -> headline, skipped
     project: str | None = None  # the ini gate_project, when set
+    shown: list[dict[str, Any]] = field(default_factory=list)  # receipts written or previewed
 
 
 WHEEL_ENV = "ASSAY_SUBJECT_WHEEL"
@@ -228,6 +229,7 @@ def _publish_gate(
         return None, problems, []
     _copy_figures(planned, options.records)
     path = write_receipt(receipt, options.receipts)
+    options.shown.append(receipt)
     return (str(path), receipt["status"]), regressions, not_passing(receipt)
 
 
@@ -258,6 +260,7 @@ def preview(
             failing.extend(problems)
             continue
         failing.extend(not_passing(receipt))
+        options.shown.append(receipt)
         partial = " (partial run)" if receipt["run"].get("partial") else ""
         regressed = f", {len(regressions)} regression(s)" if regressions else ""
         shown.append(

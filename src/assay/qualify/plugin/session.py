@@ -126,6 +126,7 @@ class GateSession:
         self.late: set[str] = set()
         self.cut: dict[str, tuple[int, int, int]] = {}  # what earlier receipts already hold
         self.written: list[tuple[str, str]] = []
+        self.shown: list[dict[str, Any]] = []  # the receipts written (or previewed), for the table
         self.problems: list[str] = []
         self.not_passing: list[str] = []  # claims written (or previewed) that did not pass
         self.tree: dict[str, Any] | None = None
@@ -334,8 +335,10 @@ class GateSession:
             shown, not_passing = preview(fragments, options)
             self.written.extend(shown)
             self.not_passing.extend(not_passing)
+            self.shown.extend(options.shown)
             return
         written, problems, not_passing = publish(fragments, options)
+        self.shown.extend(options.shown)
         self.written.extend(written)
         self.problems.extend(problems)
         self.not_passing.extend(not_passing)
