@@ -51,8 +51,14 @@ def index_row(standing: Standing, root: Path) -> str:
     what = from_tree(cell(what_it_gates(root, gate) or "n/a"))
     created = head["created"] if head else "none"
     devices = ", ".join(d.device for d in standing.devices) or "none"
+    from assay.qualify.publishing.history import sparkline
+    from assay.qualify.publishing.wording import headline_claim
+
+    shown = headline_claim(head)[0] if head else None
+    trend = sparkline(standing, shown["id"] if shown else None)
+    headline = cell(headline_text(head)) + (f" {trend}" if trend else "")
     return (
-        f"| [{cell(gate)}]({gate}.md) | {what} | {cell(headline_text(head))} | "
+        f"| [{cell(gate)}]({gate}.md) | {what} | {headline} | "
         f"{cell(standing.summary())} | {created} | {cell(devices)} | "
         f"{len(standing.receipts)} | {stale_cell(standing_stale(standing))} |"
     )

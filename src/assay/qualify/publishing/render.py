@@ -173,6 +173,9 @@ def render_gate(gate: str, receipts_dir: Path, records_dir: Path, root: Path | N
     standing = gate_standing(receipts_dir, gate, records_dir, root)
     path = record_path(records_dir, gate)
     write_atomic(path, record_with_banner(standing).encode("utf-8"), overwrite=True)
+    from assay.qualify.publishing.history import write_history
+
+    write_history(standing, records_dir)
     return path
 
 

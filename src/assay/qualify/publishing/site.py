@@ -64,6 +64,10 @@ def _copy_evidence(standing: Standing, receipts_dir: Path, records_dir: Path, ou
     for fig in standing.head["figures"] if standing.head else []:
         if (records_dir / fig["path"]).is_file():
             _copy(records_dir / fig["path"], out / fig["path"])
+    from assay.qualify.publishing.history import history_figures
+
+    for rel, text in history_figures(standing).items():  # drawn afresh: the same bytes
+        write_atomic(out / rel, text.encode("utf-8"), overwrite=True)
 
 
 def _signed(receipts_dir: Path, gate: str, entries: list[dict[str, Any]]) -> None:

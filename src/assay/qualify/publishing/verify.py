@@ -34,7 +34,9 @@ def record_problems(standing: Standing, records_dir: Path) -> list[str]:
             f"{record}: record out of sync with its receipts or the working tree "
             "(hand-edited, or rendered before a change: run `assay render`)"
         ]
-    return []
+    from assay.qualify.publishing.history import history_problems
+
+    return history_problems(standing, records_dir)
 
 
 def _check_index(receipts_dir: Path, records_dir: Path, root: Path) -> list[str]:

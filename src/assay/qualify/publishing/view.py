@@ -179,6 +179,15 @@ def _acknowledged(standing: Standing) -> list[dict[str, str]]:
     ]
 
 
+def _history(standing: Standing) -> list[dict[str, str]]:
+    from assay.qualify.publishing.history import claim_points, figure_path
+
+    return [
+        {"claim": cid, "path": figure_path(standing.gate, cid)}
+        for cid in sorted(claim_points(standing))
+    ]
+
+
 def gate_view(standing: Standing) -> dict[str, Any]:
     """Every fact a gate page shows, as plain strings (escaping is the template's job)."""
     head = standing.head
@@ -294,6 +303,7 @@ def gate_view(standing: Standing) -> dict[str, Any]:
         "not_tested": head["not_tested"],
         "notes": head["notes"],
         "figures": head["figures"],
+        "history": _history(standing),
         "baseline": _baseline(head),
         "ledger": [
             {

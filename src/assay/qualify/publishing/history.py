@@ -1,0 +1,180 @@
+"""Claim history: each numeric claim's measured value over its gate's ledger, drawn as a small
+SVG (x: ledger order, labelled with commit and date; the bound a dashed line; a failing run
+red; a partial run hollow; the device as colour), and the headline claim as a text sparkline
+for the index. Drawn from the receipts alone with fixed number formatting, so one ledger always
+gives the same bytes and ``verify`` re-draws and compares them like the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assay.qualify.judging.standing import Standing
+
+HISTORY_DIR = "figures/history"  # under the records folder
+DEVICE_COLOURS = {"cpu": "#1f6feb", "cuda": "#2da44e"}
+OTHER_COLOUR = "#8250df"
+FAIL_COLOUR = "#cf222e"
+WIDTH, HEIGHT, PAD = 360, 120, 28
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One receipt's measurement of a claim."""
+
+    order: int  # position in the ledger (0: oldest)
+    value: float
+    passed: bool
+    partial: bool
+    device: str
+    label: str  # commit and date, for the tooltip
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def claim_points(standing: Standing) -> dict[str, tuple[list[Point], float | None]]:
+    """Claim id -> (its points in ledger order, the newest bound), numeric claims only."""
+    found: dict[str, tuple[list[Point], float | None]] = {}
+    for order, receipt in enumerate(standing.receipts):
+        commit = (receipt["code"].get("commit") or "no commit")[:7]
+        label = f"{commit} {receipt['created'][:10]}"
+        for claim in receipt["claims"]:
+            value = claim["measurement"].get("value")
+            if not _numeric(value) or abs(value) > 1e300:
+                continue
+            bound = claim["threshold"]["value"]
+            point = Point(
+                order,
+                float(value),
+                claim["verdict"] == "pass",
+                bool(receipt["run"].get("partial")),
+                receipt["run"]["device"],
+                label,
+            )
+            points, _ = found.get(claim["id"], ([], None))
+            found[claim["id"]] = ([*points, point], bound if _numeric(bound) else None)
+    return found
+
+
+def figure_path(gate: str, claim_id: str) -> str:
+    """Where a claim's history figure lives, relative to the records folder (the claim id
+    made safe for a file name, with a digest so two ids never share one)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", claim_id)[:60]
+    digest = hashlib.sha256(claim_id.encode("utf-8")).hexdigest()[:8]
+    return f"{HISTORY_DIR}/{gate}/{safe}-{digest}.svg"
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def history_svg(claim_id: str, points: list[Point], bound: float | None, count: int) -> str:
+    """The figure of one claim: ``count`` ledger entries on x, values and bound on y."""
+    values = [p.value for p in points] + ([bound] if bound is not None else [])
+    low, high = min(values), max(values)
+    if high == low:
+        high, low = high + (abs(high) or 1.0) * 0.1, low - (abs(low) or 1.0) * 0.1
+
+    def x(order: int) -> float:
+        return PAD + (WIDTH - 2 * PAD) * (order / max(count - 1, 1))
+
+    def y(value: float) -> float:
+        return HEIGHT - PAD + (value - low) / (high - low) * (2 * PAD - HEIGHT)
+
+    title = html.escape(claim_id)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="9">',
+        f"<title>{title}: measured value per ledger entry</title>",
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
+        f'<text x="{PAD}" y="12">{title}</text>',
+        f'<text x="2" y="{_f(y(high) + 3)}">{high:.4g}</text>',
+        f'<text x="2" y="{_f(y(low) + 3)}">{low:.4g}</text>',
+    ]
+    if bound is not None:
+        out.append(
+            f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{_f(y(bound))}" y2="{_f(y(bound))}" '
+            f'stroke="#57606a" stroke-dasharray="4 3"><title>bound {bound:.6g}</title></line>'
+        )
+    for device in sorted({p.device for p in points}):
+        mine = [p for p in points if p.device == device]
+        colour = DEVICE_COLOURS.get(device, OTHER_COLOUR)
+        if len(mine) > 1:
+            line = " ".join(f"{_f(x(p.order))},{_f(y(p.value))}" for p in mine)
+            out.append(f'<polyline points="{line}" fill="none" stroke="{colour}"/>')
+        for p in mine:
+            stroke = colour if p.passed else FAIL_COLOUR
+            fill = "#ffffff" if p.partial else stroke
+            verdict = "pass" if p.passed else "not pass"
+            partial = ", partial run" if p.partial else ""
+            out.append(
+                f'<circle cx="{_f(x(p.order))}" cy="{_f(y(p.value))}" r="3" fill="{fill}" '
+                f'stroke="{stroke}"><title>{html.escape(p.label)} {html.escape(device)}: '
+                f"{p.value:.6g} ({verdict}{partial})</title></circle>"
+            )
+    first, last = points[0], points[-1]
+    out.append(f'<text x="{PAD}" y="{HEIGHT - 8}">{html.escape(first.label)}</text>')
+    out.append(
+        f'<text x="{WIDTH - PAD}" y="{HEIGHT - 8}" text-anchor="end">'
+        f"{html.escape(last.label)}</text>"
+    )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def history_figures(standing: Standing) -> dict[str, str]:
+    """Relative path -> SVG text, one per numeric claim of the gate's ledger."""
+    count = len(standing.receipts)
+    return {
+        figure_path(standing.gate, cid): history_svg(cid, points, bound, count)
+        for cid, (points, bound) in sorted(claim_points(standing).items())
+    }
+
+
+def sparkline(standing: Standing, claim_id: str | None, width: int = 12) -> str:
+    """The last ``width`` values of ``claim_id`` as block characters (empty when there are
+    fewer than two); a failing run is shown as ``x``."""
+    points = claim_points(standing).get(claim_id or "", ([], None))[0][-width:]
+    if len(points) < 2:
+        return ""
+    low, high = min(p.value for p in points), max(p.value for p in points)
+    span = (high - low) or 1.0
+    marks = [SPARKS[round((p.value - low) / span * (len(SPARKS) - 1))] for p in points]
+    return "".join(m if p.passed else "x" for m, p in zip(marks, points, strict=True))
+
+
+def write_history(standing: Standing, records_dir: Path) -> None:
+    """Write the gate's history figures under ``records_dir`` (atomically, only when changed)."""
+    from assay.qualify.ledger.receipt import write_atomic
+
+    for rel, text in history_figures(standing).items():
+        target = Path(records_dir) / rel
+        data = text.encode("utf-8")
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, data, overwrite=True)
+
+
+def history_problems(standing: Standing, records_dir: Path) -> list[str]:
+    """One line per history figure missing or differing from a fresh draw."""
+    problems = []
+    for rel, text in history_figures(standing).items():
+        target = Path(records_dir) / rel
+        try:
+            same = target.read_bytes() == text.encode("utf-8")
+        except OSError:
+            problems.append(f"{target}: history figure missing (run `assay render`)")
+            continue
+        if not same:
+            problems.append(f"{target}: history figure out of sync with the ledger (run "
+                            "`assay render`)")  # fmt: skip
+    return problems
