@@ -40,3 +40,28 @@ def test_info_on_smollm2(smollm2_path, capsys):
     assert info["fingerprint"]["decoded_fp32_bytes"] == 538_060_032
     assert info["tensor_types"] == {"Q8_0": 1, "Q4_1": 210, "F32": 61}
     assert info["tokenizer"]["vocab_size"] == 49_152
+
+
+def _commands() -> list[str]:
+    import argparse
+
+    from assay.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize("command", ["", *_commands()])
+def test_a_usage_error_of_any_command_is_one_line(command, capsys, monkeypatch):
+    """Rule: argparse's refusals are one line naming the command and where help is, like every
+    other error; the usage block is for --help. Generated over the command table."""
+    monkeypatch.setattr("assay.cli.trainer_installed", lambda: True)
+    argv = [command, "--no-such-option"] if command else []
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    # an unknown option is refused by the top parser (argparse's way), a missing one by the
+    # command's; either way one line
+    assert err.startswith(("assay: error: ", f"assay {command}: error: ")), err
+    assert err.rstrip().endswith("--help)") and "usage:" not in err

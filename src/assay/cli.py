@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
+from typing import NoReturn
 
 from assay import DISTRIBUTION
 from assay.adapter_registry import help_text as adapter_methods_help
@@ -85,8 +86,16 @@ def _train_epilog() -> str:
     )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, as every other error of the CLI is: the
+    multi-line usage block is left to ``--help``. Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="assay",
         description="Fine-tune Llama-family models memory-leanly; qualify every claim with gates.",
     )
