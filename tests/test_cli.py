@@ -7,6 +7,7 @@ import json
 import pytest
 
 from assay.cli import main
+from assay.errors import AssayError
 
 
 def test_info_json_describes_a_tiny_gguf(tiny_models, capsys):
@@ -65,3 +66,31 @@ def test_a_usage_error_of_any_command_is_one_line(command, capsys, monkeypatch):
     # command's; either way one line
     assert err.startswith(("assay: error: ", f"assay {command}: error: ")), err
     assert err.rstrip().endswith("--help)") and "usage:" not in err
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        AssayError("bad\n  in line 3\r\nend"),
+        OSError(5, "Input/output\nerror", "f.bin"),
+    ],
+)
+def test_a_multi_line_message_from_anywhere_is_printed_on_one_line(error, capsys, monkeypatch):
+    """Rule: whatever raised it, the CLI's error is one line (the exit point joins lines)."""
+
+    def fails(_args):
+        raise error
+
+    monkeypatch.setattr("assay.cli.trainer_installed", lambda: True)
+    monkeypatch.setattr("assay.cli.cmd_info", fails)
+    assert main(["info", "x.gguf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("assay: error: "), err
+
+
+def test_a_nul_byte_in_a_yaml_config_is_one_line(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_bytes(b"steps: 4\x00\n")
+    assert main(["estimate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(config) in err and "invalid YAML" in err, err

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -84,6 +85,12 @@ def _train_epilog() -> str:
         f"config keys (key: default; every key, bound and meaning: assay docs settings):\n"
         f"{keys}\n\n{methods}"
     )
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: a library's multi-line text (a YAML parser's mark, say) joined
+    with spaces, so every error the CLI prints is one line whatever raised it."""
+    return re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -273,11 +280,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except AssayError as err:
-        print(f"assay: error: {_rank_prefix()}{err}", file=sys.stderr)
+        print(f"assay: error: {_rank_prefix()}{one_line(str(err))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:
         where = f"{err.filename or ''}: {err.strerror or err}"
-        print(f"assay: error: {_rank_prefix()}{where}", file=sys.stderr)
+        print(f"assay: error: {_rank_prefix()}{one_line(where)}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as err:  # torch found, another part of the extra missing
         if args.command not in TRAINER_COMMANDS or not _from_train_extra(err):
