@@ -192,7 +192,9 @@ def test_a_revision_without_receipts_and_one_with_a_non_utf8_receipt(tmp_path, c
     _git(repo, "commit", "-qm", "junk")
     assert main(["compare", "HEAD", "HEAD"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "x.json is not UTF-8 text" in err, err
+    assert err.count("\n") == 1 and "HEAD (" in err, err
+    assert "):records/receipts/demo/x.json: not a readable JSON receipt" in err, err
+    assert "assay-compare-" not in err  # the private checkout is named as the user named it
 
 
 def test_summary_appends_to_the_github_step_summary(tmp_path, capsys, monkeypatch):
@@ -230,3 +232,69 @@ def test_a_claim_is_unchanged_only_when_nothing_compared_differs(a, b, ops, boun
     assert (row.change == "unchanged") is same, (row.change, old, new)
     if old["verdict"] == "pass" and new["verdict"] == "fail":
         assert row.change == "flipped to fail"
+
+
+def test_a_side_cannot_hide_a_regression_behind_its_own_unit_or_tolerance(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_claim("unit", 5e-4), _claim("tol", 1e-4), _claim("arrives", 1e-4)])
+    wider = _claim("tol", 3e-4, tol=100.0)  # worse by 2e-4: over OLD's 1e-4 allowance
+    other_unit = _claim("unit", 0.6)
+    other_unit["measurement"]["unit"] = "mean abs error x1e-3"
+    other_unit["threshold"]["value"], other_unit["margin"] = 0.9, 0.3
+    other_unit["verdict"] = "pass"  # still passing, in the new unit
+    _run(new, 1, [other_unit, wider, _claim("arrives", 1e-4), _claim("fresh", 5e-3)])
+    code, found = _compare(capsys, old, new)
+    assert code == 1
+    assert _changes(found) == {
+        "unit": "regressed",
+        "tol": "regressed",
+        "arrives": "unchanged",
+        "fresh": "new, not passing",
+    }
+
+
+def test_a_gate_whose_standing_fell_fails_even_with_no_claim_changed(tmp_path, capsys, monkeypatch):
+    """A failing receipt erased from history (no correction) leaves NEW broken: exit 1, in the
+    git view as in the folder view."""
+    repo = tmp_path / "repo"
+    receipts = repo / "records" / "receipts"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _run(receipts, 1, [_claim("a", 1e-4)])
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "pass")
+    ledger = (receipts / "demo" / "LEDGER").read_text()
+    failing = _run(receipts, 2, [_claim("a", 5e-3)])
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "fail")
+    (receipts / "demo" / "LEDGER").write_text(ledger)  # the failure erased, unacknowledged
+    next((receipts / "demo").glob(f"*{failing['receipt_sha256'][:12]}*.json")).unlink()
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "erase")
+    monkeypatch.chdir(repo)
+    for old, new in (("HEAD~2", "HEAD"), ("HEAD~2", "records/receipts")):
+        code, found = _compare(capsys, old, new)
+        assert code == 1 and found["worse_standings"] == ["demo"], (new, found["gates"])
+        assert found["gates"]["demo"]["new"].startswith("broken")
+        assert _changes(found) == {"a": "unchanged"}
+
+
+def test_a_value_no_float_can_hold_is_refused_not_compared():
+    from assay.errors import AssayError
+
+    huge = _claim("a", 1e-4)
+    huge["measurement"]["value"] = 10**400
+    for old, new in ((_claim("a", 1e-4), huge), (huge, _claim("a", 1e-4))):
+        with pytest.raises(AssayError, match="claim 'a': its measured value is not a finite"):
+            _claim_change("g", "cpu", "a", old, new, set())
+
+
+def test_a_summary_that_is_not_a_file_is_refused_not_waited_on(tmp_path, capsys, monkeypatch):
+    import os
+
+    old = tmp_path / "old"
+    _run(old, 1, [_claim("a", 1e-4)])
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "fifo"))
+    assert main(["compare", str(old), str(old), "--summary"]) == 2
+    assert "is not a regular file" in capsys.readouterr().err

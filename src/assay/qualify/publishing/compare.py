@@ -4,20 +4,24 @@ For every gate and device on either side, the head receipt (newest complete, as 
 leads with; a receipt file is its own head) is compared claim by claim. Each claim gets the
 worst change that applies, in this order:
 
-``flipped to fail`` (passed in OLD, not now), ``regressed`` (worse than OLD by more than its
-regression tolerance, the one ``--gate-baseline`` applies), ``missing`` (in OLD, gone from NEW
-and not retired by a correction), ``bound changed`` (operator, bound or tolerance differ),
-``retired``, ``new``, ``flipped to pass``, ``improved`` (better by more than the tolerance),
-``within tolerance`` (moved, inside it), ``unchanged``.
+``flipped to fail`` (passed in OLD, not now), ``regressed`` (worse than OLD by more than the
+regression tolerance of either side, the stricter winning, so a side cannot widen its own way
+past a regression; a changed unit counts, as nothing then shows the value is no worse),
+``missing`` (in OLD, gone from NEW and not retired by a correction), ``new, not passing``,
+``bound changed`` (operator, bound or tolerance differ), ``retired``, ``new``, ``flipped to
+pass``, ``improved`` (better by more than the tolerance), ``within tolerance`` (moved, inside
+it), ``unchanged``.
 
-The first three fail the comparison (exit 1): each is evidence lost or worsened. The gate's
-standing on each side (the one every view shows) is listed beside them. A gate, or a device of
+The first four fail the comparison (exit 1): each is evidence lost or worsened. So does a gate
+whose standing (the one every view shows, git history included) is worse in NEW than in OLD:
+a ledger broken by removing a failing receipt cannot pass for an improvement. A gate, or a device of
 a gate, with receipts on one side only is listed as unpaired, not compared: a run of some gates
 (CI's) against a full ledger loses no claim by leaving the others out.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ CHANGES = (
     "flipped to fail",
     "regressed",
     "missing",
+    "new, not passing",
     "bound changed",
     "retired",
     "new",
@@ -38,7 +43,7 @@ CHANGES = (
     "within tolerance",
     "unchanged",
 )
-FAILING = frozenset(CHANGES[:3])
+FAILING = frozenset(CHANGES[:4])
 
 
 @dataclass
@@ -70,10 +75,16 @@ class Comparison:
     # gate/device runs on one side only (a CI run of some gates against a full ledger): not
     # compared claim by claim, and never counted as claims gone missing
     unpaired: list[str] = field(default_factory=list)
+    worse_standings: list[str] = field(default_factory=list)  # gates whose standing fell
 
     @property
     def failing(self) -> list[ClaimChange]:
         return [c for c in self.changes if c.change in FAILING]
+
+    @property
+    def ok(self) -> bool:
+        """No claim change that fails and no gate whose standing fell."""
+        return not self.failing and not self.worse_standings
 
     def counts(self) -> dict[str, int]:
         found = {name: 0 for name in CHANGES}
@@ -85,7 +96,8 @@ class Comparison:
         return {
             "old": self.old_label,
             "new": self.new_label,
-            "ok": not self.failing,
+            "ok": self.ok,
+            "worse_standings": self.worse_standings,
             "counts": self.counts(),
             "claims": [c.as_dict() for c in self.changes],
             "gates": {g: {"old": o, "new": n} for g, (o, n) in sorted(self.standings.items())},
@@ -93,10 +105,26 @@ class Comparison:
         }
 
 
+def _number(value: Any) -> bool:
+    """A measured value or bound arithmetic can use: an int or float that is a finite float
+    (a 400-digit integer is not: it overflows every comparison)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def _side_view(claim: dict[str, Any]) -> dict[str, Any]:
     value = claim["measurement"].get("value")
     threshold = claim["threshold"]
-    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    for what, number in (("measured value", value), ("bound", threshold["value"])):
+        kind = isinstance(number, int | float) and not isinstance(number, bool)
+        if kind and not _number(number):
+            raise AssayError(f"claim {claim['id']!r}: its {what} is not a finite number a "
+                             "comparison can use")  # fmt: skip
+    numeric = _number(value)
     return {
         "verdict": claim["verdict"],
         "value": value,
@@ -115,35 +143,46 @@ def _claim_change(
     after = None if new is None else _side_view(new)
     row = ClaimChange(gate, device, cid, "unchanged", before, after)
     if before is None or after is None:
-        row.change = "new" if before is None else ("retired" if cid in retired else "missing")
+        if before is None:
+            row.change = "new" if after["verdict"] == "pass" else "new, not passing"
+        else:
+            row.change = "retired" if cid in retired else "missing"
         return row
     found = []
     if before["verdict"] == "pass" and after["verdict"] != "pass":
         found.append("flipped to fail")
     elif before["verdict"] != "pass" and after["verdict"] == "pass":
         found.append("flipped to pass")
-    if (before["op"], before["bound"], before["tolerance"]) != (
+    if (before["op"], before["bound"], before["tolerance"], before["unit"]) != (
         after["op"],
         after["bound"],
         after["tolerance"],
+        after["unit"],
     ):
         found.append("bound changed")
     a, b = before["value"], after["value"]
-    comparable = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
-    if comparable and before["unit"] == after["unit"]:
+    if before["unit"] != after["unit"] and (a, b) != (None, None):
+        found.append("regressed")  # another unit: nothing shows the value is no worse
+    elif _number(a) and _number(b):
+        # judged under each side's threshold; worse under either is worse: the side under
+        # review cannot loosen its own tolerance past a regression
+        sides = [(v["op"], *v["tolerance"], v["bound"]) for v in (before, after)]
+        worse = any(worse_than(op, tol, a, b, bound, mode) for op, mode, tol, bound in sides)
+        better = all(
+            op != "==" and worse_than(op, tol, b, a, bound, mode) for op, mode, tol, bound in sides
+        )
         mode, tol = after["tolerance"]
-        op, bound = after["op"], after["bound"]
-        base = tolerance_base(mode, a, bound)
+        base = tolerance_base(mode, a, after["bound"])
         row.moved = None if base == 0 else (b - a) / base
         row.tolerance, row.tolerance_mode = tol, mode
-        if worse_than(op, tol, a, b, bound, mode):
+        if worse:
             found.append("regressed")
-        elif worse_than(op, tol, b, a, bound, mode) and op != "==":
+        elif better:
             found.append("improved")
         elif a != b:
             found.append("within tolerance")
-    elif a != b or before["unit"] != after["unit"]:
-        found.append("bound changed" if before["unit"] != after["unit"] else "within tolerance")
+    elif a != b:
+        found.append("regressed" if _number(a) else "within tolerance")
     row.change = min(found, key=CHANGES.index) if found else "unchanged"
     return row
 
@@ -168,7 +207,8 @@ def _heads(side: Side, gate: str) -> dict[str, dict[str, Any]]:
 
 
 def _standing(side: Side, gate: str) -> tuple[str | None, set[str]]:
-    """(the gate's standing line, the claims its corrections retired) on ``side``."""
+    """(the gate's standing line, starting with its status word; the claims its corrections
+    retired) on ``side``."""
     if side.receipt is not None:
         if side.receipt["gate"] != gate:
             return None, set()
@@ -183,6 +223,16 @@ def _standing(side: Side, gate: str) -> tuple[str | None, set[str]]:
     return standing.summary(), retired
 
 
+def _rank(line: str) -> int:
+    """Where a standing line's status word sits in STATUS_ORDER (0: broken, the worst)."""
+    from assay.qualify.judging.standing import STATUS_ORDER
+
+    word = next((w for w in STATUS_ORDER if line == w or line.startswith(f"{w}:")), None)
+    if word is None:
+        word = line.split(" ", 1)[0]  # a lone receipt's status: pass, fail, inconclusive
+    return STATUS_ORDER.index(word) if word in STATUS_ORDER else 0
+
+
 def compare_sides(old: Side, new: Side) -> Comparison:
     """The comparison of ``old`` with ``new``; AssayError naming the file when a receipt on
     either side is invalid (a comparison never skips one)."""
@@ -191,6 +241,8 @@ def compare_sides(old: Side, new: Side) -> Comparison:
         old_line, _ = _standing(old, gate)
         new_line, retired = _standing(new, gate)
         result.standings[gate] = (old_line, new_line)
+        if old_line and new_line and _rank(new_line) < _rank(old_line):
+            result.worse_standings.append(gate)
         before, after = _heads(old, gate), _heads(new, gate)
         for device in sorted(set(before) | set(after)):
             if device not in before or device not in after:

@@ -1,6 +1,6 @@
 """The ``assay compare`` command: its Markdown table (worst first), ``--json``, the GitHub step
-summary, and its exit code (0: nothing flipped to fail, regressed or went missing; 1: something
-did; 2: bad input)."""
+summary, and its exit code (0: nothing flipped to fail, regressed, went missing or arrived
+failing, and no gate's standing fell; 1: otherwise; 2: bad input)."""
 
 from __future__ import annotations
 
@@ -55,10 +55,14 @@ def markdown(result: Comparison) -> str:
     counts = result.counts()
     said = ", ".join(f"{n} {name}" for name, n in counts.items()) or "no claims"
     verdict = (
-        f"**{plural(len(failing), 'claim')} flipped to fail, regressed or went missing.**"
+        f"**{plural(len(failing), 'claim')} flipped to fail, regressed, went missing or arrived "
+        "failing.**"
         if failing
-        else "**No claim flipped to fail, regressed or went missing.**"
+        else "**No claim flipped to fail, regressed, went missing or arrived failing.**"
     )
+    if result.worse_standings:
+        fell = ", ".join(result.worse_standings)
+        verdict += f" **Standing fell in NEW for {cell(fell)}.**"
     lines = [
         f"## assay compare: {cell(result.old_label)} → {cell(result.new_label)}",
         "",
@@ -96,7 +100,10 @@ def run_compare(args: argparse.Namespace) -> int:
     root = root_of(Path(args.root) if args.root else Path.cwd())
     with opened(args.old, args.new, root) as (old, new):
         check_same_kind(old, new)
-        result = compare_sides(old, new)
+        try:
+            result = compare_sides(old, new)
+        except AssayError as err:  # name a git side's files as the user named the side
+            raise AssayError(new.shown(old.shown(str(err)))) from None
     text = markdown(result)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
@@ -106,12 +113,14 @@ def run_compare(args: argparse.Namespace) -> int:
         target = os.environ.get("GITHUB_STEP_SUMMARY")
         if not target:
             raise AssayError("--summary: $GITHUB_STEP_SUMMARY is not set (GitHub Actions sets it)")
+        if os.path.lexists(target) and not os.path.isfile(target):
+            raise AssayError(f"{target}: $GITHUB_STEP_SUMMARY is not a regular file")
         try:
             with open(target, "a", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError as exc:
             raise AssayError(f"{target}: cannot append the summary ({exc.strerror})") from None
-    return 1 if result.failing else 0
+    return 0 if result.ok else 1
 
 
 def add_compare(subparsers: argparse._SubParsersAction) -> None:
@@ -122,8 +131,8 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
         description=f"{summary.capitalize()}. OLD and NEW are each a receipts folder, a records "
         "folder, a receipt file, or a git revision (its records/receipts read from git, no "
         f"checkout). Changes, worst first: {', '.join(CHANGES)}. Exit 0 when no claim flipped "
-        "to fail, regressed beyond its tolerance or went missing; 1 when one did; 2 for bad "
-        "input.",
+        "to fail, regressed beyond its tolerance, went missing or arrived failing, and no "
+        "gate's standing fell; 1 otherwise; 2 for bad input.",
     )
     parser.add_argument("old", metavar="OLD", help="the baseline side")
     parser.add_argument("new", metavar="NEW", help="the side under review")

@@ -1,9 +1,10 @@
 """The two sides of ``assay compare``: each a receipts folder, a records folder, one receipt
 file, or a git revision whose ``records/receipts`` is read from git (no checkout).
 
-A git side is copied, file by file through ``git cat-file``, into a temporary folder that lives
-as long as the :class:`Side`; each blob is size-checked before it is read, so a revision holding
-a huge file is refused, never loaded. Nothing on either side is executed or unpickled.
+A git side is its revision's ``records/receipts`` checked out in a private clone that shares the
+repository's objects and lives as long as the :class:`Side`, so it is judged by the same code as
+a folder (history, links, odd files); each file's size is checked from git's listing first, so
+a revision holding a huge file is refused, never read. Nothing is executed or unpickled.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class Side:
             p.name for p in self.receipts_dir.iterdir() if p.is_dir() and any(p.glob("*.json"))
         )
 
+    def shown(self, message: str) -> str:
+        """``message`` with this side's private checkout named as the user named the side."""
+        if self.keep is None or self.receipts_dir is None:
+            return message
+        return message.replace(str(self.receipts_dir), f"{self.label}:{RECEIPTS_IN_TREE}")
+
     def close(self) -> None:
         if self.keep is not None:
             self.keep.cleanup()
@@ -68,6 +75,9 @@ def open_side(spec: str, which: str, root: Path) -> Side:
 
 
 def _git_side(revision: str, which: str, root: Path) -> Side:
+    """``revision``'s receipts, checked out (receipts folder only) in a private clone that
+    shares the repository's objects, so the folder code path judges them, git history
+    included, exactly as ``verify`` would at that revision; the user's tree is not touched."""
     commit = git_output(root, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     if not commit:
         raise AssayError(
@@ -82,30 +92,27 @@ def _git_side(revision: str, which: str, root: Path) -> Side:
         raise AssayError(f"{which} {revision}: no {RECEIPTS_IN_TREE} at {commit[:12]}")
     if len(entries) > BLOBS:
         raise AssayError(f"{which} {revision}: over {BLOBS:,} files under {RECEIPTS_IN_TREE}")
+    for entry in entries:
+        meta, _, name = entry.partition("\t")
+        size = meta.split()[3]
+        if size.isdigit() and int(size) > BLOB_BYTES:
+            raise AssayError(f"{which} {revision}: {name} is {int(size):,} bytes; the limit is "
+                             f"{BLOB_BYTES:,}")  # fmt: skip
     keep = tempfile.TemporaryDirectory(prefix="assay-compare-")
-    folder = Path(keep.name) / "receipts"
-    try:
-        for entry in entries:
-            meta, _, name = entry.partition("\t")
-            mode, kind, blob, size = meta.split()
-            relative = Path(name).relative_to(RECEIPTS_IN_TREE)
-            if kind != "blob" or mode == "120000" or ".." in relative.parts:
-                continue  # links and submodules are not receipts
-            if int(size) > BLOB_BYTES:
-                raise AssayError(f"{which} {revision}: {name} is {int(size):,} bytes; the limit "
-                                 f"is {BLOB_BYTES:,}")  # fmt: skip
-            try:
-                text = git_output(root, "cat-file", "blob", blob)
-            except UnicodeDecodeError:
-                raise AssayError(f"{which} {revision}: {name} is not UTF-8 text") from None
-            if text is None:
-                raise AssayError(f"{which} {revision}: git could not read {name}")
-            target = folder / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, "utf-8")
-    except BaseException:
+    clone = Path(keep.name) / "repo"
+    steps = (
+        (root, ("clone", "-q", "--shared", "--no-checkout", str(root), str(clone))),
+        (clone, ("sparse-checkout", "set", "--no-cone", f"/{RECEIPTS_IN_TREE}/")),
+        (clone, ("checkout", "-q", "--detach", commit)),
+    )
+    for where, args in steps:
+        if git_output(where, *args) is None:
+            keep.cleanup()
+            raise AssayError(f"{which} {revision}: git could not check out {RECEIPTS_IN_TREE}")
+    folder = clone / RECEIPTS_IN_TREE
+    if not folder.is_dir() or folder.is_symlink():
         keep.cleanup()
-        raise
+        raise AssayError(f"{which} {revision}: {RECEIPTS_IN_TREE} is not a folder at {commit[:12]}")
     return Side(f"{revision} ({commit[:12]})", receipts_dir=folder, keep=keep)
 
 
