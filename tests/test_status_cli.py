@@ -56,6 +56,15 @@ def test_status_of_a_folder_that_is_not_a_run_is_one_line(tmp_path, capsys):
         ("metrics.jsonl", b'{"step": 1}\n{"step": "2"}\n', "metrics.jsonl:2: step:"),
         ("latest", b"\xff\xfestep", "latest: not UTF-8 text"),
         ("latest", b"../../etc", "latest: '../../etc' is not a checkpoint name"),
+        ("metrics.jsonl", b'{"step": 1, "loss": 1' + b"0" * 400 + b"}\n", "metrics.jsonl:1: loss:"),
+        ("metrics.jsonl", b'{"step": 1, "seconds": -100}\n', "metrics.jsonl:1: seconds: expected"),
+        ("metrics.jsonl", b'{"step": 100000000000000000000000000000}\n', "metrics.jsonl:1: step:"),
+        ("metrics.jsonl", b'{"step": 1}\ngarbage\n{"step": 2}\n', "metrics.jsonl:2: not a JSON"),
+        ("metrics.jsonl", b'{"step": 1}\n\x00\x00\x00\n{"step": 2}\n', "metrics.jsonl:2: not"),
+        ("metrics.jsonl", b'{"step": 1}\n[1]\n', "metrics.jsonl:2: expected a JSON object"),
+        ("config.yaml", b"steps: four\n", "config.yaml: steps: expected a whole number"),
+        ("config.yaml", b"steps: -5\n", "config.yaml: steps: expected a whole number"),
+        ("config.yaml", b"steps: true\n", "config.yaml: steps: expected a whole number"),
     ],
 )
 def test_a_malformed_run_file_is_one_line_naming_it(tmp_path, capsys, file, body, where):
@@ -170,3 +179,21 @@ def test_a_lock_file_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
     assert main(["status", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{LOCK_NAME}: not a regular file" in err, err
+
+
+def test_a_torn_last_metrics_line_is_skipped_and_a_long_line_refused(tmp_path, capsys, monkeypatch):
+    run = _run_folder(tmp_path)
+    (run / "metrics.jsonl").write_bytes(b'{"step": 1, "seconds": 0.5}\n{"step": 2, "sec')
+    assert _status(capsys, run)["step"] == 1  # a crash's torn write: resume drops it too
+    monkeypatch.setattr("assay.bounded.JSONL_LINE_BYTES", 64)
+    (run / "metrics.jsonl").write_bytes(b"\x00" * 1000)  # a sparse file: one endless line
+    assert main(["status", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metrics.jsonl:1: line over 64 bytes" in err, err
+
+
+def test_finished_with_steps_left_says_the_files_disagree(tmp_path, capsys):
+    run = _run_folder(tmp_path)
+    (run / RUN_STATE).write_text(json.dumps({"state": "finished"}))
+    status = _status(capsys, run)
+    assert status["state"] == "finished" and "ends at step 1 of 4" in status["reason"]

@@ -17,6 +17,8 @@ import math
 import os
 import re
 import stat
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,8 @@ RECENT = 20  # steps the tokens/s and ETA are averaged over
 STATES = ("running", "finished", "stopped", "failed")
 POINTER_BYTES = 4096  # ``latest`` holds one step folder's name
 NUMBERS = ("loss", "seconds", "tokens", "tokens_per_s")  # a metrics line's numbers status reads
+NON_NEGATIVE = ("seconds", "tokens", "tokens_per_s")
+MAX_STEP = 2**53  # a step count a float still counts exactly
 
 
 def _present(path: Path) -> bool:
@@ -46,34 +50,75 @@ def _present(path: Path) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float a float can hold (a 400-digit integer is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    """The metrics lines that parse, split on "\\n" alone (a line torn by a crash is skipped,
-    as resume drops it); AssayError naming the file, line and field for a line that parses
-    but holds a step or number of the wrong kind (a string, a boolean, NaN, Infinity)."""
-    from assay.bounded import JSONL_BYTES, parse_json, read_capped
+@dataclass
+class Metrics:
+    """What status needs of ``metrics.jsonl``: the last rows, their count and the time summed."""
 
-    found = []
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))
+    rows: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        return self.recent[-1] if self.recent else None
+
+
+def _checked_row(path: Path, number: int, row: Any) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise AssayError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+    step = row.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise AssayError(f"{path}:{number}: step: expected a step number, got {str(step)[:40]}")
+    for name in NUMBERS:
+        if name in row and not _number(row[name]):
+            shown = str(row[name])[:40] if not isinstance(row[name], int) else "a huge integer"
+            raise AssayError(f"{path}:{number}: {name}: expected a finite number, got {shown}")
+        if name in NON_NEGATIVE and name in row and row[name] < 0:
+            raise AssayError(f"{path}:{number}: {name}: expected a number >= 0, got {row[name]}")
+    return row
+
+
+def _records(path: Path) -> Metrics:
+    """The metrics rows, read line by line in constant memory (each line capped), split on
+    "\\n" alone. Only the last line may fail to parse (a write torn by a crash, which resume
+    drops too); an unreadable line before it, or a row with a step or number of the wrong kind
+    (a string, a boolean, NaN, Infinity, a negative time), is AssayError naming file and line."""
+    from assay.bounded import JSONL_BYTES, JSONL_LINE_BYTES, parse_json
+
+    found = Metrics()
     if not _present(path):
         return found
-    for number, line in enumerate(read_capped(path, JSONL_BYTES, "metrics file").split(b"\n"), 1):
-        try:
-            row = parse_json(line)
-        except ValueError:
-            continue
-        if not isinstance(row, dict):
-            continue
-        step = row.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise AssayError(f"{path}:{number}: step: expected a step number, got {step!r}")
-        for name in NUMBERS:
-            if name in row and not _number(row[name]):
-                raise AssayError(
-                    f"{path}:{number}: {name}: expected a finite number, got {row[name]!r}"
-                )
-        found.append(row)
+    torn: int | None = None
+    read = 0
+    with path.open("rb") as handle:
+        for number, line in enumerate(iter(lambda: handle.readline(JSONL_LINE_BYTES + 1), b""), 1):
+            read += len(line)
+            if len(line) > JSONL_LINE_BYTES or read > JSONL_BYTES:
+                raise AssayError(f"{path}:{number}: line over {JSONL_LINE_BYTES:,} bytes, or the "
+                                 f"file over {JSONL_BYTES:,}; not a metrics file")  # fmt: skip
+            if not line.strip():
+                continue
+            if torn is not None:
+                raise AssayError(f"{path}:{torn}: not a JSON line (only the last line may be "
+                                 "torn by a crash)")  # fmt: skip
+            try:
+                row = parse_json(line)
+            except ValueError:
+                torn = number
+                continue
+            row = _checked_row(path, number, row)
+            found.recent.append(row)
+            found.rows += 1
+            found.elapsed_s += row.get("seconds", 0.0)
     return found
 
 
@@ -166,20 +211,27 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir() or not _present(run_dir / RUN_CONFIG):
         raise AssayError(f"{run_dir}: not a run directory (no {RUN_CONFIG})")
     steps = read_yaml(run_dir / RUN_CONFIG).get("steps")
-    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    if steps is not None and (
+        isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEP
+    ):
+        raise AssayError(f"{run_dir / RUN_CONFIG}: steps: expected a whole number of steps >= 1, "
+                         f"got {str(steps)[:40]}")  # fmt: skip
     state = _state(run_dir / RUN_STATE)
-    records = _records(run_dir / METRICS)
+    metrics = _records(run_dir / METRICS)
     checkpoint = _checkpoint(run_dir)
-    recent = records[-RECENT:]
+    recent = list(metrics.recent)
+    last = metrics.last
     seconds = sum(r.get("seconds", 0.0) for r in recent)
     tokens_per_s = sum(r.get("tokens", 0) for r in recent) / seconds if seconds > 0 else None
-    step = records[-1]["step"] if records else 0
+    step = last["step"] if last else 0
     word, reason = state.get("state"), state.get("reason")
     if word is None:  # a run written before run-state.json existed
         done = steps is not None and step >= steps
         word, reason = ("finished", None) if done else ("unknown", f"no {RUN_STATE}")
     if word == "running":
         word, reason = _liveness(run_dir, state)
+    if word == "finished" and steps is not None and step < steps:  # the files disagree
+        reason = f"but {METRICS} ends at step {step} of {steps}"
     eta = None
     if word == "running" and recent and steps is not None:
         eta = max(steps - step, 0) * seconds / len(recent)
@@ -189,10 +241,10 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "reason": reason,
         "step": step,
         "steps": steps,
-        "loss": records[-1].get("loss") if records else None,
+        "loss": last.get("loss") if last else None,
         "tokens_per_s": tokens_per_s,
         "checkpoint": str(checkpoint) if checkpoint else None,
-        "elapsed_s": sum(r.get("seconds", 0.0) for r in records),
+        "elapsed_s": metrics.elapsed_s,
         "eta_s": eta,
         "updated": state.get("updated"),
     }

@@ -47,7 +47,7 @@ def test_the_same_ledger_draws_the_same_bytes_and_verify_checks_them(tmp_path):
     first = figure.read_bytes()
     render_all(receipts, records, tmp_path)
     assert figure.read_bytes() == first
-    assert f"![diff]({figure_path('demo', 'diff')})" in (records / "demo.md").read_text()
+    assert f"![history of diff]({figure_path('demo', 'diff')})" in (records / "demo.md").read_text()
     assert verify_all(receipts, records, tmp_path) == []
     figure.write_bytes(first.replace(b"#1f6feb", b"#000000"))  # a hand edit is caught
     assert any("history figure out of sync" in p for p in verify_all(receipts, records, tmp_path))
