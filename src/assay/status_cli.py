@@ -116,6 +116,10 @@ def _records(path: Path) -> Metrics:
                 torn = number
                 continue
             row = _checked_row(path, number, row)
+            if found.last is not None and row["step"] < found.last["step"]:
+                raise AssayError(f"{path}:{number}: step {row['step']} after step "
+                                 f"{found.last['step']}: steps never go back (two runs wrote "
+                                 "this file?)")  # fmt: skip
             found.recent.append(row)
             found.rows += 1
             found.elapsed_s += row.get("seconds", 0.0)
@@ -138,7 +142,7 @@ def _state(path: Path) -> dict[str, Any]:
     for name in ("reason", "updated", "started"):
         if not isinstance(state.get(name), str | None):
             raise AssayError(f"{path}: {name}: expected text, got {state[name]!r}")
-    for name in ("pid", "start_ticks"):  # the liveness test reads them: a wrong kind misleads it
+    for name in ("pid", "start_ticks", "step", "steps"):  # a wrong kind would mislead
         value = state.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not 0 <= value < 2**63):  # fmt: skip

@@ -298,3 +298,44 @@ def test_a_summary_that_is_not_a_file_is_refused_not_waited_on(tmp_path, capsys,
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "fifo"))
     assert main(["compare", str(old), str(old), "--summary"]) == 2
     assert "is not a regular file" in capsys.readouterr().err
+
+
+def test_a_loosened_bound_cannot_turn_a_fail_into_a_pass(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_claim("a", 6e-4, bound=7e-4)])
+    _run(new, 1, [_claim("a", 7.2e-4, bound=7.5e-4)])  # over OLD's bound, under its own
+    code, found = _compare(capsys, old, new)
+    assert code == 1 and _changes(found) == {"a": "flipped to fail"}
+
+
+def test_failing_claims_on_a_gate_only_new_has_fail_the_comparison(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_claim("a", 1e-4)])
+    _run(new, 1, [_claim("a", 1e-4)])
+    receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:09Z", 5e-3, "0" * 64)
+    receipt["gate"], receipt["status"] = "other", "fail"
+    receipt["claims"][0].update(verdict="fail", margin=1e-3 - 5e-3)
+    write_receipt(receipt, new)
+    code, found = _compare(capsys, old, new)
+    assert code == 1 and found["unpaired"] == ["other (cpu): only in NEW"]
+    assert _changes(found) == {"a": "unchanged", "diff": "new, not passing"}
+    assert found["worse_standings"] == ["other"]
+
+
+def test_a_shallow_history_is_said_not_checked(tmp_path, capsys, monkeypatch):
+    repo, shallow = tmp_path / "repo", tmp_path / "shallow"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _run(repo / "records" / "receipts", 1, [_claim("a", 1e-4)])
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    _run(repo / "records" / "receipts", 2, [_claim("a", 2e-4)])
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "two")
+    _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
+    monkeypatch.chdir(shallow)
+    code, found = _compare(capsys, "HEAD", "records/receipts")
+    assert code == 0 and len(found["notes"]) == 2
+    assert all("git history not checked (shallow clone" in n for n in found["notes"])
+    monkeypatch.chdir(repo)
+    assert _compare(capsys, "HEAD~1", "HEAD")[1]["notes"] == []  # the control: full history

@@ -114,3 +114,27 @@ def test_numbers_past_a_floats_range_are_refused_in_one_line():
         with pytest.raises(AssayError, match="is not a number a float can hold"):
             _number(value, "claim 'x' measure")
     assert _number(Decimal("Infinity"), "x") == float("inf")  # said to be infinite: kept as such
+
+
+@pytest.mark.parametrize("where", ["value", "bound", "control"])
+def test_an_integer_no_float_holds_makes_a_receipt_invalid_at_its_field(where):
+    """A sealed receipt carrying 10**400 (JSON allows it) is refused where it sits, never fed
+    to a comparison that would overflow."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
+    import tamper_cases
+    from assay.qualify.ledger.receipt import problems_in, seal
+
+    receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64)
+    claim = receipt["claims"][0]
+    target = {"value": claim["measurement"], "bound": claim["threshold"]}.get(where)
+    if target is None:
+        claim["controls"][0]["measured"] = 10**400
+    else:
+        target["value"] = 10**400
+    problems = problems_in(seal(receipt))
+    assert problems and "integer too large for a float" in problems[0], problems
+    ok = tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64)
+    assert problems_in(seal(ok)) == []  # the control

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -62,9 +63,16 @@ def receipt_schema() -> dict[str, Any]:
     return dict(_validator().schema)
 
 
+MAX_FLOAT_INT = int(sys.float_info.max)
+
+
 def non_finite(value: Any, where: str) -> list[str]:
+    """One line per number in ``value`` that no judgement can use: NaN, an infinity, or an
+    integer too large for a float (every comparison of it would overflow)."""
     if isinstance(value, float) and not math.isfinite(value):
         return [f"{where}: {value!r} is not a finite number (JSON cannot carry it)"]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_FLOAT_INT:
+        return [f"{where}: an integer too large for a float (no comparison can use it)"]
     if isinstance(value, dict):
         return [p for k, v in value.items() for p in non_finite(v, f"{where}.{k}")]
     if isinstance(value, (list, tuple)):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.qualify.core.threshold import margin, tolerance_base, tolerance_of, worse_than
+from assay.qualify.core.threshold import margin, meets, tolerance_base, tolerance_of, worse_than
 from assay.qualify.publishing.compare_sides import Side
 
 CHANGES = (
@@ -76,6 +76,7 @@ class Comparison:
     # compared claim by claim, and never counted as claims gone missing
     unpaired: list[str] = field(default_factory=list)
     worse_standings: list[str] = field(default_factory=list)  # gates whose standing fell
+    notes: list[str] = field(default_factory=list)  # what could not be checked, per side
 
     @property
     def failing(self) -> list[ClaimChange]:
@@ -102,6 +103,7 @@ class Comparison:
             "claims": [c.as_dict() for c in self.changes],
             "gates": {g: {"old": o, "new": n} for g, (o, n) in sorted(self.standings.items())},
             "unpaired": self.unpaired,
+            "notes": self.notes,
         }
 
 
@@ -149,7 +151,11 @@ def _claim_change(
             row.change = "retired" if cid in retired else "missing"
         return row
     found = []
-    if before["verdict"] == "pass" and after["verdict"] != "pass":
+    a, b = before["value"], after["value"]
+    # judged under OLD's bound too: loosening the bound in NEW cannot turn a fail into a pass
+    same_unit = before["unit"] == after["unit"]
+    fails_old_bound = same_unit and _number(b) and not meets(before["op"], before["bound"], b)
+    if before["verdict"] == "pass" and (after["verdict"] != "pass" or fails_old_bound):
         found.append("flipped to fail")
     elif before["verdict"] != "pass" and after["verdict"] == "pass":
         found.append("flipped to pass")
@@ -160,7 +166,6 @@ def _claim_change(
         after["unit"],
     ):
         found.append("bound changed")
-    a, b = before["value"], after["value"]
     if before["unit"] != after["unit"] and (a, b) != (None, None):
         found.append("regressed")  # another unit: nothing shows the value is no worse
     elif _number(a) and _number(b):
@@ -173,7 +178,8 @@ def _claim_change(
         )
         mode, tol = after["tolerance"]
         base = tolerance_base(mode, a, after["bound"])
-        row.moved = None if base == 0 else (b - a) / base
+        moved = None if base == 0 else (b - a) / base
+        row.moved = moved if moved is not None and math.isfinite(moved) else None
         row.tolerance, row.tolerance_mode = tol, mode
         if worse:
             found.append("regressed")
@@ -237,17 +243,31 @@ def compare_sides(old: Side, new: Side) -> Comparison:
     """The comparison of ``old`` with ``new``; AssayError naming the file when a receipt on
     either side is invalid (a comparison never skips one)."""
     result = Comparison(old.label, new.label)
+    for which, side in (("OLD", old), ("NEW", new)):
+        if side.receipts_dir is not None:
+            from assay.qualify.ledger.history import check_history
+
+            walked = check_history(side.receipts_dir)
+            if not walked.checked:  # a shallow clone, say: a rewrite would not show
+                result.notes.append(
+                    f"{which} {side.label}: git history not checked ({walked.reason}); a "
+                    "rewritten ledger would not show (fetch the whole history: fetch-depth: 0)"
+                )
     for gate in sorted(set(old.gates()) | set(new.gates())):
         old_line, _ = _standing(old, gate)
         new_line, retired = _standing(new, gate)
         result.standings[gate] = (old_line, new_line)
-        if old_line and new_line and _rank(new_line) < _rank(old_line):
-            result.worse_standings.append(gate)
+        if new_line and _rank(new_line) < _rank(old_line or "pass"):
+            result.worse_standings.append(gate)  # fell, or arrived below pass
         before, after = _heads(old, gate), _heads(new, gate)
         for device in sorted(set(before) | set(after)):
             if device not in before or device not in after:
                 only = "OLD" if device in before else "NEW"
                 result.unpaired.append(f"{gate} ({device}): only in {only}")
+                for claim in after.get(device, {}).get("claims", []):
+                    if claim["verdict"] != "pass":  # arriving failing fails, paired or not
+                        row = _claim_change(gate, device, claim["id"], None, claim, retired)
+                        result.changes.append(row)
                 continue
             a = {c["id"]: c for c in before[device]["claims"]}
             b = {c["id"]: c for c in after[device]["claims"]}

@@ -87,6 +87,8 @@ def markdown(result: Comparison) -> str:
         if len(shown) > ROWS:
             lines.append(f"\n… and {len(shown) - ROWS} more changed claims (`--json` lists all).")
         lines.append("")
+    for note in result.notes:
+        lines += [f"Note: {cell(note)}", ""]
     if result.unpaired:
         unpaired = cell("; ".join(result.unpaired))
         lines += [f"Not compared (receipts on one side only): {unpaired}.", ""]
