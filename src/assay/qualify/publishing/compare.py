@@ -249,9 +249,11 @@ def compare_sides(old: Side, new: Side) -> Comparison:
 
             walked = check_history(side.receipts_dir)
             if not walked.checked:  # a shallow clone, say: a rewrite would not show
+                shallow = "shallow" in walked.reason
+                fix = " (fetch the whole history: fetch-depth: 0)" if shallow else ""
                 result.notes.append(
                     f"{which} {side.label}: git history not checked ({walked.reason}); a "
-                    "rewritten ledger would not show (fetch the whole history: fetch-depth: 0)"
+                    f"rewritten ledger would not show{fix}"
                 )
     for gate in sorted(set(old.gates()) | set(new.gates())):
         old_line, _ = _standing(old, gate)
