@@ -137,17 +137,26 @@ def _git(root: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def test_two_git_revisions_are_read_without_a_checkout(tmp_path, capsys, monkeypatch):
+def _commit(repo: Path, message: str) -> None:
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+
+
+def _repo(tmp_path: Path, *values: float) -> tuple[Path, Path, list[dict]]:
+    """A git repository with one commit per value, each adding a receipt measuring it."""
     repo = tmp_path / "repo"
     receipts = repo / "records" / "receipts"
     repo.mkdir()
     _git(repo, "init", "-q")
-    _run(receipts, 1, [_claim("a", 1e-4)])
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "one")
-    _run(receipts, 2, [_claim("a", 5e-3)])
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "two")
+    written = []
+    for second, value in enumerate(values, 1):
+        written.append(_run(receipts, second, [_claim("a", value)]))
+        _commit(repo, f"run {second}")
+    return repo, receipts, written
+
+
+def test_two_git_revisions_are_read_without_a_checkout(tmp_path, capsys, monkeypatch):
+    repo, receipts, _ = _repo(tmp_path, 1e-4, 5e-3)
     (receipts / "demo").rename(tmp_path / "moved")  # the working tree no longer holds them
     monkeypatch.chdir(repo)
     code, found = _compare(capsys, "HEAD~1", "HEAD")
@@ -181,15 +190,13 @@ def test_a_revision_without_receipts_and_one_with_a_non_utf8_receipt(tmp_path, c
     repo.mkdir()
     _git(repo, "init", "-q")
     (repo / "README").write_text("x")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "bare")
+    _commit(repo, "bare")
     monkeypatch.chdir(repo)
     assert main(["compare", "HEAD", "HEAD"]) == 2
     assert "no records/receipts at" in capsys.readouterr().err
     (repo / "records/receipts/demo").mkdir(parents=True)
     (repo / "records/receipts/demo/x.json").write_bytes(b"\xff\xfe{}")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "junk")
+    _commit(repo, "junk")
     assert main(["compare", "HEAD", "HEAD"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "HEAD (" in err, err
@@ -256,21 +263,13 @@ def test_a_side_cannot_hide_a_regression_behind_its_own_unit_or_tolerance(tmp_pa
 def test_a_gate_whose_standing_fell_fails_even_with_no_claim_changed(tmp_path, capsys, monkeypatch):
     """A failing receipt erased from history (no correction) leaves NEW broken: exit 1, in the
     git view as in the folder view."""
-    repo = tmp_path / "repo"
-    receipts = repo / "records" / "receipts"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    _run(receipts, 1, [_claim("a", 1e-4)])
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "pass")
+    repo, receipts, _ = _repo(tmp_path, 1e-4)
     ledger = (receipts / "demo" / "LEDGER").read_text()
     failing = _run(receipts, 2, [_claim("a", 5e-3)])
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "fail")
+    _commit(repo, "fail")
     (receipts / "demo" / "LEDGER").write_text(ledger)  # the failure erased, unacknowledged
     next((receipts / "demo").glob(f"*{failing['receipt_sha256'][:12]}*.json")).unlink()
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "erase")
+    _commit(repo, "erase")
     monkeypatch.chdir(repo)
     for old, new in (("HEAD~2", "HEAD"), ("HEAD~2", "records/receipts")):
         code, found = _compare(capsys, old, new)
@@ -323,15 +322,8 @@ def test_failing_claims_on_a_gate_only_new_has_fail_the_comparison(tmp_path, cap
 
 
 def test_a_shallow_history_is_said_not_checked(tmp_path, capsys, monkeypatch):
-    repo, shallow = tmp_path / "repo", tmp_path / "shallow"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    _run(repo / "records" / "receipts", 1, [_claim("a", 1e-4)])
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "one")
-    _run(repo / "records" / "receipts", 2, [_claim("a", 2e-4)])
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "two")
+    repo, _, _ = _repo(tmp_path, 1e-4, 2e-4)
+    shallow = tmp_path / "shallow"
     _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
     monkeypatch.chdir(shallow)
     code, found = _compare(capsys, "HEAD", "records/receipts")

@@ -212,9 +212,9 @@ def _heads(side: Side, gate: str) -> dict[str, dict[str, Any]]:
     return heads
 
 
-def _standing(side: Side, gate: str) -> tuple[str | None, set[str]]:
+def _standing(side: Side, gate: str, history: Any = None) -> tuple[str | None, set[str]]:
     """(the gate's standing line, starting with its status word; the claims its corrections
-    retired) on ``side``."""
+    retired) on ``side``; ``history`` is the side's walk, done once for all its gates."""
     if side.receipt is not None:
         if side.receipt["gate"] != gate:
             return None, set()
@@ -224,7 +224,7 @@ def _standing(side: Side, gate: str) -> tuple[str | None, set[str]]:
     from assay.qualify.judging.standing import gate_standing
 
     assert side.receipts_dir is not None
-    standing = gate_standing(side.receipts_dir, gate)
+    standing = gate_standing(side.receipts_dir, gate, history=history)
     retired = {r.claim_id for d in standing.devices for r in d.retired}
     return standing.summary(), retired
 
@@ -242,12 +242,13 @@ def _rank(line: str) -> int:
 def compare_sides(old: Side, new: Side) -> Comparison:
     """The comparison of ``old`` with ``new``; AssayError naming the file when a receipt on
     either side is invalid (a comparison never skips one)."""
+    from assay.qualify.ledger.history import check_history
+
     result = Comparison(old.label, new.label)
+    walks: dict[str, Any] = {}  # one history walk per side, shared by its gates' standings
     for which, side in (("OLD", old), ("NEW", new)):
         if side.receipts_dir is not None:
-            from assay.qualify.ledger.history import check_history
-
-            walked = check_history(side.receipts_dir)
+            walked = walks[which] = check_history(side.receipts_dir)
             if not walked.checked:  # a shallow clone, say: a rewrite would not show
                 shallow = "shallow" in walked.reason
                 fix = " (fetch the whole history: fetch-depth: 0)" if shallow else ""
@@ -256,8 +257,8 @@ def compare_sides(old: Side, new: Side) -> Comparison:
                     f"rewritten ledger would not show{fix}"
                 )
     for gate in sorted(set(old.gates()) | set(new.gates())):
-        old_line, _ = _standing(old, gate)
-        new_line, retired = _standing(new, gate)
+        old_line, _ = _standing(old, gate, walks.get("OLD"))
+        new_line, retired = _standing(new, gate, walks.get("NEW"))
         result.standings[gate] = (old_line, new_line)
         if new_line and _rank(new_line) < _rank(old_line or "pass"):
             result.worse_standings.append(gate)  # fell, or arrived below pass
