@@ -22,8 +22,12 @@ import pytest
 import torch
 
 import assay
-from adapter_files import base_digests, lora_fa_a_changes, train_steps
-from adapter_parity import (
+from assay.adapters import adapter_modules, attach, disabled
+from assay.adapters.perturb import randomize_adapters
+from assay.qualify import Threshold
+from support.adapters_file_helpers import base_digests, lora_fa_a_changes, train_steps
+from support.adapters_helpers import EXACT, PEFT_METHODS, code, qwen2_subject, smollm2_subject
+from support.adapters_parity_helpers import (
     ALPHA,
     PARITY,
     RANK,
@@ -42,11 +46,7 @@ from adapter_parity import (
     transposed_mix,
     unfreeze_a,
 )
-from adapters_support import EXACT, PEFT_METHODS, code, qwen2_subject, smollm2_subject
-from assay.adapters import adapter_modules, attach, disabled
-from assay.adapters.perturb import randomize_adapters
-from assay.qualify import Threshold
-from moved_claims import retire_moved_claims
+from support.moved_claims import retire_moved_claims
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "peft.smollm2.lora"
@@ -193,6 +193,62 @@ def test_disable_gives_base_logits_exactly(gate, request, which):
             claim.control("one adapter left active", differing(model(subject.ids), subject.base))
 
 
+def _two_steps(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ids) -> None:
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(ids).float().pow(2).mean().backward()
+        optimizer.step()
+
+
+def test_loraplus_steps_equal_peft_loraplus_optimizer(gate, qwen2, tmp_path):
+    """LoRA+ lives in the optimizer: B's group trains at lr_ratio times the learning rate.
+    PEFT's ``create_loraplus_optimizer`` over the same model and gradients is the reference."""
+    from peft.optimizers import create_loraplus_optimizer
+
+    from assay.adapters.attachment import learning_rate_scales
+    from assay.settings.loader import train_config_from_dict
+    from assay.train.build import build_optimizer, trainable_parameters
+
+    lr, ratio, decay = 1e-3, 16.0, 0.1
+    (tmp_path / "t.jsonl").write_text('{"text": "x"}\n')
+    config = train_config_from_dict(
+        {"model": "m", "data": {"train": "t.jsonl"}, "steps": 2,
+         "adapter": {"method": "loraplus", "rank": RANK, "alpha": ALPHA, "lr_ratio": ratio},
+         "optim": {"lr": lr, "weight_decay": decay}},
+        tmp_path / "c.yaml",
+    )  # fmt: skip
+    model = randomize_adapters(qwen2.fresh("loraplus", lr_ratio=ratio), seed=2)
+
+    def stepped(scaled: bool) -> dict[str, torch.Tensor]:
+        ours = copy.deepcopy(model)
+        scales = learning_rate_scales(ours) if scaled else None
+        _two_steps(ours, build_optimizer(config, trainable_parameters(ours), scales), qwen2.ids)
+        return trainable_parameters(ours)
+
+    twin = copy.deepcopy(model)
+    reference = create_loraplus_optimizer(twin, torch.optim.AdamW, lr=lr,
+                                          loraplus_lr_ratio=ratio,
+                                          loraplus_weight_decay=decay)  # fmt: skip
+    _two_steps(twin, reference, qwen2.ids)
+    theirs = trainable_parameters(twin)
+
+    def unequal(mine: dict[str, torch.Tensor]) -> int:
+        return sum(not torch.equal(mine[n], theirs[n]) for n in theirs)
+
+    claim = gate.claim(
+        "loraplus.steps_equal_peft",
+        f"loraplus on qwen2 (r={RANK}, lr_ratio {ratio:g}, weight decay {decay:g}): after two "
+        f"AdamW steps every one of {len(theirs)} trainable tensors equals PEFT's "
+        "create_loraplus_optimizer bitwise",
+        kind="correctness",
+        threshold=EXACT,
+        unit="tensors not bitwise equal",
+        code=code("loraplus", "assay.adapters.perturb", "assay.train.build"),
+    )
+    claim.measure(unequal(stepped(scaled=True)))
+    claim.control("B at the run's learning rate (one rate for all)", unequal(stepped(False)))
+
+
 # --- Properties measured directly, not only through a parity with the defect as control ------
 
 
@@ -226,7 +282,7 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
         kind="correctness",
         threshold=EXACT,
         unit="changed A elements + A tensors in the optimizer",
-        code=code("lora_fa", "assay.train.build", "adapter_files"),
+        code=code("lora_fa", "assay.train.build", "support.adapters_file_helpers"),
     )
     fa.measure(lora_fa_a_changes(model, qwen2.ids, trainable_parameters(model)))
     model = unfreeze_a(subject("lora_fa"))
@@ -250,7 +306,9 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
             kind="correctness",
             threshold=EXACT,
             unit="changed base tensors",
-            code=code("lora", "assay.train.build", *STORAGE_CODE[storage], "adapter_files"),
+            code=code(
+                "lora", "assay.train.build", *STORAGE_CODE[storage], "support.adapters_file_helpers"
+            ),
         )
         claim.measure(sum(before[k] != after.get(k) for k in before))
         model = subject("lora", storage)

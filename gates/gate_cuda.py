@@ -5,9 +5,9 @@ under by more than 2%); streamed device peak independent of depth; pinned host m
 (RssShmem beside RssAnon); bitsandbytes ``matmul_4bit`` backward through recycled slot buffers
 (the NF4 stale-gradient class); the copy stream's wait before a slot is reused, repeated so the
 unguarded control must mismatch at least once; bf16 compute parity with transformers in bf16;
-timed steps (gates/cuda_steps.py) against the same-session bf16 GEMM ceiling, transformers+PEFT,
-transformers+bitsandbytes and the resident model, quoted with the SM clock. Each claim reports
-the device its tensors were on (``claim.ran_on``).
+timed steps (gates/support/cuda_helpers.py) against the same-session bf16 GEMM ceiling,
+transformers+PEFT, transformers+bitsandbytes and the resident model, quoted with the SM clock.
+Each claim reports the device its tensors were on (``claim.ran_on``).
 
 Without a CUDA device (``--gate-device cpu``, or no GPU) every claim is recorded as not tested
 with the reason and each test is skipped: nothing here ever passes on CPU. The model is
@@ -29,8 +29,8 @@ NO_CUDA = "no CUDA device: run harness/gpu_qualify.sh (--gate-device cuda) on a 
 VRAM_CODE = (
     "assay.memory.predict",
     "assay.memory.measure",
-    "assay.adapter_registry",
-    "assay.storage_registry",
+    "assay.adapters.registry",
+    "assay.storage.registry",
     "assay_bench.cuda_peaks",
 )
 BENCH_CODE = ("assay_bench.subjects", "assay_bench.step", "assay_bench.device")
@@ -90,9 +90,9 @@ def needs_cuda(gate, *items: str) -> None:
 
 
 def _plans():
-    from assay.memory.predict import Dims, Plan
+    from assay.memory.predict import Plan, shape
 
-    return [(rid, Plan(model=Dims(**dims), **kw)) for rid, dims, kw in COHORT]
+    return [(rid, Plan(model=shape(**dims), **kw)) for rid, dims, kw in COHORT]
 
 
 def _worst_miss(predicted: list[int], measured: list[int]) -> float:
@@ -310,14 +310,14 @@ def test_bf16_parity_with_transformers(gate):
 
 def test_throughput_against_ceiling_and_peft(gate):
     needs_cuda(gate, "throughput.gemm_fraction", "throughput.vs_peft")
-    from cuda_steps import bf16_lora_steps
+    from support.cuda_helpers import bf16_lora_steps
 
     bf16_lora_steps(gate, BENCH_CODE)
 
 
 def test_streamed_and_nf4_steps(gate):
     needs_cuda(gate, "throughput.stream_vs_resident", "throughput.nf4_vs_bnb")
-    from cuda_steps import nf4_steps, streamed_steps
+    from support.cuda_helpers import nf4_steps, streamed_steps
 
     streamed_steps(gate, BENCH_CODE)
     nf4_steps(gate, BENCH_CODE)

@@ -1,7 +1,7 @@
 """gate-distributed: data-parallel (DDP) and sharded (FSDP2) training on torch.distributed, with
 2 processes over gloo on CPU (NCCL on a multi-GPU box: harness/distributed_nccl.py).
 
-Everything world-size-2 runs in ONE torchrun job (gates/distributed_child.py ``ranks``), the
+Everything world-size-2 runs in ONE torchrun job (gates/support/distributed_child.py ``ranks``), the
 world-size-1 side in one plain process (``single``); this module only compares what they
 wrote. The model is a tiny random Llama (2 layers, hidden 64, vocab 320) with a byte-level
 tokenizer, so the gate costs process start-up, not arithmetic.
@@ -17,13 +17,13 @@ import torch
 from safetensors.torch import load_file
 
 from assay.qualify import Threshold
-from distributed_support import _run, _specification
+from support.distributed_helpers import _run, _specification
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "ddp.one_update"
 
 WORLD = 2
-CHILD = Path(__file__).with_name("distributed_child.py")
+CHILD = Path(__file__).parent / "support" / "distributed_child.py"
 IMPLEMENTATION = (
     "assay.distributed.context",
     "assay.distributed.sampler",
@@ -31,10 +31,10 @@ IMPLEMENTATION = (
     "assay.distributed.state",
     "assay.distributed.trainer",
     "assay.train.loop",
-    "assay.train.config",
+    "assay.settings.loader",
     "assay.train.checkpoint",
     "assay.cli",
-    "assay.train_cli",
+    "assay.cli.train",
     str(CHILD),
 )  # run by the ranks and the single process (children): checked against what they imported
 

@@ -7,7 +7,7 @@ micro-batch 1: LoRA, rsLoRA and DoRA in fp32, and LoRA on an NF4 double-quant ba
 transformers + bitsandbytes QLoRA (fp32 compute) on the same quantized bytes (a claim of its
 own), each controlled by its own defects. The reference is
 written from the definitions assay documents, never by calling assay's data, loss or schedule
-code (``gates/dynamics_reference.py``). A streamed run (RAM tier) is bitwise equal to the
+code (``gates/support/dynamics_reference.py``). A streamed run (RAM tier) is bitwise equal to the
 resident one, and the adapter's initialisation is gated on its own (B exactly zero, A the law
 PEFT draws), since the dynamics claims copy assay's initial adapter into PEFT.
 
@@ -32,7 +32,7 @@ from assay.storage.nf4 import NF4Weight
 from assay_testing import defects
 from assay_testing.peers import hf_model, peft_lora
 from assay_testing.real_model import smollm2_path
-from dynamics_support import (
+from support.dynamics_helpers import (
     A_LAW_KS,
     CODE,
     METHOD_RECIPES,
@@ -47,7 +47,7 @@ from dynamics_support import (
     short_run,
     train_losses,
 )
-from moved_claims import retire_moved_claims
+from support.moved_claims import retire_moved_claims
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "dynamics.loss_per_step.lora-accum1"

@@ -23,7 +23,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import assay
-from adapter_files import (
+from assay.adapters import attach, save_adapter
+from assay.adapters.perturb import randomize_adapters
+from assay.qualify import Threshold
+from assay_testing import defects
+from support.adapters_file_helpers import (
     corrupt_tensors,
     ours_loads_peft,
     peft_loads_ours,
@@ -31,12 +35,16 @@ from adapter_files import (
     rewrite_folder,
     transformers_error,
 )
-from adapter_parity import ALPHA, PARITY, RANK, SEED, Subject, damage, restore_mismatches
-from adapters_support import EXACT, PEFT_METHODS, code, files_code, qwen2_subject
-from assay.adapters import attach, save_adapter
-from assay.adapters.perturb import randomize_adapters
-from assay.qualify import Threshold
-from assay_testing import defects
+from support.adapters_helpers import EXACT, PEFT_METHODS, code, files_code, qwen2_subject
+from support.adapters_parity_helpers import (
+    ALPHA,
+    PARITY,
+    RANK,
+    SEED,
+    Subject,
+    damage,
+    restore_mismatches,
+)
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "peft_files.assay_to_peft.lora"
@@ -80,7 +88,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
     assay's loader: logits equal the writer's, through the real files only."""
     from peft import LoraConfig, get_peft_model
 
-    from assay.export import export
+    from assay.adapters.export import export
 
     gate.seed(SEED, 8)
     ours = randomize_adapters(qwen2.fresh(method), seed=8)
@@ -93,7 +101,12 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
-        code=files_code(method, "assay.export", "assay.folder_manifest", "adapter_files"),
+        code=files_code(
+            method,
+            "assay.adapters.export",
+            "assay.adapters.manifest",
+            "support.adapters_file_helpers",
+        ),
     )
     export(ours, tmp_path / "ours", "peft")
     out.measure(peft_loads_ours(qwen2, tmp_path / "ours", expected))
@@ -126,7 +139,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
-        code=files_code(method, "adapter_files"),
+        code=files_code(method, "support.adapters_file_helpers"),
     )
     theirs.save_pretrained(tmp_path / "peft")
     back.measure(ours_loads_peft(qwen2, tmp_path / "peft", reference))
@@ -150,11 +163,15 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
     transformers' GGUF loader (a tiny mistral, so Q/K rows are permuted in the file)."""
     import json
 
-    from assay.export import export_merged, merged_tensors
+    from assay.adapters.export import export_merged, merged_tensors
     from assay.model.gguf_export import write_gguf
     from assay_testing.tiny import save_tiny
 
-    merged = (*code("lora", "assay.adapters.control"), "assay.export", "adapter_files")
+    merged = (
+        *code("lora", "assay.adapters.control"),
+        "assay.adapters.export",
+        "support.adapters_file_helpers",
+    )
     gate.seed(SEED, 10, 11)
     ours = randomize_adapters(qwen2.fresh("lora"), seed=10)
     with torch.no_grad():

@@ -33,13 +33,18 @@ WRITE_CODE = (
     "assay.atomic",
     "assay.train.checkpoint",
     "assay.adapters.peft_io",
-    "assay.export",
+    "assay.adapters.export",
     "assay.model.gguf_export",
     "assay.model.loader",
     "assay.stream.store",
     "torn_writes",
 )
-EXPORT_CODE = ("assay.export", "assay.folder_manifest", "assay.atomic", "assay.adapters.peft_io")
+EXPORT_CODE = (
+    "assay.adapters.export",
+    "assay.adapters.manifest",
+    "assay.atomic",
+    "assay.adapters.peft_io",
+)
 
 
 def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
@@ -80,8 +85,10 @@ def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
 def test_tampered_ledgers_are_detected(gate, tmp_path):
     import shutil
 
-    import tamper_cases  # gates/tamper_cases.py: an honest ledger and six ways to forge it
     from assay_testing import defects
+
+    # an honest ledger and six ways to forge it
+    from support import faults_tamper_cases as tamper_cases
 
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (openssh-client) is not installed: the signature case needs it")
@@ -93,7 +100,7 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
         threshold=Threshold("==", 0),
         unit="tamper cases unseen",
         code=[
-            str(Path(__file__).with_name("tamper_cases.py")),
+            str(Path(__file__).parent / "support" / "faults_tamper_cases.py"),
             "assay.qualify.ledger.chain",
             "assay.qualify.ledger.sign",
             "assay.qualify.judging.stale",
@@ -257,5 +264,7 @@ def test_export_complete_or_absent_under_faults(gate, tmp_path):
     claim.measure(kills.mixed + sum(faults.values()))
     gate.note(f"export kills: {kills}; write faults (1 = lost): {faults}")
     naive = export_faults.kill_trials(tmp_path / "naive", kills=6, seed=42, in_place=True)
-    claim.control("an export written straight into --out (fault export.in_place)", naive.mixed)
+    claim.control(
+        "an export written straight into --out (fault adapters.export.in_place)", naive.mixed
+    )
     gate.note(f"in-place control: {naive}")

@@ -21,13 +21,13 @@ import torch
 from assay.adapters import save_adapter
 from assay.model.generate import generate
 from assay.qualify import Threshold
-from assay.train.config import train_config_from_dict
+from assay.settings.loader import train_config_from_dict
 from assay.train.loop import Trainer
 from assay_testing import defects
 from assay_testing.peers import hf_model
 from assay_testing.real_model import smollm2_path
 from assay_testing.swap_task import ADAPTER, SEED, make_split, sft_rows, write_sft
-from assay_testing.travelling import needs_trained_weights
+from assay_testing.trained_weights import needs_trained_weights
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "generate.tokens_equal"

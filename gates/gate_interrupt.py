@@ -5,8 +5,9 @@ good checkpoint.
 
 Every run is a real ``assay train`` process on a tiny model with NEFTune noise on (so training
 draws from torch's RNG). The first claims' signals come from this process at a random moment;
-the second-signal trials send theirs from inside the child (gates/interrupt_child.py), just before
-a chosen file write of the stop's own save, so the second lands in that save on any machine.
+the second-signal trials send theirs from inside the child (gates/support/interrupt_child.py),
+just before a chosen file write of the stop's own save, so the second lands in that save on any
+machine.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ CODE = (
     "assay.train.graceful",
     "assay.train.loop",
     "assay.train.checkpoint",
-    "assay.train_cli",
+    "assay.cli.train",
     "assay.cli",
 )
 STEPS = 60
@@ -196,7 +197,7 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_good_checkpoint(gate, 
     reference = run_dir(config(setup, "straight"))
     if not (reference / "latest").exists():
         assert train(config(setup, "straight")).returncode == 0
-    child = Path(__file__).with_name("interrupt_child.py")
+    child = Path(__file__).parent / "support" / "interrupt_child.py"
 
     def twice(name: str, step: int, write: int, faults: str = "") -> list[str]:
         path = config(setup, name, save_every=5)

@@ -1,6 +1,6 @@
 """gate-memory: the memory model predicts the device peak of a training step, prospectively.
 
-Predictions for every row of gates/memory_cohort.yaml are frozen first, as a hashed,
+Predictions for every row of gates/support/memory_cases.yaml are frozen first, as a hashed,
 timestamped JSON written before any measurement runs (its sha256 is recorded as an input).
 Each row is then measured in a fresh subprocess (assay.memory.measure). "Device peak" on CPU
 is defined as gate-stream defines it: the static bytes of the tensors the run keeps on the
@@ -26,18 +26,19 @@ import yaml
 from assay.memory.measure import measure_in_subprocess
 from assay.memory.predict import Plan, predict
 from assay.qualify import Threshold
+from assay_testing import defects
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "cohort.max_abs_error"
 
-COHORT = Path(__file__).with_name("memory_cohort.yaml")
+COHORT = Path(__file__).parent / "support" / "memory_cases.yaml"
 # the predictor, and what the measuring child runs for a cohort row (reported at its exit)
 COHORT_CODE = (
     "assay.memory.predict",
-    "assay.adapter_registry",
-    "assay.storage_registry",
+    "assay.adapters.registry",
+    "assay.storage.registry",
     "assay.memory.measure",
-    "assay.train.peak",
+    "assay.memory.peak",
     "assay.train.losses",
     "assay.model.decoder",
     "assay.stream.engine",
@@ -120,7 +121,8 @@ def test_cohort_prospective(gate, tmp_path):
     frozen_path = tmp_path / "predictions.json"
     frozen = freeze(cohort, frozen_path)
     gate.input("predictions", frozen_path)  # frozen before the first measurement below
-    measured = [measure_in_subprocess(r["plan"])["device_peak_bytes"] for r in frozen["rows"]]
+    with defects.reporting_children():  # the measuring children report the code they ran
+        measured = [measure_in_subprocess(r["plan"])["device_peak_bytes"] for r in frozen["rows"]]
     predicted = [r["prediction"]["total_bytes"] for r in frozen["rows"]]
     control = [without_logits(r["prediction"]) for r in frozen["rows"]]
     budgets = [r["budget_bytes"] for r in frozen["rows"]]

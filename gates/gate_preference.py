@@ -25,8 +25,7 @@ from assay.qualify import Threshold
 from assay.train.data import collate
 from assay_testing.real_model import smollm2_path
 from assay_testing.tiny import smollm2_shaped
-from preference_reference import completion_logps, formula_loss, pair_batch
-from preference_support import (
+from support.preference_helpers import (
     adapted,
     inputs,
     leaky,
@@ -38,6 +37,7 @@ from preference_support import (
     trainables,
     unequal,
 )
+from support.preference_reference import completion_logps, formula_loss, pair_batch
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "loss.dpo"
@@ -46,11 +46,11 @@ IMPLEMENTATION = (
     "assay.train.preference",
     "assay.train.objective",
     "assay.adapters.control",
-    "preference_reference",
-    "preference_support",  # the gate's helpers, moved out of this file
+    "support.preference_reference",
+    "support.preference_helpers",  # the gate's helpers, moved out of this file
 )
 FORMULA_CODE = (*IMPLEMENTATION, "assay.train.data")
-PEAK_CODE = (*IMPLEMENTATION, "assay.train.peak", "assay.train.losses")
+PEAK_CODE = (*IMPLEMENTATION, "assay.memory.peak", "assay.train.losses")
 # (claim suffix, loss type, dpo variant, label smoothing)
 LOSSES = (
     ("dpo", "dpo", "sigmoid", 0.0),
@@ -160,7 +160,7 @@ def test_streamed_equals_resident(gate, tiny, spec):
 
 
 def test_dpo_peak_against_sft(gate):
-    from assay.train.peak import measure_peak
+    from assay.memory.peak import measure_peak
 
     gate.seed(0, 7)
     model = randomize_adapters(
@@ -255,7 +255,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def test_dpo_training_raises_the_margin(gate, tmp_path):
     import json
 
-    from assay.train.config import train_config_from_dict
+    from assay.settings.loader import train_config_from_dict
     from assay.train.loop import Trainer
     from assay_testing.tiny import save_tiny
 

@@ -32,7 +32,7 @@ IMPLEMENTATION = (
     "assay.train.data",
     "assay.atomic",
     "assay.cli",
-    "assay.train_cli",
+    "assay.cli.train",
 )
 TEXT = [
     "Streaming keeps two layers on the device at a time.",
@@ -172,7 +172,7 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         (control_dir / "latest").write_text(f"step-{STOP:06d}\n")
         config = write_config(root, control_dir.name, method, storage)
         code = (
-            "import json, torch; from assay.train.config import load_train_config; "
+            "import json, torch; from assay.settings.loader import load_train_config; "
             "from assay.train.loop import Trainer; from assay_testing import defects; "
             f"t = Trainer(load_train_config({str(config)!r}), progress=False); "
             f"torch.manual_seed(999); armed = defects.arm({fault!r}); "
@@ -236,7 +236,7 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
 
     train(config("reference"))
     reference = tmp_path / "reference" / f"step-{steps:06d}"
-    child = Path(__file__).with_name("resume_child.py")
+    child = Path(__file__).parent / "support" / "resume_child.py"
     rng = random.Random(11)
     chain = tmp_path / "killed"
     kills, unloadable, steps_seen = 12, 0, []

@@ -32,7 +32,7 @@ from unsafe_scan import scan_tree, unsafe_calls  # noqa: E402
 
 from assay.model.gguf_header import _Cursor, read_header  # noqa: E402
 from assay.model.safetensors import check_safetensors_header  # noqa: E402
-from moved_claims import retire_moved_claims  # noqa: E402
+from support.moved_claims import retire_moved_claims  # noqa: E402
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "corpus.clean_errors"
@@ -43,15 +43,15 @@ READERS = (
     "assay.model.safetensors",
     "assay.model.loader",
     "assay.train.data_rows",
-    "assay.train.config",
-    "assay.train.config_schema",
+    "assay.settings.loader",
+    "assay.settings.yaml_reader",
     "assay.settings",
-    "assay.settings_schema",
+    "assay.settings.schema",
     "assay.train.checkpoint",
     "assay.qualify.ledger.receipt",
     "assay.qualify.publishing.render",
     "assay.cli",
-    "assay.train_cli",
+    "assay.cli.train",
 )
 END_TO_END = ("gguf.truncated_tensor_data", "jsonl.invalid_utf8", "yaml.full_with_nf4")
 
@@ -173,8 +173,8 @@ ISSUE16_READERS = (
     "assay.train.preflight",
     "assay.train.checkpoint_check",
     "assay.train.run_dir",
-    "assay.folder_manifest",
-    "assay.export",
+    "assay.adapters.manifest",
+    "assay.adapters.export",
     "assay.adapters.peft_io",
     "assay.train.data_rows",
 )
@@ -197,26 +197,26 @@ def _control_run(cases, fault: str, hang_s: float):
 
 ISSUE30_READERS = (
     "assay.bounded",
-    "assay.train.config_schema",
+    "assay.settings.yaml_reader",
     "assay.train.preflight",
     "assay.train.run_dir",
-    "assay.train_cli",
-    "assay.memory.estimate_cli",
+    "assay.cli.train",
+    "assay.cli.estimate",
     "assay.distributed.context",
-    "assay.generate_cli",
+    "assay.cli.generate",
     "assay.qualify.cli_commands",
     "assay.qualify.ledger.receipt",
 )
 ISSUE41_READERS = (
     "assay.bounded",
-    "assay.status_cli",
-    "assay.train_cli",
+    "assay.cli.status",
+    "assay.cli.train",
     "assay.train.run_dir",
     "assay.train.run_lock",
     "assay.train.run_state",
     "assay.train.report",
-    "assay.train.yaml_scalars",
-    "assay.train.config_schema",
+    "assay.settings.yaml_scalars",
+    "assay.settings.yaml_reader",
     "assay.train.checkpoint",
     "assay.train.data_rows",
     "assay.qualify.ledger.archive",
@@ -232,7 +232,7 @@ PRODUCT_CONTROLS = {
     "bounds": ("bounded.unbounded_aliases", "alias_bomb"),
     "surrogate": ("train.data_rows.allow_surrogates", "text_value"),
     "numbers": ("bounded.long_integers_read", "jsonl"),
-    "legal": ("train.config_schema.merge_keys_refused", "merge_keys"),
+    "legal": ("settings.yaml_reader.merge_keys_refused", "merge_keys"),
     "line_separators": ("bounded.split_lines_at_every_break", "ledger_comment"),
 }
 # class -> (what the claim's statement says it covers, the code it names)
@@ -305,7 +305,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
         unit="other exceptions",
         code=[
             "assay.bounded",
-            "assay.train.config_schema",
+            "assay.settings.yaml_reader",
             "assay.train.data_rows",
             "fuzz_loaders",
         ],
@@ -336,7 +336,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
         unit="s",
         code=[
             "assay.bounded",
-            "assay.train.config_schema",
+            "assay.settings.yaml_reader",
             "assay.train.data_rows",
             "fuzz_loaders",
         ],

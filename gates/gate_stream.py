@@ -25,7 +25,7 @@ from assay.stream import StreamedModel
 from assay.stream.layout import base_tensors
 from assay_testing.placement import device_of
 from assay_testing.real_model import smollm2_path
-from stream_support import (
+from support.stream_helpers import (
     PROFILES,
     adapted,
     delayed_mismatches,
@@ -48,7 +48,7 @@ IMPLEMENTATION = (
     "assay.storage.linear",
     "assay.storage.nf4",
     "assay.model.decoder",
-    "stream_support",  # the gate's helpers, moved out of this file
+    "support.stream_helpers",  # the gate's helpers, moved out of this file
 )
 METHODS = (
     ("lora", {}),
@@ -275,7 +275,7 @@ def test_depth_independence(gate):
         kind="memory",
         threshold=Threshold("<=", 1.10, tolerance=0.02),
         unit="x",
-        code=[*IMPLEMENTATION, "assay.train.peak"],
+        code=[*IMPLEMENTATION, "assay.memory.peak"],
     )
     claim.measure(streamed[32] / streamed[4])
     claim.control("resident model, same measurement", resident[32] / resident[4])

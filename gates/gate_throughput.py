@@ -28,7 +28,7 @@ from assay_bench.report import TARGETS, run_benchmark
 from assay_bench.step import max_abs_diff, trainable_grads
 from assay_bench.subjects import DESCRIPTIONS, SUBJECTS
 from assay_testing.real_model import smollm2_path
-from throughput_support import (
+from support.throughput_helpers import (
     SEQ,
     amdahl_note,
     ceiling_reach_note,
@@ -57,9 +57,9 @@ TIMED = (
     "assay_bench.subjects",
     "assay.train.losses",
     "assay_testing.peers",
-    "throughput_support",
+    "support.throughput_helpers",
 )
-STREAM_CODE = (*TIMED, "assay.stream.engine", "assay.stream.pool", "assay.stream.kept")
+STREAM_CODE = (*TIMED, "assay.stream.engine", "assay.stream.pool", "assay.stream.refetch")
 SEQS = (SEQ, 512)
 PROFILED = ("assay", "peft", "assay-nf4", "bnb-nf4")
 TOLERANCE = 0.1  # run-to-run noise allowed against a baseline receipt

@@ -10,7 +10,7 @@ jinja2, pytest and pyyaml, and nothing else; it reaches no network. The kit hold
   bitsandbytes wheel (43 MB, one kernel library per CUDA/ROCm/XPU release) is slimmed to the
   CPU library and the CUDA 13 kernels the box's torch loads (``--bnb-cuda``): 43 MB -> ~3 MB.
 - ``smollm2.skeleton.json.gz``: the real SmolLM2 GGUF's metadata and tensor specs without its
-  bytes; ``assay_testing.travel`` rebuilds a same-shaped, same-typed GGUF with seeded random
+  bytes; ``assay_testing.gguf_skeleton`` rebuilds a same-shaped, same-typed GGUF with seeded random
   values on the box. The sha256 that rebuild must have is recorded in the manifest.
 - ``manifest.json``: every file's bytes and sha256, the tree's commit, what was slimmed, and
   the size check: kit + tree against the 64 MiB a run may carry.
@@ -231,10 +231,10 @@ def size_report(kit: Path, tree: int, limit: int) -> tuple[dict[str, int], list[
 
 def write_skeleton(kit: Path, gguf: Path, fingerprint: bool) -> dict[str, object]:
     """Skeleton of ``gguf`` into the kit; with ``fingerprint``, the rebuild's sha256 (seed 0)."""
-    from assay_testing import travel
+    from assay_testing import gguf_skeleton
 
-    skeleton = travel.extract_skeleton(gguf)
-    path = travel.save_skeleton(skeleton, kit / "smollm2.skeleton.json.gz")
+    skeleton = gguf_skeleton.extract_skeleton(gguf)
+    path = gguf_skeleton.save_skeleton(skeleton, kit / "smollm2.skeleton.json.gz")
     info: dict[str, object] = {
         "skeleton": path.name,
         "source": skeleton["source"],
@@ -243,8 +243,8 @@ def write_skeleton(kit: Path, gguf: Path, fingerprint: bool) -> dict[str, object
     }
     if fingerprint:
         with tempfile.TemporaryDirectory() as tmp:
-            built = travel.write_travel_model(skeleton, Path(tmp) / "travel.gguf", seed=0)
-            info["sha256"] = travel.file_sha256(built)
+            built = gguf_skeleton.write_travel_model(skeleton, Path(tmp) / "travel.gguf", seed=0)
+            info["sha256"] = gguf_skeleton.file_sha256(built)
             info["bytes"] = built.stat().st_size
     return info
 

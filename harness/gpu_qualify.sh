@@ -208,7 +208,7 @@ timeout 120 "$PY" harness/gpu_preflight.py --kit "$KIT" --run "$RUN" --device "$
 TRAVEL=$RUN/smollm2-travel-seed0.gguf
 WANT_SHA=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["travel_model"].get("sha256") or "")' "$KIT/manifest.json")
 if [ ! -f "$TRAVEL" ] || [ "$(sha256sum "$TRAVEL" | cut -d' ' -f1)" != "$WANT_SHA" ]; then
-    timeout 180 "$PY" -m assay_testing.travel "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
+    timeout 180 "$PY" -m assay_testing.gguf_skeleton "$KIT/smollm2.skeleton.json.gz" "$TRAVEL" --seed 0 \
         || stop "could not rebuild the travelling weights"
 fi
 GOT_SHA=$(sha256sum "$TRAVEL" | cut -d' ' -f1)

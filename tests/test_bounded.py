@@ -21,7 +21,7 @@ from assay.bounded import (
     read_text_bounded,
 )
 from assay.errors import AssayError, ConfigError
-from assay.train.config_schema import read_yaml
+from assay.settings.yaml_reader import read_yaml
 
 BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)

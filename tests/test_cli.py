@@ -46,7 +46,7 @@ def test_info_on_smollm2(smollm2_path, capsys):
 def _commands() -> list[str]:
     import argparse
 
-    from assay.cli import build_parser
+    from assay.cli.dispatch import build_parser
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return sorted(sub.choices)
@@ -56,7 +56,7 @@ def _commands() -> list[str]:
 def test_a_usage_error_of_any_command_is_one_line(command, capsys, monkeypatch):
     """Rule: argparse's refusals are one line naming the command and where help is, like every
     other error; the usage block is for --help. Generated over the command table."""
-    monkeypatch.setattr("assay.cli.trainer_installed", lambda: True)
+    monkeypatch.setattr("assay.cli.dispatch.trainer_installed", lambda: True)
     argv = [command, "--no-such-option"] if command else []
     with pytest.raises(SystemExit) as exited:
         main(argv)
@@ -81,8 +81,8 @@ def test_a_multi_line_message_from_anywhere_is_printed_on_one_line(error, capsys
     def fails(_args):
         raise error
 
-    monkeypatch.setattr("assay.cli.trainer_installed", lambda: True)
-    monkeypatch.setattr("assay.cli.cmd_info", fails)
+    monkeypatch.setattr("assay.cli.dispatch.trainer_installed", lambda: True)
+    monkeypatch.setattr("assay.cli.info.run", fails)
     assert main(["info", "x.gguf"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("assay: error: "), err

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 import assay.cli
+import assay.cli.commands
+import assay.cli.info
 
 INSTALL_LINE = "pip install 'assay-qualify[train]'"
 BLOCKED = ("torch", "bitsandbytes", "gguf", "safetensors", "numpy", "yaml", "tokenizers", "tqdm")
@@ -80,7 +82,7 @@ def test_a_trainer_command_says_which_extra_in_one_line(args, tmp_path):
 
 
 def test_every_trainer_command_is_covered():
-    assert set(assay.cli.TRAINER_COMMANDS) == {args[0] for args in TRAINER_RUNS.values()}
+    assert set(assay.cli.commands.TRAINER_COMMANDS) == {args[0] for args in TRAINER_RUNS.values()}
 
 
 def test_framework_commands_work_without_the_trainer(tmp_path):
@@ -102,7 +104,7 @@ def test_a_missing_part_of_the_extra_found_late_is_one_line_too(monkeypatch, cap
     def needs_gguf(args):
         raise ModuleNotFoundError("No module named 'gguf'", name="gguf")
 
-    monkeypatch.setattr(assay.cli, "cmd_info", needs_gguf)
+    monkeypatch.setattr(assay.cli.info, "run", needs_gguf)
     assert assay.cli.main(["info", "model.gguf"]) == 2
     assert capsys.readouterr().err.splitlines() == [f"assay info needs the trainer: {INSTALL_LINE}"]
 
@@ -111,6 +113,6 @@ def test_a_missing_module_outside_the_extra_is_not_blamed_on_it(monkeypatch):
     def needs_other(args):
         raise ModuleNotFoundError("No module named 'elsewhere'", name="elsewhere")
 
-    monkeypatch.setattr(assay.cli, "cmd_info", needs_other)
+    monkeypatch.setattr(assay.cli.info, "run", needs_other)
     with pytest.raises(ModuleNotFoundError, match="elsewhere"):
         assay.cli.main(["info", "model.gguf"])

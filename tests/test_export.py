@@ -8,9 +8,9 @@ import torch
 
 import assay
 from assay.adapters import attach
+from assay.adapters.export import export, export_merged
 from assay.adapters.perturb import randomize_adapters
 from assay.errors import ConfigError
-from assay.export import export, export_merged
 
 F32_TOLERANCE = 1e-4  # merged W + delta W is one fp32 rounding away from W x + delta(x)
 

@@ -12,9 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent / "robustness"))
 
 import export_faults
 
+from assay.adapters.export import check_destination, export
+from assay.adapters.manifest import MANIFEST, verify_manifest
 from assay.errors import ConfigError
-from assay.export import check_destination, export
-from assay.folder_manifest import MANIFEST, verify_manifest
 
 
 def test_a_non_empty_destination_is_refused_unless_forced(tmp_path):

@@ -1,12 +1,22 @@
-"""Imports point one way: each part of the product imports only from layers to its left, the
-qualification framework imports nothing of the trainer, and ``qualify`` has no import cycle.
+"""The product's shape: imports point one way, nothing imports itself back, and the root
+holds only what both halves share.
 
-Every import counts, including those inside functions: a lazy import is still a dependency.
+- Each part of the product imports only from layers to its left (model -> storage ->
+  adapters -> stream -> train), the qualification framework imports nothing of the trainer,
+  and ``qualify``'s own parts point down. Every import counts here, including those inside
+  functions: a lazy import is still a dependency.
+- No module-level import cycle anywhere in the product.
+- The package root holds at most 8 modules beside its packages, and none of them is a command,
+  a registry or a schema.
+- Settings, the registries and the memory predictor import without torch.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,28 +27,51 @@ PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
 # Left to right; a unit may import itself and any unit of an earlier layer. `memory` sits beside
 # the trainer (it models and measures it), `cli` composes everything.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "load_status"),
-    ("assay", "atomic", "bounded"),
-    ("folder_manifest", "adapter_registry", "storage_registry"),
+    ("errors",),
+    ("assay", "atomic", "bounded", "lazy"),
+    ("registries",),  # assay.adapters.registry, assay.storage.registry: no torch
     ("settings",),
-    ("settings_schema",),
     ("model",),
     ("storage",),
-    ("loading", "adapters"),
+    ("adapters",),
     ("stream",),
     ("train",),
-    ("memory", "distributed", "export", "generate_cli", "status_cli"),
-    ("info_cli", "train_cli"),
+    ("memory", "distributed"),
     ("cli",),
 )
-# The framework stands apart: it may use the package root, the atomic writer and the bounded
-# readers, nothing else.
-INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "bounded", "qualify"}}
+# The registries live inside their packages but import no torch, so settings (below the
+# packages) can read them: they are a layer of their own.
+REGISTRIES = ("assay.adapters.registry", "assay.storage.registry")
+# The framework stands apart: it may use the package root, the atomic writer, the bounded
+# readers and the lazy package attributes, nothing else.
+INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "bounded", "lazy", "qualify"}}
 # Inside the framework, bottom to top: a part may import itself and the parts below it, so no
 # sub-package of ``assay.qualify`` imports one that imports it back.
 QUALIFY_LAYERS = ("core", "ledger", "judging", "publishing", "plugin", "cli_commands")
+# At most this many modules directly in src/assay, none of them a command, a registry or a
+# schema: the root holds what both halves share (errors, atomic writes, bounded reads).
+ROOT_MODULES_AT_MOST = 8
+NOT_AT_ROOT = re.compile(r"(_cli|cli|_registry|registry|_schema|schema)$")
 # Test machinery and benchmarks (testing/, outside the wheel): nothing in the product imports them.
 OUTSIDE = {"assay_testing", "assay_bench"}
+
+
+def _module_level_imports(node: ast.AST) -> list[ast.stmt]:
+    """The import statements a module runs when it is imported: at top level, and inside
+    top-level ``if``/``try`` blocks, but not under ``if TYPE_CHECKING`` or in a function."""
+    found: list[ast.stmt] = []
+    for stmt in getattr(node, "body", []):
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            found.append(stmt)
+        elif isinstance(stmt, ast.If):
+            if "TYPE_CHECKING" not in ast.unparse(stmt.test):
+                found += _module_level_imports(stmt) + _module_level_imports(
+                    ast.Module(body=stmt.orelse, type_ignores=[])
+                )
+        elif isinstance(stmt, ast.Try):
+            for block in (stmt.body, *(h.body for h in stmt.handlers), stmt.orelse):
+                found += _module_level_imports(ast.Module(body=block, type_ignores=[]))
+    return found
 
 
 def _module(path: Path) -> str:
@@ -46,13 +79,17 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph(root: Path = PRODUCT) -> dict[str, set[str]]:
-    """module -> the assay modules (or packages) it imports anywhere in its source."""
+def import_graph(root: Path = PRODUCT, *, module_level: bool = False) -> dict[str, set[str]]:
+    """module -> the assay modules (or packages) it imports anywhere in its source (only at
+    import time with ``module_level``). ``from package import name`` counts as an import of
+    ``package.name`` when that is a module, else of ``package`` (whose ``__init__`` runs)."""
     modules = {_module(p): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        tree = ast.parse(path.read_text("utf-8"))
+        nodes = _module_level_imports(tree) if module_level else ast.walk(tree)
+        for node in nodes:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -75,6 +112,8 @@ def unit(module: str) -> str:
     parts = module.split(".")
     if parts[0] != "assay":
         return parts[0]
+    if module in REGISTRIES:
+        return "registries"
     return parts[1] if len(parts) > 1 else "assay"
 
 
@@ -211,3 +250,68 @@ def test_the_check_catches_a_wrong_way_import(edges, expected):
 def test_the_cycle_check_catches_a_cycle():
     graph = {"assay.qualify.a": {"assay.qualify.b"}, "assay.qualify.b": {"assay.qualify.a"}}
     assert cycles(graph, "assay.qualify") == [["assay.qualify.a", "assay.qualify.b"]]
+
+
+def test_no_module_level_import_cycle_in_the_product():
+    assert cycles(import_graph(module_level=True), "assay") == []
+
+
+def test_module_level_imports_skip_functions_and_type_checking():
+    source = (
+        "import a\nif TYPE_CHECKING:\n    import b\ntry:\n    import c\nexcept E:\n"
+        "    import d\ndef f():\n    import e\n"
+    )
+    found = [ast.unparse(n) for n in _module_level_imports(ast.parse(source))]
+    assert found == ["import a", "import c", "import d"]
+
+
+def root_layout(root: Path = PRODUCT) -> list[str]:
+    """What is wrong with the package root: too many modules, or one that belongs in a package."""
+    modules = sorted(p.stem for p in root.glob("*.py"))
+    found = [f"{name}.py belongs in a package" for name in modules if NOT_AT_ROOT.search(name)]
+    if len(modules) > ROOT_MODULES_AT_MOST:
+        found.append(f"{len(modules)} modules at the root (at most {ROOT_MODULES_AT_MOST})")
+    return found
+
+
+def test_the_root_holds_only_what_both_halves_share():
+    assert root_layout() == []
+
+
+def test_the_root_check_catches_a_command_a_registry_and_a_crowd(tmp_path):
+    for name in ("a_cli", "storage_registry", "settings_schema", *"bcdefg"):
+        (tmp_path / f"{name}.py").write_text("")
+    assert root_layout(tmp_path) == [
+        "a_cli.py belongs in a package",
+        "settings_schema.py belongs in a package",
+        "storage_registry.py belongs in a package",
+        "9 modules at the root (at most 8)",
+    ]
+
+
+# Importing these must not load torch: config checking, planning and the registries run
+# without the trainer's heavy dependencies.
+TORCH_FREE = (
+    "assay.settings",
+    "assay.settings.loader",
+    "assay.settings.schema",
+    "assay.adapters.registry",
+    "assay.storage.registry",
+    "assay.memory.predict",
+    "assay.memory.plan",
+    "assay.model.config",
+    "assay.cli.commands",
+)
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_settings_registries_and_memory_import_without_torch(module):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_torch_free_check_sees_torch():
+    code = "import sys, assay.adapters.lora; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from assay.adapter_registry import METHODS, NAMES, from_peft_flags
-from assay.storage_registry import STORAGE_ENTRIES, STORAGES
+from assay.adapters.registry import METHODS, NAMES, from_peft_flags
+from assay.storage.registry import STORAGE_ENTRIES, STORAGES
 
 PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
-REGISTRIES = {"adapter_registry.py", "storage_registry.py"}
+REGISTRIES = {"adapters/registry.py", "storage/registry.py"}
 KNOWN = set(NAMES) | set(STORAGES)
 
 
@@ -41,7 +41,7 @@ def name_comparisons(source: str, where: str = "<text>") -> list[str]:
 def test_no_method_or_storage_is_compared_by_name_outside_the_registries():
     found = []
     for path in sorted(PRODUCT.rglob("*.py")):
-        if path.name not in REGISTRIES:
+        if path.relative_to(PRODUCT).as_posix() not in REGISTRIES:
             found += name_comparisons(path.read_text("utf-8"), str(path.relative_to(PRODUCT)))
     assert found == []
 
@@ -73,7 +73,8 @@ def test_every_entry_is_consistent():
 
 @pytest.mark.parametrize("name", [n for n, m in METHODS.items() if m.peft])
 def test_peft_flags_read_back_to_the_method_peft_stores(name):
-    """LoRA-FA is stored as LoRA (PEFT has no frozen-A variant); every other PEFT method reads
-    back as itself."""
-    expected = "lora" if not METHODS[name].first_factor_trains else name
+    """LoRA-FA and LoRA+ are stored as LoRA (which factor trains, and at what rate, is the
+    optimizer's business, which adapter_config.json does not hold); every other PEFT method
+    reads back as itself."""
+    expected = "lora" if name in ("lora_fa", "loraplus") else name
     assert from_peft_flags(METHODS[name].peft_flags()) == expected

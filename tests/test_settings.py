@@ -12,16 +12,17 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from assay import settings, settings_schema
-from assay.cli import packaged_doc
-from assay.settings_schema import generated_files, main, setting_rows
+from assay import settings
+from assay.cli.docs import packaged_doc
+from assay.settings import schema as settings_schema
+from assay.settings.schema import generated_files, main, setting_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_shipped_schema_and_docs_are_what_the_tree_generates():
     stale = [p for p, text in generated_files().items() if (ROOT / p).read_text("utf-8") != text]
-    assert stale == [], f"run `python -m assay.settings_schema --write`; stale: {stale}"
+    assert stale == [], f"run `python -m assay.settings.schema --write`; stale: {stale}"
 
 
 def test_the_check_command_notices_an_edited_tree(tmp_path, monkeypatch, capsys):
@@ -51,7 +52,7 @@ def test_the_generated_schema_is_valid_and_states_each_fixed_default():
 
 
 def test_the_loader_validates_with_the_generated_schema(tmp_path):
-    from assay.train.config_schema import validator
+    from assay.settings.yaml_reader import validator
 
     assert validator().schema == settings_schema.build_schema()
 
@@ -88,7 +89,7 @@ def test_defaults_depend_on_the_selector_where_the_tree_says(key, selector, expe
 
 
 def test_the_cli_and_the_predictor_take_their_choices_and_defaults_from_the_tree():
-    from assay.cli import build_parser
+    from assay.cli.dispatch import build_parser
     from assay.memory.predict import Plan
     from assay.train.data import SEQ_LEN
     from assay.train.losses import CHUNK_SIZE

@@ -13,7 +13,7 @@ DISTRIBUTION = "assay-qualify"
 _LAZY = {
     "Decoder": "assay.model",
     "ModelConfig": "assay.model",
-    "load": "assay.loading",
+    "load": "assay.storage.load",
     "attach": "assay.adapters",
     "StreamedModel": "assay.stream",
     "Trainer": "assay.train.loop",

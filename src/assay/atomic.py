@@ -57,10 +57,13 @@ def _tmp_prefix(target: Path) -> str:
     return f".{target.name}{TMP_MARK}"
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically; the parent directory is created if needed.
 
     Guarantee: after a crash ``path`` holds either its old content or ``data``, never a mix.
+    With ``replace=False`` an existing ``path`` is never replaced: FileExistsError instead (the
+    temporary file is hard-linked into place, which fails when the name exists, so two writers
+    never both win).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -71,7 +74,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, target)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target)  # FileExistsError when target exists: create-only, no race
+            os.unlink(tmp)
         fsync_dir(target.parent)
     finally:
         if os.path.exists(tmp):

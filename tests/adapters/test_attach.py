@@ -42,7 +42,7 @@ def test_target_groups_and_layer_subset(fresh):
         ({"method": "lora", "layers": [5]}, "out of range"),
         ({"method": "lora", "u": 3}, "takes no option"),
         ({"method": "tinylora", "sharing": "layer"}, "sharing"),
-        ({"method": "lora", "rank": 0}, "rank must be a positive integer"),
+        ({"method": "lora", "rank": 0}, "rank must be an integer >= 1"),
     ],
 )
 def test_bad_arguments_are_one_line_config_errors(fresh, kwargs, match):
@@ -73,6 +73,7 @@ def test_only_adapter_tensors_train(fresh, method):
         "lora": {"lora_A", "lora_B"},
         "rslora": {"lora_A", "lora_B"},
         "lora_fa": {"lora_B"},
+        "loraplus": {"lora_A", "lora_B"},
         "dora": {"lora_A", "lora_B", "lora_magnitude_vector"},
         "tinylora": {"tiny_v"},
     }[method]

@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "robustness"))
 import export_faults
 
 from assay.adapters import load_adapter
+from assay.adapters.export import export
 from assay.errors import ConfigError
-from assay.export import export
 from assay.model import Decoder
 from assay_testing.tiny import llama_config
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assay.adapter_registry import (
+from assay.adapters import attach
+from assay.adapters.registry import (
     LORA_FAMILY,
     METHODS,
     NAMES,
@@ -22,14 +23,10 @@ from assay.adapter_registry import (
     help_text,
     option_names,
 )
-from assay.adapters import attach
 from assay.errors import ConfigError
-from assay.train.config import (
-    AdapterConfig,
-    TrainConfig,
-    config_as_yaml,
-    train_config_from_dict,
-)
+from assay.settings import AdapterConfig, TrainConfig
+from assay.settings.loader import config_as_yaml, train_config_from_dict
+from assay.settings.training import check_adapter_options
 
 
 def _schema() -> dict:
@@ -90,7 +87,7 @@ def test_every_method_round_trips_through_the_yaml_writer(tmp_path, method):
 
 
 def test_family_lists_derive_from_the_registry():
-    from assay.adapters.attach import METHODS as ATTACH_METHODS
+    from assay.adapters.attachment import METHODS as ATTACH_METHODS
 
     assert ATTACH_METHODS == NAMES == tuple(METHODS)
     assert set(PEFT_METHODS) <= set(LORA_FAMILY) <= set(NAMES)
@@ -102,19 +99,24 @@ def test_family_lists_derive_from_the_registry():
     [
         ("lora", {"u": 3}, "takes no option"),
         ("tinylora", {"dropout": 0.1}, "takes no option"),
-        ("lora", {"dropout": 1.0}, "dropout must be in [0, 1)"),
-        ("lora", {"rank": 0}, "rank must be a positive integer"),
-        ("lora", {"alpha": float("nan")}, "alpha must be a positive finite number"),
-        ("dora", {"alpha": float("inf")}, "alpha must be a positive finite number"),
-        ("rslora", {"alpha": -16.0}, "alpha must be a positive finite number"),
-        ("lora", {"alpha": 0}, "alpha must be a positive finite number"),
+        ("lora", {"dropout": 1.0}, "dropout must be a finite number >= 0 and < 1, got 1.0"),
+        ("lora", {"rank": 0}, "rank must be an integer >= 1, got 0"),
+        ("lora", {"rank": 2.0}, "rank must be an integer >= 1, got 2.0"),
+        ("lora", {"alpha": float("nan")}, "alpha must be a finite number > 0"),
+        ("dora", {"alpha": float("inf")}, "alpha must be a finite number > 0"),
+        ("rslora", {"alpha": -16.0}, "alpha must be a finite number > 0"),
+        ("lora", {"alpha": 0}, "alpha must be a finite number > 0"),
+        ("loraplus", {"lr_ratio": True}, "lr_ratio must be a finite number > 0"),
         ("tinylora", {"sharing": "all"}, "sharing"),
         ("nope", {}, "expected one of full, lora"),
     ],
 )
 def test_bad_options_are_refused_by_name(method, given, word):
+    """Unknown options by the registry; values by the setting rules (the one statement of
+    their bounds, from which the YAML schema is generated too)."""
     with pytest.raises(ConfigError, match=re.escape(word)):
-        build_options(method, given, where="c.yaml: adapter")
+        options = build_options(method, given, where="c.yaml: adapter")
+        check_adapter_options(dataclasses.asdict(options))
 
 
 def test_config_refuses_an_option_of_another_method(tmp_path):
@@ -137,8 +139,7 @@ def test_cli_help_lists_every_method():
 
 # Configs under which every optional field applies (a field that does not apply is None).
 _CONTEXTS = [
-    {},
-    {"adapter": {"method": "tinylora"}},
+    *({"adapter": {"method": name}} for name in NAMES if name != "full"),  # each method's options
     {"loss": {"type": "chunked_ce"}},
     {"loss": {"type": "simpo"}, "data": {"train": "t.jsonl", "format": "preference"}},
     {"loss": {"type": "kto"}, "data": {"train": "t.jsonl", "format": "kto"}},
@@ -154,7 +155,7 @@ _CONTEXTS = [
 def test_every_default_of_the_settings_tree_is_the_parsed_default(tmp_path):
     """Each key with one default value, omitted, loads as that value under a config where it
     applies (the schema, docs and help state the same default: they are generated from it)."""
-    from assay.settings_schema import setting_rows
+    from assay.settings.schema import setting_rows
 
     configs = []
     for context in _CONTEXTS:

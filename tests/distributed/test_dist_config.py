@@ -11,8 +11,8 @@ import yaml
 from assay.cli import main
 from assay.distributed.context import DistContext, init, launched, resolve_backend
 from assay.errors import ConfigError
-from assay.train.config import (
-    DistributedConfig,
+from assay.settings import DistributedConfig
+from assay.settings.loader import (
     config_as_yaml,
     config_fingerprint,
     load_train_config,
@@ -95,7 +95,7 @@ def test_cli_strategy_override_is_checked_like_the_config(tmp_path, capsys):
 
 
 def test_cli_strategy_override_replaces_the_config_value(tmp_path):
-    from assay.train_cli import _with_strategy
+    from assay.cli.train import _with_strategy
 
     path = tmp_path / "run.yaml"
     path.write_text(MINIMAL + "distributed: {strategy: ddp, backend: gloo}\n")

@@ -61,7 +61,7 @@ def _max_diff(a: dict, b: dict) -> float:
 
 @pytest.fixture(scope="module")
 def single(root) -> dict:
-    from assay.train.config import load_train_config
+    from assay.settings.loader import load_train_config
     from assay.train.loop import Trainer
 
     summary = Trainer(load_train_config(_config(root, "single")), progress=False).train()

@@ -89,7 +89,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
 
 def _config_for(root: Path, name: str, **changes):
-    from assay.train.config import train_config_from_dict
+    from assay.settings.loader import train_config_from_dict
 
     data = yaml.safe_load((root / "base.yaml").read_text())
     data.update(changes)

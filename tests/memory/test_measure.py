@@ -12,7 +12,7 @@ from assay.memory.measure import (
     storage_bytes,
     tensor_peak,
 )
-from assay.memory.predict import Dims, Plan, predict
+from assay.memory.predict import Plan, predict, shape
 
 
 def test_tensor_peak_sees_a_matmul_step():
@@ -53,7 +53,7 @@ def test_peak_carries_its_scope():
 
 
 def test_plan_measured_in_subprocess_matches_its_static_prediction():
-    plan = Plan(model=Dims(512, 64, 128, 2, 4, 2, 16), seq_len=32, micro_batch=2)
+    plan = Plan(model=shape(512, 64, 128, 2, 4, 2, 16), seq_len=32, micro_batch=2)
     out = measure_in_subprocess(plan.to_dict())
     assert out["scope"] == "cpu-tensor"
     terms = predict(plan).terms
@@ -65,7 +65,7 @@ def test_plan_measured_in_subprocess_matches_its_static_prediction():
 @pytest.mark.slow
 def test_streaming_that_keeps_activations_is_predicted_within_five_percent():
     plan = Plan(
-        model=Dims(512, 64, 128, 4, 4, 2, 16),
+        model=shape(512, 64, 128, 4, 4, 2, 16),
         seq_len=64,
         micro_batch=2,
         stream_buffers=2,

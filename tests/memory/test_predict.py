@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 
-from assay.memory.estimate_cli import fixes, knobs, refusal_line, verdict
-from assay.memory.predict import TERMS, Dims, Plan, predict, with_changes
+from assay.memory.plan import fixes, knobs, refusal_line, verdict
+from assay.memory.predict import TERMS, Plan, predict, shape, with_changes
 
-SMOL = Dims(49152, 576, 1536, 30, 9, 3, 64, True)
+SMOL = shape(49152, 576, 1536, 30, 9, 3, 64, True)
 
 
 def plan(**changes) -> Plan:
@@ -30,8 +30,8 @@ def test_predict_imports_no_torch():
         package = types.ModuleType("assay.memory")
         package.__path__ = [str(pathlib.Path(assay.__file__).parent / "memory")]
         sys.modules["assay.memory"] = package
-        from assay.memory.predict import Dims, Plan, predict
-        p = predict(Plan(model=Dims(1024, 64, 128, 2, 4, 2, 16)))
+        from assay.memory.predict import shape, Plan, predict
+        p = predict(Plan(model=shape(1024, 64, 128, 2, 4, 2, 16)))
         assert p.total > 0
         print("ok", sorted(m for m in sys.modules if m.startswith("torch")))
         """
@@ -117,9 +117,8 @@ def test_cumulative_fix_when_no_single_knob_fits():
 
 
 def test_estimate_cli_refuses_over_budget(tmp_path, smollm2_path, capsys):
-    import argparse
-
-    from assay.memory.estimate_cli import add_estimate
+    from assay.cli.dispatch import build_parser
+    from assay.cli.estimate import run
 
     (tmp_path / "train.jsonl").write_text('{"text": "hello"}\n')
     config = tmp_path / "run.yaml"
@@ -127,15 +126,13 @@ def test_estimate_cli_refuses_over_budget(tmp_path, smollm2_path, capsys):
         f"model: {smollm2_path}\ndata: {{train: train.jsonl, seq_len: 2048}}\nsteps: 1\n"
         "batch: {micro_batch: 4}\n"
     )
-    parser = argparse.ArgumentParser()
-    add_estimate(parser.add_subparsers())
-    args = parser.parse_args(["estimate", str(config), "--budget", "1GiB", "--json"])
-    assert args.func(args) == 1
+    args = build_parser().parse_args(["estimate", str(config), "--budget", "1GiB", "--json"])
+    assert run(args) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["fits"] is False and result["fixes"]
     assert result["plan"]["model"]["num_layers"] == 30
-    args = parser.parse_args(["estimate", str(config), "--budget", "64GiB"])
-    assert args.func(args) == 0
+    args = build_parser().parse_args(["estimate", str(config), "--budget", "64GiB"])
+    assert run(args) == 0
     assert "fits" in capsys.readouterr().out
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from assay.adapter_registry import NAMES
-from assay.memory.predict import Dims, Plan, predict
+from assay.adapters.registry import NAMES
+from assay.memory.predict import Plan, predict, shape
 
-TINY = Dims(
+TINY = shape(
     vocab_size=2048, hidden_size=128, intermediate_size=384, num_layers=2, num_heads=4,
     num_kv_heads=2, head_dim=32,
 )  # fmt: skip
@@ -59,7 +59,7 @@ def test_prediction_meets_the_measured_peak(plan):
 def test_estimate_models_tinylora_with_its_own_options():
     from types import SimpleNamespace
 
-    from assay.memory.estimate_cli import plan_from_config
+    from assay.memory.plan import plan_from_config
 
     adapter = SimpleNamespace(
         method="tinylora", rank=None, targets=ALL, u=7, r=3, sharing="per_target"

@@ -3,11 +3,11 @@ element (plus a 4-byte step per tensor), and LoRA-FA trains B only (A is frozen)
 
 from __future__ import annotations
 
-from assay.memory.predict import Dims, Plan, predict, with_changes
+from assay.memory.predict import Plan, predict, shape, with_changes
 
 
 def _plan(**changes) -> Plan:
-    model = Dims(vocab_size=1000, hidden_size=64, intermediate_size=128, num_layers=2,
+    model = shape(vocab_size=1000, hidden_size=64, intermediate_size=128, num_layers=2,
                  num_heads=4, num_kv_heads=2, head_dim=16, tie_word_embeddings=True)  # fmt: skip
     base = Plan(model=model, method="lora", rank=4, targets=("q_proj", "v_proj"))
     return with_changes(base, **changes)

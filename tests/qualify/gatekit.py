@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,20 @@ TINY_PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
 )
+
+# a throwaway committer, and no commit signing whatever the machine's git config says
+GIT_IDENTITY = ("user.name=t", "user.email=t@example.invalid", "commit.gpgsign=false")
+
+
+def git(root: Path, *args: str) -> str:
+    """Run git in ``root`` as the throwaway committer; its stdout, stripped. The test fails on
+    a non-zero exit, showing git's stderr."""
+    config = [part for setting in GIT_IDENTITY for part in ("-c", setting)]
+    done = subprocess.run(
+        ["git", *config, *args], cwd=root, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 class GateRun:

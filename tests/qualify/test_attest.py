@@ -20,7 +20,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-import tamper_cases  # noqa: E402
 from assay.errors import AssayError  # noqa: E402
 from assay.qualify.ledger.dsse import (  # noqa: E402
     EnvelopeError,
@@ -28,6 +27,7 @@ from assay.qualify.ledger.dsse import (  # noqa: E402
     pae,
 )
 from assay.qualify.publishing import attest  # noqa: E402
+from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,
@@ -58,10 +58,9 @@ def _allowed(tmp_path: Path, principal: str, key: Path) -> Path:
 
 
 def _cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="assay")
-    attest.add_attest(parser.add_subparsers())
-    args = parser.parse_args(["attest", *argv])
-    return args.func(args)
+    parser = argparse.ArgumentParser(prog="assay attest")
+    attest.attest_arguments(parser)
+    return attest.run_attest(parser.parse_args(list(argv)))
 
 
 def _sign(receipts: Path, key: Path, out: Path, *extra: str) -> int:
@@ -375,10 +374,11 @@ def test_without_cryptography_the_feature_says_so_in_one_line(tmp_path, capsys, 
 
 
 def test_the_assay_command_has_attest():
-    from assay.cli import build_parser
+    from assay.cli.dispatch import build_parser
 
     args = build_parser().parse_args(["attest", "--verify", "x.intoto.json"])
-    assert args.func is attest.run_attest
+    row = args.command_row
+    assert (row.module, row.run) == (attest.__name__, "run_attest") and not row.needs_trainer
 
 
 def test_an_attested_partial_run_says_so_and_counts_as_shown_when_nothing_is_complete():

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from gatekit import git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-import tamper_cases  # noqa: E402
 from assay.qualify.core.source import NOT_TREE_DIRS, tree_paths  # noqa: E402
 from assay.qualify.judging.stale import check_receipt  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
@@ -26,6 +25,7 @@ from assay.qualify.ledger.receipt import read_receipt, receipt_paths  # noqa: E4
 from assay.qualify.plugin.reads import project_files  # noqa: E402
 from assay.qualify.publishing.index import render_all  # noqa: E402
 from assay.qualify.publishing.verify import verify_all, verify_stale  # noqa: E402
+from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 NOT_TREE = [".hypothesis/constants/0a1b", "pkg.egg-info/entry_points.txt", "ignored/data.txt"]
 TRACKED = [
@@ -34,23 +34,17 @@ TRACKED = [
 ]  # the second is tracked though its folder is ignored
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=root, check=True, capture_output=True, text=True
-    ).stdout
-
-
 def _repo(root: Path) -> Path:
     """A git tree with an ignored folder holding one force-tracked file, and every path of
     :data:`NOT_TREE` and :data:`TRACKED` present."""
     root.mkdir(parents=True, exist_ok=True)
-    _git(root, "init", "-q")
+    git(root, "init", "-q")
     (root / ".gitignore").write_text("ignored/\n", "utf-8")
     for rel in [*NOT_TREE, *TRACKED]:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(f"{rel}\n", "utf-8")
-    _git(root, "add", ".gitignore", "data/table.csv")
-    _git(root, "add", "-f", "ignored/kept.txt")
+    git(root, "add", ".gitignore", "data/table.csv")
+    git(root, "add", "-f", "ignored/kept.txt")
     return root
 
 
@@ -130,7 +124,7 @@ def test_only_a_change_in_the_tree_makes_a_record_stale(tmp_path, changed):
 def _clean_checkout(into: Path) -> Path:
     """The project as a fresh clone of it would be, working-tree edits included: git's files,
     every tracked file and every untracked one git does not ignore, and nothing else."""
-    listed = _git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    listed = git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     for rel in filter(None, listed.split("\0")):
         source = ROOT / rel
         if source.is_file():

@@ -6,22 +6,22 @@ a reader would compare (verdict, value, unit, operator, bound, tolerance) differ
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from gatekit import git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
 from assay.qualify.core.threshold import meets  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
-from assay.qualify.publishing.compare import _claim_change  # noqa: E402
+from assay.qualify.publishing.compare import claim_change  # noqa: E402
+from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 
 def _claim(cid: str, value: float, op: str = "<=", bound: float = 1e-3, tol: float = 0.1):
@@ -127,19 +127,9 @@ def test_a_gate_or_device_on_one_side_is_unpaired_not_missing(tmp_path, capsys):
     assert found["unpaired"] == ["demo (cpu): only in OLD", "other (cpu): only in NEW"]
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 def _commit(repo: Path, message: str) -> None:
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", message)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
 
 
 def _repo(tmp_path: Path, *values: float) -> tuple[Path, Path, list[dict]]:
@@ -147,7 +137,7 @@ def _repo(tmp_path: Path, *values: float) -> tuple[Path, Path, list[dict]]:
     repo = tmp_path / "repo"
     receipts = repo / "records" / "receipts"
     repo.mkdir()
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     written = []
     for second, value in enumerate(values, 1):
         written.append(_run(receipts, second, [_claim("a", value)]))
@@ -188,7 +178,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, make, e
 def test_a_revision_without_receipts_and_one_with_a_non_utf8_receipt(tmp_path, capsys, monkeypatch):
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     (repo / "README").write_text("x")
     _commit(repo, "bare")
     monkeypatch.chdir(repo)
@@ -234,7 +224,7 @@ def test_a_claim_is_unchanged_only_when_nothing_compared_differs(a, b, ops, boun
     old = _claim("c", a, ops[0], bounds[0], tols[0])
     new = _claim("c", b, ops[1], bounds[1], tols[1])
     old["measurement"]["unit"], new["measurement"]["unit"] = units
-    row = _claim_change("g", "cpu", "c", old, new, set())
+    row = claim_change("g", "cpu", "c", old, new, set())
     same = (a, ops[0], bounds[0], tols[0], units[0]) == (b, ops[1], bounds[1], tols[1], units[1])
     assert (row.change == "unchanged") is same, (row.change, old, new)
     if old["verdict"] == "pass" and new["verdict"] == "fail":
@@ -285,7 +275,7 @@ def test_a_value_no_float_can_hold_is_refused_not_compared():
     huge["measurement"]["value"] = 10**400
     for old, new in ((_claim("a", 1e-4), huge), (huge, _claim("a", 1e-4))):
         with pytest.raises(AssayError, match="claim 'a': its measured value is not a finite"):
-            _claim_change("g", "cpu", "a", old, new, set())
+            claim_change("g", "cpu", "a", old, new, set())
 
 
 def test_a_summary_that_is_not_a_file_is_refused_not_waited_on(tmp_path, capsys, monkeypatch):
@@ -324,7 +314,7 @@ def test_failing_claims_on_a_gate_only_new_has_fail_the_comparison(tmp_path, cap
 def test_a_shallow_history_is_said_not_checked(tmp_path, capsys, monkeypatch):
     repo, _, _ = _repo(tmp_path, 1e-4, 2e-4)
     shallow = tmp_path / "shallow"
-    _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
     monkeypatch.chdir(shallow)
     code, found = _compare(capsys, "HEAD", "records/receipts")
     assert code == 0 and len(found["notes"]) == 2

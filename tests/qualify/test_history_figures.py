@@ -10,7 +10,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-import tamper_cases  # noqa: E402
 from assay.qualify.judging.standing import gate_standing  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
 from assay.qualify.publishing.history import (  # noqa: E402
@@ -21,6 +20,7 @@ from assay.qualify.publishing.history import (  # noqa: E402
 )
 from assay.qualify.publishing.index import render_all  # noqa: E402
 from assay.qualify.publishing.verify import verify_all  # noqa: E402
+from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 ODD_ID = 'diff<script>alert("x")</script>'
 

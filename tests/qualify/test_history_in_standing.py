@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 
 import pytest
+from gatekit import git
 from test_standing import GATE, assert_agree, five_views
 
 from assay.qualify.judging.standing import gate_standing
@@ -16,39 +16,25 @@ from assay.qualify.ledger.chain import HEADER, ledger_path, read_ledger
 
 
 @pytest.fixture(autouse=True)
-def isolated_git(tmp_path, monkeypatch):
+def isolatedgit(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-
-
-def _git(root, *args: str) -> str:
-    ident = [
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.invalid",
-        "-c",
-        "commit.gpgsign=false",
-    ]
-    done = subprocess.run(["git", *ident, *args], cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 @pytest.fixture
 def failing_tail(gates):
     """A passing run and a failing one, both committed; the failing one is the newest."""
     root = gates.pytester.path
-    _git(root, "init", "-q")
+    git(root, "init", "-q")
     gates.write("demo", GATE.format(bad="0.0"))
     assert gates.run().ret == 0
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "pass")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "pass")
     gates.write("demo", GATE.format(bad="0.5"))
     assert gates.run().ret != 0
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "fail")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "fail")
     return gates
 
 
@@ -72,14 +58,14 @@ def test_an_unacknowledged_deletion_leaves_every_view_broken(
 ):
     _drop_newest(failing_tail)
     if committed:
-        _git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
+        git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
     assert_agree(five_views(failing_tail, tmp_path, capsys), "broken")
 
 
 def _acknowledge(gates, name: str, text: str, *, keep: bool) -> None:
     root = gates.pytester.path
-    commit = _git(root, "rev-parse", "HEAD")
-    before = _git(root, "show", f"{commit}^:records/receipts/demo/LEDGER") + "\n"
+    commit = git(root, "rev-parse", "HEAD")
+    before = git(root, "show", f"{commit}^:records/receipts/demo/LEDGER") + "\n"
     lines = [
         {"file": name, "change": "deleted", "sha256": hashlib.sha256(text.encode()).hexdigest()},
         {
@@ -103,7 +89,7 @@ def test_acknowledging_the_erasure_of_a_failure_without_its_text_is_refused(
     failing_tail, tmp_path, capsys
 ):
     name, text = _drop_newest(failing_tail)
-    _git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
+    git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
     _acknowledge(failing_tail, name, text, keep=False)
     views = five_views(failing_tail, tmp_path, capsys)
     assert_agree(views, "broken")
@@ -112,7 +98,7 @@ def test_acknowledging_the_erasure_of_a_failure_without_its_text_is_refused(
 
 def test_an_erased_failure_whose_text_is_kept_still_fails_the_gate(failing_tail, tmp_path, capsys):
     name, text = _drop_newest(failing_tail)
-    _git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
+    git(failing_tail.pytester.path, "commit", "-qam", "drop the failing run")
     _acknowledge(failing_tail, name, text, keep=True)
     standing = gate_standing(failing_tail.receipts, "demo")
     assert standing.problems == [] and standing.status == "fail", standing.summary()
@@ -131,8 +117,8 @@ def test_erasing_every_receipt_of_a_failing_gate_still_shows_its_failure(
     }
     for name in files:
         (folder / name).unlink()
-    _git(root, "commit", "-qam", "drop the gate's receipts")
-    commit = _git(root, "rev-parse", "HEAD")
+    git(root, "commit", "-qam", "drop the gate's receipts")
+    commit = git(root, "rev-parse", "HEAD")
     with (folder / "CORRECTIONS").open("w", encoding="utf-8") as handle:
         for name, text in files.items():
             entry = {
@@ -152,8 +138,8 @@ def test_a_replace_graft_does_not_hide_an_unacknowledged_deletion(failing_tail, 
     """``git replace --graft`` makes every reader of history skip the commit that added the
     failing receipt; history is read as committed, so the deletion still shows."""
     root = failing_tail.pytester.path
-    added = _git(root, "rev-parse", "HEAD")
+    added = git(root, "rev-parse", "HEAD")
     _drop_newest(failing_tail)
-    _git(root, "commit", "-qam", "drop the failing run")
-    _git(root, "replace", "--graft", "HEAD", f"{added}^")
+    git(root, "commit", "-qam", "drop the failing run")
+    git(root, "replace", "--graft", "HEAD", f"{added}^")
     assert_agree(five_views(failing_tail, tmp_path, capsys), "broken")

@@ -18,11 +18,11 @@ from gatekit import TINY_PNG
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
 from assay.qualify.publishing.site import build_site  # noqa: E402
 from assay.qualify.publishing.verify import verify_all  # noqa: E402
+from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 INJECTION = (
     'ok | forged cell |\n# Forged heading\n<script>alert("pwned")</script> '

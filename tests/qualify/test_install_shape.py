@@ -133,4 +133,6 @@ def test_the_wheel_holds_the_product_not_its_test_machinery(wheel):
     assert packages == {"assay"}, "only the product ships: tests' helpers live in testing/"
     machinery = [n for n in names if n.startswith(("assay/testing/", "assay/bench/"))]
     assert machinery == [] and not any("sitecustomize" in n for n in names)
-    assert {"assay/qualify/plugin/hooks.py", "assay/train/loop.py", "assay/cli.py"} <= set(names)
+    assert {"assay/qualify/plugin/hooks.py", "assay/train/loop.py", "assay/cli/__init__.py"} <= set(
+        names
+    )

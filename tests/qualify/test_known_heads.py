@@ -10,9 +10,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
 
-import tamper_cases
 from assay.cli import main
 from assay.qualify.ledger.chain import HEADER, ledger_path, read_ledger
+from support import faults_tamper_cases as tamper_cases
 
 
 def _verify(ledger, *extra: str) -> int:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from gatekit import git
 
 from assay.qualify.ledger.history import CORRECTIONS_HEADER, check_history, gate_history, rewrite
 
@@ -32,15 +32,7 @@ class Repo:
         self.git("init", "-q", "-b", "main")
 
     def git(self, *args: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args],
-            cwd=self.path,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        )
-        return done.stdout.strip()
+        return git(self.path, *args)
 
     def file(self, name: str, gate: str = GATE) -> Path:
         return self.receipts / gate / name
@@ -251,12 +243,7 @@ def test_shallow_clone_is_not_checked(repo: Repo, tmp_path: Path) -> None:
     repo.write("r3.json", '{"n": 3}\n')
     repo.commit("publish r3")
     clone = tmp_path / "clone"
-    subprocess.run(
-        ["git", "clone", "-q", "--depth", "1", f"file://{repo.path}", str(clone)],
-        check=True,
-        timeout=60,
-        capture_output=True,
-    )
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo.path}", str(clone))
     report = check_history(clone / "records" / "receipts")
     assert not report.checked and report.problems == ()
     assert "shallow" in report.reason and report.notes[0].startswith("history not checked")

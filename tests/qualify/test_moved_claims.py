@@ -11,7 +11,7 @@ from pathlib import Path
 GATES = Path(__file__).resolve().parents[2] / "gates"
 sys.path.insert(0, str(GATES))
 
-from moved_claims import to_retire  # noqa: E402
+from support.moved_claims import to_retire  # noqa: E402
 
 CLAIM = """
 def test_{name}(gate):
@@ -23,7 +23,7 @@ def test_{name}(gate):
 RETIRE = """
 import sys
 sys.path.insert(0, {gates!r})
-from moved_claims import retire_moved_claims
+from support.moved_claims import retire_moved_claims
 
 
 def test_retire(gate, pytestconfig):
@@ -73,7 +73,7 @@ def test_a_fresh_receipts_folder_gets_no_correction(gates):
 REPLACE = """
 import sys
 sys.path.insert(0, {gates!r})
-from moved_claims import retire_replaced_claims
+from support.moved_claims import retire_replaced_claims
 
 
 def test_retire(gate, pytestconfig):

@@ -4,9 +4,8 @@ become the headline), are written per gate as it finishes, and judge dirtiness f
 from __future__ import annotations
 
 import json
-import subprocess
 
-from gatekit import PASSING_GATE
+from gatekit import PASSING_GATE, git
 
 TWO = """
 def test_one(gate):
@@ -124,20 +123,16 @@ def test_xdist_marks_partial_only_the_gate_that_lost_tests_to_deselection(gates)
     assert "partial" not in gates.only_receipt("kb")["run"]  # -k removed none of its tests
 
 
-def _git(root, *args):
-    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
-
-
 def test_dirty_is_the_tree_before_the_run_plus_hashed_untracked_files(gates):
     root = gates.pytester.path
     gates.write("tidy", PASSING_GATE.format(value="1e-4"))
-    _git(root, "init", "-q")
-    _git(root, "-c", "user.email=a@b", "-c", "user.name=a", "add", "-A")
-    _git(root, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "gate")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "gate")
     (root / "scratch.txt").write_text("an untracked file nobody hashes")
     assert gates.run().ret == 0  # writes untracked receipts and a record
-    _git(root, "add", "-A")
-    _git(root, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "records")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "records")
     assert gates.run().ret == 0  # rewrites the tracked record mid-run
     first, second = (json.loads(p.read_text()) for p in gates.receipt_files("tidy"))
     assert first["code"]["untracked_files"] == 0
@@ -153,7 +148,7 @@ def test_diff(gate):
     c.control("broken", 2)
 """,
     )
-    _git(root, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qam", "new gate")
+    git(root, "commit", "-qam", "new gate")
     assert gates.run().ret == 0
     receipts = [json.loads(p.read_text()) for p in gates.receipt_files("tidy")]
     (code,) = [r["code"] for r in receipts if r["claims"][0]["id"] == "d"]

@@ -16,7 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
 from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal  # noqa: E402
 from assay.qualify.ledger.sign import (  # noqa: E402
@@ -27,6 +26,7 @@ from assay.qualify.ledger.sign import (  # noqa: E402
     trusted_signers,
 )
 from assay.qualify.publishing.verify import verify_signatures  # noqa: E402
+from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,

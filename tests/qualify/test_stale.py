@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import subprocess
 import sys
 from pathlib import Path
+
+from gatekit import git
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-import tamper_cases  # noqa: E402
 from assay.cli import main  # noqa: E402
 from assay.qualify.judging.stale import check_receipt, gate_needs  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
 from assay.qualify.publishing.index import render_all  # noqa: E402
 from assay.qualify.publishing.verify import verify_all, verify_stale  # noqa: E402
+from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 
 def _sha(path: Path) -> str:
@@ -129,30 +130,20 @@ def test_noxfile_timing_gates_and_cuda_receipts_need_special_machines(tmp_path):
 
 
 def test_stale_since_names_the_first_commit_that_changed_the_file(tmp_path):
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
-
     receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 0.0, "0" * 64)
     receipt["receipt_sha256"] = "1" * 64
     (tmp_path / "src").mkdir()
     impl = tmp_path / tamper_cases.CODE
     impl.write_text("one\n", "utf-8")
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "one")
-    receipt["code"]["commit"] = git("rev-parse", "HEAD")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "one")
+    receipt["code"]["commit"] = git(tmp_path, "rev-parse", "HEAD")
     receipt["code"]["files"][0]["sha256"] = _sha(impl)
     impl.write_text("two\n", "utf-8")
-    git("commit", "-qam", "two")
-    second = git("rev-parse", "HEAD")
+    git(tmp_path, "commit", "-qam", "two")
+    second = git(tmp_path, "rev-parse", "HEAD")
     impl.write_text("three\n", "utf-8")
-    git("commit", "-qam", "three")
+    git(tmp_path, "commit", "-qam", "three")
     found = check_receipt(tmp_path, receipt)
     assert found is not None and found.since == second[:12]

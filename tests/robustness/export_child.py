@@ -18,7 +18,7 @@ from assay_testing.faults import pause_at_event
 
 def main() -> None:
     out, step, kill_at = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    from assay.export import export
+    from assay.adapters.export import export
 
     models = [adapted_model(s) for s in (step, step + 1, step + 2, step + 3)]
     pause_at_event(kill_at)

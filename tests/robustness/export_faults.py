@@ -45,7 +45,7 @@ def adapted_model(step: int):
 
 def export_step(out: Path, step: int) -> Path:
     """Export the adapter of ``step`` to ``out`` as ``assay export --force`` does."""
-    from assay.export import export
+    from assay.adapters.export import export
 
     return export(adapted_model(step), out, "peft", force=True)
 
@@ -55,7 +55,7 @@ def folder_step(out: Path) -> int:
     import torch
 
     from assay.adapters import load_adapter
-    from assay.folder_manifest import verify_manifest
+    from assay.adapters.manifest import verify_manifest
     from assay.model import Decoder
     from assay_testing.tiny import llama_config
 
@@ -89,7 +89,7 @@ def kill_trials(out: Path, kills: int, seed: int, *, in_place: bool = False) -> 
     rng = random.Random(seed)
     report = ExportKills()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CHILD.parent), *sys.path])}
-    env = defects.child_env("export.in_place" if in_place else "", env)
+    env = defects.child_env("adapters.export.in_place" if in_place else "", env)
     step = 1
     for _ in range(kills):
         kill_at = rng.randint(1, EVENTS)

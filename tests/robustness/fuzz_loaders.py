@@ -147,7 +147,7 @@ def fuzz_config_loader(root: Path, examples: int, seed: int) -> FuzzReport:
     from hypothesis import seed as fixed_seed
 
     from assay.errors import AssayError
-    from assay.train.config import load_train_config
+    from assay.settings.loader import load_train_config
 
     root.mkdir(parents=True, exist_ok=True)
     train = root / "train.jsonl"

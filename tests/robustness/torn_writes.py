@@ -43,7 +43,7 @@ def kinds(root: Path, model_dir: Path) -> list[Kind]:
     """Every writer this module exercises, each in its own directory under ``root``."""
     import assay
     from assay.adapters import attach, load_adapter, save_adapter
-    from assay.export import export_merged
+    from assay.adapters.export import export_merged
     from assay.train.checkpoint import load_checkpoint, save_checkpoint
 
     base = assay.load(model_dir)

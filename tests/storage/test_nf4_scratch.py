@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
 
 import assay.storage.linear as linear_module
+from assay.memory.peak import measure_peak
 from assay.storage import FrozenLinear, NF4Weight
 from assay.storage.nf4 import BLOCKSIZE, decode_into
-from assay.train.peak import measure_peak
 
 
 def _public_decode(packed: torch.Tensor, absmax: torch.Tensor, shape, dtype) -> torch.Tensor:

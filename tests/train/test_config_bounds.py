@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from assay.errors import ConfigError
-from assay.train.config import load_train_config, parse_size, resolve_reference
+from assay.settings.loader import load_train_config, parse_size, resolve_reference
 
 BASE = "model: m.gguf\ndata: {train: t.jsonl}\nsteps: 2\n"
 

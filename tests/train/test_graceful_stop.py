@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from assay.train.config import load_train_config
+from assay.settings.loader import load_train_config
 from assay.train.graceful import GracefulStop
 from assay.train.loop import Trainer
 

@@ -12,7 +12,7 @@ import yaml
 
 from assay.cli import main
 from assay.errors import AssayError
-from assay.train.config import load_train_config, train_config_from_dict
+from assay.settings.loader import load_train_config, train_config_from_dict
 from assay.train.loop import Trainer
 from assay_testing import defects
 
@@ -158,7 +158,7 @@ def test_cli_train_bad_config_is_one_line(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
 def test_example_config_runs(example, tmp_path):
-    from assay.train.config_schema import read_yaml
+    from assay.settings.yaml_reader import read_yaml
 
     source = EXAMPLES / example
     data = read_yaml(source)  # reads 1e-4 as a number, as load_train_config does

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from assay.memory.peak import measure_peak
 from assay.train.losses import LSE_ROWS, chunked_cross_entropy, cross_entropy, row_logsumexp
-from assay.train.peak import measure_peak
 
 REL = 1e-6  # relative tolerance: |a - b| / |b| for the loss, ||a - b|| / ||b|| for gradients
 

@@ -12,7 +12,7 @@ import torch
 
 import assay.train.objective as objective_module
 from assay.adapters import disabled
-from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
+from assay.settings import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
 from assay.train.data_masks import Example, TokenSeq
 from assay.train.objective import Objective, mismatched, preference_settings

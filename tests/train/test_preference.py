@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from assay.train.config import DataConfig, LossConfig, OutputConfig, TrainConfig
+from assay.settings import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
 from assay.train.data_masks import Example, TokenSeq
 from assay.train.objective import Objective, mismatched
@@ -187,7 +187,7 @@ def test_ce_objective_has_no_preference_metrics(tiny_adapted):
 def test_dpo_example_config_trains(tmp_path):
     import yaml
 
-    from assay.train.config import train_config_from_dict
+    from assay.settings.loader import train_config_from_dict
     from assay.train.loop import Trainer
 
     source = Path(__file__).resolve().parents[2] / "examples"

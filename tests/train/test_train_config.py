@@ -10,7 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from assay.errors import ConfigError
-from assay.train.config import config_fingerprint, load_train_config, model_path
+from assay.settings.loader import config_fingerprint, load_train_config, model_path
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 MINIMAL = "model: m.gguf\ndata:\n  train: d.jsonl\nsteps: 3\n"
@@ -175,7 +175,7 @@ def test_config_fingerprint_tracks_training_fields_only(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("example", sorted((Path(__file__).parents[2] / "examples").glob("*.yaml")))
 def test_config_as_yaml_round_trips(example: Path, tmp_path: Path) -> None:
-    from assay.train.config import config_as_yaml, train_config_from_dict
+    from assay.settings.loader import config_as_yaml, train_config_from_dict
 
     config = load_train_config(example)
     again = train_config_from_dict(config_as_yaml(config), tmp_path / "copy.yaml")

@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from assay.errors import ConfigError
+from assay.settings.loader import load_train_config, train_config_from_dict
 from assay.train.build import build_optimizer, decay_groups
-from assay.train.config import load_train_config, train_config_from_dict
 from assay.train.loop import Trainer
 from assay_testing.text_run import save_text_run
 

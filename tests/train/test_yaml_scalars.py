@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from assay.errors import ConfigError
-from assay.train.config_schema import read_yaml
+from assay.settings.yaml_reader import read_yaml
 
 MINIMAL = "model: m.gguf\ndata:\n  train: d.jsonl\n"
 

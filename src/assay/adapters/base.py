@@ -7,6 +7,8 @@ which returns the dense fp32 weight of an ``nn.Linear`` or of an ``assay.storage
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -33,6 +35,25 @@ class AdapterLinear(nn.Module):
     lives in ``base.weight`` and ``forward`` is ``base(x)``. Subclasses implement
     ``adapted(x, base_out)`` and ``delta_weight()`` (the dense fp32 update, W' - W).
     """
+
+    @classmethod
+    def wrap(
+        cls,
+        base: nn.Module,
+        *,
+        method: str,
+        options: dict[str, Any],
+        generator: torch.Generator,
+        shared: dict[str, Any],
+    ) -> AdapterLinear:
+        """A new adapter of ``method`` around ``base``, from the registry's resolved
+        ``options``. ``shared`` is one dict per ``attach`` call, for state every site shares."""
+        raise NotImplementedError(f"{cls.__name__} does not implement wrap")
+
+    def learning_rate_scales(self) -> dict[str, float]:
+        """Parameter name (within this module) -> multiple of the run's learning rate it
+        trains at; a parameter not named trains at the run's rate."""
+        return {}
 
     assay_adapter = True
     assay_base = ("base",)
@@ -85,7 +106,8 @@ class AdapterLinear(nn.Module):
         if not isinstance(self.base, nn.Linear) or self.base.weight.dtype != torch.float32:
             raise ConfigError(
                 f"merge needs float32 storage, but this adapter wraps {type(self.base).__name__}; "
-                "use assay.export.export_merged, which dequantizes, merges and writes a new file"
+                "use assay.adapters.export.export_merged, which dequantizes, merges and writes a "
+                "new file"
             )
         return self.base
 

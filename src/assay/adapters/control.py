@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from torch import nn
 
-from assay.adapter_registry import method as registered
-from assay.adapters.attach import adapter_modules
+from assay.adapters.attachment import adapter_modules
+from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 
 

@@ -13,6 +13,7 @@ from torch import nn
 
 from assay.adapters.base import dense_weight
 from assay.adapters.lora import LoRALinear
+from assay.adapters.registry import LoRAOptions
 
 
 class DoRALinear(LoRALinear):
@@ -22,15 +23,20 @@ class DoRALinear(LoRALinear):
         self,
         base: nn.Module,
         *,
-        rank: int = 8,
-        alpha: float = 16.0,
-        dropout: float = 0.0,
+        rank: int = LoRAOptions.rank,
+        alpha: float = LoRAOptions.alpha,
+        dropout: float = LoRAOptions.dropout,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(
             base, method="dora", rank=rank, alpha=alpha, dropout=dropout, generator=generator
         )
         self.lora_magnitude_vector = nn.Parameter(self.weight_norm())
+
+    @classmethod
+    def wrap(cls, base, *, method, options, generator, shared):
+        return cls(base, generator=generator, rank=options["rank"], alpha=options["alpha"],
+                   dropout=options["dropout"])  # fmt: skip
 
     @torch.no_grad()
     def weight_norm(self) -> torch.Tensor:

@@ -39,7 +39,7 @@ def read_json(path: Path) -> Any:
 
 def spec_from_json(data: Any, where: Path):
     """An AdapterSpec from its saved dict; ConfigError naming ``where`` and the key if not."""
-    from assay.adapters.attach import AdapterSpec
+    from assay.adapters.attachment import AdapterSpec
     from assay.errors import ConfigError
 
     if not isinstance(data, dict):

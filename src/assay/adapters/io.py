@@ -1,23 +1,30 @@
 """``save_adapter`` / ``load_adapter``: the right on-disk format for each method.
 
 lora, rslora, lora_fa and dora use PEFT's format (``peft_io``); tinylora uses its own
-(``tinylora_io``); ``full`` has no adapter to save (use ``assay.export.export_merged``).
+(``tinylora_io``); ``full`` has no adapter to save (use ``assay.adapters.export.export_merged``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from types import ModuleType
 
 from torch import nn
 
-from assay.adapter_registry import method as registered
-from assay.adapters import peft_io, tinylora_io
+from assay.adapters.registry import FILE_FORMATS
+from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 
 
+def _format(name: str) -> ModuleType:
+    return importlib.import_module(FILE_FORMATS[name])
+
+
 def save_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
-    """Write the adapter of ``model`` to the folder ``out``; returns the folder."""
+    """Write the adapter of ``model`` to the folder ``out`` in its method's format; returns
+    the folder."""
     spec = getattr(model, "assay_adapter_spec", None)
     if spec is None:
         raise ConfigError("the model has no adapter attached; nothing to save")
@@ -26,18 +33,16 @@ def save_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
         raise ConfigError(
             f"method {spec.method!r} has no separate adapter; export the merged model"
         )
-    if saved_as == "assay":
-        return tinylora_io.save_tinylora(model, out)
-    return peft_io.save_peft(model, out)
+    return _format(saved_as).save(model, out)
 
 
 def load_adapter(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
-    """Attach the adapter saved in folder ``path`` to a fresh ``model`` and return it."""
+    """Attach the adapter saved in folder ``path`` to a fresh ``model`` and return it: the
+    format whose marking file the folder holds (assay's own is looked for first)."""
     folder = Path(path)
-    if (folder / tinylora_io.CONFIG).is_file():
-        return tinylora_io.load_tinylora(model, folder)
-    if (folder / peft_io.CONFIG).is_file():
-        return peft_io.load_peft(model, folder)
-    raise ConfigError(
-        f"{folder}: no {peft_io.CONFIG} or {tinylora_io.CONFIG}; not an adapter folder"
-    )
+    formats = [_format(name) for name in FILE_FORMATS]
+    for found in formats:
+        if (folder / found.CONFIG).is_file():
+            return found.load(model, folder)
+    names = " or ".join(f.CONFIG for f in reversed(formats))
+    raise ConfigError(f"{folder}: no {names}; not an adapter folder")

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from assay.adapter_registry import LORA_FAMILY
-from assay.adapter_registry import method as registered
 from assay.adapters.base import AdapterLinear
+from assay.adapters.registry import LORA_FAMILY, LoRAOptions
+from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 
 
@@ -35,9 +35,9 @@ class LoRALinear(AdapterLinear):
         base: nn.Module,
         *,
         method: str = "lora",
-        rank: int = 8,
-        alpha: float = 16.0,
-        dropout: float = 0.0,
+        rank: int = LoRAOptions.rank,
+        alpha: float = LoRAOptions.alpha,
+        dropout: float = LoRAOptions.dropout,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(base)
@@ -54,6 +54,11 @@ class LoRALinear(AdapterLinear):
         nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=generator)
         self.lora_A = nn.Parameter(a, requires_grad=registered(method).first_factor_trains)
         self.lora_B = nn.Parameter(torch.zeros(self.out_features, rank))
+
+    @classmethod
+    def wrap(cls, base, *, method, options, generator, shared):
+        return cls(base, method=method, generator=generator, rank=options["rank"],
+                   alpha=options["alpha"], dropout=options["dropout"])  # fmt: skip
 
     def lora_output(self, x: torch.Tensor) -> torch.Tensor:
         """B(A x) without the scale, in the adapter's dtype."""

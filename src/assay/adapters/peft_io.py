@@ -20,9 +20,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from assay.adapter_registry import PEFT_METHODS, from_peft_flags
-from assay.adapter_registry import method as registered
-from assay.adapters.attach import AdapterSpec, adapter_modules, attach
+from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
     read_json,
     spec_from_json,
@@ -30,8 +28,10 @@ from assay.adapters.files import (
     write_safetensors_atomic,
 )
 from assay.adapters.inject import GROUPS, PARENT
+from assay.adapters.manifest import verify_manifest
+from assay.adapters.registry import PEFT_METHODS, from_peft_flags
+from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
-from assay.folder_manifest import verify_manifest
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -255,3 +255,8 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
                                       f"expected {tuple(param.shape)}")  # fmt: skip
                 param.copy_(value.to(param.dtype))
     return model
+
+
+# the folder-format contract of assay.adapters.registry.FILE_FORMATS
+save = save_peft
+load = load_peft

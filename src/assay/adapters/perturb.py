@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from assay.adapters.attach import adapter_modules
+from assay.adapters.attachment import adapter_modules
 
 
 @torch.no_grad()

@@ -56,6 +56,14 @@ class TinyLoRALinear(AdapterLinear):
             raise ConfigError(f"tinylora vector has shape {tuple(vector.shape)}, need ({u},)")
         self.tiny_v = vector
 
+    @classmethod
+    def wrap(cls, base, *, method, options, generator, shared):
+        u = int(options["u"])
+        # global sharing: the whole model trains one vector of u numbers
+        vector = shared.setdefault("vector", nn.Parameter(torch.zeros(u)))
+        return cls(base, u=u, r=options["r"], generator=generator,
+                   vector=vector if options["sharing"] == "global" else None)  # fmt: skip
+
     def mixing(self) -> torch.Tensor:
         """sum_i v_i P_i, an r x r matrix (differentiable in v)."""
         return torch.einsum("u,uij->ij", self.tiny_v, self.tiny_P)

@@ -15,16 +15,16 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from assay.adapter_registry import method as registered
-from assay.adapters.attach import AdapterSpec, adapter_modules, attach
+from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
     read_json,
     spec_from_json,
     write_json_atomic,
     write_safetensors_atomic,
 )
+from assay.adapters.manifest import verify_manifest
+from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
-from assay.folder_manifest import verify_manifest
 
 CONFIG = "tinylora_config.json"
 WEIGHTS = "tinylora_model.safetensors"
@@ -90,3 +90,8 @@ def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
                                   f"expected {tuple(target.shape)}")  # fmt: skip
             target.copy_(value)
     return model
+
+
+# the folder-format contract of assay.adapters.registry.FILE_FORMATS
+save = save_tinylora
+load = load_tinylora

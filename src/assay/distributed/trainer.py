@@ -34,9 +34,10 @@ from assay.distributed.context import DistContext
 from assay.distributed.sampler import ShardedBatches, check_divisible
 from assay.distributed.state import gather, is_sharded, restore_sharded
 from assay.distributed.wrap import DDPRunner, fsdp_no_sync, shard
+from assay.settings import TrainConfig
+from assay.settings.loader import check_distributed
 from assay.train.build import build_model
 from assay.train.checkpoint import Checkpoint, save_checkpoint
-from assay.train.config import TrainConfig, check_distributed
 from assay.train.data import Batch, Cursor, collate
 from assay.train.loop import Trainer
 from assay.train.objective import CE_KINDS

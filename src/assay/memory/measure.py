@@ -49,7 +49,7 @@ class Peak:
 
 def tensor_peak(fn: Callable[[], Any]) -> tuple[Any, Peak]:
     """``fn()`` under the profiler; the CPU tensor-level peak (scope ``cpu-tensor``)."""
-    from assay.train.peak import measure_peak
+    from assay.memory.peak import measure_peak
 
     result, found = measure_peak(fn)
     detail = f"{found.events} allocation events"
@@ -175,11 +175,11 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
     states, CE or chunked CE against the head weight with every token scored, summed and
     divided by the step's tokens, backward per micro-batch, then AdamW.
     """
-    from assay.adapter_registry import method
     from assay.adapters import attach
+    from assay.adapters.registry import method
     from assay.model import Decoder, ModelConfig
     from assay.storage import apply_storage
-    from assay.storage_registry import storage
+    from assay.storage.registry import storage
     from assay.stream.layout import base_tensors
     from assay.train.losses import chunked_cross_entropy, cross_entropy
     from assay.train.objective import head_weight

@@ -23,18 +23,21 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from assay.adapter_registry import method
+from assay.adapters.registry import method
+from assay.model.config import SIZE_FIELDS, ModelConfig
 from assay.settings import DEFAULT_TARGETS, PREFERENCE_LOSSES, default
-from assay.storage_registry import Storage, storage
+from assay.storage.registry import Storage, storage
 
 ATTENTION = DEFAULT_TARGETS
 MLP = ("gate_proj", "up_proj", "down_proj")
 TILE_BYTES = 4 << 20  # storage.linear.DEFAULT_TILE_BYTES: decoded weight per tile
-NF4_BLOCK, NF4_NESTED_BLOCK, STREAM_ALIGN = 64, 256, 64
+NF4_NESTED_BLOCK, STREAM_ALIGN = 256, 64  # double-quant scales per block; stream/layout
 LSE_ROWS = 16  # rows per logsumexp call in chunked CE (train/losses.py)
 PREFERENCE = PREFERENCE_LOSSES
 HALF_DTYPES = ("bfloat16", "bf16", "float16")  # compute dtypes of 2 bytes
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit")
+# The model config's fields that size memory: a plan's JSON holds these alone.
+SHAPE_FIELDS = (*SIZE_FIELDS, "tie_word_embeddings")
 TERMS = (
     "weights",
     "adapter",
@@ -47,18 +50,20 @@ TERMS = (
 )
 
 
-@dataclass(frozen=True)
-class Dims:
-    """The decoder's shape (a ``ModelConfig`` subset)."""
-
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    tie_word_embeddings: bool = True
+def shape(
+    vocab_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    tie_word_embeddings: bool = True,
+) -> ModelConfig:
+    """A Llama ``ModelConfig`` of this shape: all a prediction reads of a model."""
+    return ModelConfig("llama", vocab_size, hidden_size, intermediate_size, num_layers,
+                       num_heads, num_kv_heads, head_dim,
+                       tie_word_embeddings=tie_word_embeddings)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class Plan:
     ``stream_recompute`` False means a streamed run keeps every activation, as resident does.
     """
 
-    model: Dims
+    model: ModelConfig
     storage: str = "float32"
     method: str = "lora"
     rank: int = default("adapter.rank", "lora")  # the LoRA family's; TinyLoRA's r (SVD rank)
@@ -87,13 +92,14 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["model"] = {k: getattr(self.model, k) for k in SHAPE_FIELDS}  # what sizes memory
         out["targets"] = list(self.targets)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         body = dict(data)
-        body["model"] = Dims(**body["model"])
+        body["model"] = shape(**body["model"])
         body["targets"] = tuple(body.get("targets", ATTENTION))
         return cls(**body)
 
@@ -118,7 +124,7 @@ class Prediction:
         }
 
 
-def _projections(d: Dims) -> dict[str, tuple[int, int]]:
+def _projections(d: ModelConfig) -> dict[str, tuple[int, int]]:
     """(out, in) of every projection of one layer."""
     q, kv = d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim
     h, f = d.hidden_size, d.intermediate_size
@@ -138,8 +144,8 @@ def _stored_bytes(rows: int, cols: int, held: Storage) -> int:
     n = rows * cols
     if not held.quantized:
         return held.element_bytes * n
-    blocks = -(-n // NF4_BLOCK)
-    packed = -(-n // 2)
+    blocks = -(-n // held.block)
+    packed = -(-n * held.code_bits // 8)
     if not held.double_quant:
         return packed + 4 * blocks
     return packed + blocks + 4 * -(-blocks // NF4_NESTED_BLOCK) + 4  # codes, absmax2, offset
@@ -152,7 +158,7 @@ def _code_tables(held: Storage) -> int:
     return 64 + (1024 if held.double_quant else 0)
 
 
-def _layer_block_bytes(d: Dims, held: Storage) -> int:
+def _layer_block_bytes(d: ModelConfig, held: Storage) -> int:
     """One layer's streamed block: every base tensor 64-byte aligned (stream/layout.py)."""
 
     def aligned(n: int) -> int:
@@ -164,8 +170,8 @@ def _layer_block_bytes(d: Dims, held: Storage) -> int:
         if not held.quantized:
             sizes.append(_stored_bytes(rows, cols, held))
             continue
-        blocks = -(-n // NF4_BLOCK)
-        sizes += [-(-n // 2), 64]  # packed codes, the NF4 map
+        blocks = -(-n // held.block)
+        sizes += [-(-n * held.code_bits // 8), 64]  # packed codes, the NF4 map
         if not held.double_quant:
             sizes.append(4 * blocks)
         else:
@@ -277,9 +283,9 @@ def _tile_workspace(plan: Plan) -> int:
     best = 0
     for rows, cols in _projections(plan.model).values():
         fit = max(TILE_BYTES // (cols * 4), 1)
-        align = NF4_BLOCK // math.gcd(NF4_BLOCK, cols) if held.quantized else 1
+        align = held.block // math.gcd(held.block, cols) if held.quantized else 1
         tile = min(max(fit // align, 1) * align, rows)
-        scales = (-(-tile * cols // NF4_BLOCK) + 1) * 4 if held.quantized else 0
+        scales = (-(-tile * cols // held.block) + 1) * 4 if held.quantized else 0
         best = max(best, tile * cols * 4 + scales)
     return best
 

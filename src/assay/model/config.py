@@ -11,6 +11,16 @@ from typing import Any
 from assay.errors import ModelFileError, UnsupportedModelError
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+# The positive integers that size a decoder (the memory predictor reads these alone).
+SIZE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+)
 
 
 @dataclass(frozen=True)
@@ -49,15 +59,7 @@ class ModelConfig:
                 f"architecture {self.architecture!r} is not supported; "
                 f"expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-        ):
+        for name in SIZE_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ModelFileError(

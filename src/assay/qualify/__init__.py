@@ -11,8 +11,7 @@ the package, or the pytest plugin inside it, costs no jinja2 or jsonschema impor
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from assay.lazy import lazy_attributes
 
 _LAZY = {
     "Claim": "assay.qualify.plugin.gate",
@@ -43,7 +42,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'assay.qualify' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -1,5 +1,6 @@
-"""``assay render``, ``verify``, ``sign``, ``publish``, ``import-gpu`` and ``compare``:
-argparse wiring for src/assay/cli.py."""
+"""``assay render``, ``verify``, ``sign``, ``publish`` and ``import-gpu``: each command's
+``*_arguments(parser)`` and ``run_*(args)``, as the command table (``assay.cli.commands``)
+names them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,11 @@ import sys
 from pathlib import Path
 
 from assay.errors import AssayError
+from assay.qualify.core.layout import RECEIPTS_FOLDER
 from assay.qualify.ledger.sign import sign_receipts
 from assay.qualify.publishing.index import render_all
 from assay.qualify.publishing.site import build_site
 from assay.qualify.publishing.verify import check_records
-
-DEFAULT_RECEIPTS = Path("records/receipts")
 
 
 def _dirs(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -197,9 +197,9 @@ def run_import(args: argparse.Namespace) -> int:
 def _dir_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--receipts",
-        default=str(DEFAULT_RECEIPTS),
+        default=RECEIPTS_FOLDER,
         metavar="DIR",
-        help="receipts folder (default: records/receipts)",
+        help=f"receipts folder (default: {RECEIPTS_FOLDER})",
     )
     parser.add_argument(
         "--records",
@@ -209,24 +209,16 @@ def _dir_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``render`` and ``verify`` on ``subparsers``; each sets ``func`` to a callable
-    taking the parsed namespace and returning the exit code."""
-    parsers = {}
-    for name, func, summary in (
-        ("render", run_render, "rebuild records/<gate>.md, the ledgers and records/README.md"),
-        (
-            "verify",
-            run_verify,
-            "check receipts' schema, sha256, ledger chain and signatures, and that records match",
-        ),
-    ):
-        parser = subparsers.add_parser(name, help=summary, description=summary)
-        _dir_options(parser)
-        parser.add_argument("--json", action="store_true", help="machine-readable output")
-        parser.set_defaults(func=func)
-        parsers[name] = parser
-    verify = parsers["verify"]
+def render_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay render``."""
+    _dir_options(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def verify_arguments(verify: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay verify``."""
+    _dir_options(verify)
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.add_argument(
         "--stale",
         action="store_true",
@@ -267,34 +259,49 @@ def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
         help="when everything verifies, write each gate's newest receipt to FILE for the next "
         "--known-heads",
     )
-    summary = "sign every unsigned receipt with ssh-keygen -Y sign (detached .sig files)"
-    sign = subparsers.add_parser("sign", help=summary, description=summary)
-    _dir_options(sign)
-    sign.add_argument("--key", required=True, metavar="FILE", help="OpenSSH private key")
-    sign.add_argument("--resign", action="store_true", help="replace existing signatures")
-    sign.set_defaults(func=run_sign)
-    summary = "build a static HTML site of the index, records, figures and ledgers"
-    publish = subparsers.add_parser("publish", help=summary, description=summary)
-    _dir_options(publish)
-    publish.add_argument("--html", required=True, metavar="DIR", help="output folder")
-    publish.add_argument(
+
+
+def sign_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay sign``."""
+    _dir_options(parser)
+    parser.add_argument("--key", required=True, metavar="FILE", help="OpenSSH private key")
+    parser.add_argument("--resign", action="store_true", help="replace existing signatures")
+
+
+def publish_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay publish``."""
+    _dir_options(parser)
+    parser.add_argument("--html", required=True, metavar="DIR", help="output folder")
+    parser.add_argument(
         "--allow-broken",
         action="store_true",
         help="publish records that do not verify, with a banner naming each problem on every page",
     )
-    publish.add_argument(
+    parser.add_argument(
         "--allowed-signers",
         default=None,
         metavar="FILE",
         help="trusted OpenSSH allowed-signers file for the signature check (as for verify)",
     )
-    publish.set_defaults(func=run_publish)
-    summary = "add the receipts of a GPU kit's archive to the ledgers, render and verify"
-    importer = subparsers.add_parser("import-gpu", help=summary, description=summary)
-    importer.add_argument("archive", metavar="ARCHIVE", help="assay-gpu-<commit>.tar.gz")
-    _dir_options(importer)
-    importer.add_argument("--json", action="store_true", help="machine-readable output")
-    importer.set_defaults(func=run_import)
-    from assay.qualify.publishing.compare_report import add_compare
 
-    add_compare(subparsers)
+
+def import_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay import-gpu``."""
+    parser.add_argument("archive", metavar="ARCHIVE", help="assay-gpu-<commit>.tar.gz")
+    _dir_options(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``render`` and ``verify`` on another program's ``subparsers`` (the framework's
+    API for a library that ships its own command line); each parsed namespace's ``func(args)``
+    returns the exit code."""
+    for name, arguments, run, summary in (
+        ("render", render_arguments, run_render,
+         "rebuild records/<gate>.md, the ledgers and records/README.md"),
+        ("verify", verify_arguments, run_verify,
+         "check receipts' schema, sha256, ledger chain and signatures, and that records match"),
+    ):  # fmt: skip
+        parser = subparsers.add_parser(name, help=summary, description=summary)
+        arguments(parser)
+        parser.set_defaults(func=run)

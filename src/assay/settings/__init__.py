@@ -2,8 +2,8 @@
 
 One frozen dataclass per section of a train config (``trains``: adapter, data, loss; ``run``:
 the rest). Each field carries a ``Rule`` (in its metadata) from which
-``assay.settings_schema`` generates the JSON Schema, the settings table in the docs, ``assay
-train --help``'s list of keys and ``config_as_yaml``'s choice of keys; ``assay.train.config``
+``assay.settings.schema`` generates the JSON Schema, the settings table in the docs, ``assay
+train --help``'s list of keys and ``config_as_yaml``'s choice of keys; ``assay.settings.loader``
 fills every default from here, and the CLI's ``--storage`` and ``--strategy`` take their
 choices from here. Adapter options and their defaults are the adapter registry's. It imports
 no torch, so the memory predictor reads its defaults too.
@@ -32,7 +32,7 @@ from assay.settings.run import (
     StreamConfig,
     TrainConfig,
 )
-from assay.settings.trains import AdapterConfig, DataConfig, LossConfig
+from assay.settings.training import AdapterConfig, DataConfig, LossConfig
 
 __all__ = [
     "DEFAULT_TARGETS",

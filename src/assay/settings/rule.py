@@ -4,8 +4,13 @@ builders that attach a rule to each key of a settings section."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import operator
 from dataclasses import dataclass
 from typing import Any
+
+_BOUND_HOLDS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,35 @@ class Rule:
         if self.applies is not None and selector not in self.applies:
             return None
         return (self.by_selector or {}).get(selector, self.default)
+
+    def violation(self, value: Any) -> str | None:
+        """What a value given from Python (not from YAML, which the schema checks) breaks of
+        this rule, as "must be ..., got ..."; None when it obeys. Checks the kind of a plain
+        key (integer, number, string, boolean; numpy scalars count as numbers), finiteness,
+        the bounds and the choices."""
+        if self.choices is not None:
+            expected = "one of " + ", ".join(str(c) for c in self.choices)
+            return None if value in self.choices else f"must be {expected}, got {value!r}"
+        kinds = {
+            "integer": ("an integer", numbers.Integral),
+            "number": ("a finite number", numbers.Real),
+            "string": ("a string", str),
+            "boolean": ("true or false", bool),
+        }
+        if self.kind not in kinds:
+            return None  # arrays, sizes and sections are checked where they are read
+        word, wanted = kinds[self.kind]
+        bounds = [(sign, bound) for sign, bound in (
+            (">=", self.minimum), (">", self.exclusive_minimum),
+            ("<=", self.maximum), ("<", self.exclusive_maximum)) if bound is not None]  # fmt: skip
+        expected = " and ".join([word, *(f"{sign} {bound:g}" for sign, bound in bounds)])
+        expected = expected.replace(" and ", " ", 1)
+        ok = isinstance(value, wanted) and (self.kind == "boolean" or not isinstance(value, bool))
+        if ok and wanted is numbers.Real:
+            ok = math.isfinite(value)
+        if ok and bounds:
+            ok = all(_BOUND_HOLDS[sign](value, bound) for sign, bound in bounds)
+        return None if ok else f"must be {expected}, got {value!r}"
 
     def where(self) -> str | None:
         """Where the key applies, in words, or None when it always does."""

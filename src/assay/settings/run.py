@@ -10,7 +10,7 @@ from typing import Any
 
 from assay.settings.choices import STORAGES
 from assay.settings.rule import section, setting
-from assay.settings.trains import AdapterConfig, DataConfig, LossConfig
+from assay.settings.training import AdapterConfig, DataConfig, LossConfig
 
 
 @dataclass(frozen=True)

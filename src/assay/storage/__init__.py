@@ -5,28 +5,25 @@ store; ``quantize_embeddings(model, storage)`` does the same for the embedding a
 NF4 bytes come from bitsandbytes and are decoded per use into a bounded row tile.
 """
 
-from assay.storage.apply import (
-    apply_storage,
-    check_storage,
-    make_store,
-    quantize_embeddings,
-    register_storage_hook,
-)
-from assay.storage.dense import DenseWeight
-from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
-from assay.storage.nf4 import NF4Weight
-from assay.storage_registry import STORAGES
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_TILE_BYTES",
-    "STORAGES",
-    "DenseWeight",
-    "FrozenEmbedding",
-    "FrozenLinear",
-    "NF4Weight",
-    "apply_storage",
-    "check_storage",
-    "make_store",
-    "quantize_embeddings",
-    "register_storage_hook",
-]
+from assay.lazy import lazy_attributes
+
+# Imported on first use, so that a sub-module that needs no torch (the registry, the
+# config) can be imported without loading torch through this package.
+_LAZY = {
+    "DEFAULT_TILE_BYTES": "assay.storage.linear",
+    "DenseWeight": "assay.storage.dense",
+    "FrozenEmbedding": "assay.storage.linear",
+    "FrozenLinear": "assay.storage.linear",
+    "NF4Weight": "assay.storage.nf4",
+    "STORAGES": "assay.storage.registry",
+    "apply_storage": "assay.storage.apply",
+    "check_storage": "assay.storage.apply",
+    "make_store": "assay.storage.apply",
+    "quantize_embeddings": "assay.storage.apply",
+    "register_storage_hook": "assay.storage.apply",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__ = lazy_attributes(__name__, _LAZY)

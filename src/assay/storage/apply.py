@@ -9,10 +9,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from assay.storage.dense import DenseWeight
 from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
-from assay.storage.nf4 import NF4Weight
-from assay.storage_registry import storage as registered_storage
+from assay.storage.registry import storage as registered_storage
 
 StorageHook = Callable[[str, nn.Module, str], None]
 _HOOKS: OrderedDict[int, StorageHook] = OrderedDict()
@@ -41,11 +39,14 @@ def check_storage(storage: str) -> str:
 
 
 def make_store(weight: torch.Tensor, storage: str) -> nn.Module:
-    """A weight store for a 2-D ``weight`` under a storage that converts (not float32)."""
+    """A weight store for a 2-D ``weight`` under a storage that converts (not float32): the
+    registry entry's store class with its options (a dtype option names a torch dtype)."""
     entry = registered_storage(storage)
-    if not entry.quantized:
-        return DenseWeight(weight, dtype=torch.bfloat16)
-    return NF4Weight(weight, double_quant=entry.double_quant)
+    options = {
+        key: getattr(torch, value) if key == "dtype" else value
+        for key, value in entry.store_options
+    }
+    return entry.store_class()(weight, **options)
 
 
 def _children_to_convert(module: nn.Module):

@@ -6,7 +6,7 @@ The backward walks the layers in reverse, fetches each one again and recomputes 
 saved input, so every tensor the recomputed graph saves (dense weights, NF4 bytes) is a view of
 the slot it is using right now: nothing outlives its slot. With ``recompute=False`` the forward
 keeps every activation, as a resident run does, and the backward only fetches the weights
-again (see ``kept.py``). Either way the arithmetic is the resident model's, op for op, so
+again (see ``refetch.py``). Either way the arithmetic is the resident model's, op for op, so
 logits and gradients are bitwise equal to a resident run with the same storage.
 """
 
@@ -23,9 +23,9 @@ from torch.func import functional_call
 from assay.errors import ConfigError
 from assay.model.decoder import Decoder
 from assay.model.tensors import get_tensor, set_tensor
-from assay.stream.kept import KeptActivations
 from assay.stream.layout import LayerLayout, base_tensors
 from assay.stream.pool import SlotPool
+from assay.stream.refetch import KeptActivations
 from assay.stream.store import DiskStore, RamStore
 
 TIERS = ("ram", "disk")

@@ -10,11 +10,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from assay.adapter_registry import method
 from assay.adapters import attach
-from assay.loading import load
+from assay.adapters.registry import method
 from assay.model.tokenizer import Tokenizer, load_tokenizer
-from assay.train.config import TrainConfig, model_path, tokenizer_path
+from assay.settings import TrainConfig
+from assay.settings.loader import model_path, tokenizer_path
+from assay.storage.load import load
 from assay.train.data import Dataset, load_dataset
 
 
@@ -90,16 +91,24 @@ def decay_groups(params: dict[str, nn.Parameter]) -> tuple[list[str], list[str]]
     return decay, [name for name, p in params.items() if p.dim() < 2]
 
 
-def build_optimizer(config: TrainConfig, params: dict[str, nn.Parameter]) -> torch.optim.AdamW:
+def build_optimizer(
+    config: TrainConfig,
+    params: dict[str, nn.Parameter],
+    lr_scales: dict[str, float] | None = None,
+) -> torch.optim.AdamW:
     """AdamW over ``params``: one group with the config's weight decay for matrices, one with
-    none for vectors (``decay_groups``); an empty group is left out."""
-    optim = config.optim
+    none for vectors (``decay_groups``); an empty group is left out. A parameter that
+    ``lr_scales`` names trains at that multiple of ``optim.lr``, in a group of its own scale
+    after the others (LoRA+'s B)."""
+    optim, scales = config.optim, lr_scales or {}
     decay, plain = decay_groups(params)
-    groups = [
-        {"params": [params[n] for n in names], "weight_decay": wd}
-        for names, wd in ((decay, optim.weight_decay), (plain, 0.0))
-        if names
-    ]
+    groups = []
+    for scale in sorted({1.0, *scales.values()}):
+        for names, wd in ((decay, optim.weight_decay), (plain, 0.0)):
+            chosen = [n for n in names if scales.get(n, 1.0) == scale]
+            if chosen:
+                group = {"params": [params[n] for n in chosen], "weight_decay": wd}
+                groups.append(group if scale == 1.0 else {**group, "lr": optim.lr * scale})
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps)
 
 

@@ -65,8 +65,10 @@ def check_cursor(checkpoint: Checkpoint, dataset_size: int, rows_per_step: int, 
                     f"{checkpoint.step * rows_per_step}")  # fmt: skip
 
 
-def check_scheduler(checkpoint: Checkpoint, groups: int, lr: float) -> None:
-    """scheduler.json: a LambdaLR state at this step with this run's base learning rate."""
+def check_scheduler(checkpoint: Checkpoint, lrs: list[float]) -> None:
+    """scheduler.json: a LambdaLR state at this step with this run's base learning rate of
+    each parameter group (``lrs``)."""
+    groups = len(lrs)
     state = checkpoint.scheduler_state
     if not isinstance(state, dict):
         raise _fail(checkpoint, "scheduler.json", "(top level)", "expected an object")
@@ -79,9 +81,11 @@ def check_scheduler(checkpoint: Checkpoint, groups: int, lr: float) -> None:
         if not _finite_list(state.get(key), groups):
             raise _fail(checkpoint, "scheduler.json", key, f"expected {groups} finite learning "
                         f"rate(s), got {state.get(key)!r}")  # fmt: skip
-    if any(not math.isclose(v, lr, rel_tol=1e-12) for v in state["base_lrs"]):
+    if any(
+        not math.isclose(v, lr, rel_tol=1e-12) for v, lr in zip(state["base_lrs"], lrs, strict=True)
+    ):
         raise _fail(checkpoint, "scheduler.json", "base_lrs",
-                    f"{state['base_lrs']} is not this run's optim.lr {lr}")  # fmt: skip
+                    f"{state['base_lrs']} is not this run's learning rates {lrs}")  # fmt: skip
     if any(v < 0 for v in state["_last_lr"]):
         raise _fail(checkpoint, "scheduler.json", "_last_lr", "a learning rate is negative")
 
@@ -153,8 +157,7 @@ def check_restorable(
     dataset_size: int,
     rows_per_step: int,
     seed: int,
-    lr: float,
-    groups: int,
+    lrs: list[float],
     steps: int,
 ) -> None:
     """Every semantic check above, plus the step within the run's ``steps``."""
@@ -162,6 +165,6 @@ def check_restorable(
         raise _fail(checkpoint, "manifest.json", "step",
                     f"{checkpoint.step} is past the run's {steps} steps")  # fmt: skip
     check_cursor(checkpoint, dataset_size, rows_per_step, seed)
-    check_scheduler(checkpoint, groups, lr)
+    check_scheduler(checkpoint, lrs)
     check_trainables(checkpoint, params)
     check_optimizer(checkpoint, params)

@@ -26,9 +26,12 @@ import yaml
 from torch import nn
 from tqdm import tqdm
 
+from assay.adapters.attachment import learning_rate_scales
 from assay.atomic import atomic_write_bytes
 from assay.bounded import JSONL_BYTES, parse_json, read_capped
 from assay.model.tokenizer import check_fits
+from assay.settings import TrainConfig
+from assay.settings.loader import config_as_yaml, config_fingerprint, model_path
 from assay.train.build import (
     NEFTune,
     build_datasets,
@@ -42,7 +45,6 @@ from assay.train.build import (
 )
 from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from assay.train.checkpoint_check import check_restorable
-from assay.train.config import TrainConfig, config_as_yaml, config_fingerprint, model_path
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
 from assay.train.run_dir import not_started
@@ -83,7 +85,7 @@ class Trainer:
         self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
         self.model = self._wrap(runner)
         self.params = trainable_parameters(self.base)
-        self.optimizer = build_optimizer(config, self.params)
+        self.optimizer = build_optimizer(config, self.params, learning_rate_scales(self.base))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
         self.batches = self._batches(Cursor(seed=config.seed))
         self.objective = Objective(config, self.model, self.base)
@@ -122,8 +124,7 @@ class Trainer:
             dataset_size=len(self.train_data),
             rows_per_step=self.config.batch.micro_batch * self.config.batch.grad_accum,
             seed=self.config.seed,
-            lr=self.config.optim.lr,
-            groups=len(self.optimizer.param_groups),
+            lrs=[group["initial_lr"] for group in self.optimizer.param_groups],
             steps=self.config.steps,
         )
         self._restore(checkpoint)

@@ -19,7 +19,7 @@ from torch import nn
 
 from assay.adapters import disabled
 from assay.adapters.base import dense_weight
-from assay.train.config import TrainConfig
+from assay.settings import TrainConfig
 from assay.train.data import Batch
 from assay.train.losses import chunked_cross_entropy, cross_entropy
 from assay.train.preference import (

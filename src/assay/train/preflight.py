@@ -12,7 +12,8 @@ from pathlib import Path
 
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
-from assay.train.config import TrainConfig, model_path
+from assay.settings import TrainConfig
+from assay.settings.loader import model_path
 
 
 def model_config(config: TrainConfig) -> ModelConfig:

@@ -107,6 +107,23 @@ def arm(spec: str) -> contextlib.ExitStack:
     return stack
 
 
+@contextlib.contextmanager
+def reporting_children() -> Iterator[None]:
+    """Within the block, Python children started with this process's environment load the boot
+    ``sitecustomize``, which reports their imports to a running gate session."""
+    before = {key: os.environ.get(key) for key in ("PYTHONPATH", "ASSAY_BOOT_REPORTS")}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(BOOT), *filter(None, [before["PYTHONPATH"]])])
+    os.environ["ASSAY_BOOT_REPORTS"] = "1"
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def child_env(faults: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """An environment whose Python children start with ``faults`` armed (empty: none)."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if k != ENV}

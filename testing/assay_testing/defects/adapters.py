@@ -161,15 +161,14 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
-    # assay.adapters.attach
     Defect(
-        "adapters.attach.tinylora_not_shared",
+        "adapters.tinylora.global_vector_not_shared",
         "tinylora sharing=global gives every target its own vector",
         (
             Edit(
-                "assay.adapters.attach:attach",
-                'options["sharing"] == "global":',
-                'options["sharing"] == "global" and False:',
+                "assay.adapters.tinylora:TinyLoRALinear.wrap",
+                'vector=vector if options["sharing"] == "global" else None',
+                "vector=None",
             ),
         ),
     ),

@@ -1,5 +1,5 @@
 """Defects in the file layer: crash-safe writes (assay.atomic), bounded reads (assay.bounded)
-and the export's staging (assay.export).
+and the export's staging (assay.adapters.export).
 
 The ``atomic.*`` write faults break a write from inside ``write_all``: short writes and a kill
 half-way through one file are the environment a correct writer must survive; trusting one short
@@ -109,11 +109,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "export.in_place",
+        "adapters.export.in_place",
         "an export writes straight into --out, unstaged",
         (
             Edit(
-                "assay.export:export",
+                "assay.adapters.export:export",
                 "    with staged_directory(target, replace=target.exists()) as staging:\n",
                 """\
     import contextlib

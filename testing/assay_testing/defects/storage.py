@@ -12,8 +12,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.storage.apply:make_store",
-                "DenseWeight(weight, dtype=torch.bfloat16)",
-                "DenseWeight(weight, dtype=torch.float32)",
+                'getattr(torch, value) if key == "dtype"',
+                'torch.float32 if key == "dtype"',
             ),
         ),
     ),

@@ -58,11 +58,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "stream.kept.unpack_wrong_layer",
+        "stream.refetch.unpack_wrong_layer",
         "kept-activation unpack resolves a reference against the neighbouring layer's slot",
         (
             Edit(
-                "assay.stream.kept:KeptActivations._unpack",
+                "assay.stream.refetch:KeptActivations._unpack",
                 "self._fetch(packed.layer)",
                 "self._fetch(packed.layer - 1 if packed.layer > 0 else packed.layer)",
             ),

@@ -34,11 +34,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "train.config_schema.merge_keys_refused",
+        "settings.yaml_reader.merge_keys_refused",
         "a YAML merge key (<<: *anchor) is read as a key of its own and refused",
         (
             Edit(
-                "assay.train.config_schema:_mapping",
+                "assay.settings.yaml_reader:_mapping",
                 "        if key_node.tag == _MERGE:\n            continue\n",
                 "",
             ),

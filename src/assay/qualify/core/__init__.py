@@ -1,2 +1,3 @@
 """The bottom layer of the framework: thresholds and verdicts, the status a receipt derives from
-its claims, hashing and reading module constants. Imports nothing else of ``assay.qualify``."""
+its claims, hashing and reading module constants, running git, and where a project keeps its
+gates and receipts. Imports nothing else of ``assay.qualify``."""

@@ -8,6 +8,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from assay.qualify.core.git import git_output
 from assay.qualify.core.portable import is_outside
 
 
@@ -37,37 +38,6 @@ def module_constant(path: Path, name: str) -> Any:
             except ValueError:
                 return None
     return None
-
-
-def git_env() -> dict[str, str]:
-    """The environment for reading git history as committed: replace objects and grafts
-    (``git replace --graft``), which can hide commits from every reader, are ignored."""
-    import os
-
-    return {**os.environ, "GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.devnull}
-
-
-def git_output(
-    root: Path, *args: str, stdin: str | None = None, ok: tuple[int, ...] = (0,)
-) -> str | None:
-    """git's stdout for ``args`` run in ``root`` (history as committed, :func:`git_env`), fed
-    ``stdin``; None when git is missing, slow (20 s) or exits with a code not in ``ok``."""
-    import subprocess
-
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            cwd=root,
-            env=git_env(),
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode in ok else None
 
 
 # Folders a clean checkout never holds, whatever a project's .gitignore says: git itself,

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.qualify.core.git import git_output
+from assay.qualify.core.layout import gate_file
 from assay.qualify.core.portable import local_path
-from assay.qualify.core.source import file_sha256, git_output, module_constant, tree_paths
+from assay.qualify.core.source import file_sha256, module_constant, tree_paths
 
 STALE_OPEN = "<!--stale-->"
 STALE_CLOSE = "<!--/stale-->"
@@ -47,7 +49,7 @@ class Staleness:
         """One line: the record, what changed, since when, and whether it fails."""
         parts = []
         if self.gate_file_changed:
-            parts.append(f"gate file gates/gate_{self.gate}.py changed")
+            parts.append(f"gate file {gate_file(self.gate)} changed")
         for path, claims in sorted(self.changed.items()):
             shown = ", ".join(claims[:3]) + (
                 f" and {len(claims) - 3} more" if len(claims) > 3 else ""
@@ -63,7 +65,7 @@ class Staleness:
 def gate_needs(root: Path, gate: str, receipt: dict[str, Any] | None = None) -> str | None:
     """``device``, ``quiet-machine`` or ``long-run`` when CI does not re-run ``gate``; None when
     it does."""
-    source = Path(root) / "gates" / f"gate_{gate}.py"
+    source = Path(root) / gate_file(gate)
     found = module_constant(source, "GATE_NEEDS")
     if isinstance(found, str):
         return found
@@ -104,7 +106,7 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
     measured ``executed_files`` when the receipt recorded them."""
     gate = receipt["gate"]
     result = Staleness(gate, receipt["receipt_sha256"], needs=gate_needs(root, gate, receipt))
-    gate_file = f"gates/gate_{gate}.py"
+    module = gate_file(gate)
     shared = receipt["code"]["files"]
     # a file no clean checkout holds (a tool's cache, a git-ignored file) is not the tree's:
     # checking it would make the record's standing depend on the machine that reads it
@@ -116,7 +118,7 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
         checked: set[str] = set()
         relied = [claim.get(k, []) for k in _LISTS[1:]]
         for entry in [*(claim.get("code_files") or shared), *(e for r in relied for e in r)]:
-            if entry["path"] == gate_file or entry["path"] in checked:
+            if entry["path"] == module or entry["path"] in checked:
                 continue
             if entry["path"] not in in_tree:
                 continue
@@ -125,14 +127,14 @@ def check_receipt(root: Path, receipt: dict[str, Any]) -> Staleness | None:
                 result.changed.setdefault(entry["path"], []).append(claim["id"])
     if not receipt["claims"]:
         for entry in shared:
-            if entry["path"] != gate_file and entry["path"] in in_tree and _differs(root, entry):
+            if entry["path"] != module and entry["path"] in in_tree and _differs(root, entry):
                 result.changed.setdefault(entry["path"], [])
     for entry in shared:
-        if entry["path"] == gate_file and _differs(root, entry):
+        if entry["path"] == module and _differs(root, entry):
             result.gate_file_changed = True
     if not result.changed and not result.gate_file_changed:
         return None
-    paths = sorted(result.changed) + ([gate_file] if result.gate_file_changed else [])
+    paths = sorted(result.changed) + ([module] if result.gate_file_changed else [])
     result.since = _since(root, receipt["code"]["commit"], paths)
     return result
 

@@ -188,7 +188,7 @@ def _listed_files(archive: Path, files: Any) -> dict[str, tuple[str, int]]:
 
 
 def _gates_well_formed(gates: Any) -> bool:
-    from assay.qualify.ledger.receipt import GATE_NAME
+    from assay.qualify.core.layout import GATE_NAME
 
     if not isinstance(gates, dict):
         return False

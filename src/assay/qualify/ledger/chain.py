@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from assay.atomic import atomic_write_bytes
 from assay.bounded import read_text_bounded, split_lines
 from assay.errors import AssayError
+from assay.qualify.core.layout import GATE_NAME
 from assay.qualify.ledger.receipt import (
-    GATE_NAME,
     SHA_FIELD,
     dump_receipt,
     non_finite,
@@ -136,7 +137,7 @@ def append(receipts_dir: Path, gate: str, sha: str, name: str) -> None:
     entries, problems = read_ledger(path) if path.exists() else ([], [])
     if problems:
         raise AssayError(problems[0])
-    write_atomic(path, _text([*entries, (sha, name)]), overwrite=True)
+    atomic_write_bytes(path, _text([*entries, (sha, name)]))
 
 
 def _describe(sha: str, position: dict[str, int], names: dict[str, str]) -> str:

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections.abc import Collection
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from pathlib import Path
 
 from assay.bounded import split_lines
-from assay.qualify.core.source import git_env
+from assay.qualify.core.git import GitFailed, run_git
 from assay.qualify.core.status import derive_status
 from assay.qualify.ledger.chain import LEDGER
 from assay.qualify.ledger.corrections import (
@@ -71,7 +70,6 @@ CORRECTIONS_HEADER = (
     "# assay corrections v1: one JSON object per line, append-only; "
     "format in assay.qualify.ledger.history\n"
 )
-GIT_TIMEOUT_S = 60
 _NULL_SHA = "0" * 40
 
 
@@ -113,25 +111,12 @@ class _Change:
 
 
 def _git(top: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    """git's stdout; _NotChecked (with the reason) when git is missing, slow or fails."""
+    """git's stdout, paths unquoted; _NotChecked (with the reason) when git is missing, slow or
+    fails."""
     try:
-        done = subprocess.run(
-            ["git", "-c", "core.quotepath=off", *args],
-            cwd=top,
-            env=git_env(),
-            input=stdin,
-            capture_output=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except FileNotFoundError as err:
-        raise _NotChecked("git is not installed") from err
-    except subprocess.TimeoutExpired as err:
-        raise _NotChecked(f"git {args[0]} took over {GIT_TIMEOUT_S} s") from err
-    if done.returncode != 0:
-        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise _NotChecked(f"git {args[0]} failed: {message[0] if message else done.returncode}")
-    return done.stdout
+        return run_git(top, *args, stdin=stdin, config=("core.quotepath=off",))
+    except GitFailed as err:
+        raise _NotChecked(str(err)) from err
 
 
 def _locate(receipts_dir: Path) -> tuple[Path, str]:

@@ -6,16 +6,14 @@ import hashlib
 import json
 import math
 import os
-import re
 import sys
-import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from assay.atomic import fsync_dir
+from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import parse_json, read_text_bounded
 from assay.errors import AssayError
 from assay.qualify.core.status import derive_status
@@ -23,7 +21,6 @@ from assay.qualify.core.threshold import judge
 
 SCHEMA_ID = "assay.qualification-receipt/1"
 SHA_FIELD = "receipt_sha256"
-GATE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -136,35 +133,21 @@ def receipt_filename(receipt: dict[str, Any]) -> str:
 
 
 def write_atomic(path: Path, data: bytes, *, overwrite: bool) -> None:
-    """Write ``data`` to ``path`` via a fsynced temp file in the same directory.
-
-    With ``overwrite=False`` an existing ``path`` is never replaced: AssayError instead.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """:func:`assay.atomic.atomic_write_bytes`: ``data`` reaches ``path`` through a fsynced
+    temporary file in the same folder. With ``overwrite=False`` an existing ``path`` is never
+    replaced: AssayError instead (append-only without a race)."""
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)  # fails if path exists: append-only without a race
-            except FileExistsError as err:
-                raise AssayError(f"{path}: already exists; receipts are never overwritten") from err
-            os.unlink(tmp)
-        fsync_dir(path.parent)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        atomic_write_bytes(path, data, replace=overwrite)
+    except FileExistsError as err:
+        if overwrite or not os.path.lexists(path):  # a file where a folder goes: not a receipt
+            raise
+        raise AssayError(f"{path}: already exists; receipts are never overwritten") from err
 
 
 def dump_receipt(receipt: dict[str, Any]) -> bytes:
-    """The on-disk form: sorted, indented UTF-8 JSON with a trailing newline."""
-    text = json.dumps(receipt, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
-    return (text + "\n").encode("utf-8")
+    """The on-disk form: sorted, indented UTF-8 JSON with a trailing newline
+    (:func:`assay.atomic.json_bytes`)."""
+    return json_bytes(receipt)
 
 
 def read_receipt(path: Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from assay.qualify.publishing.wording import beside, exact, num
+from assay.qualify.publishing.wording import beside, exact, number_text
 
 ROWS = 30  # claims shown; the rest are counted
 WIDTH = 40  # a claim id longer than this is cut with "…"
@@ -36,7 +36,7 @@ def _row(gate: str, claim: dict[str, Any]) -> list[str]:
         _cut(claim["id"], WIDTH),
         _cut(f"{value}{unit}", 28),
         f"{t['op']} {exact(t['value'])}",
-        "-" if margin is None else num(margin),
+        "-" if margin is None else number_text(margin),
         claim["verdict"],
         _controls(claim),
     ]

@@ -20,7 +20,7 @@ from typing import Any
 from assay import DISTRIBUTION
 from assay.bounded import parse_json
 from assay.errors import AssayError
-from assay.qualify.core.source import git_output
+from assay.qualify.core.git import git_output
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",

@@ -52,13 +52,13 @@ from typing import Any
 
 import pytest
 
+from assay.qualify.core.layout import GATE_MODULE
 from assay.qualify.plugin.child_imports import CONTEXT_ENV as ENV_CONTEXT
 
 RC_ENV = "COVERAGE_PROCESS_START"
 FLAG = "GATE_COVERAGE"
 OFF_ENV = "ASSAY_GATE_COVERAGE"  # "0": measure nothing (harness/coverage_cost.py's baseline)
 INSTRUMENT = Path(__file__).resolve().parents[1]  # assay/qualify: never measured
-_GATE_MODULE = re.compile(r"^gate_(?!(?i:readme)\.py$)([A-Za-z0-9_]+)\.py$")  # README is the index
 
 
 def measured_tests(path: Path) -> tuple[bool, set[str]]:
@@ -93,7 +93,7 @@ def measured_tests(path: Path) -> tuple[bool, set[str]]:
 
 def read_contexts(item: pytest.Item) -> tuple[str | None, str | None]:
     """(test context, gate context) reads of a gate test are noted under, traced or not."""
-    match = _GATE_MODULE.match(item.path.name)
+    match = GATE_MODULE.match(item.path.name)
     if match is None:
         return None, None
     return f"t:{item.nodeid}", f"g:{match.group(1)}"
@@ -155,7 +155,7 @@ class Measure:
     def contexts(self, item: pytest.Item) -> tuple[str | None, str | None]:
         """(test context or None when the test runs untraced, gate context or None when the
         whole gate module runs untraced) of a gate test item; (None, None) for other items."""
-        match = _GATE_MODULE.match(item.path.name)
+        match = GATE_MODULE.match(item.path.name)
         if match is None or self._failed:
             return None, None
         measured, timed = self._module(item.path)
@@ -167,7 +167,7 @@ class Measure:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, Any]:
-        match = _GATE_MODULE.match(collector.path.name) if collector.path else None
+        match = GATE_MODULE.match(collector.path.name) if collector.path else None
         if not isinstance(collector, pytest.Module) or match is None:
             return (yield)
         # importing the gate module counts for every claim of the gate

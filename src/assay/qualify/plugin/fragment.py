@@ -48,7 +48,8 @@ def keep_interrupted(item: pytest.Item, gate: Any, error: BaseException, state: 
     writes receipts (``state``; None in an xdist worker, whose controller sees it crash)."""
     if state is None or item.stash.get(TAKEN, False):
         return
-    from assay.qualify.plugin.session import gate_of, plain_nodeid
+    from assay.qualify.core.layout import gate_of
+    from assay.qualify.plugin.session import plain_nodeid
 
     fragment = take(item, gate, "failed", children, measure)
     name = gate_of(item.nodeid)

@@ -5,21 +5,23 @@ declares claims through the fixture; the declarations ride on the test's teardow
 (so they cross from xdist workers with it), and the process that owns the session writes a
 gate's validated receipt and renders its record as soon as the gate's last test finishes.
 
-Start-up is cheap on purpose: this module imports only pytest and the standard library. The
-gate declaration code, receipts (jsonschema), records (jinja2) and environment probes load
-on first use, so a session without gate tests pays for none of them.
+Start-up is cheap on purpose: this module imports only pytest, the standard library and the
+project layout (:mod:`assay.qualify.core.layout`, constants). The gate declaration code,
+receipts (jsonschema), records (jinja2) and environment probes load on first use, so a session
+without gate tests pays for none of them.
 """
 
 from __future__ import annotations
 
 import itertools
-import re
 import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from assay.qualify.core.layout import GATE_MODULE, RECEIPTS_FOLDER, gate_of
 
 GATE = pytest.StashKey[Any]()
 OUTCOME = pytest.StashKey[str]()
@@ -28,7 +30,6 @@ CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collec
 MEASURE = pytest.StashKey[Any]()  # this process's executed.Measure, once it saw a gate module
 CLASHES = pytest.StashKey[dict]()  # gate name -> its files, where more than one claims it
 JUDGED = pytest.StashKey[dict]()  # claim id -> the verdict the test was already failed on
-GATE_MODULE = re.compile(r"^gate_(?!(?i:readme)\.py$)([A-Za-z0-9_]+)\.py$")  # README is the index
 DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
 
 
@@ -41,7 +42,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("assay gates", "assay gates: qualification receipts and records")
     dirs = (
-        ("receipts", "where receipts are appended, one folder per gate", "records/receipts"),
+        ("receipts", "where receipts are appended, one folder per gate", RECEIPTS_FOLDER),
         ("records", "where records are rendered (default: parent of the receipts dir)", None),
         (
             "baseline",
@@ -189,7 +190,7 @@ def _state(config: pytest.Config) -> Any:
 
 
 def _has_gate(nodeids: list[str]) -> bool:
-    return any(GATE_MODULE.match(n.split("::", 1)[0].rsplit("/", 1)[-1]) for n in nodeids)
+    return any(gate_of(n) for n in nodeids)
 
 
 def gate_name(path: Path) -> str:
@@ -361,7 +362,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _tag_lost(items: list[pytest.Item], lost: set[str]) -> None:
-    from assay.qualify.plugin.session import LOST_KEY, gate_of
+    from assay.qualify.plugin.session import LOST_KEY
 
     per_gate: dict[str, list[str]] = {}
     for nodeid in lost:

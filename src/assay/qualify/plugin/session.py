@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-GATE_FILE = re.compile(r"^gate_(?!(?i:readme)\.py$)([A-Za-z0-9_]+)\.py$")  # README is the index
+from assay.qualify.core.layout import gate_of
+
 XDIST_GROUP = re.compile(r"@[^\]/:@]+$")
 # user properties on a gate test's reports: the fragment it declared; the collected tests of
 # its gate left out of the run (an xdist worker sees that, its controller does not); the phase
@@ -30,12 +31,6 @@ def plain_nodeid(nodeid: str) -> str:
     """``nodeid`` without the ``@group`` suffix pytest-xdist's ``--dist loadgroup`` appends, so
     receipts name a test the same way whichever scheduler ran it."""
     return XDIST_GROUP.sub("", nodeid)
-
-
-def gate_of(nodeid: str) -> str | None:
-    """The gate a test node id belongs to (``gate_<name>.py`` module), or None."""
-    match = GATE_FILE.match(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
-    return match.group(1) if match else None
 
 
 def gate_files(nodeids: list[str]) -> dict[str, set[str]]:

@@ -33,6 +33,7 @@ from typing import Any
 from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import JSON_BYTES, parse_json, read_text_bounded
 from assay.errors import AssayError
+from assay.qualify.core.layout import RECEIPTS_FOLDER
 from assay.qualify.core.source import file_sha256
 from assay.qualify.core.status import derive_status
 from assay.qualify.ledger.dsse import (
@@ -50,7 +51,6 @@ PREDICATE_TYPE = "https://assay.dev/qualification-receipt/v1"
 SUFFIX = ".intoto.json"
 GIT_COMMIT = "source-tree:git-commit"
 CODE_FILES = "code-files:sha256sum-of-receipt-files"
-DEFAULT_RECEIPTS = Path("records/receipts")
 
 
 def wheel_subject(wheel: Path) -> dict[str, Any]:
@@ -324,15 +324,13 @@ def run_attest(args: argparse.Namespace) -> int:
     return 2
 
 
-def add_attest(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``attest`` on ``subparsers``; ``func`` takes the namespace, returns the code."""
-    summary = "write receipts as signed in-toto statements (DSSE), or verify them"
-    parser = subparsers.add_parser("attest", help=summary, description=summary)
+def attest_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay attest``."""
     parser.add_argument(
         "--receipts",
-        default=str(DEFAULT_RECEIPTS),
+        default=RECEIPTS_FOLDER,
         metavar="DIR",
-        help="receipts folder (default: records/receipts)",
+        help=f"receipts folder (default: {RECEIPTS_FOLDER})",
     )
     parser.add_argument("--key", metavar="FILE", help="OpenSSH ed25519 private key to sign with")
     parser.add_argument("--out", metavar="DIR", help="folder for the <receipt>.intoto.json files")
@@ -369,4 +367,3 @@ def add_attest(subparsers: argparse._SubParsersAction) -> None:
         "allowed_signers with a note",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.set_defaults(func=run_attest)

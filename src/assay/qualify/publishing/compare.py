@@ -138,9 +138,12 @@ def _side_view(claim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _claim_change(
+def claim_change(
     gate: str, device: str, cid: str, old: dict | None, new: dict | None, retired: set[str]
 ) -> ClaimChange:
+    """How claim ``cid`` of ``gate`` on ``device`` changed from ``old`` to ``new`` (either None
+    where that side lacks it; ``retired`` holds the ids a dated correction withdrew): the worst
+    of :data:`CHANGES` that applies, judged under both sides' thresholds."""
     before = None if old is None else _side_view(old)
     after = None if new is None else _side_view(new)
     row = ClaimChange(gate, device, cid, "unchanged", before, after)
@@ -269,13 +272,13 @@ def compare_sides(old: Side, new: Side) -> Comparison:
                 result.unpaired.append(f"{gate} ({device}): only in {only}")
                 for claim in after.get(device, {}).get("claims", []):
                     if claim["verdict"] != "pass":  # arriving failing fails, paired or not
-                        row = _claim_change(gate, device, claim["id"], None, claim, retired)
+                        row = claim_change(gate, device, claim["id"], None, claim, retired)
                         result.changes.append(row)
                 continue
             a = {c["id"]: c for c in before[device]["claims"]}
             b = {c["id"]: c for c in after[device]["claims"]}
             for cid in [*a, *(c for c in b if c not in a)]:
-                change = _claim_change(gate, device, cid, a.get(cid), b.get(cid), retired)
+                change = claim_change(gate, device, cid, a.get(cid), b.get(cid), retired)
                 result.changes.append(change)
     result.changes.sort(key=lambda c: (CHANGES.index(c.change), c.gate, c.device, c.claim_id))
     return result
@@ -296,7 +299,7 @@ def check_same_kind(old: Side, new: Side) -> None:
 
 def root_of(path: Path) -> Path:
     """The git work tree holding ``path`` (where revisions are looked up), else ``path``."""
-    from assay.qualify.core.source import git_output
+    from assay.qualify.core.git import git_output
 
     found = git_output(path, "rev-parse", "--show-toplevel")
     return Path(found.strip()) if found else path

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from assay.errors import AssayError
+from assay.qualify.core.layout import RECEIPTS_FOLDER
 from assay.qualify.publishing.compare import (
     CHANGES,
     FAILING,
@@ -22,7 +23,7 @@ from assay.qualify.publishing.compare import (
 )
 from assay.qualify.publishing.compare_sides import opened
 from assay.qualify.publishing.render import cell
-from assay.qualify.publishing.wording import num, plural
+from assay.qualify.publishing.wording import number_text, plural
 
 ROWS = 60  # changed claims shown in the table; the rest are counted
 
@@ -31,11 +32,15 @@ def _side(view: dict | None) -> str:
     if view is None:
         return "-"
     unit = f" {view['unit']}" if view["unit"] else ""
-    return f"{view['verdict']}: {num(view['value'])}{unit} ({view['op']} {num(view['bound'])})"
+    value, bound = number_text(view["value"]), number_text(view["bound"])
+    return f"{view['verdict']}: {value}{unit} ({view['op']} {bound})"
 
 
 def _margins(row: ClaimChange) -> str:
-    found = [num(v["margin"]) if v and v["margin"] is not None else "-" for v in (row.old, row.new)]
+    found = [
+        number_text(v["margin"]) if v and v["margin"] is not None else "-"
+        for v in (row.old, row.new)
+    ]
     return " → ".join(found)
 
 
@@ -125,16 +130,15 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def add_compare(subparsers: argparse._SubParsersAction) -> None:
+def compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay compare``."""
     summary = "what changed between two sets of receipts: flips, regressions, bounds, standings"
-    parser = subparsers.add_parser(
-        "compare",
-        help=summary,
-        description=f"{summary.capitalize()}. OLD and NEW are each a receipts folder, a records "
-        "folder, a receipt file, or a git revision (its records/receipts read from git, no "
+    parser.description = (
+        f"{summary.capitalize()}. OLD and NEW are each a receipts folder, a records "
+        f"folder, a receipt file, or a git revision (its {RECEIPTS_FOLDER} read from git, no "
         f"checkout). Changes, worst first: {', '.join(CHANGES)}. Exit 0 when no claim flipped "
         "to fail, regressed beyond its tolerance, went missing or arrived failing, and no "
-        "gate's standing fell; 1 otherwise; 2 for bad input.",
+        "gate's standing fell; 1 otherwise; 2 for bad input."
     )
     parser.add_argument("old", metavar="OLD", help="the baseline side")
     parser.add_argument("new", metavar="NEW", help="the side under review")
@@ -150,4 +154,3 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
         help="the git repository revisions are read from (default: the one holding the "
         "current folder)",
     )
-    parser.set_defaults(func=run_compare)

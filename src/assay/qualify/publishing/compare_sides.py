@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
-from assay.qualify.core.source import git_output
+from assay.qualify.core.git import git_output
+from assay.qualify.core.layout import RECEIPTS_FOLDER
 from assay.qualify.ledger.receipt import read_receipt
 
-RECEIPTS_IN_TREE = "records/receipts"
 BLOB_BYTES = 64 << 20  # one receipt, LEDGER or CORRECTIONS file read from git
-BLOBS = 50_000  # files under records/receipts at one revision
+BLOBS = 50_000  # files under the receipts folder at one revision
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Side:
         """``message`` with this side's private checkout named as the user named the side."""
         if self.keep is None or self.receipts_dir is None:
             return message
-        return message.replace(str(self.receipts_dir), f"{self.label}:{RECEIPTS_IN_TREE}")
+        return message.replace(str(self.receipts_dir), f"{self.label}:{RECEIPTS_FOLDER}")
 
     def close(self) -> None:
         if self.keep is not None:
@@ -84,14 +84,14 @@ def _git_side(revision: str, which: str, root: Path) -> Side:
             f"{which} {revision}: no such folder or file, and not a git revision of {root}"
         )
     commit = commit.strip()
-    listing = git_output(root, "ls-tree", "-r", "-z", "--long", commit, "--", RECEIPTS_IN_TREE)
+    listing = git_output(root, "ls-tree", "-r", "-z", "--long", commit, "--", RECEIPTS_FOLDER)
     if listing is None:
-        raise AssayError(f"{which} {revision}: git could not list {RECEIPTS_IN_TREE}")
+        raise AssayError(f"{which} {revision}: git could not list {RECEIPTS_FOLDER}")
     entries = [e for e in listing.split("\0") if e]
     if not entries:
-        raise AssayError(f"{which} {revision}: no {RECEIPTS_IN_TREE} at {commit[:12]}")
+        raise AssayError(f"{which} {revision}: no {RECEIPTS_FOLDER} at {commit[:12]}")
     if len(entries) > BLOBS:
-        raise AssayError(f"{which} {revision}: over {BLOBS:,} files under {RECEIPTS_IN_TREE}")
+        raise AssayError(f"{which} {revision}: over {BLOBS:,} files under {RECEIPTS_FOLDER}")
     for entry in entries:
         meta, _, name = entry.partition("\t")
         size = meta.split()[3]
@@ -102,17 +102,17 @@ def _git_side(revision: str, which: str, root: Path) -> Side:
     clone = Path(keep.name) / "repo"
     steps = (
         (root, ("clone", "-q", "--shared", "--no-checkout", str(root), str(clone))),
-        (clone, ("sparse-checkout", "set", "--no-cone", f"/{RECEIPTS_IN_TREE}/")),
+        (clone, ("sparse-checkout", "set", "--no-cone", f"/{RECEIPTS_FOLDER}/")),
         (clone, ("checkout", "-q", "--detach", commit)),
     )
     for where, args in steps:
         if git_output(where, *args) is None:
             keep.cleanup()
-            raise AssayError(f"{which} {revision}: git could not check out {RECEIPTS_IN_TREE}")
-    folder = clone / RECEIPTS_IN_TREE
+            raise AssayError(f"{which} {revision}: git could not check out {RECEIPTS_FOLDER}")
+    folder = clone / RECEIPTS_FOLDER
     if not folder.is_dir() or folder.is_symlink():
         keep.cleanup()
-        raise AssayError(f"{which} {revision}: {RECEIPTS_IN_TREE} is not a folder at {commit[:12]}")
+        raise AssayError(f"{which} {revision}: {RECEIPTS_FOLDER} is not a folder at {commit[:12]}")
     return Side(f"{revision} ({commit[:12]})", receipts_dir=folder, keep=keep)
 
 

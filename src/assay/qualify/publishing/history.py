@@ -153,7 +153,7 @@ def sparkline(standing: Standing, claim_id: str | None, width: int = 12) -> str:
 
 def write_history(standing: Standing, records_dir: Path) -> None:
     """Write the gate's history figures under ``records_dir`` (atomically, only when changed)."""
-    from assay.qualify.ledger.receipt import write_atomic
+    from assay.atomic import atomic_write_bytes
 
     for rel, text in history_figures(standing).items():
         target = Path(records_dir) / rel
@@ -161,7 +161,7 @@ def write_history(standing: Standing, records_dir: Path) -> None:
         if target.is_file() and target.read_bytes() == data:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, data, overwrite=True)
+        atomic_write_bytes(target, data)
 
 
 def history_problems(standing: Standing, records_dir: Path) -> list[str]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from assay.atomic import atomic_write_bytes
+from assay.qualify.core.layout import gate_file
 from assay.qualify.judging.standing import Standing, gate_standing
 from assay.qualify.ledger.chain import ensure_ledger
-from assay.qualify.ledger.receipt import write_atomic
 from assay.qualify.publishing.render import (
     cell,
     gates_in,
@@ -32,7 +33,7 @@ INDEX_MARK = "# Gate records"
 def what_it_gates(root: Path, gate: str) -> str:
     """First paragraph of ``gates/gate_<gate>.py``'s docstring, one line; '' when absent."""
     try:
-        tree = ast.parse((Path(root) / "gates" / f"gate_{gate}.py").read_text("utf-8"))
+        tree = ast.parse((Path(root) / gate_file(gate)).read_text("utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError):
         return ""
     doc = ast.get_docstring(tree) or ""
@@ -103,7 +104,7 @@ def index_path(records_dir: Path) -> Path:
 def render_index(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
     """Rebuild ``<records>/README.md``; return its path."""
     path = index_path(records_dir)
-    write_atomic(path, index_text(receipts_dir, records_dir, root).encode("utf-8"), overwrite=True)
+    atomic_write_bytes(path, index_text(receipts_dir, records_dir, root).encode("utf-8"))
     return path
 
 
@@ -134,5 +135,5 @@ def render_readme(receipts_dir: Path, records_dir: Path, root: Path) -> Path | N
     if path is None:
         return None
     found = {s.gate: s for s in standings(receipts_dir, records_dir, root)}
-    write_atomic(path, fill(path.read_text("utf-8"), found).encode("utf-8"), overwrite=True)
+    atomic_write_bytes(path, fill(path.read_text("utf-8"), found).encode("utf-8"))
     return path

@@ -14,17 +14,18 @@ from typing import Any
 
 import jinja2
 
+from assay.atomic import atomic_write_bytes
 from assay.errors import AssayError
+from assay.qualify.core.layout import GATE_NAME
 from assay.qualify.judging.standing import Standing, gate_standing, standing_of
 from assay.qualify.ledger.chain import LEDGER
 from assay.qualify.ledger.corrections import CORRECTIONS
-from assay.qualify.ledger.receipt import read_receipt, receipt_paths, write_atomic
+from assay.qualify.ledger.receipt import read_receipt, receipt_paths
 from assay.qualify.publishing.view import gate_view
 
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _MD = set("\\`*_[]|~#!")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-GATE_DIR = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 _CODE_SPAN = re.compile(r"(`+)([^`]+?)\1")
@@ -148,7 +149,7 @@ def gates_in(receipts_dir: Path) -> list[str]:
         d.name
         for d in root.iterdir()
         if d.is_dir()
-        and GATE_DIR.match(d.name)
+        and GATE_NAME.match(d.name)
         and (receipt_paths(root, d.name) or (d / LEDGER).exists() or (d / CORRECTIONS).exists())
     )
 
@@ -172,7 +173,7 @@ def render_gate(gate: str, receipts_dir: Path, records_dir: Path, root: Path | N
     root = root or project_root(records_dir)
     standing = gate_standing(receipts_dir, gate, records_dir, root)
     path = record_path(records_dir, gate)
-    write_atomic(path, record_with_banner(standing).encode("utf-8"), overwrite=True)
+    atomic_write_bytes(path, record_with_banner(standing).encode("utf-8"))
     from assay.qualify.publishing.history import write_history
 
     write_history(standing, records_dir)

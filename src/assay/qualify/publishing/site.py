@@ -15,11 +15,12 @@ from typing import Any
 
 import jinja2
 
+from assay.atomic import atomic_write_bytes
 from assay.qualify.judging.stale import STALE_CLOSE, STALE_OPEN
 from assay.qualify.judging.stale import cell as stale_cell
 from assay.qualify.judging.standing import Standing
 from assay.qualify.ledger.chain import ledger_path
-from assay.qualify.ledger.receipt import receipt_filename, write_atomic
+from assay.qualify.ledger.receipt import receipt_filename
 from assay.qualify.ledger.sign import sig_path
 from assay.qualify.publishing.index import standings, what_it_gates
 from assay.qualify.publishing.render import project_root, standing_stale
@@ -60,14 +61,14 @@ def _copy_evidence(standing: Standing, receipts_dir: Path, records_dir: Path, ou
         _copy(ledger, out / "receipts" / gate / "LEDGER.txt")
     else:
         note = b"no LEDGER yet: run `assay render` to start this gate's ledger\n"
-        write_atomic(out / "receipts" / gate / "LEDGER.txt", note, overwrite=True)
+        atomic_write_bytes(out / "receipts" / gate / "LEDGER.txt", note)
     for fig in standing.head["figures"] if standing.head else []:
         if (records_dir / fig["path"]).is_file():
             _copy(records_dir / fig["path"], out / fig["path"])
     from assay.qualify.publishing.history import history_figures
 
     for rel, text in history_figures(standing).items():  # drawn afresh: the same bytes
-        write_atomic(out / rel, text.encode("utf-8"), overwrite=True)
+        atomic_write_bytes(out / rel, text.encode("utf-8"))
 
 
 def _signed(receipts_dir: Path, gate: str, entries: list[dict[str, Any]]) -> None:
@@ -166,7 +167,7 @@ def build_site(
         else:
             _copy_evidence(standing, receipts_dir, records_dir, out)
             page = gate_page(standing, banner, receipts_dir)
-        write_atomic(out / f"{standing.gate}.html", page.encode("utf-8"), overwrite=True)
+        atomic_write_bytes(out / f"{standing.gate}.html", page.encode("utf-8"))
     index = out / "index.html"
-    write_atomic(index, index_page(rows, banner).encode("utf-8"), overwrite=True)
+    atomic_write_bytes(index, index_page(rows, banner).encode("utf-8"))
     return index

@@ -10,12 +10,13 @@ from typing import Any
 
 from assay.bounded import read_text_bounded
 from assay.errors import AssayError
+from assay.qualify.core.layout import GATE_NAME
 from assay.qualify.judging.standing import Standing
 from assay.qualify.ledger.receipt import receipt_paths
 from assay.qualify.ledger.sign import ENV_VAR, resolve_trust, signature_state, user_config_signers
 from assay.qualify.publishing.index import index_path, index_text, standings
 from assay.qualify.publishing.readme import readme_problems
-from assay.qualify.publishing.render import GATE_DIR, project_root, record_path, record_with_banner
+from assay.qualify.publishing.render import project_root, record_path, record_with_banner
 
 RECORD_MARK = "# Gate record: "
 
@@ -140,7 +141,7 @@ def verify_tree(
     if not receipts_dir.is_dir():
         return [f"{receipts_dir}: no such receipts folder: nothing to verify"], []
     for d in sorted(receipts_dir.iterdir()):
-        if d.is_dir() and not GATE_DIR.match(d.name):
+        if d.is_dir() and not GATE_NAME.match(d.name):
             problems.append(f"{d}: not a gate folder name")
     gates = standings(receipts_dir, records_dir, root)
     if not gates:

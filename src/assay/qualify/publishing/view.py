@@ -14,16 +14,16 @@ from assay.qualify.publishing.wording import (
     commit_text,
     counts_text,
     cpu_text,
-    day,
+    date_of,
     gpu_text,
     headline_text,
     measured_text,
-    num,
-    opt,
+    number_text,
     pct,
     plural,
     subject_text,
     threshold_text,
+    value_text,
 )
 
 ENV_COLUMNS = (
@@ -49,7 +49,7 @@ def _env_rows(receipt: dict[str, Any]) -> list[tuple[str, str]]:
 def _verdict(standing: Standing, claim: dict[str, Any], receipt: dict[str, Any]) -> str:
     shown = claim["verdict"]
     if claim["margin"] is not None:
-        shown += f" (margin {'+' if claim['margin'] >= 0 else ''}{num(claim['margin'])})"
+        shown += f" (margin {'+' if claim['margin'] >= 0 else ''}{number_text(claim['margin'])})"
     parts = [shown]
     device = standing.device(receipt["run"]["device"])
     for b in device.bounds if device is not None and device.head is receipt else []:
@@ -62,7 +62,7 @@ def _verdict(standing: Standing, claim: dict[str, Any], receipt: dict[str, Any])
         for c in later["corrects"]:
             if c["receipt_sha256"] == receipt["receipt_sha256"] and c["claim_id"] == claim["id"]:
                 parts.append(
-                    f"corrected {day(later['created'])} by receipt "
+                    f"corrected {date_of(later['created'])} by receipt "
                     f"{later['receipt_sha256'][:12]}: {c['reason']}"
                 )
     return "; ".join(parts)
@@ -86,14 +86,14 @@ def _corrections(standing: Standing) -> list[dict[str, str]]:
             rows.append(
                 {
                     "original": c["receipt_sha256"][:12]
-                    + ("" if original is None else f" {day(original['created'])}"),
+                    + ("" if original is None else f" {date_of(original['created'])}"),
                     "check": f"{c['claim_id']} (receipt not in this ledger)"
                     if old is None
                     else check_text(old),
                     "threshold": "" if old is None else threshold_text(old),
                     "measured": "" if old is None else measured_text(old),
                     "verdict": "" if old is None else old["verdict"],
-                    "correction": f"{day(r['created'])}, receipt {r['receipt_sha256'][:12]}: "
+                    "correction": f"{date_of(r['created'])}, receipt {r['receipt_sha256'][:12]}: "
                     f"{c['reason']}.{now}",
                 }
             )
@@ -113,8 +113,8 @@ def _baseline(receipt: dict[str, Any]) -> dict[str, Any] | None:
     rows = [
         {
             "claim": r["claim_id"],
-            "baseline": f"{num(r['baseline_value'])} ({opt(r['baseline_verdict'])})",
-            "now": f"{num(r['value'])} ({opt(r['verdict'])})",
+            "baseline": f"{number_text(r['baseline_value'])} ({value_text(r['baseline_verdict'])})",
+            "now": f"{number_text(r['value'])} ({value_text(r['verdict'])})",
             "change": in_base(r, "change"),
             "tolerance": in_base(r, "tolerance")
             + (f" {r['tolerance_mode']}" if "tolerance_mode" in r else ""),
@@ -219,7 +219,7 @@ def gate_view(standing: Standing) -> dict[str, Any]:
             "controls": [
                 {
                     "name": k["name"],
-                    "measured": k.get("non_finite", num(k["measured"])),
+                    "measured": k.get("non_finite", number_text(k["measured"])),
                     "failed": k["failed"],
                 }
                 for k in c["controls"]
@@ -289,7 +289,7 @@ def gate_view(standing: Standing) -> dict[str, Any]:
         ],
         "environment": _env_rows(head),
         "commit": commit_text(head["code"]),
-        "plugin_version": opt(head["code"]["package_version"]),
+        "plugin_version": value_text(head["code"]["package_version"]),
         "run": (
             f"{plural(len(head['run']['tests']), 'test')}, {head['run']['duration_s']:.1f} s of "
             "test time, seeds "
@@ -312,7 +312,7 @@ def gate_view(standing: Standing) -> dict[str, Any]:
                 "machine": gpu_text(r["environment"])
                 if r["environment"]["gpu"]
                 else r["environment"]["cpu"]["model"],
-                "torch": opt(r["environment"].get("torch")),
+                "torch": value_text(r["environment"].get("torch")),
                 "status": r["status"] + (" (partial)" if r["run"].get("partial") else ""),
                 "pass": sum(c["verdict"] == "pass" for c in r["claims"]),
                 "fail": sum(c["verdict"] == "fail" for c in r["claims"]),

@@ -11,8 +11,9 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def num(value: Any) -> str:
-    """A measured number for display; integral values print in full, others to 6 digits."""
+def number_text(value: Any) -> str:
+    """A measured number for display: integral values in full, others to 6 digits, ``true`` or
+    ``false`` for a boolean, ``not measured`` for None."""
     if value is None:
         return "not measured"
     if isinstance(value, bool):
@@ -33,7 +34,7 @@ def exact(value: Any) -> str:
 def beside(value: Any, bound: Any) -> str:
     """A measured value for display next to its bound: to 6 digits, in full when 6 digits
     would read the same as a bound it differs from."""
-    shown = num(value)
+    shown = number_text(value)
     if value is not None and value != bound and shown == exact(bound):
         return exact(value)
     return shown
@@ -44,14 +45,14 @@ def pct(value: Any) -> str:
     return "n/a" if value is None else f"{value * 100:+.2f}%".replace("+0.00%", "0%")
 
 
-def opt(value: Any) -> str:
-    """``value`` or ``none`` for a missing component."""
+def value_text(value: Any) -> str:
+    """``value`` as text, or ``none`` for a missing component (a version, a driver, a count)."""
     return "none" if value is None else str(value)
 
 
-def day(created: str) -> str:
-    """The date part of an ISO timestamp."""
-    return created[:10]
+def date_of(timestamp: str) -> str:
+    """The date part of an ISO timestamp: ``2026-12-02`` of ``2026-12-02T15:17:21Z``."""
+    return timestamp[:10]
 
 
 def threshold_text(claim: dict[str, Any]) -> str:
@@ -61,7 +62,7 @@ def threshold_text(claim: dict[str, Any]) -> str:
     if not isinstance(t["tolerance"], dict):  # receipts from before tolerance modes
         return f"{t['op']} {exact(t['value'])}{unit} (regression tolerance {pct(t['tolerance'])})"
     mode, value = t["tolerance"]["mode"], t["tolerance"]["value"]
-    shown = f"{num(value)}{unit}" if mode == "absolute" else pct(value)
+    shown = f"{number_text(value)}{unit}" if mode == "absolute" else pct(value)
     return f"{t['op']} {exact(t['value'])}{unit} (regression tolerance {shown} {mode})"
 
 
@@ -74,7 +75,11 @@ def measured_text(claim: dict[str, Any]) -> str:
         shown = f"{m['non_finite']} (not a finite number: the claim fails)"
     if "samples" in m:
         s = m["samples"]
-        spread = f"min {num(s['min'])}, max {num(s['max'])}" if "min" in s else "none finite"
+        spread = (
+            f"min {number_text(s['min'])}, max {number_text(s['max'])}"
+            if "min" in s
+            else "none finite"
+        )
         if s.get("non_finite"):
             shown += f" ({s['non_finite']} of {s['n']} samples not finite; the rest: {spread})"
         else:
@@ -103,7 +108,7 @@ def cpu_text(env: dict[str, Any]) -> str:
     """CPU model with thread counts."""
     torch_threads = env["cpu"].get("torch_threads")
     extra = "" if torch_threads is None else f", torch uses {torch_threads}"
-    return f"{env['cpu']['model']} ({opt(env['cpu']['threads'])} threads{extra})"
+    return f"{env['cpu']['model']} ({value_text(env['cpu']['threads'])} threads{extra})"
 
 
 def gpu_text(env: dict[str, Any]) -> str:
@@ -113,8 +118,9 @@ def gpu_text(env: dict[str, Any]) -> str:
         return "none"
     mem = "?" if g["memory_bytes"] is None else f"{g['memory_bytes'] / 2**30:.1f} GiB"
     return (
-        f"{g['name']} (sm {opt(g['compute_capability'])}, {mem}, driver {opt(g['driver'])}, "
-        f"SM clock {opt(g['sm_clock_mhz'])}/{opt(g['sm_clock_max_mhz'])} MHz)"
+        f"{g['name']} (sm {value_text(g['compute_capability'])}, {mem}, "
+        f"driver {value_text(g['driver'])}, "
+        f"SM clock {value_text(g['sm_clock_mhz'])}/{value_text(g['sm_clock_max_mhz'])} MHz)"
     )
 
 
@@ -137,7 +143,9 @@ def subject_text(receipt: dict[str, Any]) -> list[str]:
     lines = []
     if s is not None:
         where = f" (from {s['source']})"
-        lines.append(f"Project under test: {opt(s['name'])} {opt(s['version'])}{where}")
+        lines.append(
+            f"Project under test: {value_text(s['name'])} {value_text(s['version'])}{where}"
+        )
         if s.get("path"):
             kind = "an editable checkout" if s.get("editable") else "an installed package"
             if "editable" not in s:

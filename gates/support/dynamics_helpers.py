@@ -1,0 +1,302 @@
+"""gate-dynamics' and gate-quality's shared machinery (not a gate module): assay and
+transformers + PEFT trained on the same chat rows, and the claims that compare them.
+
+``claim_recipe`` makes the three dynamics claims of one recipe (per-step loss, final adapters,
+final logits) with the controls it is handed; ``TRAINING_DEFECTS`` are the six defects a quality
+gate must catch, run as short controls by ``six_defects``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from assay.qualify import Threshold
+from assay.settings.loader import train_config_from_dict
+from assay.train.loop import Trainer
+from assay_testing import defects
+from assay_testing.peers import hf_tokenizer
+from assay_testing.real_model import smollm2_path
+from support.dynamics_reference import (
+    Recipe,
+    Reference,
+    chat_rows,
+    reference_example,
+    run_reference,
+)
+
+SHORT = 3  # steps of each control run
+ROWS = 24
+# gate-quality's headline recipe: the one the six training defects are run against
+LORA_ACCUM4 = Recipe("lora", 4)
+# gate-dynamics' recipes, each with its own defects. rsLoRA at alpha 8 (scale 8/sqrt(8) = 2.83,
+# near LoRA's 2): at alpha 16 (scale 5.66) the pilot's largest per-step difference was 9.9e-5,
+# at the threshold. Two correct fp32 stacks drift apart with the effective step size (operation
+# order, not a defect: the rsLoRA-scale defect moves the loss by 0.26 in 3 steps).
+METHOD_RECIPES = (
+    Recipe("lora", 1),
+    Recipe("rslora", 1, alpha=8),
+    Recipe("dora", 1),
+    Recipe("lora", 1, storage="nf4_double_quant"),
+)
+# Pilot on this machine (fp32, 20 steps, 2026-12-02): per-step loss within 1.7e-5 relative
+# (LoRA, accumulation 1; 1.0e-5 with 4), final adapters within 2.5e-6 relative Frobenius,
+# logits within 1.3e-4. The thresholds are the issue's, above that and below what every
+# control moved in the pilot (>= 9.6e-3 on the adapters, >= 0.1 on the loss).
+LOSS_REL = 1e-4
+WEIGHTS_REL = 1e-3
+LOGITS_ABS = 1e-2
+A_LAW_KS = 0.01  # Kolmogorov-Smirnov distance between assay's A and PEFT's A, pooled
+CODE = (
+    "assay.train.loop",
+    "assay.train.objective",
+    "assay.train.losses",
+    "assay.train.data",
+    "assay.train.data_masks",
+    "assay.train.build",
+    "assay.adapters.lora",
+    "assay.adapters.attachment",
+    "assay.adapters.registry",
+    "assay.model.decoder",
+)
+# The controls' power is the defects': a change to a patch stales the claims it controls.
+CODE = (*CODE, "assay_testing.defects", "assay_testing.patching")
+STREAM_CODE = (*CODE, "assay.stream")
+# The defects a quality gate must catch, run on LoRA with accumulation 4: (name, what it breaks).
+TRAINING_DEFECTS = (
+    ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)"),
+    ("adapters.lora.forward_unscaled", "LoRA forward without the scale"),
+    ("adapters.lora.b_nonzero_init", "B initialised non-zero"),
+    ("train.data_masks.prompt_scored", "prompt tokens scored"),
+    ("train.losses.mask_ignored", "loss mask ignored"),
+    ("train.objective.ce_micro_normalised", "each micro-batch divided by its own tokens"),
+)
+# Each method's own defects, for the claims about that method: (name, label, steps).
+METHOD_DEFECTS = {
+    "lora": (
+        ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)", SHORT),
+        ("train.data_masks.prompt_scored", "prompt tokens scored", SHORT),
+    ),
+    "rslora": (("adapters.lora.rslora_scale", "rsLoRA scaled by alpha/r", SHORT),),
+    # norm_not_detached moved the loss 2.2e-4 but the adapters only 1.6e-4 in 3 steps (the
+    # pilot): too weak for the adapter claim. The wrong norm axis moved the adapters 0.27 but
+    # the loss only 1.01e-4 in 3 steps (first receipt), so it runs 6.
+    "dora": (("adapters.dora.norm_axis", "DoRA norm taken per input column", 6),),
+    "nf4_double_quant": (
+        ("storage.nf4.nested_offset_dropped", "NF4 dequantized without the nested offset", SHORT),
+    ),
+}
+# the steps at which the reference keeps its adapters: what the controls compare against
+CONTROL_STEPS = tuple(
+    sorted({SHORT, *(steps for rows in METHOD_DEFECTS.values() for _, _, steps in rows)})
+)
+
+
+@dataclass
+class Setup:
+    tmp: Path
+    rows: Path
+    examples: list
+    probe: list[list[int]]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Setup:
+    tmp = tmp_path_factory.mktemp("dynamics")
+    chats = chat_rows(ROWS, seed=7)
+    rows = tmp / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats), "utf-8")
+    tokenizer = hf_tokenizer(smollm2_path())
+    examples = [reference_example(tokenizer, c) for c in chats]
+    return Setup(tmp, rows, examples, [examples[i][0] for i in (0, 5, 11)])
+
+
+def assay_trainer(setup: Setup, recipe: Recipe, name: str, **extra) -> Trainer:
+    options = {"rank": recipe.rank, "alpha": recipe.alpha}
+    config = {
+        "model": str(smollm2_path()),
+        "adapter": {"method": recipe.method, **options, "targets": list(recipe.projections)},
+        "data": {"train": str(setup.rows), "format": "messages", "seq_len": 128},
+        "optim": {
+            "lr": recipe.lr,
+            "weight_decay": recipe.weight_decay,
+            "betas": list(recipe.betas),
+            "eps": recipe.eps,
+            "grad_clip": recipe.clip,
+            "schedule": "cosine",
+            "warmup_steps": recipe.warmup,
+        },
+        "batch": {"micro_batch": 1, "grad_accum": recipe.accum},
+        "steps": recipe.steps,
+        "seed": recipe.seed,
+        "storage": recipe.storage,
+        "output": {"dir": str(setup.tmp / name)},
+        **extra,
+    }
+    return Trainer(train_config_from_dict(config, setup.tmp / f"{name}.yaml"), progress=False)
+
+
+def adapters(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.params.items() if ".lora_" in n}
+
+
+def train_losses(trainer: Trainer, steps: int) -> list[float]:
+    return [trainer.train_step().loss for _ in range(steps)]
+
+
+def max_rel(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
+
+
+def frobenius_rel(mine: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    """|mine - ref|_F / |ref|_F over every adapter tensor together (not elementwise)."""
+    diff = sum(float((mine[n].double() - ref[n].double()).pow(2).sum()) for n in ref)
+    norm = sum(float(ref[n].double().pow(2).sum()) for n in ref)
+    return math.sqrt(diff / norm)
+
+
+def ks_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Two-sample Kolmogorov-Smirnov distance between the values of ``a`` and ``b``."""
+    a, b = a.flatten().double().sort().values, b.flatten().double().sort().values
+    grid = torch.cat([a, b]).sort().values
+    cdf_a = torch.searchsorted(a, grid, right=True) / a.numel()
+    cdf_b = torch.searchsorted(b, grid, right=True) / b.numel()
+    return float((cdf_a - cdf_b).abs().max())
+
+
+def normalised_a(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Every A divided by its kaiming-uniform bound 1/sqrt(fan_in): one law, U(-1, 1)."""
+    return torch.cat(
+        [(t * math.sqrt(t.shape[1])).flatten() for n, t in tensors.items() if "lora_A" in n]
+    )
+
+
+def logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(torch.tensor([ids]))
+    return (out.logits if hasattr(out, "logits") else out)[0].float()
+
+
+def short_run(setup: Setup, recipe: Recipe, fault: str, steps: int = SHORT, **extra):
+    """Losses and adapters of ``steps`` steps of ``recipe`` with ``fault`` patched in."""
+    with defects.inject(fault):
+        trainer = assay_trainer(setup, recipe, f"defect-{recipe.name}-{fault}", **extra)
+        return train_losses(trainer, steps), adapters(trainer)
+
+
+def logit_gap(trainer: Trainer, model, probe: list[list[int]]) -> float:
+    """Largest |logit difference| between assay's trained model and ``model`` over ``probe``."""
+    return max(float((logits(trainer.base, i) - logits(model, i)).abs().max()) for i in probe)
+
+
+def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
+    """The three dynamics claims for one recipe; returns its reference run. ``controls(ref)``
+    gives (label, loss difference, adapter difference) per control."""
+    cpu = time.process_time()
+    trainer = assay_trainer(setup, recipe, recipe.name)
+    initial = adapters(trainer)
+    mine = train_losses(trainer, recipe.steps)
+    assay_cpu = time.process_time() - cpu
+    ref = run_reference(recipe, initial, setup.examples, keep=(*CONTROL_STEPS, recipe.steps))
+    measured = controls(ref)
+    quantized = recipe.storage != "float32"
+    what = f"{recipe.method}, grad accumulation {recipe.accum}, micro-batch 1, {recipe.steps} steps"
+    if quantized:  # QLoRA: the reference is transformers + bitsandbytes on the same bytes
+        what += ", NF4 double-quant base against transformers + bitsandbytes (fp32 compute)"
+    code = (*CODE, "assay.storage.nf4") if quantized else CODE
+    code = (*code, "assay.adapters.dora") if recipe.method == "dora" else code
+    final = frobenius_rel(adapters(trainer), ref.snapshots[recipe.steps])
+    # (claim, statement, threshold, unit, measured, which control column it is judged on)
+    for kind, statement, bound, unit, value, column in (
+        (
+            "loss_per_step",
+            f"assay's training loss equals transformers + PEFT's at every step ({what}): largest "
+            f"relative difference at most {LOSS_REL:g}",
+            LOSS_REL,
+            "max relative |loss difference|",
+            max_rel(mine, ref.losses),
+            1,
+        ),
+        (
+            "final_adapters",
+            f"after the run ({what}) assay's and PEFT's adapter tensors differ by at most "
+            f"{WEIGHTS_REL:g} relative Frobenius norm over all of them",
+            WEIGHTS_REL,
+            "relative Frobenius distance",
+            final,
+            2,
+        ),
+    ):
+        claim = gate.claim(
+            f"dynamics.{kind}.{recipe.name}",
+            statement,
+            kind="correctness",
+            threshold=Threshold("<=", bound),
+            unit=unit,
+            code=code,
+        )
+        claim.measure(value)
+        for row in measured:
+            claim.control(row[0], row[column])
+    claim = gate.claim(
+        f"dynamics.final_logits.{recipe.name}",
+        f"the trained models' logits ({what}) agree within {LOGITS_ABS:g} on three prompts",
+        kind="correctness",
+        threshold=Threshold("<=", LOGITS_ABS),
+        unit="max |logit difference|",
+        code=code,
+    )
+    claim.measure(logit_gap(trainer, ref.model, setup.probe))
+    with ref.model.disable_adapter():  # PEFT's base model: the update never applied
+        off = logit_gap(trainer, ref.model, setup.probe)
+    claim.control("the reference with its trained adapter switched off", off)
+    gate.note(
+        f"{recipe.name}: losses assay {', '.join(f'{x:.6f}' for x in mine[:3])} ..., reference "
+        f"{', '.join(f'{x:.6f}' for x in ref.losses[:3])} ...; CPU-seconds assay "
+        f"{assay_cpu:.0f}, reference {ref.cpu_s:.0f}; controls (loss, adapters): "
+        + "; ".join(f"{label}: {loss:.3g}, {w:.3g}" for label, loss, w in measured)
+    )
+    return ref
+
+
+def claim_training_defects(gate, setup: Setup) -> None:
+    """gate-quality's headline: LoRA with accumulation 4 trains as transformers + PEFT do,
+    and each of the six training defects, run for ``SHORT`` steps, fails those claims."""
+    recipe = LORA_ACCUM4
+    broken = {fault: short_run(setup, recipe, fault) for fault, _ in TRAINING_DEFECTS}
+
+    def six(ref: Reference) -> list[tuple[str, float, float]]:
+        return [
+            (
+                f"{label} ({fault}), {SHORT} steps with accumulation 4",
+                max_rel(broken[fault][0], ref.losses[:SHORT]),
+                frobenius_rel(broken[fault][1], ref.snapshots[SHORT]),
+            )
+            for fault, label in TRAINING_DEFECTS
+        ]
+
+    claim_recipe(gate, setup, recipe, six)
+
+
+def claim_method(gate, setup: Setup, recipe: Recipe) -> Reference:
+    """The dynamics claims of ``recipe``, controlled by its method's own defects (its
+    storage's, for a quantized recipe); returns the reference run."""
+    quantized = recipe.storage != "float32"
+    runs = [
+        (f"{label} ({fault}), {steps} steps", steps, short_run(setup, recipe, fault, steps))
+        for fault, label, steps in METHOD_DEFECTS[recipe.storage if quantized else recipe.method]
+    ]
+
+    def own(ref: Reference) -> list[tuple[str, float, float]]:
+        return [
+            (what, max_rel(lo, ref.losses[:n]), frobenius_rel(w, ref.snapshots[n]))
+            for what, n, (lo, w) in runs
+        ]
+
+    return claim_recipe(gate, setup, recipe, own)

@@ -1,0 +1,143 @@
+"""``attach``: put one adapter method on a decoder's target projections, in place.
+
+Methods: ``full`` (every parameter trains; float32 storage only), ``lora``, ``rslora``,
+``lora_fa``, ``dora`` and ``tinylora``. The arguments are kept on the model as an
+``AdapterSpec`` (``model.assay_adapter_spec``) so that saving and export know what was built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from assay.adapters.base import AdapterLinear
+from assay.adapters.inject import layer_indices, resolve, target_names
+from assay.adapters.registry import NAMES, LoRAOptions, build_options
+from assay.adapters.registry import method as registered
+from assay.errors import ConfigError
+from assay.settings.training import check_adapter_options
+
+METHODS = NAMES
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """What ``attach`` was asked for, resolved (target names, layer indices) and printable."""
+
+    method: str
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]
+    layers: tuple[int, ...]
+    seed: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["targets"], out["layers"] = list(self.targets), list(self.layers)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AdapterSpec:
+        return cls(
+            method=data["method"],
+            rank=int(data["rank"]),
+            alpha=float(data["alpha"]),
+            targets=tuple(data["targets"]),
+            layers=tuple(int(i) for i in data["layers"]),
+            seed=int(data["seed"]),
+            options=dict(data.get("options") or {}),
+        )
+
+
+def adapter_modules(model: nn.Module) -> list[tuple[str, AdapterLinear]]:
+    """(qualified name, adapter) for every adapter in ``model``, in module order."""
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, AdapterLinear)]
+
+
+def learning_rate_scales(model: nn.Module) -> dict[str, float]:
+    """Qualified parameter name -> multiple of the run's learning rate, for every adapter
+    parameter that does not train at the run's rate (LoRA+'s B)."""
+    return {
+        f"{name}.{param}": scale
+        for name, adapter in adapter_modules(model)
+        for param, scale in adapter.learning_rate_scales().items()
+    }
+
+
+def _has_stored_weights(model: nn.Module) -> bool:
+    return any(getattr(m, "assay_storage", False) for m in model.modules())
+
+
+def attach(
+    model: nn.Module,
+    method: str = "lora",
+    *,
+    rank: int | None = None,
+    alpha: float | None = None,
+    targets: str | Sequence[str] = "attention",
+    layers: Iterable[int] | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> nn.Module:
+    """Attach ``method`` to ``model`` in place and return it.
+
+    Options and their defaults come from ``assay.adapters.registry``: the LoRA family takes
+    ``rank`` (8), ``alpha`` (16) and ``dropout`` (0, PEFT's ``lora_dropout``); ``tinylora``
+    takes ``u`` (13), ``r`` (2) and ``sharing`` ("global" or "per_target"). ``rank`` and
+    ``alpha`` are accepted by every method so one call shape serves all, and are ignored by
+    ``full`` and ``tinylora``; any other option the method does not take is refused.
+
+    Guarantees: base parameters stay frozen (except for ``full``, which unfreezes all of
+    them); a fresh adapter is an exact no-op on the logits (DoRA: up to m / ||W|| == 1, which
+    holds exactly in IEEE arithmetic); the same arguments give bitwise the same adapter.
+    """
+    entry = registered(method)
+    if getattr(model, "assay_adapter_spec", None) is not None:
+        raise ConfigError("model already has adapters attached; load a fresh model")
+    if issubclass(entry.options, LoRAOptions):
+        options = {"rank": rank, "alpha": alpha, **options}
+    resolved = build_options(method, options)
+    check_adapter_options(asdict(resolved))
+    if entry.trains_base:
+        if _has_stored_weights(model):
+            raise ConfigError(
+                "method 'full' needs storage float32 (every weight trains); this model holds "
+                "bf16/NF4-stored weights"
+            )
+        model.requires_grad_(True)
+        names = target_names("all-linear")
+        spec = AdapterSpec("full", 0, 0.0, names, layer_indices(len(model.layers), None), seed)
+        model.assay_adapter_spec = spec
+        return model
+    generator = torch.Generator().manual_seed(seed)
+    sites = resolve(model, targets, layers)
+    options = asdict(resolved)
+    implementation, shared = entry.adapter_class(), {}
+    for _, parent, attr in sites:
+        base = getattr(parent, attr)
+        if isinstance(base, AdapterLinear):
+            raise ConfigError(f"{attr} already wraps an adapter")
+        adapter = implementation.wrap(
+            base, method=method, options=options, generator=generator, shared=shared
+        )
+        setattr(parent, attr, adapter)
+    if issubclass(entry.options, LoRAOptions):
+        # dropout is recorded only when on, so specs of dropout-free adapters stay as they were
+        scale = {"rank": options.pop("rank"), "alpha": float(options.pop("alpha"))}
+        options = {k: v for k, v in options.items() if v}
+    else:
+        scale = {"rank": 0, "alpha": 0.0}
+    model.assay_adapter_spec = AdapterSpec(
+        method=method,
+        targets=target_names(targets),
+        layers=layer_indices(len(model.layers), layers),
+        seed=seed,
+        options=options,
+        **scale,
+    )
+    return model

@@ -1,0 +1,174 @@
+"""Export a (possibly adapted) decoder: merged HF safetensors, merged GGUF, or the adapter.
+
+``export_merged`` never mutates the model: each adapted projection's merged weight is computed
+densely in fp32 (an NF4 or bf16 base is dequantized first, then W + delta W), so a model trained
+on NF4 storage exports as a plain float model. Tolerances, measured in tests/test_export.py and
+gate-exports: F32 files give logits within 1e-4 of the adapted model (the merged weight is one
+fp32 rounding away from computing W x + s B(A x) separately); F16 files round each weight to
+11 significant bits, so they are compared against the same merged weights rounded to fp16.
+``export`` is the entry point for ``assay export --format peft|safetensors|gguf``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from assay.adapters.base import AdapterLinear, dense_weight
+from assay.adapters.files import write_json_atomic, write_safetensors_atomic
+from assay.adapters.io import save_adapter
+from assay.adapters.manifest import write_manifest
+from assay.atomic import staged_directory
+from assay.errors import ConfigError
+
+FORMATS = ("peft", "safetensors", "gguf")
+_HF_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+               "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
+
+
+def _dense(module: nn.Module, attribute: str) -> torch.Tensor:
+    if attribute == "bias":
+        base = module.base if isinstance(module, AdapterLinear) else module
+        return base.bias.detach().float()
+    if isinstance(module, AdapterLinear):
+        return module.merged_weight()
+    store = getattr(module, "store", None)
+    if store is not None and hasattr(store, "dequantize"):  # FrozenEmbedding / FrozenLinear
+        return store.dequantize(torch.float32).detach()
+    if isinstance(module, nn.Linear):
+        return dense_weight(module)
+    return getattr(module, attribute).detach().float()
+
+
+def merged_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Canonical name -> dense fp32 tensor of the function ``model`` computes now."""
+    out = {}
+    for name, shape in model.config.expected_shapes().items():
+        path, attribute = name.rsplit(".", 1)
+        tensor = _dense(model.get_submodule(path), attribute).contiguous()
+        if tuple(tensor.shape) != tuple(shape):
+            raise ConfigError(f"export: {name} has shape {tuple(tensor.shape)}, expected {shape}")
+        out[name] = tensor
+    return out
+
+
+def hf_config(config) -> dict:
+    """A transformers ``config.json`` dict for ``config`` (fp32 weights)."""
+    if config.rope_freq_divisors is not None:
+        raise ConfigError(
+            "export: this model's rope frequencies came from a GGUF rope_freqs tensor, which "
+            "config.json cannot express; export a model loaded from safetensors"
+        )
+    rope = {"rope_type": "default", "rope_theta": config.rope_theta}
+    if config.rope_scaling is not None:
+        rope = {**dict(config.rope_scaling), "rope_theta": config.rope_theta}
+    out = {
+        "architectures": [_HF_CLASSES[config.architecture]],
+        "model_type": config.architecture,
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": config.rms_norm_eps,
+        "max_position_embeddings": config.max_position_embeddings,
+        "tie_word_embeddings": config.tie_word_embeddings,
+        "rope_parameters": rope,
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": config.eos_token_id,
+        "pad_token_id": config.pad_token_id,
+        "dtype": "float32",
+    }
+    if config.architecture == "llama":
+        out["attention_bias"] = config.attention_bias
+        out["mlp_bias"] = False
+    if config.architecture == "mistral":
+        out["sliding_window"] = config.sliding_window
+    if config.architecture == "qwen2":
+        out["use_sliding_window"] = False
+    return out
+
+
+def export_merged(
+    model: nn.Module,
+    out: str | os.PathLike[str],
+    *,
+    format: str = "safetensors",
+    gguf_type: str = "F32",
+) -> Path:
+    """Write the merged model: an HF folder (config.json + model.safetensors) or a GGUF file.
+
+    Guarantees: the model is not modified; files are written atomically; the result loads
+    with ``assay.load`` (both formats), transformers (safetensors) and ``gguf.GGUFReader``.
+    """
+    if format not in ("safetensors", "gguf"):
+        raise ConfigError(f"export format {format!r}; expected safetensors or gguf")
+    config = model.config
+    tensors = merged_tensors(model)
+    target = Path(out)
+    if format == "gguf":
+        from assay.model.gguf_export import write_gguf
+
+        return write_gguf(target, config, tensors, tensor_type=gguf_type)
+    hf_names = {
+        name if name == "lm_head.weight" else f"model.{name}": tensor
+        for name, tensor in tensors.items()
+    }
+    payload = hf_config(config)
+    write_safetensors_atomic(target / "model.safetensors", hf_names, {"format": "pt"})
+    write_json_atomic(target / "config.json", payload)
+    return target
+
+
+def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
+    """The adapter alone, in PEFT's format (TinyLoRA: assay's own); see assay.adapters.io."""
+    return save_adapter(model, out)
+
+
+def check_destination(out: str | os.PathLike[str], *, force: bool = False) -> None:
+    """ConfigError when ``out`` is a non-empty folder or an existing file and not ``force``."""
+    target = Path(out)
+    if force or not (target.exists() or target.is_symlink()):
+        return
+    if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
+        return
+    raise ConfigError(
+        f"{target}: export destination is not empty (pass --force to replace it whole)"
+    )
+
+
+def export(
+    model: nn.Module,
+    out: str | os.PathLike[str],
+    format: str,
+    *,
+    gguf_type: str = "F32",
+    force: bool = False,
+) -> Path:
+    """CLI entry: ``format`` is peft, safetensors or gguf.
+
+    Guarantees: a folder export (peft, safetensors) is written into a staging folder beside
+    ``out`` with a sha256 manifest (``assay_manifest.json``) and renamed into place whole, so
+    after a kill, a full disk or a refused write ``out`` is the complete new folder, the old
+    one, or absent: never a mix. A non-empty ``out`` is refused unless ``force``. GGUF is one
+    file written through a temporary name.
+    """
+    if format not in FORMATS:
+        raise ConfigError(f"export --format {format!r}; expected one of {', '.join(FORMATS)}")
+    check_destination(out, force=force)
+    target = Path(out)
+    if format == "gguf":
+        return export_merged(model, target, format=format, gguf_type=gguf_type)
+    with staged_directory(target, replace=target.exists()) as staging:
+        if format == "peft":
+            export_adapter(model, staging)
+        else:
+            export_merged(model, staging, format=format, gguf_type=gguf_type)
+        write_manifest(staging, format)
+    return target

@@ -1,0 +1,145 @@
+"""``assay generate``: greedy continuations of prompts from a model, a config, or a run.
+
+MODEL_OR_CONFIG is a GGUF file, an HF safetensors directory, or a train config (YAML). With
+--checkpoint the run's trainables are restored onto the config's model (the config
+defaults to the run directory's config.yaml). Prompts are decoded together as one
+left-padded batch with a KV cache; each stops at eos or after --max-new-tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.settings import STORAGES
+
+
+def _is_config(path: Path) -> bool:
+    return path.suffix in (".yaml", ".yml")
+
+
+def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
+    from assay.model.tokenizer import check_fits
+    from assay.settings.loader import load_train_config
+    from assay.train.build import build_model, build_tokenizer, trainable_parameters
+    from assay.train.checkpoint import load_checkpoint
+
+    config = load_train_config(config_path)
+    _, base = build_model(config)
+    if checkpoint is not None:
+        saved = load_checkpoint(checkpoint)
+        if saved.fingerprints["model"] != base.fingerprint.canonical_sha256:
+            raise AssayError(f"{saved.path}: was trained on another model than {config.model}")
+        saved.restore(trainable_parameters(base), rng=False)
+    tokenizer = build_tokenizer(config)
+    check_fits(tokenizer, base.config.vocab_size, str(config.model))
+    return base, tokenizer
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(Decoder, Tokenizer) for the command line's source."""
+    from assay.train.loop import RUN_CONFIG
+
+    source = Path(args.model)
+    if not source.exists():
+        raise AssayError(f"{source}: no such model, directory or config")
+    if args.checkpoint is not None:
+        run = Path(args.checkpoint)
+        run_dir = run if (run / "latest").exists() else run.parent
+        config = source if _is_config(source) else run_dir / RUN_CONFIG
+        if not config.is_file():
+            raise AssayError(f"{config}: no run config for --checkpoint; pass a config YAML")
+        return _from_config(config, args.checkpoint)
+    if _is_config(source):
+        return _from_config(source, None)
+    import assay
+    from assay.model.tokenizer import check_fits, load_tokenizer
+
+    tokenizer_source = args.tokenizer or source
+    if Path(tokenizer_source).is_dir():
+        raise AssayError(f"{source}: a safetensors directory has no GGUF tokenizer; --tokenizer")
+    model, tokenizer = assay.load(source, storage=args.storage), load_tokenizer(tokenizer_source)
+    check_fits(tokenizer, model.config.vocab_size, str(source))
+    return model, tokenizer
+
+
+def _within_context(prompts: list[list[int]], new: int, context: int) -> None:
+    """Refuse, naming the option, a prompt or a continuation past the model's context: the
+    rotary positions beyond it were never trained, so the output would be silently wrong."""
+    for number, prompt in enumerate(prompts, 1):
+        if len(prompt) > context:
+            raise AssayError(
+                f"--prompt {number}: {len(prompt)} tokens exceed the model's context of "
+                f"{context} tokens"
+            )
+    longest = max(len(p) for p in prompts)
+    if longest + new > context:
+        raise AssayError(
+            f"--max-new-tokens {new}: the longest prompt ({longest} tokens) plus {new} new "
+            f"tokens exceed the model's context of {context}; use at most {context - longest}"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from assay.model.generate import generate
+
+    if args.max_new_tokens < 0:
+        raise AssayError(f"--max-new-tokens {args.max_new_tokens}: expected 0 or more")
+    for number, prompt in enumerate(args.prompt, 1):
+        if not prompt:
+            raise AssayError(f"--prompt {number}: a prompt is empty")
+        try:  # argv that is not UTF-8 arrives with its bytes escaped as lone surrogates
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise AssayError(
+                f"--prompt {number}: not valid UTF-8 (byte {exc.start} of the prompt)"
+            ) from None
+    model, tok = _load(args)
+    texts = args.prompt
+    if args.chat:
+        texts = [
+            tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+            for p in texts
+        ]
+    prompts = [tok.encode(t, add_special_tokens=True) for t in texts]
+    _within_context(prompts, args.max_new_tokens, model.config.max_position_embeddings)
+    pad = next((i for i in (tok.pad_id, tok.eos_id, 0) if i is not None), 0)
+    results = generate(
+        model, prompts, max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, pad_id=pad
+    )
+    rows = [
+        {"prompt": p, "completion": tok.decode(r.tokens), "tokens": list(r.tokens), "stop": r.stop}
+        for p, r in zip(args.prompt, results, strict=True)
+    ]
+    if args.json:
+        print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
+    else:
+        for row in rows:
+            print(
+                row["completion"]
+                if len(rows) == 1
+                else f"{row['prompt']!r} -> {row['completion']!r}"
+            )
+    return 0
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay generate``."""
+    parser.description = __doc__.split("\n\n", 1)[1] if __doc__ else None
+    parser.add_argument("model", metavar="MODEL_OR_CONFIG", help="GGUF file, HF dir or config YAML")
+    parser.add_argument("--prompt", action="append", required=True,
+                        help="a prompt (repeat for a batch)")  # fmt: skip
+    parser.add_argument(
+        "--checkpoint", metavar="RUN", help="run dir (follows 'latest') or step dir"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
+                        help="stop after N new tokens (default 64)")  # fmt: skip
+    parser.add_argument("--storage", choices=STORAGES, default="float32",
+                        help="frozen storage for a model file (a config sets its own)")  # fmt: skip
+    parser.add_argument("--tokenizer", metavar="GGUF", help="tokenizer GGUF (default: the model)")
+    parser.add_argument("--chat", action="store_true",
+                        help="wrap each prompt as a user turn in the chat template")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print JSON")

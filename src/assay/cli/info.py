@@ -1,0 +1,100 @@
+"""``assay info MODEL``: a model file's config, tensor types, sizes and fingerprints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from assay.cli.load_progress import load_progress
+from assay.settings import STORAGES
+from assay.settings import rule as setting_rule
+from assay.storage.registry import storage
+
+
+def _model_info(args: argparse.Namespace) -> dict[str, Any]:
+    from assay.model.loader import open_source
+    from assay.storage.load import load_stored
+
+    source = open_source(args.model)
+    started = time.perf_counter()
+    with load_progress(f"{args.model} ({args.storage})"):
+        model, fingerprint = load_stored(
+            args.model, storage=args.storage, quantize_embeddings_too=args.quantize_embeddings
+        )
+    info: dict[str, Any] = {
+        "path": str(args.model),
+        "format": "safetensors" if Path(args.model).is_dir() else "gguf",
+        "config": model.config.to_dict(),
+        "tensor_types": source.tensor_types(),
+        "fingerprint": fingerprint.to_dict(),
+        "load_seconds": round(time.perf_counter() - started, 3),
+        "storage": args.storage,
+        "quantize_embeddings": args.quantize_embeddings,
+        "tokenizer": None,
+    }
+    if info["format"] == "gguf" and "tokenizer.ggml.model" in source.header.metadata:
+        from assay.model.tokenizer import load_tokenizer
+
+        info["tokenizer"] = load_tokenizer(args.model).summary()
+    if not storage(args.storage).keeps_parameters or args.quantize_embeddings:
+        from assay.memory.accounting import owned_bytes
+
+        info["owned_bytes"] = owned_bytes(model)
+    return info
+
+
+def _print_info(info: dict[str, Any]) -> None:
+    c, fp = info["config"], info["fingerprint"]
+    print(f"{info['path']} ({info['format']})")
+    print(
+        f"  architecture  {c['architecture']}: {c['num_layers']} layers, hidden "
+        f"{c['hidden_size']}, FFN {c['intermediate_size']}, heads {c['num_heads']}/"
+        f"{c['num_kv_heads']} (head_dim {c['head_dim']}), vocab {c['vocab_size']}"
+    )
+    print(
+        f"  rope          theta {c['rope_theta']:g}, scaling "
+        f"{c['rope_scaling'] or ('gguf rope_freqs' if c['rope_freq_divisors'] else 'none')}; "
+        f"tied embeddings {c['tie_word_embeddings']}; qkv bias {c['attention_bias']}"
+    )
+    print(f"  parameters    {fp['parameter_count']:,} ({fp['decoded_fp32_bytes']:,} bytes in fp32)")
+    types = ", ".join(f"{n} {k}" for k, n in sorted(info["tensor_types"].items()))
+    print(f"  tensor types  {types}")
+    print(f"  source sha256 {fp['source_sha256']}")
+    print(f"  canonical     {fp['canonical_sha256']}")
+    tok = info["tokenizer"]
+    if tok:
+        print(f"  tokenizer     {tok}")
+    if "owned_bytes" in info:
+        print(f"  storage       {info['storage']}")
+        for key, value in info["owned_bytes"].items():
+            print(f"    {key:<22}{value:>14,}")
+
+
+def run(args: argparse.Namespace) -> int:
+    info = _model_info(args)
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+    else:
+        _print_info(info)
+    return 0
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``assay info``."""
+    parser.add_argument("model", help="a GGUF file or an HF safetensors directory")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--storage",
+        choices=STORAGES,
+        default=setting_rule("storage").default,
+        help=f"frozen-base storage to load with (default {setting_rule('storage').default}); "
+        "non-float storage adds the owned-bytes block",
+    )
+    parser.add_argument(
+        "--quantize-embeddings",
+        action="store_true",
+        help="also quantize the embeddings and the tied head",
+    )

@@ -1,0 +1,229 @@
+"""The sections that say what trains and on what: ``adapter``, ``data`` and ``loss``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from assay.adapters.registry import (
+    LORA_FAMILY,
+    METHODS,
+    NAMES,
+    SHARINGS,
+    LoRAOptions,
+    LoRAPlusOptions,
+    TinyLoRAOptions,
+    option_names,
+)
+from assay.errors import ConfigError
+from assay.settings.choices import DEFAULT_TARGETS, FORMATS, LOSSES, PREFERENCE_LOSSES, PROJECTIONS
+from assay.settings.rule import setting
+
+# methods that put adapters on target projections (not the base weights themselves)
+ADAPTED = tuple(n for n, m in METHODS.items() if not m.trains_base)
+_LORA = {"applies": LORA_FAMILY, "applies_text": "lora family", "base": "lora"}
+_TINY = {"applies": ("tinylora",), "base": "lora"}
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """What trains. Keys that do not apply to ``method`` are None."""
+
+    selector: ClassVar[str] = "method"
+    selector_word: ClassVar[str] = "method"
+
+    method: str = setting(
+        "full (every weight trains; needs storage float32), lora, rslora (scale "
+        "alpha/sqrt(rank)), lora_fa (A frozen), loraplus (B learns lr_ratio times faster), "
+        "dora, tinylora.",
+        "string",
+        "lora",
+        choices=NAMES,
+    )
+    rank: int | None = setting("Adapter rank r.", "integer", LoRAOptions.rank, minimum=1, **_LORA)
+    alpha: float | None = setting(
+        "Scale numerator: alpha/rank, or alpha/sqrt(rank) for rslora.",
+        "number",
+        LoRAOptions.alpha,
+        exclusive_minimum=0,
+        **_LORA,
+    )
+    targets: tuple[str, ...] = setting(
+        "Projection names to adapt.",
+        "array",
+        DEFAULT_TARGETS,
+        items={"enum": list(PROJECTIONS)},
+        min_items=1,
+        unique=True,
+        applies=ADAPTED,
+        applies_text="adapter methods (full trains every weight)",
+        held=True,
+        base="lora",
+    )
+    layers: tuple[int, ...] | None = setting(
+        "Block indices to adapt (0-based).",
+        "array",
+        default_text="every layer",
+        nullable=True,
+        items={"type": "integer", "minimum": 0},
+        min_items=1,
+        unique=True,
+        applies=ADAPTED,
+        applies_text="adapter methods (full trains every weight)",
+        base="lora",
+    )
+    u: int | None = setting(
+        "Length of the trainable vector v per sharing group (with global sharing, the whole "
+        "model trains this many numbers).",
+        "integer",
+        TinyLoRAOptions.u,
+        minimum=1,
+        **_TINY,
+    )
+    r: int | None = setting(
+        "Rank of the truncated SVD of each frozen weight.",
+        "integer",
+        TinyLoRAOptions.r,
+        minimum=1,
+        **_TINY,
+    )
+    sharing: str | None = setting(
+        "global (one v for all targets) or per_target.",
+        "string",
+        TinyLoRAOptions.sharing,
+        choices=SHARINGS,
+        **_TINY,
+    )
+    dropout: float | None = setting(
+        "PEFT's lora_dropout: inverted dropout on the adapter input while training (the base "
+        "path never sees it); 0 is off.",
+        "number",
+        LoRAOptions.dropout,
+        minimum=0,
+        exclusive_maximum=1,
+        **_LORA,
+    )
+
+    lr_ratio: float | None = setting(
+        "LoRA+: B's learning rate over A's (PEFT's loraplus_lr_ratio).",
+        "number",
+        LoRAPlusOptions.lr_ratio,
+        exclusive_minimum=0,
+        applies=("loraplus",),
+        base="lora",
+    )
+
+    def options(self) -> dict[str, Any]:
+        """The method's own options for ``attach`` (keys that do not apply left out)."""
+        names = option_names(self.method)
+        return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Rows and how they become scored tokens."""
+
+    train: str = setting("Path of the training JSONL file.", "string", required=True, min_length=1)
+    eval: str | None = setting(
+        "Path of an evaluation JSONL file in the same format.",
+        "string",
+        default_text="none",
+        nullable=True,
+        min_length=1,
+    )
+    format: str = setting(
+        "Row format: text {text}, prompt_completion {prompt, completion}, messages {messages}, "
+        "preference {prompt, chosen, rejected}, kto {prompt, completion, label}; auto detects "
+        "it from the first row's keys.",
+        "string",
+        "auto",
+        choices=FORMATS,
+    )
+    mask: str | None = setting(
+        "Which tokens are scored: all (every token after the first) or completion_only "
+        "(completions; for messages only the assistant turns).",
+        "string",
+        default_text="all for text rows, completion_only for every other format",
+        choices=("all", "completion_only"),
+        nullable=True,
+    )
+    seq_len: int = setting("Maximum tokens per sequence.", "integer", 512, minimum=2)
+    truncate: bool = setting(
+        "Cut rows longer than seq_len instead of refusing them (the cut may drop the final EOS).",
+        "boolean",
+        False,
+    )
+
+
+_BETA_LOSSES = (*PREFERENCE_LOSSES, "kto")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """The objective. Keys that do not apply to ``type`` are None."""
+
+    selector: ClassVar[str] = "type"
+    selector_word: ClassVar[str] = "loss"
+
+    type: str = setting(
+        "ce (full logits), chunked_ce (logits per token chunk, recomputed in backward), the "
+        "preference losses dpo, ipo, orpo, simpo (preference rows), or kto (kto rows).",
+        "string",
+        "ce",
+        choices=LOSSES,
+    )
+    chunk_size: int | None = setting(
+        "Tokens per chunk.", "integer", 1024, minimum=1, applies=("chunked_ce",), base="ce"
+    )
+    beta: float | None = setting(
+        "Preference-loss temperature.",
+        "number",
+        0.1,
+        exclusive_minimum=0,
+        applies=_BETA_LOSSES,
+        by_selector={"simpo": 2.0},
+        default_text="0.1; simpo 2.0",
+        base="ce",
+    )
+    gamma: float | None = setting(
+        "Target reward margin.", "number", 0.5, minimum=0, applies=("simpo",), base="ce"
+    )
+    desirable_weight: float | None = setting(
+        "Weight of desirable rows.", "number", 1.0, exclusive_minimum=0, applies=("kto",),
+        base="ce",
+    )  # fmt: skip
+    undesirable_weight: float | None = setting(
+        "Weight of undesirable rows.", "number", 1.0, exclusive_minimum=0, applies=("kto",),
+        base="ce",
+    )  # fmt: skip
+    dpo_variant: str | None = setting(
+        "sigmoid, hinge or robust.",
+        "string",
+        "sigmoid",
+        choices=("sigmoid", "hinge", "robust"),
+        applies=("dpo",),
+        base="ce",
+    )
+    label_smoothing: float | None = setting(
+        "Assumed label-flip rate of the robust DPO variant.",
+        "number",
+        0.1,
+        minimum=0,
+        exclusive_maximum=0.5,
+        applies=("dpo",),
+        applies_text="dpo with dpo_variant robust",
+        base="ce",
+    )
+
+
+def check_adapter_options(options: dict[str, Any], *, where: str = "") -> None:
+    """ConfigError naming the first adapter option (given from Python: ``attach``, a saved
+    adapter's spec) that breaks its setting rule; the rules are the only statement of the
+    options' bounds, and the schema a YAML config is checked by is generated from them."""
+    found = {f.name: f.metadata["rule"] for f in dataclasses.fields(AdapterConfig)}
+    prefix = f"{where}: " if where else ""
+    for key, value in options.items():
+        problem = found[key].violation(value)
+        if problem:
+            raise ConfigError(f"{prefix}{key} {problem}")
