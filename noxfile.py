@@ -19,8 +19,9 @@ import nox
 ROOT = Path(__file__).parent
 GATES = sorted(p.stem.removeprefix("gate_") for p in (ROOT / "gates").glob("gate_*.py"))
 # Timing gates need a quiet machine to themselves: `gates` (and CI, which runs it on 2 shared
-# workers) leaves them out; run them alone with `nox -s gate-<name>`.
-TIMING_GATES = ("throughput",)
+# workers) leaves them out; run them alone with `nox -s gate-<name>`. gate-scale also writes
+# about 11 GB of random models and runs for about an hour on 2 cores.
+TIMING_GATES = ("throughput", "scale")
 # Long gates train the real model for minutes (gate-quality, gate-dynamics), compare fp32 sums
 # of two stacks whose last bits depend on the CPU's kernels (gate-dynamics, gate-generation: no
 # cross-machine pilot yet for a CI tolerance), or run many child interpreters (gate-mutation:

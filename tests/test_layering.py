@@ -300,6 +300,7 @@ TORCH_FREE = (
     "assay.memory.predict",
     "assay.memory.plan",
     "assay.model.config",
+    "assay.model.shapes",
     "assay.cli.commands",
 )
 

@@ -3,7 +3,8 @@ transformers + PEFT trained on the same chat rows, and the claims that compare t
 
 ``claim_recipe`` makes the three dynamics claims of one recipe (per-step loss, final adapters,
 final logits) with the controls it is handed; ``TRAINING_DEFECTS`` are the six defects a quality
-gate must catch, run as short controls by ``six_defects``.
+gate must catch, run as short controls by ``six_defects``. ``CHUNKED`` is the chunked-CE recipe
+(its chat rows are longer, so every row crosses chunk edges).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,13 @@ METHOD_RECIPES = (
     Recipe("dora", 1),
     Recipe("lora", 1, storage="nf4_double_quant"),
 )
+# Chunked CE against plain CE: 7 tokens a chunk over rows of 15 to 23 scored tokens (12 to 20
+# words), so every row crosses two or three chunk edges and most end on a partial chunk. The
+# reference takes F.cross_entropy on fp64 logits: on fp32 logits torch's CPU log_softmax sums a
+# 49152-wide row about 2.6e-5 low, and the first chunked recipe (chunk 37, over 4 to 10 scored
+# tokens: no edge at all) measured that bias, 2.5e-4, rather than chunked CE (receipt
+# 20261204T150138Z).
+CHUNKED = Recipe("lora", 1, loss="chunked_ce", chunk_size=7, words=(12, 20), reference_fp64=True)
 # Pilot on this machine (fp32, 20 steps, 2026-12-02): per-step loss within 1.7e-5 relative
 # (LoRA, accumulation 1; 1.0e-5 with 4), final adapters within 2.5e-6 relative Frobenius,
 # logits within 1.3e-4. The thresholds are the issue's, above that and below what every
@@ -91,7 +99,17 @@ METHOD_DEFECTS = {
     "nf4_double_quant": (
         ("storage.nf4.nested_offset_dropped", "NF4 dequantized without the nested offset", SHORT),
     ),
+    # chunk edges and the mask, on the path the trainer takes (reduction "sum", frozen head)
+    "chunked_ce": (
+        ("train.losses.chunk_drops_row", "chunked CE drops the last row of every chunk", SHORT),
+        ("train.losses.chunk_edge_row_twice", "chunked CE scores each chunk-edge row twice", SHORT),
+        ("train.losses.chunk_mask_ignored", "chunked CE counts masked labels", SHORT),
+    ),
 }
+# Defects that move the logged loss but not the training: with a frozen head chunked CE writes
+# each row's hidden gradient once (index_copy_), so a row scored twice trains as before. They
+# control the loss claim only.
+LOSS_ONLY = frozenset({"train.losses.chunk_edge_row_twice"})
 # the steps at which the reference keeps its adapters: what the controls compare against
 CONTROL_STEPS = tuple(
     sorted({SHORT, *(steps for rows in METHOD_DEFECTS.values() for _, _, steps in rows)})
@@ -104,25 +122,40 @@ class Setup:
     rows: Path
     examples: list
     probe: list[list[int]]
+    tokenizer: object = None
+    # words per row -> (rows file, reference examples): the default rows, and any a recipe asks
+    data: dict = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Setup:
     tmp = tmp_path_factory.mktemp("dynamics")
-    chats = chat_rows(ROWS, seed=7)
-    rows = tmp / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats), "utf-8")
-    tokenizer = hf_tokenizer(smollm2_path())
-    examples = [reference_example(tokenizer, c) for c in chats]
-    return Setup(tmp, rows, examples, [examples[i][0] for i in (0, 5, 11)])
+    made = Setup(tmp, tmp, [], [], hf_tokenizer(smollm2_path()))
+    made.rows, made.examples = dataset(made, (2, 7))
+    made.probe = [made.examples[i][0] for i in (0, 5, 11)]
+    return made
+
+
+def dataset(setup: Setup, words: tuple[int, int]) -> tuple[Path, list]:
+    """The ``ROWS`` chat rows of ``words`` words each: assay's rows file and the reference's
+    examples (made once per session)."""
+    if words not in setup.data:
+        chats = chat_rows(ROWS, seed=7, words_per_row=words)
+        rows = setup.tmp / f"rows-{words[0]}-{words[1]}.jsonl"
+        rows.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats), "utf-8")
+        setup.data[words] = rows, [reference_example(setup.tokenizer, c) for c in chats]
+    return setup.data[words]
 
 
 def assay_trainer(setup: Setup, recipe: Recipe, name: str, **extra) -> Trainer:
     options = {"rank": recipe.rank, "alpha": recipe.alpha}
+    if recipe.loss != "ce":
+        extra = {"loss": {"type": recipe.loss, "chunk_size": recipe.chunk_size}, **extra}
+    rows = dataset(setup, recipe.words)[0]
     config = {
         "model": str(smollm2_path()),
         "adapter": {"method": recipe.method, **options, "targets": list(recipe.projections)},
-        "data": {"train": str(setup.rows), "format": "messages", "seq_len": 128},
+        "data": {"train": str(rows), "format": "messages", "seq_len": 128},
         "optim": {
             "lr": recipe.lr,
             "weight_decay": recipe.weight_decay,
@@ -203,12 +236,18 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     initial = adapters(trainer)
     mine = train_losses(trainer, recipe.steps)
     assay_cpu = time.process_time() - cpu
-    ref = run_reference(recipe, initial, setup.examples, keep=(*CONTROL_STEPS, recipe.steps))
+    examples = dataset(setup, recipe.words)[1]
+    ref = run_reference(recipe, initial, examples, keep=(*CONTROL_STEPS, recipe.steps))
     measured = controls(ref)
     quantized = recipe.storage != "float32"
     what = f"{recipe.method}, grad accumulation {recipe.accum}, micro-batch 1, {recipe.steps} steps"
     if quantized:  # QLoRA: the reference is transformers + bitsandbytes on the same bytes
         what += ", NF4 double-quant base against transformers + bitsandbytes (fp32 compute)"
+    if recipe.loss == "chunked_ce":
+        what += (
+            f", chunked CE ({recipe.chunk_size} tokens a chunk, rows of {recipe.words[0]} to "
+            f"{recipe.words[1]} words) against PEFT's plain F.cross_entropy on fp64 logits"
+        )
     code = (*CODE, "assay.storage.nf4") if quantized else CODE
     code = (*code, "assay.adapters.dora") if recipe.method == "dora" else code
     final = frobenius_rel(adapters(trainer), ref.snapshots[recipe.steps])
@@ -243,7 +282,8 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
         )
         claim.measure(value)
         for row in measured:
-            claim.control(row[0], row[column])
+            if row[column] is not None:  # None: not a control of this claim (LOSS_ONLY)
+                claim.control(row[0], row[column])
     claim = gate.claim(
         f"dynamics.final_logits.{recipe.name}",
         f"the trained models' logits ({what}) agree within {LOGITS_ABS:g} on three prompts",
@@ -260,9 +300,13 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
         f"{recipe.name}: losses assay {', '.join(f'{x:.6f}' for x in mine[:3])} ..., reference "
         f"{', '.join(f'{x:.6f}' for x in ref.losses[:3])} ...; CPU-seconds assay "
         f"{assay_cpu:.0f}, reference {ref.cpu_s:.0f}; controls (loss, adapters): "
-        + "; ".join(f"{label}: {loss:.3g}, {w:.3g}" for label, loss, w in measured)
+        + "; ".join(f"{label}: {loss:.3g}, {_g(w)}" for label, loss, w in measured)
     )
     return ref
+
+
+def _g(value: float | None) -> str:
+    return "not a control" if value is None else f"{value:.3g}"
 
 
 def claim_training_defects(gate, setup: Setup) -> None:
@@ -286,17 +330,23 @@ def claim_training_defects(gate, setup: Setup) -> None:
 
 def claim_method(gate, setup: Setup, recipe: Recipe) -> Reference:
     """The dynamics claims of ``recipe``, controlled by its method's own defects (its
-    storage's, for a quantized recipe); returns the reference run."""
+    storage's, for a quantized recipe; its loss's, for chunked CE); returns the reference run."""
     quantized = recipe.storage != "float32"
+    key = recipe.storage if quantized else recipe.method
+    key = recipe.loss if recipe.loss != "ce" else key
     runs = [
-        (f"{label} ({fault}), {steps} steps", steps, short_run(setup, recipe, fault, steps))
-        for fault, label, steps in METHOD_DEFECTS[recipe.storage if quantized else recipe.method]
+        (f"{label} ({fault}), {steps} steps", fault, steps, short_run(setup, recipe, fault, steps))
+        for fault, label, steps in METHOD_DEFECTS[key]
     ]
 
-    def own(ref: Reference) -> list[tuple[str, float, float]]:
+    def own(ref: Reference) -> list[tuple[str, float, float | None]]:
         return [
-            (what, max_rel(lo, ref.losses[:n]), frobenius_rel(w, ref.snapshots[n]))
-            for what, n, (lo, w) in runs
+            (
+                what,
+                max_rel(lo, ref.losses[:n]),
+                None if fault in LOSS_ONLY else frobenius_rel(w, ref.snapshots[n]),
+            )
+            for what, fault, n, (lo, w) in runs
         ]
 
     return claim_recipe(gate, setup, recipe, own)

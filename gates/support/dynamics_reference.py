@@ -8,7 +8,10 @@ definition assay documents, so a bug shared by both sides cannot pass.
 - order: epoch ``e`` visits ``torch.randperm(n)`` from a generator seeded ``seed * 1000003 + e``
   (``assay.train.data.BatchIterator``'s docstring);
 - loss: summed token cross-entropy of every micro-batch of a step divided by the step's scored
-  tokens (one division per step, whatever the accumulation);
+  tokens (one division per step, whatever the accumulation); ``F.cross_entropy`` on fp32
+  logits, or on logits upcast to fp64 for a recipe whose ``reference_fp64`` is set (torch's
+  fp32 CPU ``log_softmax`` sums a 49152-wide row about 2.6e-5 low, a bias assay's plain CE
+  shares and its chunked CE, which takes ``torch.logsumexp``, does not);
 - schedule: factor ``(s + 1) / warmup`` for the first ``warmup`` steps, then
   ``0.5 (1 + cos(pi p))`` with ``p`` the fraction of the remaining steps done;
 - weight decay on tensors of two or more dimensions only (DoRA's magnitude vectors have none),
@@ -48,11 +51,16 @@ class Recipe:
     seed: int = 0
     projections: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     storage: str = "float32"  # or nf4_double_quant: the reference is transformers + bitsandbytes
+    loss: str = "ce"  # assay's loss; or chunked_ce at chunk_size (the reference: plain CE)
+    chunk_size: int = 0
+    words: tuple[int, int] = (2, 7)  # words per chat row (chat_rows)
+    reference_fp64: bool = False  # the reference's cross-entropy on fp64 logits
 
     @property
     def name(self) -> str:
         quantized = "-nf4dq" if self.storage == "nf4_double_quant" else ""
-        return f"{self.method}-accum{self.accum}{quantized}"
+        chunked = f"-chunked{self.chunk_size}" if self.loss == "chunked_ce" else ""
+        return f"{self.method}-accum{self.accum}{quantized}{chunked}"
 
 
 @dataclass
@@ -65,12 +73,15 @@ class Reference:
     cpu_s: float
 
 
-def chat_rows(count: int, seed: int) -> list[list[dict[str, str]]]:
-    """Single-turn chats: reverse 2 to 7 words (so rows differ in length and scored tokens)."""
+def chat_rows(
+    count: int, seed: int, words_per_row: tuple[int, int] = (2, 7)
+) -> list[list[dict[str, str]]]:
+    """Single-turn chats: reverse 2 to 7 words (``words_per_row``), so rows differ in length
+    and scored tokens."""
     rng = random.Random(seed)
     rows = []
     for _ in range(count):
-        words = rng.sample(WORDS, rng.randint(2, 7))
+        words = rng.sample(WORDS, rng.randint(*words_per_row))
         rows.append(
             [
                 {"role": "user", "content": "Reverse the words: " + " ".join(words)},
@@ -165,7 +176,8 @@ def run_reference(
         scored = sum(sum(label != -100 for label in labels[1:]) for _, labels in micro)
         total = 0.0
         for ids, labels in micro:
-            logits = model(torch.tensor([ids])).logits[0, :-1].float()
+            logits = model(torch.tensor([ids])).logits[0, :-1]
+            logits = logits.double() if recipe.reference_fp64 else logits.float()
             summed = F.cross_entropy(
                 logits, torch.tensor(labels[1:]), ignore_index=-100, reduction="sum"
             )

@@ -2,7 +2,8 @@
 
 The adapted model (LoRA with randomized B), the product objective's loss and gradients, the
 control subjects (chosen and rejected swapped, prompt tokens scored) and the comparisons the
-claims measure.
+claims measure. gate-dynamics' DPO chunk claims drive the product and compare with ``product``,
+``trainables`` and ``relative`` (``dynamics_chunked_helpers``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The gate-preference oracle: SPEC's preference losses written in plain torch on full logits.
 
 Independent of assay.train.preference: log_softmax over the whole vocabulary, masks built from
-raw (prompt, completion) token lists, and autograd for the gradients.
+raw (prompt, completion) token lists, and autograd for the gradients. gate-dynamics uses it too,
+on SmolLM2, for DPO's row-chunked log-probs (``dynamics_chunked_helpers``).
 """
 
 from __future__ import annotations

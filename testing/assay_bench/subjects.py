@@ -1,5 +1,6 @@
-"""The contestants of the step benchmark, built from one GGUF: assay (resident, NF4, streamed)
-and its peers (transformers + PEFT, transformers + bitsandbytes NF4 + PEFT).
+"""The contestants of the step benchmark, built from one model (a GGUF file or an HF
+safetensors folder, such as assay_testing.scale_models writes): assay (resident, NF4,
+streamed) and its peers (transformers + PEFT, transformers + bitsandbytes NF4 + PEFT).
 
 Every subject trains LoRA (rank 8, alpha 16 by default) on the attention projections in fp32
 with AdamW (fused, lr 1e-4). assay subjects use assay's fused chunked CE by default (what
@@ -52,6 +53,20 @@ def _checkpointing(model, on: bool) -> Callable[[], None]:
     return setup
 
 
+def hf_dense(path: Path) -> torch.nn.Module:
+    """transformers fp32 causal LM in eval mode: from the GGUF (assay_testing.peers.hf_model)
+    or from an HF safetensors folder."""
+    if not path.is_dir():
+        from assay_testing.peers import hf_model
+
+        return hf_model(path)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model.hf_quantizer = None  # as a GGUF-loaded one has: peers.hf_bnb_nf4 saves and restores it
+    return model
+
+
 def build_subjects(
     names: Sequence[str],
     path: Path,
@@ -63,8 +78,9 @@ def build_subjects(
     progress: Callable[[str], None] = lambda _: None,
     stream_device: str = "cpu",
 ) -> dict[str, Subject]:
-    """The named subjects (from :data:`SUBJECTS`), in that order, on CPU, except that streamed
-    subjects compute on ``stream_device`` (their base stays in RAM). assay subjects use
+    """The named subjects (from :data:`SUBJECTS`) of the model at ``path`` (a GGUF file or an
+    HF safetensors folder), in that order, on CPU, except that streamed subjects compute on
+    ``stream_device`` (their base stays in RAM). assay subjects use
     ``assay_loss`` (assay_bench.step.LOSSES); the transformers peers use ``ce``."""
     import assay
     from assay.adapters import attach
@@ -118,10 +134,10 @@ def build_subjects(
             )
             add(name, streamed, recompute=recompute)
     if "peft" in names or "bnb-nf4" in names:
-        from assay_testing.peers import hf_bnb_nf4, hf_model, peft_lora
+        from assay_testing.peers import hf_bnb_nf4, peft_lora
 
-        progress("loading transformers fp32 from the GGUF")
-        dense = hf_model(path)
+        progress(f"loading transformers fp32 from {path.name}")
+        dense = hf_dense(path)
         if "bnb-nf4" in names:
             progress("quantizing transformers + bitsandbytes NF4")
             wrapped = peft_lora(hf_bnb_nf4(path, dense=dense), rank, alpha, HF_TARGETS).train()
@@ -133,13 +149,11 @@ def build_subjects(
     if "peft-all" in names:
         from peft import LoraConfig, get_peft_model
 
-        from assay_testing.peers import hf_model
-
         progress("loading transformers fp32 for PEFT all-linear")
         all_linear = LoraConfig(
             r=rank, lora_alpha=alpha, target_modules="all-linear", lora_dropout=0.0, bias="none"
         )
-        wrapped = get_peft_model(hf_model(path), all_linear).train()
+        wrapped = get_peft_model(hf_dense(path), all_linear).train()
         add("peft-all", wrapped, forward=_hf_forward(wrapped), targets="all-linear")
     return {name: built[name] for name in names}
 

@@ -108,6 +108,12 @@ MUTANTS: tuple[Mutant, ...] = (
     # train: losses, data, preference, objective
     Mutant("train.losses.mask_ignored", (_CE_EQUAL,)),
     Mutant("train.losses.chunk_drops_row", (_CE_EQUAL,)),
+    Mutant("train.losses.chunk_edge_row_twice", (_CE_EQUAL,)),
+    Mutant("train.losses.chunk_mask_ignored", (_CE_EQUAL,)),
+    Mutant(
+        "train.losses.lse_block_edge_row",
+        (_CE + "test_row_blocked_logsumexp_equals_torchs_bitwise",),
+    ),
     Mutant("train.losses.divisor_all_tokens", (_CE_EQUAL,)),
     Mutant(
         "train.losses.fused_grad_unscaled",
@@ -152,6 +158,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("train.preference.dpo_beta_sign", (_PR + "test_dpo_variants_at_known_points",)),
     Mutant(
         "train.preference.token_logp_grad_sign",
+        (_PR + "test_chunked_token_logps_equal_log_softmax_values_and_gradients",),
+    ),
+    Mutant(
+        "train.preference.chunk_offset_lost",
         (_PR + "test_chunked_token_logps_equal_log_softmax_values_and_gradients",),
     ),
     Mutant(
@@ -201,7 +211,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "stream.engine.cache_key_ignores_bytes",
+        "stream.store.cache_key_ignores_bytes",
         (_SE + "test_disk_tier_keys_on_content",),
     ),
     Mutant(

@@ -45,6 +45,20 @@ def test_chunked_token_logps_equal_log_softmax_values_and_gradients(chunk):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_a_confident_tokens_log_prob_keeps_fp32_relative_precision():
+    # Each target 13 above logits near 60: log p is about -7e-4, some 200 ulps of 60. Taken
+    # as logit - logsumexp at the logits' size it keeps only those (up to 5e-3 of it).
+    gen = torch.Generator().manual_seed(6)
+    logits = 47 + torch.rand(1, 48, 256, generator=gen)
+    labels = torch.randint(0, 256, (1, 48), generator=gen)
+    logits.scatter_(-1, labels[..., None], 60 + torch.rand(1, 48, 1, generator=gen))
+    mask = torch.ones_like(labels, dtype=torch.bool)
+    got = token_logps(logits, torch.eye(256), labels, mask, chunk_size=7)
+    want = logits.double().log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)
+    worst = float(((got.double() - want) / want).abs().max())
+    assert worst <= 1e-3, f"largest relative error {worst:.2e}"
+
+
 def test_sequence_logps_sum_or_average_over_scored_tokens():
     per_token = torch.tensor([[0.0, -1.0, -3.0], [0.0, 0.0, -2.0]])
     mask = torch.tensor([[False, True, True], [False, False, True]])

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from assay.adapters.base import AdapterLinear
-from assay.adapters.inject import layer_indices, resolve, target_names
+from assay.adapters.inject import PARENT, layer_indices, target_names
 from assay.adapters.registry import NAMES, LoRAOptions, build_options
 from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
@@ -99,10 +99,7 @@ def attach(
     entry = registered(method)
     if getattr(model, "assay_adapter_spec", None) is not None:
         raise ConfigError("model already has adapters attached; load a fresh model")
-    if issubclass(entry.options, LoRAOptions):
-        options = {"rank": rank, "alpha": alpha, **options}
-    resolved = build_options(method, options)
-    check_adapter_options(asdict(resolved))
+    resolved = _checked_options(method, rank, alpha, options)
     if entry.trains_base:
         if _has_stored_weights(model):
             raise ConfigError(
@@ -114,30 +111,90 @@ def attach(
         spec = AdapterSpec("full", 0, 0.0, names, layer_indices(len(model.layers), None), seed)
         model.assay_adapter_spec = spec
         return model
-    generator = torch.Generator().manual_seed(seed)
-    sites = resolve(model, targets, layers)
-    options = asdict(resolved)
-    implementation, shared = entry.adapter_class(), {}
-    for _, parent, attr in sites:
-        base = getattr(parent, attr)
-        if isinstance(base, AdapterLinear):
-            raise ConfigError(f"{attr} already wraps an adapter")
-        adapter = implementation.wrap(
-            base, method=method, options=options, generator=generator, shared=shared
-        )
-        setattr(parent, attr, adapter)
-    if issubclass(entry.options, LoRAOptions):
-        # dropout is recorded only when on, so specs of dropout-free adapters stay as they were
-        scale = {"rank": options.pop("rank"), "alpha": float(options.pop("alpha"))}
-        options = {k: v for k, v in options.items() if v}
-    else:
-        scale = {"rank": 0, "alpha": 0.0}
-    model.assay_adapter_spec = AdapterSpec(
-        method=method,
-        targets=target_names(targets),
-        layers=layer_indices(len(model.layers), layers),
-        seed=seed,
-        options=options,
-        **scale,
-    )
+    adapt = LayerwiseAttach(len(model.layers), method, resolved, targets, layers, seed)
+    for index, layer in enumerate(model.layers):
+        adapt(index, layer)
+    adapt.finish(model)
     return model
+
+
+def _checked_options(method: str, rank: int | None, alpha: float | None, options: dict) -> Any:
+    if issubclass(registered(method).options, LoRAOptions):
+        options = {"rank": rank, "alpha": alpha, **options}
+    resolved = build_options(method, options)
+    check_adapter_options(asdict(resolved))
+    return resolved
+
+
+def layerwise_attach(num_layers: int, method: str = "lora", *, rank: int | None = None,
+                     alpha: float | None = None, targets: str | Sequence[str] = "attention",
+                     layers: Iterable[int] | None = None, seed: int = 0,
+                     **options: Any) -> LayerwiseAttach:  # fmt: skip
+    """``attach``'s arguments, checked as ``attach`` checks them, as a per-layer attacher for
+    a model of ``num_layers`` layers. Method ``full`` trains the whole base and is refused."""
+    if registered(method).trains_base:
+        raise ConfigError(f"method {method!r} trains the base: it cannot be attached per layer")
+    resolved = _checked_options(method, rank, alpha, options)
+    return LayerwiseAttach(num_layers, method, resolved, targets, layers, seed)
+
+
+class LayerwiseAttach:
+    """``attach`` one decoder layer at a time, for a loader that holds one layer at a time.
+
+    Called with every layer in order, then ``finish(model)``, it builds bitwise the adapters
+    ``attach`` builds: one seeded generator is drawn from in the same site order (layer, then
+    projection). ``options`` are the method's checked options (``build_options``).
+    """
+
+    def __init__(self, num_layers: int, method: str, options: Any, targets: str | Sequence[str],
+                 layers: Iterable[int] | None, seed: int) -> None:  # fmt: skip
+        self.entry = registered(method)
+        self.method, self.targets, self.seed = method, targets, seed
+        self.options = asdict(options)
+        self.layers = layer_indices(num_layers, layers)
+        self.names = target_names(targets)
+        self.num_layers = num_layers
+        self.generator = torch.Generator().manual_seed(seed)
+        self.implementation, self.shared = self.entry.adapter_class(), {}
+        self.seen = 0
+
+    def __call__(self, index: int, layer: nn.Module) -> None:
+        if index != self.seen:
+            raise ConfigError(f"layers must be adapted in order: got layer {index}, "
+                              f"expected {self.seen}")  # fmt: skip
+        self.seen += 1
+        if index not in self.layers:
+            return
+        for projection in self.names:
+            parent = getattr(layer, PARENT[projection])
+            base = getattr(parent, projection)
+            if isinstance(base, AdapterLinear):
+                raise ConfigError(f"{projection} already wraps an adapter")
+            adapter = self.implementation.wrap(
+                base,
+                method=self.method,
+                options=self.options,
+                generator=self.generator,
+                shared=self.shared,
+            )
+            setattr(parent, projection, adapter)
+
+    def finish(self, model: nn.Module) -> None:
+        """Record the ``AdapterSpec`` on ``model``, once every layer has been adapted."""
+        if self.seen != self.num_layers:
+            raise ConfigError(f"adapted {self.seen} of {self.num_layers} layers")
+        options = dict(self.options)
+        if issubclass(self.entry.options, LoRAOptions):
+            # dropout is recorded only when on, so specs of dropout-free adapters stay as they were
+            scale = {"rank": options.pop("rank"), "alpha": float(options.pop("alpha"))}
+            options = {k: v for k, v in options.items() if v}
+        else:
+            scale = {"rank": 0, "alpha": 0.0}
+        model.assay_adapter_spec = AdapterSpec(
+            method=self.method,
+            targets=self.names,
+            layers=self.layers,
+            seed=self.seed,
+            options=options,
+            **scale,
+        )

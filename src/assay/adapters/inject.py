@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from torch import nn
-
 from assay.errors import ConfigError
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -49,16 +47,3 @@ def layer_indices(num_layers: int, layers: Iterable[int] | None) -> tuple[int, .
 
 def qualified_name(layer: int, projection: str) -> str:
     return f"layers.{layer}.{PARENT[projection]}.{projection}"
-
-
-def resolve(
-    model: nn.Module, targets: str | Sequence[str], layers: Iterable[int] | None
-) -> list[tuple[str, nn.Module, str]]:
-    """(qualified name, parent module, attribute) for every targeted projection, in order."""
-    names = target_names(targets)
-    found = []
-    for i in layer_indices(len(model.layers), layers):
-        for projection in names:
-            parent = getattr(model.layers[i], PARENT[projection])
-            found.append((qualified_name(i, projection), parent, projection))
-    return found

@@ -37,7 +37,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("export", "assay.cli.export", True,
             "write a checkpoint as a PEFT adapter or a merged model"),
     Command("estimate", "assay.cli.estimate", True,
-            "predict peak device memory of a train config and check it fits"),
+            "predict peak device memory of a train config or a published model shape, and "
+            "check it fits"),
     Command("generate", "assay.cli.generate", True,
             "greedy continuations of prompts (KV cache), from a model, config or run"),
     Command("status", "assay.cli.status", True,

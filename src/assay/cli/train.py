@@ -25,11 +25,12 @@ if TYPE_CHECKING:
 
 def _check_fit(config, args: argparse.Namespace) -> None:
     """Refuse, before anything loads, a config predicted over its budget: --budget, the
-    config's budget, else the free memory of the device (CUDA's free memory, or the host's
-    MemAvailable on CPU). The refusal names the setting behind the largest term."""
+    config's budget, else the free memory of the device (CUDA's free memory; on CPU the host's
+    MemAvailable or, where tighter, what the process's memory cgroup has left). The refusal
+    names the setting behind the largest term."""
     from assay.memory.plan import (
         header_config,
-        memory_available,
+        host_memory_free,
         plan_from_config,
         refusal_line,
         verdict,
@@ -49,9 +50,10 @@ def _check_fit(config, args: argparse.Namespace) -> None:
         budget = torch.cuda.mem_get_info(torch.device(args.device))[0]
         name = "the device's free memory"
     else:
-        budget, name = memory_available(), "the memory available (MemAvailable)"
-        if budget is None:
+        free = host_memory_free()
+        if free is None:
             return  # no way to know the host's free memory here
+        budget, name = free
     result = verdict(plan_from_config(config, header_config(model_path(config))), budget)
     if not result["fits"] and not args.force:
         raise AssayError(f"{args.config}: {refusal_line(result, name)} (--force to run anyway)")
@@ -317,7 +319,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget",
         help="device memory budget, e.g. 4GiB (default: the config's budget, else the "
-        "device's free memory: CUDA free memory, or MemAvailable on CPU)",
+        "device's free memory: CUDA free memory; on CPU the lower of MemAvailable and the "
+        "memory cgroup's free memory)",
     )
     parser.add_argument(
         "--report-to",

@@ -166,6 +166,23 @@ def refusal_line(result: dict[str, Any], budget_name: str = "the budget") -> str
     return f"{head}; fits with {options}" + (f" (and {more} more)" if more else "")
 
 
+def host_memory_free() -> tuple[int, str] | None:
+    """(bytes a CPU run may still use, the name a refusal gives them): ``MemAvailable``, or
+    the memory cgroup's limit less its usage where that is tighter (the kernel kills at the
+    group's limit whatever MemAvailable says); None where neither can be read."""
+    from assay.memory.cgroup import group_memory
+
+    available = memory_available()
+    group = group_memory()
+    if group is not None and (available is None or group.free < available):
+        return group.free, (
+            f"the memory cgroup's free memory ({gib(group.free)} of its {gib(group.limit)} limit)"
+        )
+    if available is None:
+        return None
+    return available, "the memory available (MemAvailable)"
+
+
 def memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     """Bytes the kernel says can be allocated without swapping (``MemAvailable``); None where
     the file or the field is missing (not Linux)."""

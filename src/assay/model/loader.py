@@ -114,7 +114,7 @@ def load_with_fingerprint(
     path: str | os.PathLike[str],
     *,
     dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = "cpu",
     layer_hook: LayerHook | None = None,
     model_hook: LayerHook | None = None,
 ) -> tuple[Decoder, Fingerprint]:
@@ -122,8 +122,9 @@ def load_with_fingerprint(
 
     Layers are materialised one at a time and ``layer_hook(layer)`` runs on each straight
     away (storage packs it there), so peak memory is one dense layer plus what the hook kept;
-    ``model_hook(model)`` runs once at the end, before the move to ``device``. Base parameters
-    come back frozen (``requires_grad=False``); adapters decide what trains.
+    ``model_hook(model)`` runs once at the end, before the move to ``device`` (None: no move,
+    for a hook that left a layer's tensors elsewhere). Base parameters come back frozen
+    (``requires_grad=False``); adapters decide what trains.
     """
     source = open_source(path)
     config = source.config
@@ -148,7 +149,8 @@ def load_with_fingerprint(
         model.lm_head.weight = model.embed_tokens.weight
     if model_hook is not None:
         model_hook(model)
-    model.to(device)
+    if device is not None:
+        model.to(device)
     fingerprint = Fingerprint(
         source_sha256=source_sha256(path),
         canonical_sha256=hasher.digest.hexdigest(),

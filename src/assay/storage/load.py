@@ -9,32 +9,42 @@ from __future__ import annotations
 import os
 
 import torch
+from torch import nn
 
 from assay.model.decoder import Decoder
-from assay.model.loader import Fingerprint, load_with_fingerprint
+from assay.model.loader import Fingerprint, LayerHook, load_with_fingerprint
 
 
 def load_stored(
     path: str | os.PathLike[str],
     *,
     dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = "cpu",
     storage: str = "float32",
     quantize_embeddings_too: bool = False,
+    then: LayerHook | None = None,
 ) -> tuple[Decoder, Fingerprint]:
-    """Like :func:`load`, and also return the fingerprint."""
+    """Like :func:`load`, and also return the fingerprint. ``then(layer)`` runs on each layer
+    once storage has packed it, before the next layer is decoded (``device`` None: no move at
+    the end, for a ``then`` that moves each layer's tensors elsewhere)."""
     # Imported here so that float32 loads never pay for importing bitsandbytes.
     from assay.storage import apply_storage, check_storage, quantize_embeddings
     from assay.storage.registry import storage as registered_storage
 
     check_storage(storage)
+    packs = not registered_storage(storage).keeps_parameters
+
+    def each_layer(layer: nn.Module) -> None:
+        if packs:
+            apply_storage(layer, storage)
+        if then is not None:
+            then(layer)
+
     return load_with_fingerprint(
         path,
         dtype=dtype,
         device=device,
-        layer_hook=None
-        if registered_storage(storage).keeps_parameters
-        else lambda layer: apply_storage(layer, storage),
+        layer_hook=each_layer if packs or then is not None else None,
         model_hook=(lambda model: quantize_embeddings(model, storage))
         if quantize_embeddings_too
         else None,

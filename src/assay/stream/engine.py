@@ -12,7 +12,6 @@ logits and gradients are bitwise equal to a resident run with the same storage.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from assay.model.tensors import get_tensor, set_tensor
 from assay.stream.layout import LayerLayout, base_tensors
 from assay.stream.pool import SlotPool
 from assay.stream.refetch import KeptActivations
-from assay.stream.store import DiskStore, RamStore
+from assay.stream.store import ContentHash, DiskStore, RamStore
 
 TIERS = ("ram", "disk")
 
@@ -91,7 +90,9 @@ class StreamedModel(nn.Module):
 
     Embeddings, the final norm, the head and every adapter tensor stay resident on ``device``.
     ``forward``/``hidden_states`` match ``Decoder``'s; gradients reach every trainable tensor,
-    including base weights that train (method ``full``, RAM tier only). ``recompute=False``
+    including base weights that train (method ``full``, RAM tier only). ``store``: a disk
+    store already written by ``assay.stream.offload.load_into_disk_tier``, whose model holds
+    meta placeholders for every layer's base. ``recompute=False``
     keeps activations instead of recomputing each layer in backward: faster by one forward,
     resident activation memory, frozen bases only.
     """
@@ -105,10 +106,13 @@ class StreamedModel(nn.Module):
         device: str | torch.device = "cpu",
         cache_dir: str | os.PathLike[str] | None = None,
         recompute: bool = True,
+        store: DiskStore | None = None,
     ) -> None:
         super().__init__()
         if tier not in TIERS:
             raise ConfigError(f"stream.tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        if store is not None and tier != "disk":
+            raise ConfigError("a prebuilt store is a disk store: pass tier='disk'")
         self.model = model
         self.config = model.config
         self.device = torch.device(device)
@@ -123,7 +127,11 @@ class StreamedModel(nn.Module):
         if not recompute and any(self.trainable_base_names):
             raise ConfigError("stream.recompute: false needs a frozen base; method full recomputes")
         self.recompute = recompute
-        if tier == "ram":
+        if store is not None:
+            if store.layouts != self.layouts:
+                raise ConfigError("the disk store was written for other layers than this model's")
+            self.store = store
+        elif tier == "ram":
             self.store = RamStore(self.layouts, layers, pin=self.device.type == "cuda")
         else:
             key = _content_key(layers)
@@ -250,11 +258,8 @@ class StreamedModel(nn.Module):
 
 
 def _content_key(layers: list[dict[str, torch.Tensor]]) -> str:
-    """sha256 over every streamed byte, so a disk cache can never serve another model's bytes."""
-    digest = hashlib.sha256()
+    """The disk cache key of these layers' bytes (see ``ContentHash``)."""
+    content = ContentHash()
     for tensors in layers:
-        for name, tensor in tensors.items():
-            digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}\0".encode())
-            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-            digest.update(raw.numpy().tobytes())
-    return digest.hexdigest()
+        content.add(tensors)
+    return content.hexdigest()

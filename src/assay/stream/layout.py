@@ -8,8 +8,6 @@ own tensors (LoRA A/B, DoRA magnitude, TinyLoRA's fixed buffers) stay resident.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
 import torch
@@ -81,9 +79,3 @@ class LayerLayout:
     def describe(self) -> list[list]:
         """A JSON-serialisable description (for cache keys and shard metadata)."""
         return [[e.name, list(e.shape), str(e.dtype), e.offset, e.nbytes] for e in self.entries]
-
-
-def layouts_key(layouts: list[LayerLayout]) -> str:
-    """sha256 over every layer's layout: changes whenever names, shapes or dtypes change."""
-    text = json.dumps([layout.describe() for layout in layouts], separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()

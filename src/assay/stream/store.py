@@ -6,17 +6,17 @@ into a device slot is a single copy.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import save_file
 
 from assay.atomic import fsync_file
 from assay.errors import AssayError
-from assay.stream.layout import LayerLayout, layouts_key
+from assay.stream.layout import LayerLayout
 
 
 class RamStore:
@@ -71,11 +71,13 @@ class RamStore:
 
 
 class DiskStore:
-    """Per-layer safetensors shards, written once per (model, storage, layout), read via mmap.
+    """Per-layer safetensors shards, written once per (model, storage, layout), read with pread.
 
     A shard holds one uint8 tensor ``block`` (the layer's bytes) and its layout as metadata.
     A directory whose manifest matches the key is reused as it is; shards are written to temp
     names and renamed, and the manifest is written last, so a torn write is never reused.
+    Reads go through the page cache into the slot (``readinto``), never through a mapping, so
+    the layers read stay out of the process's resident set: only the slots count.
     """
 
     tier = "disk"
@@ -91,55 +93,22 @@ class DiskStore:
         self.directory = root / key[:32]
         self.nbytes = sum(layout.nbytes for layout in layouts)
         manifest = self.directory / "manifest.json"
-        self.reused = self._manifest_matches(manifest, key) and self._shards_intact()
+        self.reused = manifest_matches(manifest, key) and shards_intact(
+            self.directory, len(layouts)
+        )
         if not self.reused:
             if layers is None:
                 raise AssayError(f"{self.directory}: no valid stream cache and no tensors to write")
-            self._write(key, layers, manifest)
-        self._maps = [self._map(i) for i in range(len(layouts))]
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for i, tensors in enumerate(layers):
+                write_shard(self.directory, i, layouts[i], tensors, key)
+            write_manifest(self.directory, key, len(layers))
+        self._offsets = [self._locate(i) for i in range(len(layouts))]
+        self._staging: torch.Tensor | None = None
 
-    def _manifest_matches(self, manifest: Path, key: str) -> bool:
-        try:
-            return json.loads(manifest.read_text())["key"] == key
-        except (OSError, ValueError, KeyError):
-            return False
-
-    def _shards_intact(self) -> bool:
-        """Every shard is present and as long as its header says (a torn one is rewritten)."""
-        try:
-            for i in range(len(self.layouts)):
-                path = self._shard(i)
-                with path.open("rb") as handle:
-                    header_len = int.from_bytes(handle.read(8), "little")
-                    end = json.loads(handle.read(header_len))["block"]["data_offsets"][1]
-                if path.stat().st_size < 8 + header_len + end:
-                    return False
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            return False
-        return True
-
-    def _shard(self, index: int) -> Path:
-        return self.directory / f"layer-{index:04d}.safetensors"
-
-    def _write(self, key: str, layers: list[dict[str, torch.Tensor]], manifest: Path) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for i, tensors in enumerate(layers):
-            block = torch.zeros(self.layouts[i].nbytes, dtype=torch.uint8)
-            views = self.layouts[i].views(block)
-            for name, tensor in tensors.items():
-                views[name].copy_(tensor.detach())
-            tmp = self._shard(i).with_suffix(".tmp")
-            meta = {"layout": json.dumps(self.layouts[i].describe()), "key": key}
-            save_file({"block": block}, str(tmp), metadata=meta)
-            fsync_file(tmp)
-            os.replace(tmp, self._shard(i))
-        tmp = manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "layers": len(layers)}))
-        fsync_file(tmp)
-        os.replace(tmp, manifest)
-
-    def _map(self, index: int) -> np.memmap:
-        path = self._shard(index)
+    def _locate(self, index: int) -> int:
+        """Byte offset of layer ``index``'s block in its shard, after checking the shard."""
+        path = shard_path(self.directory, index)
         try:
             with path.open("rb") as handle:
                 header_len = int.from_bytes(handle.read(8), "little")
@@ -154,14 +123,27 @@ class DiskStore:
                 f"{path}: block holds {end - start} bytes, layout needs "
                 f"{self.layouts[index].nbytes}"
             )
-        # Copy-on-write mapping: torch wants a writable array, and nothing ever writes to it.
-        return np.memmap(
-            path, dtype=np.uint8, mode="c", offset=8 + header_len + start, shape=(end - start,)
-        )
+        return 8 + header_len + start
 
     def read_into(self, index: int, destination: torch.Tensor, non_blocking: bool) -> None:
-        source = torch.from_numpy(self._maps[index])
-        destination[: self.layouts[index].nbytes].copy_(source, non_blocking=False)
+        size = self.layouts[index].nbytes
+        host = destination.device.type == "cpu"
+        if not host and (self._staging is None or self._staging.numel() < size):
+            self._staging = torch.empty(max(layout.nbytes for layout in self.layouts),
+                                        dtype=torch.uint8)  # fmt: skip
+        target = destination[:size] if host else self._staging[:size]
+        path = shard_path(self.directory, index)
+        view = memoryview(target.numpy()).cast("B")
+        with path.open("rb", buffering=0) as handle:
+            handle.seek(self._offsets[index])
+            done = 0
+            while done < size:
+                got = handle.readinto(view[done:])
+                if not got:
+                    raise AssayError(f"{path}: stream shard ended early (truncated after open)")
+                done += got
+        if not host:
+            destination[:size].copy_(target, non_blocking=False)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -172,6 +154,77 @@ class DiskStore:
         }
 
 
-def store_key(fingerprint: str, storage: str, layouts: list[LayerLayout]) -> str:
-    """Cache key of a disk store: model fingerprint, storage and the exact byte layout."""
-    return f"{fingerprint[:16]}-{storage}-{layouts_key(layouts)[:16]}"
+def shard_path(directory: Path, index: int) -> Path:
+    return directory / f"layer-{index:04d}.safetensors"
+
+
+def write_shard(
+    directory: Path,
+    index: int,
+    layout: LayerLayout,
+    tensors: dict[str, torch.Tensor],
+    key: str | None,
+) -> None:
+    """Layer ``index``'s tensors packed by ``layout`` into its shard: temp file, fsync, rename.
+    ``key`` goes into the shard's metadata when it is known before the bytes are (the manifest
+    always holds it)."""
+    block = torch.zeros(layout.nbytes, dtype=torch.uint8)
+    views = layout.views(block)
+    for name, tensor in tensors.items():
+        views[name].copy_(tensor.detach())
+    final = shard_path(directory, index)
+    tmp = final.with_suffix(".tmp")
+    meta = {"layout": json.dumps(layout.describe())}
+    if key is not None:
+        meta["key"] = key
+    save_file({"block": block}, str(tmp), metadata=meta)
+    fsync_file(tmp)
+    os.replace(tmp, final)
+
+
+def write_manifest(directory: Path, key: str, layers: int) -> None:
+    """The manifest that makes a shard directory reusable: written last, atomically."""
+    manifest = directory / "manifest.json"
+    tmp = manifest.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": key, "layers": layers}))
+    fsync_file(tmp)
+    os.replace(tmp, manifest)
+
+
+def manifest_matches(manifest: Path, key: str) -> bool:
+    try:
+        return json.loads(manifest.read_text())["key"] == key
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def shards_intact(directory: Path, layers: int) -> bool:
+    """Every shard is present and as long as its header says (a torn one is rewritten)."""
+    try:
+        for i in range(layers):
+            path = shard_path(directory, i)
+            with path.open("rb") as handle:
+                header_len = int.from_bytes(handle.read(8), "little")
+                end = json.loads(handle.read(header_len))["block"]["data_offsets"][1]
+            if path.stat().st_size < 8 + header_len + end:
+                return False
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
+    return True
+
+
+class ContentHash:
+    """sha256 over every streamed byte, layer by layer, so a disk cache can never serve another
+    model's bytes; adding the layers one at a time gives the digest of adding them all."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+
+    def add(self, tensors: dict[str, torch.Tensor]) -> None:
+        for name, tensor in tensors.items():
+            self.digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}\0".encode())
+            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+            self.digest.update(raw.numpy().tobytes())
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()

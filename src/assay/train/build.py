@@ -5,15 +5,17 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from assay.adapters import attach
-from assay.adapters.registry import method
+from assay.adapters.attachment import layerwise_attach
+from assay.adapters.registry import method as registered
 from assay.model.tokenizer import Tokenizer, load_tokenizer
-from assay.settings import TrainConfig
+from assay.settings import StreamConfig, TrainConfig
 from assay.settings.loader import model_path, tokenizer_path
 from assay.storage.load import load
 from assay.train.data import Dataset, load_dataset
@@ -33,25 +35,64 @@ def build_model(
 
     The same config and seed give bitwise the same initial trainables.
     """
-    base = load(model_path(config), storage=config.storage)
     adapter = config.adapter
     kwargs: dict = {}
-    if not method(adapter.method).trains_base:
+    if not registered(adapter.method).trains_base:
         kwargs = {"targets": list(adapter.targets), "layers": adapter.layers, **adapter.options()}
-    attach(base, adapter.method, seed=config.seed, **kwargs)
-    base.gradient_checkpointing = config.gradient_checkpointing
-    if config.stream is not None:
-        from assay.stream import StreamedModel
+    return build_runner(
+        model_path(config),
+        storage=config.storage,
+        method=adapter.method,
+        seed=config.seed,
+        adapter_options=kwargs,
+        gradient_checkpointing=config.gradient_checkpointing,
+        stream=config.stream,
+        device=device,
+    )
 
-        runner: nn.Module = StreamedModel(
-            base,
-            tier=config.stream.tier,
-            buffers=config.stream.buffers,
-            device=device,
-            recompute=config.stream.recompute,
-        )
+
+def build_runner(
+    path: str | Path,
+    *,
+    storage: str,
+    method: str,
+    seed: int,
+    adapter_options: dict,
+    gradient_checkpointing: bool = False,
+    stream: StreamConfig | None = None,
+    device: str | torch.device = "cpu",
+) -> tuple[nn.Module, nn.Module]:
+    """``build_model`` from its parts: the model file, its storage, the adapter method with
+    its options (``attach``'s keywords) and seed, and the stream settings.
+
+    A disk-tier run never holds the whole base: each layer goes to its shard as soon as it is
+    decoded, packed and adapted (``assay.stream.offload``), so a model larger than memory loads.
+    """
+    per_layer = stream is not None and stream.tier == "disk" and not registered(method).trains_base
+    if per_layer:
+        from assay.model.loader import open_source
+        from assay.stream.offload import load_into_disk_tier
+
+        layers = open_source(path).config.num_layers
+        adapt = layerwise_attach(layers, method, seed=seed, **adapter_options)
+        base, store, _ = load_into_disk_tier(path, storage=storage, adapt=adapt)
+        adapt.finish(base)
     else:
-        runner = base.to(device)
+        base, store = load(path, storage=storage), None
+        attach(base, method, seed=seed, **adapter_options)
+    base.gradient_checkpointing = gradient_checkpointing
+    if stream is None:
+        return base.to(device), base
+    from assay.stream import StreamedModel
+
+    runner = StreamedModel(
+        base,
+        tier=stream.tier,
+        buffers=stream.buffers,
+        device=device,
+        recompute=stream.recompute,
+        store=store,
+    )
     return runner, base
 
 

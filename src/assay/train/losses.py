@@ -11,8 +11,12 @@ of logsumexp workspace). With a frozen head
 (every adapter method) the forward forms each chunk's ``softmax - onehot`` right after its loss
 and accumulates the hidden-state gradient then (the fused linear cross-entropy idea): the head
 runs twice per step, as in plain CE, and never once more. When the head weight trains, forward
-keeps only each token's logsumexp and backward recomputes each chunk's logits (the Cut
-Cross-Entropy idea), so no ``V x H`` gradient waits between forward and backward.
+keeps only each token's largest logit and logsumexp and backward recomputes each chunk's logits
+(the Cut Cross-Entropy idea), so no ``V x H`` gradient waits between forward and backward.
+
+Each chunk's logits are first shifted by their row's largest logit (:func:`shift_to_max_`), so
+a token's loss is the sum of two non-negative terms and a confident token keeps fp32's relative
+precision, as ``log_softmax`` does.
 """
 
 from __future__ import annotations
@@ -77,6 +81,18 @@ def row_logsumexp(logits: Tensor) -> Tensor:
     return out
 
 
+def shift_to_max_(logits: Tensor) -> Tensor:
+    """Subtract each row's largest logit from a [rows, V] tensor, in place; returns the maxima.
+
+    A token's loss is then ``logsumexp(row) - row[target]``: two non-negative terms. Taken on the
+    unshifted logits it is a difference of two numbers of the logits' size, rounded to their
+    ulp (2e-6 at 30), which is all there is of a confident token's loss.
+    """
+    top = logits.amax(dim=-1)
+    logits.sub_(top[:, None])
+    return top
+
+
 def _scored_gradient(logits: Tensor, lse: Tensor, labels: Tensor, scale: Tensor | float) -> Tensor:
     """d loss / d logits = (softmax - onehot(target)) * scale, formed in ``logits``' memory."""
     probs = logits.sub_(lse[:, None]).exp_()
@@ -103,10 +119,12 @@ class _ChunkedCE(torch.autograd.Function):
         scale = torch.ones((), dtype=torch.float32, device=hidden.device) / divisor
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         lse = torch.empty(index.numel(), dtype=torch.float32, device=hidden.device)
+        top = torch.empty_like(lse)  # each row's largest logit; lse is taken after it
         for start in range(0, index.numel(), chunk_size):
             rows = index[start : start + chunk_size]
             chunk_labels = labels.index_select(0, rows)
             logits = hidden.index_select(0, rows).float() @ w.t()
+            top[start : start + rows.numel()] = shift_to_max_(logits)
             chunk_lse = row_logsumexp(logits)
             target = logits.gather(1, chunk_labels[:, None]).squeeze(1)
             lse[start : start + rows.numel()] = chunk_lse
@@ -119,7 +137,7 @@ class _ChunkedCE(torch.autograd.Function):
         if grad_h is not None:
             ctx.save_for_backward(grad_h)
         else:
-            ctx.save_for_backward(hidden, weight, labels, index, lse)
+            ctx.save_for_backward(hidden, weight, labels, index, top, lse)
         ctx.fused, ctx.chunk_size, ctx.divisor = fused, chunk_size, divisor
         ctx.hidden_dtype = hidden.dtype
         return total / divisor
@@ -129,7 +147,7 @@ class _ChunkedCE(torch.autograd.Function):
         if ctx.fused:
             (grad_h,) = ctx.saved_tensors
             return ((grad_h * grad_out.float()).to(ctx.hidden_dtype), *([None] * 5))
-        hidden, weight, labels, index, lse = ctx.saved_tensors
+        hidden, weight, labels, index, top, lse = ctx.saved_tensors
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         scale = grad_out.float() / ctx.divisor
         w = weight.float()
@@ -138,13 +156,14 @@ class _ChunkedCE(torch.autograd.Function):
         for start in range(0, index.numel(), ctx.chunk_size):
             rows = index[start : start + ctx.chunk_size]
             h = hidden.index_select(0, rows).float()
-            chunk_lse = lse[start : start + rows.numel()]
-            probs = _scored_gradient(h @ w.t(), chunk_lse, labels.index_select(0, rows), scale)
+            chunk = slice(start, start + rows.numel())
+            logits = (h @ w.t()).sub_(top[chunk, None])
+            probs = _scored_gradient(logits, lse[chunk], labels.index_select(0, rows), scale)
             if grad_h is not None:
                 grad_h.index_copy_(0, rows, probs @ w)
             if grad_w is not None:
                 grad_w.addmm_(probs.t(), h)
-            del probs
+            del logits, probs  # one tensor: both names go before the next chunk's logits
         return (
             None if grad_h is None else grad_h.to(hidden.dtype),
             None if grad_w is None else grad_w.to(weight.dtype),

@@ -8,8 +8,10 @@ Conventions:
 - ``token_logps`` gives, for every scored position, ``log p(labels[b, t] | prefix)`` in fp32,
   and 0 elsewhere. Labels are pre-shifted (see :mod:`assay.train.data`). It never holds more
   than ``chunk_size x vocab`` logits (and chunked CE's ``LSE_ROWS x vocab`` logsumexp
-  workspace): forward keeps each scored token's logsumexp, backward
+  workspace): forward keeps each scored token's largest logit and logsumexp, backward
   recomputes each chunk's logits (the chunked-CE idea, for a per-token upstream gradient).
+  Logits are shifted by their row's largest first, as in chunked CE, so a confident token's
+  log-prob keeps fp32's relative precision.
 - Sequence log-probs are summed over the completion tokens for DPO and KTO and length-averaged
   for IPO, ORPO and SimPO (:data:`AVERAGED`).
 - Every loss function returns per-example losses ``[B]``; the objective takes their mean.
@@ -25,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from assay.train.losses import row_logsumexp
+from assay.train.losses import row_logsumexp, shift_to_max_
 
 LOGP_CHUNK = 1024
 KINDS = ("dpo", "ipo", "orpo", "simpo", "kto")
@@ -44,20 +46,22 @@ class _TokenLogps(torch.autograd.Function):
         w = weight.float()
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(out)
+        top = torch.empty_like(out)  # each row's largest logit; lse is taken after it
         for start in range(0, hidden.shape[0], chunk_size):
             stop = min(start + chunk_size, hidden.shape[0])
             logits = hidden[start:stop].float() @ w.t()
+            top[start:stop] = shift_to_max_(logits)
             lse[start:stop] = row_logsumexp(logits)
             picked = logits.gather(1, targets[start:stop, None]).squeeze(1)
             out[start:stop] = picked - lse[start:stop]
             del logits
-        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.save_for_backward(hidden, weight, targets, top, lse)
         ctx.chunk_size = chunk_size
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        hidden, weight, targets, lse = ctx.saved_tensors
+        hidden, weight, targets, top, lse = ctx.saved_tensors
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         w = weight.float()
         grad_h = torch.empty_like(hidden, dtype=torch.float32) if want_h else None
@@ -66,7 +70,8 @@ class _TokenLogps(torch.autograd.Function):
             stop = min(start + ctx.chunk_size, hidden.shape[0])
             h = hidden[start:stop].float()
             # d log p(y) / d logits = onehot(y) - softmax, times each token's upstream gradient.
-            g = (h @ w.t()).sub_(lse[start:stop, None]).exp_().neg_()  # in place: one V-wide copy
+            g = (h @ w.t()).sub_(top[start:stop, None])  # in place: one V-wide copy
+            g.sub_(lse[start:stop, None]).exp_().neg_()
             g[torch.arange(stop - start, device=g.device), targets[start:stop]] += 1
             g *= grad_out[start:stop, None].float()
             if grad_h is not None:

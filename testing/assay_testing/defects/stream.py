@@ -46,13 +46,13 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "stream.engine.cache_key_ignores_bytes",
+        "stream.store.cache_key_ignores_bytes",
         "disk cache key covers names, shapes and dtypes but not the bytes",
         (
             Edit(
-                "assay.stream.engine:_content_key",
-                "            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)\n"
-                "            digest.update(raw.numpy().tobytes())\n",
+                "assay.stream.store:ContentHash.add",
+                "        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)\n"
+                "        self.digest.update(raw.numpy().tobytes())\n",
                 "",
             ),
         ),

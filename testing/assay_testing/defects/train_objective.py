@@ -30,6 +30,39 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "train.losses.chunk_edge_row_twice",
+        "chunked CE slices each chunk one row long: the row at every chunk edge is scored twice",
+        (
+            Edit(
+                "assay.train.losses:_ChunkedCE.forward",
+                "rows = index[start : start + chunk_size]",
+                "rows = index[start : start + chunk_size + 1]",
+            ),
+        ),
+    ),
+    Defect(
+        "train.losses.chunk_mask_ignored",
+        "chunked CE takes every position as scored: masked (prompt, last) labels are counted",
+        (
+            Edit(
+                "assay.train.losses:_ChunkedCE.forward",
+                "index = mask.nonzero().squeeze(1)",
+                "index = torch.arange(mask.numel(), device=mask.device)",
+            ),
+        ),
+    ),
+    Defect(
+        "train.losses.lse_block_edge_row",
+        "row-blocked logsumexp gives each block's first row the previous block's last value",
+        (
+            Edit(
+                "assay.train.losses:row_logsumexp",
+                "    return out",
+                "    out[LSE_ROWS::LSE_ROWS] = out[LSE_ROWS - 1 : -1 : LSE_ROWS]\n    return out",
+            ),
+        ),
+    ),
+    Defect(
         "train.losses.divisor_all_tokens",
         "chunked CE mean divides by all positions instead of scored tokens",
         (
@@ -77,6 +110,23 @@ DEFECTS: tuple[Defect, ...] = (
                 "assay.train.preference:_TokenLogps.backward",
                 "        g *= grad_out[start:stop, None].float()\n",
                 "        g.neg_()\n        g *= grad_out[start:stop, None].float()\n",
+            ),
+        ),
+    ),
+    Defect(
+        "train.preference.chunk_offset_lost",
+        "chunked log-prob backward reads the first chunk's row maxima and logsumexps for "
+        "every chunk (a chunk-local index where a global one belongs)",
+        (
+            Edit(
+                "assay.train.preference:_TokenLogps.backward",
+                "sub_(top[start:stop, None])",
+                "sub_(top[: stop - start, None])",
+            ),
+            Edit(
+                "assay.train.preference:_TokenLogps.backward",
+                "g.sub_(lse[start:stop, None])",
+                "g.sub_(lse[: stop - start, None])",
             ),
         ),
     ),
