@@ -103,14 +103,17 @@ def run_limited(argv: list[str], limit_bytes: int, *, env: dict[str, str] | None
     except OSError as error:
         raise LimitUnavailable(f"cannot create {folder}: {error.strerror}") from None
     try:
-        if controller == "cgroup v1":
-            (folder / "memory.limit_in_bytes").write_text(str(limit_bytes))
-            with contextlib.suppress(OSError):  # absent without swap accounting
-                (folder / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
-        else:
-            (folder / "memory.max").write_text(str(limit_bytes))
-            with contextlib.suppress(OSError):
-                (folder / "memory.swap.max").write_text("0")
+        try:
+            if controller == "cgroup v1":
+                (folder / "memory.limit_in_bytes").write_text(str(limit_bytes))
+                with contextlib.suppress(OSError):  # absent without swap accounting
+                    (folder / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+            else:
+                (folder / "memory.max").write_text(str(limit_bytes))
+                with contextlib.suppress(OSError):
+                    (folder / "memory.swap.max").write_text("0")
+        except OSError as error:
+            raise LimitUnavailable(f"cannot set a limit on {folder}: {error.strerror}") from None
         procs = folder / "cgroup.procs"
 
         def join() -> None:  # in the child, before exec: all it allocates is charged
@@ -120,10 +123,14 @@ def run_limited(argv: list[str], limit_bytes: int, *, env: dict[str, str] | None
         os.close(handle)
         peak_file = Path(name)
         started = time.perf_counter()
-        launcher = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, str(peak_file), *argv],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env={**os.environ, **(env or {})}, cwd=cwd,
-                                    preexec_fn=join)  # fmt: skip
+        try:
+            launcher = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, str(peak_file),
+                                         *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env={**os.environ, **(env or {})}, cwd=cwd,
+                                        preexec_fn=join)  # fmt: skip
+        except subprocess.SubprocessError as error:  # the child could not join the group
+            peak_file.unlink(missing_ok=True)
+            raise LimitUnavailable(f"cannot move a process into {folder}: {error}") from None
         try:
             stdout, stderr = launcher.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # kill the whole group, the command included
