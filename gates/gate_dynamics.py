@@ -11,6 +11,12 @@ code (``gates/support/dynamics_reference.py``). A streamed run (RAM tier) is bit
 resident one, and the adapter's initialisation is gated on its own (B exactly zero, A the law
 PEFT draws), since the dynamics claims copy assay's initial adapter into PEFT.
 
+The opt-in compiled path (``compile: true``, each decoder layer torch.compile'd) trains as PEFT
+eager does, by the eager bounds, with its compile time in the notes; ``precision: bf16`` trains
+as PEFT under the same bf16 autocast does, by bounds a pilot set (two correct bf16 stacks drift
+apart: AdamW turns rounding in small gradients into full-size updates), each controlled by the
+LoRA defects.
+
 Chunked cross-entropy trains as PEFT's plain cross-entropy does, at the same bounds, with 7 tokens
 a chunk over rows of 15 to 23 scored tokens (every row crosses chunk edges), controlled by chunk-
 edge and mask defects on the path the trainer takes; DPO's row-chunked log-probs (chunks of 37,
@@ -21,7 +27,8 @@ LoRA with gradient accumulation 4 and the six training defects a quality gate mu
 to gate-quality on 2026-12-03 (issue 28: they are its headline); this gate checks that
 gate-quality's newest receipt passes them and retires them here.
 
-Long: about 9 minutes on 2 cores; ``nox -s gates`` leaves it out, ``nox -s gate-dynamics``
+Long: about 25 minutes on 2 cores (bf16 matrix products are slow on a CPU without native
+bf16); ``nox -s gates`` leaves it out, ``nox -s gate-dynamics``
 runs it.
 """
 
@@ -40,12 +47,6 @@ from assay_testing.peers import hf_model, peft_lora
 from assay_testing.real_model import smollm2_path
 from support.dynamics_chunked_helpers import chunk_notes, claim_dpo_chunks
 from support.dynamics_helpers import (
-    A_LAW_KS,
-    CHUNKED,
-    CODE,
-    METHOD_RECIPES,
-    SHORT,
-    STREAM_CODE,
     adapters,
     assay_trainer,
     claim_method,
@@ -55,6 +56,19 @@ from support.dynamics_helpers import (
     setup,  # noqa: F401  (the module fixture)
     short_run,
     train_losses,
+)
+from support.dynamics_recipes import (
+    A_LAW_KS,
+    BF16,
+    BF16_BOUNDS,
+    BF16_FORWARD,
+    BF16_PILOT,
+    CHUNKED,
+    CODE,
+    COMPILED,
+    METHOD_RECIPES,
+    SHORT,
+    STREAM_CODE,
 )
 from support.moved_claims import retire_moved_claims, retire_replaced_claims
 
@@ -158,6 +172,42 @@ def test_chunked_cross_entropy_trains_as_plain(gate, setup, pytestconfig):  # no
         "low per token), with chunked CE's rounding of confident tokens' losses, since fixed"
     )
     gate.note(retire_replaced_claims(gate, WITHDRAWN_CHUNKED, reason, pytestconfig))
+
+
+@pytest.mark.xdist_group("dynamics")
+def test_compiled_path_trains_as_peft_eager(gate, setup):  # noqa: F811
+    """compile: true is judged by the eager bounds against PEFT eager, not against assay
+    eager; the run's compile time is in the notes."""
+    gate.seed(COMPILED.seed)
+    claim_method(gate, setup, COMPILED)
+
+
+@pytest.mark.xdist_group("dynamics")
+def test_bf16_trains_as_peft_bf16(gate, setup):  # noqa: F811
+    """precision: bf16 against PEFT under the same autocast, by bounds set from a pilot."""
+    gate.seed(BF16.seed)
+    ref = claim_method(gate, setup, BF16)
+    claim = gate.claim(
+        f"dynamics.bf16_forward.{BF16.name}",
+        "assay's bf16 forward is PEFT's under the same autocast: the first step's loss (B is "
+        f"zero, so the adapters add nothing) equals PEFT bf16's within {BF16_FORWARD:g} relative",
+        kind="correctness",
+        threshold=Threshold("<=", BF16_FORWARD),
+        unit="relative |loss difference|",
+        code=(*CODE, "assay.train.objective"),
+    )
+    first = ref.losses[0]
+    claim.measure(abs(assay_trainer(setup, BF16, "bf16-first").train_step().loss - first) / first)
+    fp32 = dataclasses.replace(BF16, precision="float32")
+    claim.control(
+        "assay with precision float32 (autocast not applied)",
+        abs(assay_trainer(setup, fp32, "bf16-off").train_step().loss - first) / first,
+    )
+    gate.note(
+        f"bf16 bounds (loss: {BF16_BOUNDS.loss_words()}; adapters {BF16_BOUNDS.weights:g}; "
+        f"logits {BF16_BOUNDS.logits:g}) were set from the pilots of 2026-12-04 before this "
+        f"gate first ran the recipe: {BF16_PILOT}"
+    )
 
 
 @pytest.mark.xdist_group("dynamics")

@@ -22,6 +22,9 @@ layer at a time into its shards (assay.stream.offload) and recomputing each laye
   depths over the shallowest two) and against the resident step with the same recomputation
   (activation checkpointing), warm page cache. Control: the streamed run with a copy engine
   that sleeps 0.04 s x the layer's index per fetch, injected from outside.
+- **on a GPU** (a CUDA session, as harness/gpu_qualify.sh runs it): fits, peak and depth for
+  device memory, the process held to 1 GiB of VRAM with the 22-layer model streamed from the
+  RAM tier (support.scale_vram); a CUDA session measures only these, a CPU one only the rest.
 - **exact / predictor**: one streamed step's gradients against the resident step's at 22
   layers (control: defect stream.pool.reuse_busy_slot); the predictor's fit decisions for the
   limits, and its peak against the same plan measured at the tensor level.
@@ -36,10 +39,12 @@ import shutil
 import pytest
 
 from assay.qualify import Threshold
+from assay.qualify.plugin.environment import resolve_device
 from assay_bench.scale_train import limited_train, train_config, workspace
 from assay_testing.defects import reporting_children
 from assay_testing.memory_limit import LimitUnavailable
 from support.scale_runs import DEPTHS, GIB, SHAPE, line_fit, marginal_ratio, models, plot, step_run
+from support.scale_vram import VRAM_CLAIMS, claim_vram, vram_runs
 
 HEADLINE = "fits.float32"
 GATE_COVERAGE = False  # timing claims: no tracer in the gate or its children
@@ -59,8 +64,15 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+def measuring_device(config) -> str:
+    """The device this gate session measures on (``--gate-device``, resolved)."""
+    return resolve_device(config.getoption("gate_device", None) or config.getini("gate_device"))
+
+
 @pytest.fixture(scope="module")
-def scale(tmp_path_factory):
+def scale(tmp_path_factory, pytestconfig):
+    if measuring_device(pytestconfig) == "cuda":
+        pytest.skip("a CUDA session of gate-scale measures device memory only (test_vram_*)")
     root = tmp_path_factory.mktemp("scale")
     found = {"models": models(), "space": workspace(root / "workspace"), "cache": root / "cache"}
     with reporting_children():  # the measuring children report the code they ran
@@ -382,3 +394,14 @@ def test_predictor_at_scale(gate, scale, limited):
     error.control(
         "the predictor counting one stream buffer", round(abs(one - measured) / measured, 4)
     )
+
+
+def test_vram_claims_on_a_gpu(gate, tmp_path):
+    """Claims 1 to 3 for device memory (support.scale_vram): only a CUDA session measures them."""
+    if gate.device != "cuda":
+        for claim in VRAM_CLAIMS:
+            gate.not_tested(claim, f"gate device is {gate.device}: harness/gpu_qualify.sh runs it")
+        pytest.skip("no CUDA device")
+    with reporting_children():
+        runs = vram_runs(tmp_path / "cache")
+    claim_vram(gate, runs)

@@ -1,14 +1,18 @@
 """gate-throughput: training-step throughput of assay against transformers+PEFT and
-transformers+bitsandbytes on the same CPU, in one run, against the same-session GEMM ceiling.
+transformers+bitsandbytes on the same CPU, in one run, against the same run's reach.
 
 One run of assay_bench (harness/bench_step.py is the same code as a CLI) times interleaved
 optimizer steps of LoRA r8/alpha 16 on SmolLM2's attention projections, fp32, batch 1: 1
 warm-up round, then the median of 5 timed steps per subject. Controls measure the same ratio on
 a deliberately worse assay subject (redundant recomputation), which must miss the target. The
-streamed fast path keeps activations; its gradients are compared bit for bit with resident.
-Peak memory is measured apart, each subject alone in a fresh process (assay_bench.rss): the
-peak RSS of a step above the loaded model, against PEFT's, with the peer's full-logit
-cross-entropy in assay as the control.
+step's reach is its own GEMMs replayed alone plus its attention (assay_bench.report.reach).
+The opt-in compiled path (each decoder layer torch.compile'd) is judged against PEFT eager,
+with PEFT compiled the same way as a second row and 100-step runs that pay their compile time
+(assay_bench.total_run, a fresh interpreter each); bf16 autocast on both sides is a measured
+row. The streamed fast path keeps activations; its gradients are compared bit for bit with
+resident. Peak memory is measured apart, each subject alone in a fresh process
+(assay_bench.rss): the tensors' step peak against PEFT's, with the peer's full-logit
+cross-entropy in assay as the control, and peak RSS as a measured row.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from assay.qualify.plugin.timing import Timing
 from assay_bench.report import TARGETS, run_benchmark
 from assay_bench.step import max_abs_diff, trainable_grads
 from assay_bench.subjects import DESCRIPTIONS, SUBJECTS
+from assay_bench.total_run import in_subprocess as total_run
 from assay_testing.real_model import smollm2_path
+from support.moved_claims import retire_replaced_claims
 from support.throughput_helpers import (
     SEQ,
     amdahl_note,
@@ -63,25 +69,72 @@ STREAM_CODE = (*TIMED, "assay.stream.engine", "assay.stream.pool", "assay.stream
 SEQS = (SEQ, 512)
 PROFILED = ("assay", "peft", "assay-nf4", "bnb-nf4")
 TOLERANCE = 0.1  # run-to-run noise allowed against a baseline receipt
-# Issue 29's targets, set on 2026-12-03 by the dated corrections in THRESHOLD_MOVES; they were
-# 1.4x over PEFT and bitsandbytes, 65% of the ceiling and 1.15x streamed over resident.
+# Issue 42's answers to issue 29 (2026-12-04): eager >= 1.10x and compiled >= 1.30x PEFT eager,
+# NF4 >= 1.15x bitsandbytes, the step within 1.25x of its reach, the tensor-level step peak
+# <= 0.75x PEFT's (assay_bench.report.TARGETS).
 OVER_PEFT = TARGETS["resident_over_peft"][1]
 ALL_LINEAR_OVER_PEFT = TARGETS["all_linear_over_peft"][1]
-CEILING_FRACTION = TARGETS["ceiling_fraction"][1]
+COMPILED_OVER_PEFT = TARGETS["compiled_over_peft"][1]
 NF4_OVER_BNB = TARGETS["nf4_over_bnb"][1]
-PEAK_RSS_OVER_PEFT = TARGETS["peak_rss_over_peft"][1]
+REACH_FRACTION = TARGETS["reach_fraction"][1]
+TENSOR_PEAK_OVER_PEFT = TARGETS["tensor_peak_over_peft"][1]
 STREAM_OVER_RESIDENT = TARGETS["stream_over_resident"][1]
-# The newest receipt under the old thresholds (2026-12-01): it failed the four speed claims.
-FAILING = "10efce5116896f72978cc12c88509f77256ab015d24ff94bfef07b79a508d366"
-THRESHOLD_MOVES = {
-    "resident.over_peft.seq256": f">= 1.4 -> >= {OVER_PEFT} (measured 1.045 in {FAILING[:12]})",
-    "resident.over_peft.seq512": f">= 1.4 -> >= {OVER_PEFT} (measured 1.069 in {FAILING[:12]})",
-    "resident.ceiling_fraction": f">= 0.65 -> >= {CEILING_FRACTION} (measured 0.596 in "
-    f"{FAILING[:12]})",
-    "nf4.over_bnb": f">= 1.4 -> >= {NF4_OVER_BNB} (measured 1.047 in {FAILING[:12]})",
-    "stream.ram_over_resident": f"<= 1.15 -> <= {STREAM_OVER_RESIDENT} (measured 1.075 in "
-    f"{FAILING[:12]}, which passed)",
-}
+# (receipt that failed under the old thresholds, {claim: move}, the dated reason): each a
+# correction written once into the ledger that holds that receipt
+FAILING_29 = "10efce5116896f72978cc12c88509f77256ab015d24ff94bfef07b79a508d366"
+FAILING_42 = "ce7a8c42a5f7e4d1e8655b869958f5238d15e64b60e8aa33115741b4505100b3"
+THRESHOLD_MOVES = (
+    (
+        FAILING_29,
+        {
+            "resident.over_peft.seq256": ">= 1.4 -> >= 1.3 (measured 1.045 in 10efce511689)",
+            "resident.over_peft.seq512": ">= 1.4 -> >= 1.3 (measured 1.069 in 10efce511689)",
+            "resident.ceiling_fraction": ">= 0.65 -> >= 0.7 (measured 0.596 in 10efce511689)",
+            "nf4.over_bnb": ">= 1.4 -> >= 1.25 (measured 1.047 in 10efce511689)",
+            "stream.ram_over_resident": "<= 1.15 -> <= 1.1 (measured 1.075 in 10efce511689, "
+            "which passed)",
+        },
+        "2026-12-03: threshold {move}; issue 29 sets the targets (1.3x over PEFT, 70% of the "
+        "ceiling, 1.25x over bitsandbytes, streamed <= 1.10x) against the unchanged "
+        "same-session peers and ceiling",
+    ),
+    (
+        FAILING_42,
+        {
+            "resident.over_peft.seq256": f">= 1.3 -> >= {OVER_PEFT} (measured 1.063 in "
+            "ce7a8c42a5f7)",
+            "resident.over_peft.seq512": f">= 1.3 -> >= {OVER_PEFT} (measured 1.064 in "
+            "ce7a8c42a5f7)",
+            "resident.all_linear.over_peft.seq256": f">= 1.3 -> >= {ALL_LINEAR_OVER_PEFT} "
+            "(measured 1.014 in ce7a8c42a5f7)",
+            "nf4.over_bnb": f">= 1.25 -> >= {NF4_OVER_BNB} (measured 1.072 in ce7a8c42a5f7)",
+        },
+        "2026-12-04: threshold {move}; issue 42 answers issue 29: eager >= 1.10x PEFT (the "
+        "1.30x goal moves to the opt-in compiled path, claim compiled.over_peft.seq256) and "
+        "NF4 >= 1.15x bitsandbytes, since issue 29 measured the reach with free decoding at "
+        "1.22x",
+    ),
+)
+# claims issue 42 replaced: (old claim, its replacement, why)
+REPLACED = (
+    (
+        "resident.ceiling_fraction",
+        "resident.reach_fraction",
+        "the 2048^3 fp32 GEMM ceiling is out of reach for a seq-256 step on this machine (its "
+        "small-M GEMMs run below it: the step's reach was 62% of the ceiling in ce7a8c42a5f7); "
+        "the honest limit is the same run's reach (its GEMMs replayed alone plus attention)",
+    ),
+    (
+        "resident.peak_rss.over_peft.seq256",
+        "resident.tensor_peak.over_peft.seq256",
+        "a library must not set its user's allocator, and glibc's retained heap decides peak "
+        "RSS (docs/allocator.md); the claim is on the tensors' step peak, peak RSS stays a "
+        "measured row",
+    ),
+)
+# 100-step runs, compile included, each in a fresh interpreter with an empty inductor cache
+TOTAL_RUNS = ("assay-compiled", "peft-compiled", "peft", "assay")
+TOTAL_STEPS = 100
 
 
 @pytest.fixture(scope="module")
@@ -218,30 +271,106 @@ def test_resident_against_peft(gate, bench, tmp_path):
             f"all_linear_ckpt_over_peft@{SEQS[0]}",
         ),
     )
-    fraction = gate.claim(
-        "resident.ceiling_fraction",
-        f"assay resident LoRA at seq {SEQS[0]} achieves >= {CEILING_FRACTION:.0%} of the "
-        "same-session fp32 GEMM ceiling, counting model FLOPs only (assay.model.flops)",
-        kind="performance",
-        threshold=Threshold(">=", CEILING_FRACTION, tolerance=TOLERANCE),
-        unit="fraction of ceiling",
-        code=(*TIMED, "assay_bench.gemm"),
-    )
-    fraction.measure(
-        samples=result["subjects"]["assay"]["seq"][str(SEQS[0])]["ceiling_fraction_samples"]
-    )
-    fraction.control(
-        "assay resident with gradient checkpointing (its recompute is not counted as useful)",
-        result["subjects"]["assay+ckpt"]["seq"][str(SEQS[0])]["ceiling_fraction"],
-    )
+    reach_claim(gate, result)
     gate.note(profile_note(result, "assay"))
     gate.note(profile_note(result, "peft"))
     gate.note(top_ops_note(result, "assay"))
     gate.note(top_ops_note(result, "peft"))
     gate.note(amdahl_note(result, "peft", OVER_PEFT))
-    gate.note(ceiling_reach_note(result, "peft", CEILING_FRACTION))
+    gate.note(ceiling_reach_note(result, "peft"))
     gate.note(flop_check_note(result, "assay"))
     gate.note(flop_check_note(result, "peft"))
+
+
+def reach_fraction_samples(result, name: str) -> list[float]:
+    """The step's reach over each of ``name``'s timed steps at the first seq."""
+    reach_s = result["reach"]["reach_s"]
+    return [reach_s / t for t in result["subjects"][name]["seq"][str(SEQS[0])]["samples_s"]]
+
+
+def reach_claim(gate, result) -> None:
+    """assay's step against its reach (its GEMMs replayed alone plus attention), and which of
+    eager and compiled gets closest."""
+    reach = result["reach"]
+    claim = gate.claim(
+        "resident.reach_fraction",
+        f"assay resident LoRA's step at seq {SEQS[0]} is within {1 / REACH_FRACTION:.2f}x of its "
+        f"reach (>= {REACH_FRACTION:.0%}): the time of the same step's GEMMs replayed alone "
+        "plus its attention kernels, measured in the same run (eager, fp32)",
+        kind="performance",
+        threshold=Threshold(">=", REACH_FRACTION, tolerance=TOLERANCE),
+        unit="reach / step time",
+        code=(*TIMED, "assay_bench.gemm"),
+    )
+    claim.measure(samples=reach_fraction_samples(result, "assay"))
+    claim.control(
+        "assay resident with gradient checkpointing (the same reach, recompute on top)",
+        reach["fraction"]["assay+ckpt"],
+    )
+    rows = {n: reach["fraction"][n] for n in ("assay", "assay-compiled", "peft", "peft-compiled")}
+    closest = max(("assay", "assay-compiled"), key=rows.__getitem__)
+    gate.note(
+        f"reach at seq {SEQS[0]}: {reach['reach_s']:.3f} s (one {reach['of']} step's GEMMs "
+        "replayed alone plus its profiled attention); reach over median step: "
+        + ", ".join(f"{n} {v:.1%}" for n, v in rows.items())
+        + f". Closest to the reach: {'compiled' if closest == 'assay-compiled' else 'eager'}"
+    )
+
+
+def test_compiled_against_peft(gate, bench):
+    """The opt-in compiled path (compile: true) against PEFT eager, and against PEFT compiled
+    the same way; the steady step and a 100-step run with its compile time."""
+    result, _, _ = bench
+    declare_common(gate, result)
+    ratio_claim(
+        gate,
+        result,
+        f"compiled.over_peft.seq{SEQS[0]}",
+        f"assay resident LoRA with each decoder layer torch.compile'd (compile: true) trains "
+        f"SmolLM2 at >= {COMPILED_OVER_PEFT}x the tokens/s of transformers + PEFT eager (seq "
+        f"{SEQS[0]}, fp32, steady state, same session)",
+        Threshold(">=", COMPILED_OVER_PEFT, tolerance=TOLERANCE),
+        f"compiled_over_peft@{SEQS[0]}",
+        (
+            "assay resident eager with per-layer gradient checkpointing (redundant recompute)",
+            f"ckpt_over_peft@{SEQS[0]}",
+        ),
+        code=(*TIMED, "assay.train.build"),
+    )
+    ratios = result["ratios"]
+    gate.note(
+        f"compiled rows at seq {SEQS[0]} (tokens/s ratios, medians of rounds): assay compiled "
+        f"over PEFT compiled the same way (each decoder layer, dynamic shapes) "
+        f"{ratios[f'compiled_over_peft_compiled@{SEQS[0]}']['value']:.3f}x; PEFT compiled over "
+        f"PEFT eager {ratios[f'peft_compiled_over_peft@{SEQS[0]}']['value']:.3f}x; assay eager "
+        f"over PEFT eager {ratios[f'resident_over_peft@{SEQS[0]}']['value']:.3f}x"
+    )
+    runs = {name: total_run(name, SEQS[0], smollm2_path(), TOTAL_STEPS) for name in TOTAL_RUNS}
+    gate.note(
+        f"{TOTAL_STEPS}-step runs at seq {SEQS[0]}, each in a fresh interpreter with an empty "
+        "inductor cache (compile included): "
+        + "; ".join(
+            f"{n}: {r['total_s']:.1f} s in all, steady step {r['steady_step_s']:.3f} s, first "
+            f"steps {', '.join(f'{t:.1f}' for t in r['first_steps_s'])} s, "
+            f"{r['over_steady_s']:.1f} s over {TOTAL_STEPS} steady steps"
+            for n, r in runs.items()
+        )
+    )
+
+
+def test_bf16_against_peft_bf16(gate, bench):
+    """A measured row, no target: both sides in bf16 autocast, as their users run bf16."""
+    result, _, _ = bench
+    declare_common(gate, result)
+    ratios = result["ratios"]
+    gate.note(
+        f"bf16 rows at seq {SEQS[0]} (tokens/s ratios, medians of rounds): assay with "
+        "precision: bf16 (decoder layers under bf16 autocast, head and chunked CE fp32) over "
+        "transformers + PEFT with its forward under bf16 autocast (logits bf16, loss on fp32 "
+        f"logits) {ratios[f'bf16_over_peft_bf16@{SEQS[0]}']['value']:.3f}x; assay bf16 over "
+        f"assay fp32 {ratios[f'bf16_over_resident@{SEQS[0]}']['value']:.3f}x. gate-dynamics "
+        "judges the bf16 numbers against PEFT's"
+    )
 
 
 def test_nf4_against_bitsandbytes(gate, bench):
@@ -271,28 +400,32 @@ def test_nf4_against_bitsandbytes(gate, bench):
     gate.note(decode_free_note(result, NF4_OVER_BNB))
 
 
-def test_peak_memory_against_peft(gate):
-    """Peak RSS of the seq-256 step above the loaded model, each subject in its own process."""
+def test_peak_memory_against_peft(gate, pytestconfig):
+    """The tensors' step peak against PEFT's, each subject in its own process; peak RSS above
+    the loaded model is a measured row."""
     gate.input("model", smollm2_path())
     gate.seed(0)  # each child's token ids
     rows = peak_rss_rows(smollm2_path())
     claim = gate.claim(
-        f"resident.peak_rss.over_peft.seq{SEQ}",
-        f"the peak resident memory of an assay resident LoRA step above its loaded model is <= "
-        f"{PEAK_RSS_OVER_PEFT}x that of transformers + PEFT (seq {SEQ}, fp32, one fresh process "
-        "each, same session)",
+        f"resident.tensor_peak.over_peft.seq{SEQ}",
+        f"the tensor-level peak of an assay resident LoRA step (the profiler's allocations, "
+        f"allocator excluded) is <= {TENSOR_PEAK_OVER_PEFT}x that of transformers + PEFT (seq "
+        f"{SEQ}, fp32, one fresh process each, same session)",
         kind="performance",
-        threshold=Threshold("<=", PEAK_RSS_OVER_PEFT, tolerance=TOLERANCE),
+        threshold=Threshold("<=", TENSOR_PEAK_OVER_PEFT, tolerance=TOLERANCE),
         unit="x peak bytes",
         code=(*TIMED, "assay_bench.rss"),
     )
-    peft = rows["peft"]["step_peak_bytes"]
-    claim.measure(rows["assay"]["step_peak_bytes"] / peft)
+    peft = rows["peft"]["tensor_step_peak_bytes"]
+    claim.measure(rows["assay"]["tensor_step_peak_bytes"] / peft)
     claim.control(
         "assay with full-logit F.cross_entropy (the peer's loss) instead of chunked CE",
-        rows["assay with full-logit CE"]["step_peak_bytes"] / peft,
+        rows["assay with full-logit CE"]["tensor_step_peak_bytes"] / peft,
     )
+    rss = rows["assay"]["step_peak_bytes"] / rows["peft"]["step_peak_bytes"]
+    gate.note(f"measured row: peak RSS above the loaded model, assay over PEFT {rss:.3f}x")
     gate.note(peak_rss_note(rows))
+    gate.note(retire_replaced(gate, pytestconfig))
 
 
 def test_stream_against_resident(gate, bench):
@@ -372,26 +505,32 @@ def exact_gradients(gate, subjects, ids) -> None:
     )
 
 
-def test_thresholds_moved_to_issue_29s_targets(gate, pytestconfig):
+def retire_replaced(gate, pytestconfig) -> str:
+    lines = [
+        retire_replaced_claims(gate, (old,), f"2026-12-04: replaced by {new}: {why}", pytestconfig)
+        for old, new, why in REPLACED
+    ]
+    return "; ".join(lines)
+
+
+def test_thresholds_moved_to_their_targets(gate, pytestconfig):
     """Each moved threshold is a dated correction citing the receipt that failed under the old
     one, written once (a ledger that already holds it, or never held that receipt, gets none)."""
     receipts = setting_dir(pytestconfig, "gate_receipts")
     ledger = receipts / gate.name / "LEDGER" if receipts is not None else None
-    if ledger is None or FAILING not in ledger.read_text("utf-8"):
-        gate.note("threshold moves: this ledger does not hold the failing receipt; none written")
-        return
-    done = {
-        c["claim_id"]
-        for r in load_checked(receipts, gate.name)[0]
-        for c in r["corrects"]
-        if c["receipt_sha256"] == FAILING
-    }
-    for claim_id, move in THRESHOLD_MOVES.items():
-        if claim_id not in done:
-            gate.correct(
-                FAILING,
-                claim_id,
-                f"2026-12-03: threshold {move}; issue 29 sets the targets (1.3x over PEFT, 70% "
-                "of the ceiling, 1.25x over bitsandbytes, streamed <= 1.10x) against the "
-                "unchanged same-session peers and ceiling",
-            )
+    text = ledger.read_text("utf-8") if ledger is not None and ledger.exists() else ""
+    written = 0
+    for failing, moves, reason in THRESHOLD_MOVES:
+        if failing not in text:
+            continue
+        done = {
+            c["claim_id"]
+            for r in load_checked(receipts, gate.name)[0]
+            for c in r["corrects"]
+            if c["receipt_sha256"] == failing
+        }
+        for claim_id, move in moves.items():
+            if claim_id not in done:
+                gate.correct(failing, claim_id, reason.format(move=move))
+                written += 1
+    gate.note(f"threshold moves: {written} dated corrections written in this run")

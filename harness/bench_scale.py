@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from assay.model.shapes import SHAPES, named_shape, parameter_count
     from assay.settings.loader import parse_size
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama-3.2-3b")
     parser.add_argument("--layers", type=int, default=None, help="another depth, same width")
     parser.add_argument("--limit", default="3GiB", help="the cgroup's memory limit")

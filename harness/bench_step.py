@@ -41,7 +41,7 @@ from assay_testing.real_model import smollm2_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--model", type=Path, default=None, help="a GGUF file or HF folder (default: SmolLM2)"

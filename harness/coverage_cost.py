@@ -49,7 +49,7 @@ def run_once(gates: list[str], measured: bool, extra: list[str]) -> dict[str, fl
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; exit 1 if any run failed, else 0."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("gates", nargs="+", help="gate modules or node ids")
     parser.add_argument("--repeat", type=int, default=1, help="pairs of runs (default 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

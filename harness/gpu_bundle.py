@@ -313,7 +313,7 @@ def build(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python harness/gpu_bundle.py", description=__doc__.split("\n")[0]
+        prog="python harness/gpu_bundle.py", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--out", type=Path, default=ROOT / "build" / "gpu-kit", help="kit folder")
     p.add_argument("--wheels-from", type=Path, help="take wheels from DIR instead of pip download")

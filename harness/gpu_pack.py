@@ -123,7 +123,7 @@ def pack_run(run: Path, out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python harness/gpu_pack.py", description=__doc__.split("\n")[0]
+        prog="python harness/gpu_pack.py", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--run", type=Path, required=True, help="the box's working folder")
     parser.add_argument("--out", type=Path, required=True, help="the folder that comes back")

@@ -128,7 +128,7 @@ def check_compute(device: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python harness/gpu_preflight.py", description=__doc__.split("\n")[0]
+        prog="python harness/gpu_preflight.py", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--kit", type=Path, required=True)
     parser.add_argument("--run", type=Path, required=True, help="the box's working folder")

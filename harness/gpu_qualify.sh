@@ -22,9 +22,10 @@
 #
 # A second call on the same box (say --gates stream, to rerun a failed gate) chains onto the
 # first call's receipts and its archive holds both calls' receipts: import the newest only.
-# Default gates: cuda stream nf4 logits, and distributed when the box has 2+ GPUs. gate-memory,
-# gate-throughput and gate-quality hold CPU-only claims (their CUDA counterparts are gate-cuda's
-# vram.* and throughput.* claims) and do not travel.
+# Default gates: cuda stream nf4 logits scale (a CUDA session of gate-scale runs its VRAM
+# claims only), and distributed when the box has 2+ GPUs. gate-memory, gate-throughput and
+# gate-quality hold CPU-only claims (their CUDA counterparts are gate-cuda's vram.* and
+# throughput.* claims) and do not travel.
 #
 # --dry-run (CPU, CI): builds the kit (harness/gpu_bundle.py) and checks its size, installs the
 # wheels as the box would (for cp312 manylinux, into a throwaway dir), then the same path with
@@ -51,7 +52,7 @@ KIT=${ASSAY_GPU_KIT:-$ROOT/build/gpu-kit}
 RUN=${ASSAY_GPU_RUN:-}
 FIRST="cuda"           # run alone: its memory and timing claims want a quiet device
 FIRST_CAP=240          # ... but never for more than this, so the other gates keep their turn
-BOX_GATES="cuda stream nf4 logits"
+BOX_GATES="cuda stream nf4 logits scale"
 DRY_GATES="cuda logits"  # what CI can afford on 2 cores
 GATES=""
 PARALLEL=4
@@ -68,7 +69,7 @@ while [ $# -gt 0 ]; do
         --budget) BUDGET=$(value "$@") || exit 2; shift ;;
         --kit) v=$(value "$@") || exit 2; KIT=$(absolute "$v"); shift ;;
         --run) v=$(value "$@") || exit 2; RUN=$(absolute "$v"); shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift

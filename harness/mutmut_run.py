@@ -230,7 +230,7 @@ def run_package(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # Checked below, not by `choices`: Python 3.11's argparse tests an empty `*` list against
     # choices as one value and refuses it, so the no-argument default (all) would never run.
     parser.add_argument("packages", nargs="*", help=f"default: all of {', '.join(sorted(SCOPES))}")

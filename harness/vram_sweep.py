@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "gates"))
     from gate_memory import COHORT, freeze, load_cohort, summary
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("vram-sweep"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

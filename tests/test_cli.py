@@ -94,3 +94,34 @@ def test_a_nul_byte_in_a_yaml_config_is_one_line(tmp_path, capsys):
     assert main(["estimate", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(config) in err and "invalid YAML" in err, err
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+@pytest.mark.parametrize(
+    ("device", "says"),
+    [
+        ("bogus", "expected cpu, cuda or cuda:N"),
+        ("CPU", "expected cpu, cuda or cuda:N"),
+        ("meta", "expected cpu, cuda or cuda:N"),
+        ("cuda:x", "expected cpu, cuda or cuda:N"),
+        ("cuda:7", "--device cuda:7"),
+    ],
+)
+def test_a_device_this_torch_cannot_use_is_one_line_before_loading(
+    tiny_lora_config, capsys, monkeypatch, command, device, says
+):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("assay.train.loop.Trainer.__init__", _never_built)
+    try:
+        code = main([command, str(tiny_lora_config()), "--device", device])
+    except SystemExit as exited:  # argparse's refusals
+        code = exited.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err and "Traceback" not in err, err
+
+
+def _never_built(*_args, **_kwargs):
+    raise AssertionError("the model was loaded before --device was checked")

@@ -200,3 +200,12 @@ def test_finished_with_steps_left_says_the_files_disagree(tmp_path, capsys):
     (run / RUN_STATE).write_text(json.dumps({"state": "finished"}))
     status = _status(capsys, run)
     assert status["state"] == "finished" and "ends at step 1 of 4" in status["reason"]
+
+
+def test_a_failure_with_a_multi_line_message_is_one_line_in_the_state():
+    from assay.train.run_state import failure_line
+
+    error = RuntimeError("first line of torch's text\n\nSet TORCHDYNAMO_VERBOSE=1 for more\n")
+    assert failure_line(error) == "RuntimeError: first line of torch's text"
+    assert failure_line(ValueError()) == "ValueError"
+    assert len(failure_line(OSError("x" * 1000))) == 300

@@ -20,7 +20,7 @@ from assay.train.data_masks import Example
 from assay.train.losses import LSE_ROWS
 from assay_testing import defects
 from assay_testing.real_model import smollm2_path
-from support.dynamics_helpers import CODE, ROWS
+from support.dynamics_recipes import CODE, ROWS
 from support.dynamics_reference import Recipe, chat_rows, reference_example, reference_order
 from support.preference_helpers import product, relative, trainables
 from support.preference_reference import formula_loss, seq

@@ -2,13 +2,13 @@
 transformers + PEFT trained on the same chat rows, and the claims that compare them.
 
 ``claim_recipe`` makes the three dynamics claims of one recipe (per-step loss, final adapters,
-final logits) with the controls it is handed; ``TRAINING_DEFECTS`` are the six defects a quality
-gate must catch, run as short controls by ``six_defects``. ``CHUNKED`` is the chunked-CE recipe
-(its chat rows are longer, so every row crosses chunk edges).
+final logits) with the controls it is handed, judged by the recipe's bounds; the recipes, bounds
+and defects are in ``support.dynamics_recipes``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch._inductor.utils import fresh_inductor_cache
 
 from assay.qualify import Threshold
 from assay.settings.loader import train_config_from_dict
@@ -24,95 +25,23 @@ from assay.train.loop import Trainer
 from assay_testing import defects
 from assay_testing.peers import hf_tokenizer
 from assay_testing.real_model import smollm2_path
+from support.dynamics_recipes import (
+    CODE,
+    CONTROL_STEPS,
+    LORA_ACCUM4,
+    LOSS_ONLY,
+    METHOD_DEFECTS,
+    ROWS,
+    SHORT,
+    TRAINING_DEFECTS,
+    bounds_of,
+)
 from support.dynamics_reference import (
     Recipe,
     Reference,
     chat_rows,
     reference_example,
     run_reference,
-)
-
-SHORT = 3  # steps of each control run
-ROWS = 24
-# gate-quality's headline recipe: the one the six training defects are run against
-LORA_ACCUM4 = Recipe("lora", 4)
-# gate-dynamics' recipes, each with its own defects. rsLoRA at alpha 8 (scale 8/sqrt(8) = 2.83,
-# near LoRA's 2): at alpha 16 (scale 5.66) the pilot's largest per-step difference was 9.9e-5,
-# at the threshold. Two correct fp32 stacks drift apart with the effective step size (operation
-# order, not a defect: the rsLoRA-scale defect moves the loss by 0.26 in 3 steps).
-METHOD_RECIPES = (
-    Recipe("lora", 1),
-    Recipe("rslora", 1, alpha=8),
-    Recipe("dora", 1),
-    Recipe("lora", 1, storage="nf4_double_quant"),
-)
-# Chunked CE against plain CE: 7 tokens a chunk over rows of 15 to 23 scored tokens (12 to 20
-# words), so every row crosses two or three chunk edges and most end on a partial chunk. The
-# reference takes F.cross_entropy on fp64 logits: on fp32 logits torch's CPU log_softmax sums a
-# 49152-wide row about 2.6e-5 low, and the first chunked recipe (chunk 37, over 4 to 10 scored
-# tokens: no edge at all) measured that bias, 2.5e-4, rather than chunked CE (receipt
-# 20261204T150138Z).
-CHUNKED = Recipe("lora", 1, loss="chunked_ce", chunk_size=7, words=(12, 20), reference_fp64=True)
-# Pilot on this machine (fp32, 20 steps, 2026-12-02): per-step loss within 1.7e-5 relative
-# (LoRA, accumulation 1; 1.0e-5 with 4), final adapters within 2.5e-6 relative Frobenius,
-# logits within 1.3e-4. The thresholds are the issue's, above that and below what every
-# control moved in the pilot (>= 9.6e-3 on the adapters, >= 0.1 on the loss).
-LOSS_REL = 1e-4
-WEIGHTS_REL = 1e-3
-LOGITS_ABS = 1e-2
-A_LAW_KS = 0.01  # Kolmogorov-Smirnov distance between assay's A and PEFT's A, pooled
-CODE = (
-    "assay.train.loop",
-    "assay.train.objective",
-    "assay.train.losses",
-    "assay.train.data",
-    "assay.train.data_masks",
-    "assay.train.build",
-    "assay.adapters.lora",
-    "assay.adapters.attachment",
-    "assay.adapters.registry",
-    "assay.model.decoder",
-)
-# The controls' power is the defects': a change to a patch stales the claims it controls.
-CODE = (*CODE, "assay_testing.defects", "assay_testing.patching")
-STREAM_CODE = (*CODE, "assay.stream")
-# The defects a quality gate must catch, run on LoRA with accumulation 4: (name, what it breaks).
-TRAINING_DEFECTS = (
-    ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)"),
-    ("adapters.lora.forward_unscaled", "LoRA forward without the scale"),
-    ("adapters.lora.b_nonzero_init", "B initialised non-zero"),
-    ("train.data_masks.prompt_scored", "prompt tokens scored"),
-    ("train.losses.mask_ignored", "loss mask ignored"),
-    ("train.objective.ce_micro_normalised", "each micro-batch divided by its own tokens"),
-)
-# Each method's own defects, for the claims about that method: (name, label, steps).
-METHOD_DEFECTS = {
-    "lora": (
-        ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)", SHORT),
-        ("train.data_masks.prompt_scored", "prompt tokens scored", SHORT),
-    ),
-    "rslora": (("adapters.lora.rslora_scale", "rsLoRA scaled by alpha/r", SHORT),),
-    # norm_not_detached moved the loss 2.2e-4 but the adapters only 1.6e-4 in 3 steps (the
-    # pilot): too weak for the adapter claim. The wrong norm axis moved the adapters 0.27 but
-    # the loss only 1.01e-4 in 3 steps (first receipt), so it runs 6.
-    "dora": (("adapters.dora.norm_axis", "DoRA norm taken per input column", 6),),
-    "nf4_double_quant": (
-        ("storage.nf4.nested_offset_dropped", "NF4 dequantized without the nested offset", SHORT),
-    ),
-    # chunk edges and the mask, on the path the trainer takes (reduction "sum", frozen head)
-    "chunked_ce": (
-        ("train.losses.chunk_drops_row", "chunked CE drops the last row of every chunk", SHORT),
-        ("train.losses.chunk_edge_row_twice", "chunked CE scores each chunk-edge row twice", SHORT),
-        ("train.losses.chunk_mask_ignored", "chunked CE counts masked labels", SHORT),
-    ),
-}
-# Defects that move the logged loss but not the training: with a frozen head chunked CE writes
-# each row's hidden gradient once (index_copy_), so a row scored twice trains as before. They
-# control the loss claim only.
-LOSS_ONLY = frozenset({"train.losses.chunk_edge_row_twice"})
-# the steps at which the reference keeps its adapters: what the controls compare against
-CONTROL_STEPS = tuple(
-    sorted({SHORT, *(steps for rows in METHOD_DEFECTS.values() for _, _, steps in rows)})
 )
 
 
@@ -151,6 +80,10 @@ def assay_trainer(setup: Setup, recipe: Recipe, name: str, **extra) -> Trainer:
     options = {"rank": recipe.rank, "alpha": recipe.alpha}
     if recipe.loss != "ce":
         extra = {"loss": {"type": recipe.loss, "chunk_size": recipe.chunk_size}, **extra}
+    if recipe.precision != "float32":
+        extra = {"precision": recipe.precision, **extra}
+    if recipe.compile:
+        extra = {"compile": True, **extra}
     rows = dataset(setup, recipe.words)[0]
     config = {
         "model": str(smollm2_path()),
@@ -232,10 +165,16 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     """The three dynamics claims for one recipe; returns its reference run. ``controls(ref)``
     gives (label, loss difference, adapter difference) per control."""
     cpu = time.process_time()
-    trainer = assay_trainer(setup, recipe, recipe.name)
-    initial = adapters(trainer)
-    mine = train_losses(trainer, recipe.steps)
+    # a compiled run compiles into an empty inductor cache: its notes give the cold compile time
+    cold = fresh_inductor_cache() if recipe.compile else contextlib.nullcontext()
+    with cold:
+        trainer = assay_trainer(setup, recipe, recipe.name)
+        initial = adapters(trainer)
+        records = [trainer.train_step() for _ in range(recipe.steps)]
+    mine = [r.loss for r in records]
     assay_cpu = time.process_time() - cpu
+    if recipe.compile:
+        gate.note(compile_note(recipe, [r.seconds for r in records]))
     examples = dataset(setup, recipe.words)[1]
     ref = run_reference(recipe, initial, examples, keep=(*CONTROL_STEPS, recipe.steps))
     measured = controls(ref)
@@ -243,11 +182,19 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     what = f"{recipe.method}, grad accumulation {recipe.accum}, micro-batch 1, {recipe.steps} steps"
     if quantized:  # QLoRA: the reference is transformers + bitsandbytes on the same bytes
         what += ", NF4 double-quant base against transformers + bitsandbytes (fp32 compute)"
+    if recipe.precision == "bf16":
+        what += (
+            ", bf16 on both sides: the decoder layers under torch.autocast(bfloat16), head "
+            "and loss float32"
+        )
+    if recipe.compile:
+        what += ", assay compiled (torch.compile per decoder layer) against PEFT eager"
     if recipe.loss == "chunked_ce":
         what += (
             f", chunked CE ({recipe.chunk_size} tokens a chunk, rows of {recipe.words[0]} to "
             f"{recipe.words[1]} words) against PEFT's plain F.cross_entropy on fp64 logits"
         )
+    bounds = bounds_of(recipe)
     code = (*CODE, "assay.storage.nf4") if quantized else CODE
     code = (*code, "assay.adapters.dora") if recipe.method == "dora" else code
     final = frobenius_rel(adapters(trainer), ref.snapshots[recipe.steps])
@@ -255,18 +202,18 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     for kind, statement, bound, unit, value, column in (
         (
             "loss_per_step",
-            f"assay's training loss equals transformers + PEFT's at every step ({what}): largest "
-            f"relative difference at most {LOSS_REL:g}",
-            LOSS_REL,
-            "max relative |loss difference|",
-            max_rel(mine, ref.losses),
+            f"assay's training loss equals transformers + PEFT's at every step ({what}): "
+            + bounds.loss_words(),
+            bounds.loss,
+            f"{bounds.loss_statistic} relative |loss difference|",
+            bounds.loss_distance(mine, ref.losses),
             1,
         ),
         (
             "final_adapters",
             f"after the run ({what}) assay's and PEFT's adapter tensors differ by at most "
-            f"{WEIGHTS_REL:g} relative Frobenius norm over all of them",
-            WEIGHTS_REL,
+            f"{bounds.weights:g} relative Frobenius norm over all of them",
+            bounds.weights,
             "relative Frobenius distance",
             final,
             2,
@@ -286,9 +233,9 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
                 claim.control(row[0], row[column])
     claim = gate.claim(
         f"dynamics.final_logits.{recipe.name}",
-        f"the trained models' logits ({what}) agree within {LOGITS_ABS:g} on three prompts",
+        f"the trained models' logits ({what}) agree within {bounds.logits:g} on three prompts",
         kind="correctness",
-        threshold=Threshold("<=", LOGITS_ABS),
+        threshold=Threshold("<=", bounds.logits),
         unit="max |logit difference|",
         code=code,
     )
@@ -303,6 +250,19 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
         + "; ".join(f"{label}: {loss:.3g}, {_g(w)}" for label, loss, w in measured)
     )
     return ref
+
+
+def compile_note(recipe: Recipe, seconds: list[float]) -> str:
+    """What compiling cost in the run: the first steps (which compile) against the median
+    step of the rest (which run compiled graphs)."""
+    steady = sorted(seconds[3:])[len(seconds[3:]) // 2]
+    paid = sum(seconds) - steady * len(seconds)
+    return (
+        f"{recipe.name}: compile time. Steps 1-3 took {', '.join(f'{s:.1f}' for s in seconds[:3])}"
+        f" s, the median of steps 4-{len(seconds)} {steady:.2f} s; the run of {len(seconds)} "
+        f"steps took {sum(seconds):.1f} s, {paid:.1f} s more than {len(seconds)} steady steps "
+        "(compilation into an empty inductor cache, including recompiles for new row lengths)"
+    )
 
 
 def _g(value: float | None) -> str:
@@ -334,6 +294,8 @@ def claim_method(gate, setup: Setup, recipe: Recipe) -> Reference:
     quantized = recipe.storage != "float32"
     key = recipe.storage if quantized else recipe.method
     key = recipe.loss if recipe.loss != "ce" else key
+    key = "bf16" if recipe.precision == "bf16" else key
+    bounds = bounds_of(recipe)
     runs = [
         (f"{label} ({fault}), {steps} steps", fault, steps, short_run(setup, recipe, fault, steps))
         for fault, label, steps in METHOD_DEFECTS[key]
@@ -343,7 +305,7 @@ def claim_method(gate, setup: Setup, recipe: Recipe) -> Reference:
         return [
             (
                 what,
-                max_rel(lo, ref.losses[:n]),
+                bounds.loss_distance(lo, ref.losses[:n]),
                 None if fault in LOSS_ONLY else frobenius_rel(w, ref.snapshots[n]),
             )
             for what, fault, n, (lo, w) in runs

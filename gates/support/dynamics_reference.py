@@ -14,6 +14,8 @@ definition assay documents, so a bug shared by both sides cannot pass.
   shares and its chunked CE, which takes ``torch.logsumexp``, does not);
 - schedule: factor ``(s + 1) / warmup`` for the first ``warmup`` steps, then
   ``0.5 (1 + cos(pi p))`` with ``p`` the fraction of the remaining steps done;
+- precision: a bf16 recipe runs PEFT's decoder under ``torch.autocast(bfloat16)`` and its head
+  and loss in float32 (``reference_logits``); a compiled recipe's reference is PEFT eager;
 - weight decay on tensors of two or more dimensions only (DoRA's magnitude vectors have none),
   as assay writes into every run's config copy.
 """
@@ -55,12 +57,16 @@ class Recipe:
     chunk_size: int = 0
     words: tuple[int, int] = (2, 7)  # words per chat row (chat_rows)
     reference_fp64: bool = False  # the reference's cross-entropy on fp64 logits
+    precision: str = "float32"  # bf16: both stacks run the decoder layers under bf16 autocast
+    compile: bool = False  # assay compiles each decoder layer; the reference stays eager
 
     @property
     def name(self) -> str:
         quantized = "-nf4dq" if self.storage == "nf4_double_quant" else ""
         chunked = f"-chunked{self.chunk_size}" if self.loss == "chunked_ce" else ""
-        return f"{self.method}-accum{self.accum}{quantized}{chunked}"
+        bf16 = "-bf16" if self.precision == "bf16" else ""
+        compiled = "-compiled" if self.compile else ""
+        return f"{self.method}-accum{self.accum}{quantized}{chunked}{bf16}{compiled}"
 
 
 @dataclass
@@ -144,6 +150,18 @@ def peft_model(recipe: Recipe):
     return get_peft_model(base, config)
 
 
+def reference_logits(model, ids: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """PEFT's logits for ``ids``. For a bf16 recipe the decoder (its layers and final norm)
+    runs under ``torch.autocast`` to bfloat16 and the head in float32 outside it, which is
+    what assay's ``precision: bf16`` documents."""
+    if recipe.precision == "float32":
+        return model(ids).logits
+    causal = model.base_model.model
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+        hidden = causal.model(input_ids=ids).last_hidden_state
+    return causal.lm_head(hidden.float())
+
+
 def run_reference(
     recipe: Recipe, initial: dict[str, torch.Tensor], examples, keep: tuple[int, ...]
 ) -> Reference:
@@ -176,7 +194,7 @@ def run_reference(
         scored = sum(sum(label != -100 for label in labels[1:]) for _, labels in micro)
         total = 0.0
         for ids, labels in micro:
-            logits = model(torch.tensor([ids])).logits[0, :-1]
+            logits = reference_logits(model, torch.tensor([ids]), recipe)[0, :-1]
             logits = logits.double() if recipe.reference_fp64 else logits.float()
             summed = F.cross_entropy(
                 logits, torch.tensor(labels[1:]), ignore_index=-100, reduction="sum"

@@ -3,13 +3,11 @@ child process, the line fit and the figure. Nothing here judges a number."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from assay_bench.child import json_child
 from assay_bench.scale_train import SEQ
 
 SHAPE = "tinyllama-1.1b"
@@ -27,16 +25,8 @@ def models(cache: Path | None = None) -> dict[int, Path]:
 def child(module: str, *args: str, env: dict[str, str] | None = None,
           timeout: float = 3600) -> dict[str, Any]:  # fmt: skip
     """``python -m module args`` in a fresh process; its last stdout line as JSON."""
-    import os
-
-    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          timeout=timeout, check=False,
-                          env={**os.environ, **(env or {})})  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{module} {' '.join(args)} failed (exit {done.returncode}): "
-                           f"{done.stderr.strip()[-600:]}")  # fmt: skip
-    return json.loads(lines[-1])
+    return json_child(module, list(args), what=f"{module} {' '.join(args)}", timeout=timeout,
+                      env=env)  # fmt: skip
 
 
 def step_run(subject: str, model: Path, *, cache: Path, storage: str = "float32",

@@ -46,17 +46,28 @@ COMPARISONS = (
     ("stream_recompute_over_ckpt", "stream-ram+recompute", "assay+ckpt", "time"),
     ("all_linear_over_peft", "assay-all", "peft-all", "speedup"),
     ("all_linear_ckpt_over_peft", "assay-all+ckpt", "peft-all", "speedup"),
+    ("compiled_over_peft", "assay-compiled", "peft", "speedup"),
+    ("compiled_over_peft_compiled", "assay-compiled", "peft-compiled", "speedup"),
+    ("peft_compiled_over_peft", "peft-compiled", "peft", "speedup"),
+    ("bf16_over_peft_bf16", "assay-bf16", "peft-bf16", "speedup"),
+    ("bf16_over_resident", "assay-bf16", "assay", "speedup"),
 )
-# Issue 29's targets (printed by the harness, judged by gate-throughput, which moved to them
-# from issue 10's 1.4x / 1.4x / 1.15x / 0.65 by dated corrections on 2026-12-03).
+# The targets (printed by the harness, judged by gate-throughput): issue 42's answers to issue
+# 29 (2026-12-04), reached by dated corrections: eager >= 1.10x PEFT and compiled >= 1.30x PEFT
+# eager at seq 256; NF4 >= 1.15x bitsandbytes; the step within 1.25x of its reach (the same
+# run's GEMMs replayed alone plus attention), replacing the fp32 ceiling fraction; the
+# tensor-level step peak <= 0.75x PEFT's, replacing peak RSS (kept as a measured row).
 TARGETS = {
-    "resident_over_peft": (">=", 1.3),
-    "all_linear_over_peft": (">=", 1.3),
-    "nf4_over_bnb": (">=", 1.25),
+    "resident_over_peft": (">=", 1.10),
+    "all_linear_over_peft": (">=", 1.10),
+    "compiled_over_peft": (">=", 1.30),
+    "nf4_over_bnb": (">=", 1.15),
     "stream_over_resident": ("<=", 1.10),
-    "ceiling_fraction": (">=", 0.70),
-    "peak_rss_over_peft": ("<=", 0.85),
+    "reach_fraction": (">=", 0.80),
+    "tensor_peak_over_peft": ("<=", 0.75),
 }
+# whose profile gives the step's reach: its GEMMs replayed alone plus its attention kernels
+REACH_OF = "assay"
 PEERS = {"peft": "assay", "bnb-nf4": "assay-nf4"}
 LOSS_TEXT = {
     "ce": "F.cross_entropy over full-vocabulary fp32 logits, labels shifted by one",
@@ -193,6 +204,7 @@ def run_benchmark(
                 "bound_in_profile": amdahl_bound(prof["step_s"], matmul),
             }
     result = {
+        "reach": reach(profiles, times, seqs[0]),
         "machine": machine(),
         "settings": {
             "seqs": list(seqs),
@@ -219,6 +231,23 @@ def run_benchmark(
         "targets": {k: {"op": op, "value": v} for k, (op, v) in TARGETS.items()},
     }
     return result, subjects
+
+
+def reach(
+    profiles: dict[str, Any], times: dict[tuple[str, int], list[float]], seq: int
+) -> dict[str, Any]:
+    """The step's reach at ``seq``: the GEMMs of one ``REACH_OF`` step replayed alone plus its
+    profiled attention, the time an implementation doing that work with every other op free
+    would take; and each subject timed at ``seq``: reach over its median step (1.0 = at the
+    reach). Empty when ``REACH_OF`` was not profiled."""
+    if REACH_OF not in profiles:
+        return {}
+    prof = profiles[REACH_OF]
+    floor_s = replay_seconds(prof["gemm_calls"]) + prof["categories"]["attention"]["s"]
+    fractions = {
+        name: floor_s / median_step(samples) for (name, at), samples in times.items() if at == seq
+    }
+    return {"of": REACH_OF, "seq": seq, "reach_s": floor_s, "fraction": fractions}
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -264,7 +293,16 @@ def format_table(result: dict[str, Any]) -> str:
             f"{r['tensor_step_peak_bytes'] / 2**20:.0f} MiB"
         )
     if "assay" in rss and "peft" in rss:
-        op, value = TARGETS["peak_rss_over_peft"]
+        op, value = TARGETS["tensor_peak_over_peft"]
+        share = rss["assay"]["tensor_step_peak_bytes"] / rss["peft"]["tensor_step_peak_bytes"]
+        lines.append(f"{'tensor_peak_over_peft':<38}{share:>7.3f}    (target {op} {value})")
         share = rss["assay"]["step_peak_bytes"] / rss["peft"]["step_peak_bytes"]
-        lines.append(f"{'peak_rss_over_peft':<38}{share:>7.3f}    (target {op} {value})")
+        lines.append(f"{'peak_rss_over_peft':<38}{share:>7.3f}    (measured row)")
+    if result.get("reach"):
+        r, (op, value) = result["reach"], TARGETS["reach_fraction"]
+        for name, fraction in r["fraction"].items():
+            lines.append(
+                f"{'reach_fraction ' + name:<38}{fraction:>7.3f}    (reach {r['reach_s']:.3f} s "
+                f"at seq {r['seq']}; target {op} {value})"
+            )
     return "\n".join(lines)

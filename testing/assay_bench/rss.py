@@ -19,14 +19,12 @@ import contextlib
 import ctypes
 import gc
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from assay.memory.measure import process_peak, status_kib, tensor_peak
+from assay_bench.child import json_child
 
 
 def release_freed_memory() -> None:
@@ -83,29 +81,17 @@ def in_subprocess(
 ) -> dict[str, Any]:
     """:func:`measure` in a fresh interpreter (``env`` added to this one's environment);
     RuntimeError with its stderr if it fails."""
-    argv = [sys.executable, "-m", "assay_bench.rss", name, str(seq), str(model)]
-    done = subprocess.run(
-        [*argv, "--assay-loss", assay_loss],
-        capture_output=True,
-        text=True,
+    return json_child(
+        "assay_bench.rss",
+        [name, str(seq), str(model), "--assay-loss", assay_loss],
+        what=f"peak-RSS child for {name}",
         timeout=timeout,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-    lines = done.stdout.strip().splitlines()
-    try:
-        if done.returncode == 0 and lines:
-            return json.loads(lines[-1])
-    except json.JSONDecodeError:
-        pass
-    raise RuntimeError(
-        f"peak-RSS child for {name} failed (exit {done.returncode}, last stdout line "
-        f"{lines[-1][:200] if lines else 'none'!r}): {done.stderr.strip()[-400:]}"
+        env=env,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("subject")
     parser.add_argument("seq", type=int)
     parser.add_argument("model", type=Path)

@@ -69,7 +69,7 @@ def compare(model: Path, *, storage: str, seq: int, defect: str | None) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", type=Path, help="an HF safetensors folder")
     parser.add_argument("--storage", default="float32")
     parser.add_argument("--seq", type=int, default=256)

@@ -21,8 +21,12 @@ fetch whose cost grows with depth, injected from outside), and ``--drop-caches``
 page cache after the load (root only; the result says whether it was allowed), so the steps
 read a cold disk.
 
+With ``--cuda`` the subject computes on the GPU (a streamed base stays in host RAM or on disk)
+and the process is held to ``--vram-limit`` bytes of device memory: the result is the device
+peaks and whether the device ran out of memory (``measure_vram``).
+
 usage: python -m assay_bench.scale_step SUBJECT MODEL [--storage S] [--seq 256] [--steps 2]
-       [--copy-delay-per-layer S] [--drop-caches]
+       [--copy-delay-per-layer S] [--drop-caches] [--cuda [--vram-limit BYTES]]
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from assay_bench.scale_train import ATTENTION, drop_page_cache
 SUBJECTS = ("resident", "resident-ckpt", "stream-ram", "stream-disk", "peft")
 
 
-def build(subject: str, model: Path, storage: str):
-    """(model, optimizer, loss kind) of ``subject``."""
+def build(subject: str, model: Path, storage: str, device: str = "cpu"):
+    """(model, optimizer, loss kind) of ``subject``, computing on ``device``."""
     import torch
 
     if subject == "peft":
@@ -49,7 +53,7 @@ def build(subject: str, model: Path, storage: str):
 
         dense = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
         lora = LoraConfig(r=8, lora_alpha=16, target_modules=ATTENTION, lora_dropout=0.0)
-        peft = get_peft_model(dense, lora)
+        peft = get_peft_model(dense, lora).to(device)
         params = [p for p in peft.parameters() if p.requires_grad]
         return peft, torch.optim.AdamW(params, lr=1e-4), "ce"
     from assay.settings import StreamConfig
@@ -66,6 +70,7 @@ def build(subject: str, model: Path, storage: str):
         adapter_options={"rank": 8, "alpha": 16, "targets": ATTENTION},
         gradient_checkpointing=subject == "resident-ckpt",
         stream=stream,
+        device=device,
     )
     params = [p for p in base.parameters() if p.requires_grad]
     return runner, torch.optim.AdamW(params, lr=1e-4), "chunked_ce"
@@ -138,8 +143,51 @@ def measure(subject: str, model: Path, *, storage: str, seq: int, steps: int,
     }
 
 
+def measure_vram(subject: str, model: Path, *, storage: str, seq: int, steps: int,
+                 limit: int | None) -> dict[str, Any]:  # fmt: skip
+    """On CUDA, this process held to ``limit`` bytes of device memory
+    (``torch.cuda.set_per_process_memory_fraction``): the load's and the steps' device peaks
+    (the allocator's high-water marks, the mark reset after the load), the steps completed and
+    whether the device ran out of memory (a run that does is reported, not raised)."""
+    import torch
+
+    from assay.model.loader import open_source
+    from assay_bench.step import step_loss
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    if limit is not None:
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+    config = open_source(model).config
+    out: dict[str, Any] = {"subject": subject, "storage": storage, "seq": seq, "device": "cuda",
+                           "layers": config.num_layers, "vram_limit_bytes": limit,
+                           "device_total_bytes": total, "steps_done": 0, "oom": None}  # fmt: skip
+    times: list[float] = []
+    try:
+        runner, optimizer, loss_kind = build(subject, model, storage, device="cuda")
+        out["vram_load_peak_bytes"] = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        forward = (lambda ids: runner(input_ids=ids).logits) if subject == "peft" else None
+        ids = torch.randint(0, config.vocab_size, (1, seq), device="cuda",
+                            generator=torch.Generator("cuda").manual_seed(0))  # fmt: skip
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            loss = step_loss(runner, ids, loss_kind, forward)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - began)
+            out["steps_done"] += 1
+    except torch.OutOfMemoryError as error:
+        out["oom"] = str(error).splitlines()[0][:300]
+    out["vram_step_peak_bytes"] = torch.cuda.max_memory_allocated()
+    out["step_s"] = times
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("subject", choices=SUBJECTS)
     parser.add_argument("model", type=Path, help="an HF safetensors folder")
     parser.add_argument("--storage", default="float32")
@@ -147,12 +195,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--copy-delay-per-layer", type=float, default=0.0)
     parser.add_argument("--drop-caches", action="store_true")
+    parser.add_argument("--cuda", action="store_true", help="compute on CUDA; measure VRAM")
+    parser.add_argument("--vram-limit", type=int, default=None, metavar="BYTES",
+                        help="with --cuda: the process's device-memory limit")  # fmt: skip
     args = parser.parse_args(argv)
     if args.copy_delay_per_layer and not args.subject.startswith("stream-"):
         parser.error("--copy-delay-per-layer needs a stream-* subject")
-    result = measure(args.subject, args.model, storage=args.storage, seq=args.seq,
-                     steps=args.steps, copy_delay=args.copy_delay_per_layer,
-                     drop_caches=args.drop_caches)  # fmt: skip
+    if args.vram_limit is not None and not args.cuda:
+        parser.error("--vram-limit needs --cuda")
+    if args.cuda:
+        result = measure_vram(args.subject, args.model, storage=args.storage, seq=args.seq,
+                              steps=args.steps, limit=args.vram_limit)  # fmt: skip
+    else:
+        result = measure(args.subject, args.model, storage=args.storage, seq=args.seq,
+                         steps=args.steps, copy_delay=args.copy_delay_per_layer,
+                         drop_caches=args.drop_caches)  # fmt: skip
     print(json.dumps(result))
     return 0
 

@@ -44,9 +44,10 @@ class Subject:
     setup: Callable[[], None] = field(default=lambda: None)
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None
     loss: str = "ce"
+    precision: str = "float32"
 
     def loss_of(self, ids: torch.Tensor) -> torch.Tensor:
-        return step_loss(self.model, ids, self.loss, self.forward)
+        return step_loss(self.model, ids, self.loss, self.forward, self.precision)
 
     def flops(self, batch: int, seq: int):
         """The FLOP model of one step (assay.model.flops) for this subject's arithmetic."""
@@ -74,13 +75,19 @@ def step_loss(
     ids: torch.Tensor,
     kind: str = "ce",
     forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    precision: str = "float32",
 ) -> torch.Tensor:
     """The step's mean next-token loss: ``ce`` on ``forward(ids)`` (default ``model(ids)``)
-    logits, or ``chunked_ce`` on ``model.hidden_states(ids)`` and the head weight."""
+    logits, or ``chunked_ce`` on ``model.hidden_states(ids)`` and the head weight. With
+    ``precision`` bf16 the forward (``ce``) or the hidden states (``chunked_ce``) run under
+    bf16 autocast; the loss itself is fp32."""
     from torch.profiler import record_function
 
+    autocast = torch.autocast(ids.device.type, dtype=torch.bfloat16,
+                              enabled=precision == "bf16")  # fmt: skip
     if kind == "ce":
-        logits = model(ids) if forward is None else forward(ids)
+        with autocast:
+            logits = model(ids) if forward is None else forward(ids)
         with record_function(LOSS_RANGE):
             return next_token_loss(logits, ids)
     if kind != "chunked_ce":
@@ -88,7 +95,8 @@ def step_loss(
     from assay.train.losses import chunked_cross_entropy
     from assay.train.objective import head_weight
 
-    hidden = model.hidden_states(ids)
+    with autocast:
+        hidden = model.hidden_states(ids)
     with record_function(LOSS_RANGE):
         labels = ids[:, 1:]
         scored = torch.ones_like(labels, dtype=torch.bool)

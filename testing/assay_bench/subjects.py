@@ -3,10 +3,12 @@ safetensors folder, such as assay_testing.scale_models writes): assay (resident,
 streamed) and its peers (transformers + PEFT, transformers + bitsandbytes NF4 + PEFT).
 
 Every subject trains LoRA (rank 8, alpha 16 by default) on the attention projections in fp32
-with AdamW (fused, lr 1e-4). assay subjects use assay's fused chunked CE by default (what
-``assay train`` runs with ``loss: {type: chunked_ce}``); the peers use transformers' loss op,
-F.cross_entropy over full fp32 logits. Subjects that differ only by gradient checkpointing share one
-model and switch the flag before each of their steps. Needs the ``test`` extra.
+with AdamW (fused, lr 1e-4); the bf16 subjects run their forward under bf16 autocast (the
+weights stay fp32) and the compiled ones compile each decoder layer. assay subjects use
+assay's fused chunked CE by default (what ``assay train`` runs with ``loss: {type:
+chunked_ce}``); the peers use transformers' loss op, F.cross_entropy over full fp32 logits.
+Subjects that differ only by gradient checkpointing or autocast share one model (and switch
+the flag before each of their steps). Needs the ``test`` extra.
 """
 
 from __future__ import annotations
@@ -32,7 +34,17 @@ DESCRIPTIONS = {
     "assay-all": "assay resident, fp32 base, LoRA on every linear layer",
     "assay-all+ckpt": "assay resident, fp32 base, LoRA on every linear layer, per-layer "
     "gradient checkpointing",
+    "peft-compiled": "transformers + PEFT, fp32 base, each decoder layer torch.compile'd "
+    "(dynamic shapes)",
+    "assay-compiled": "assay resident, fp32 base, each decoder layer torch.compile'd (what "
+    "compile: true runs)",
+    "peft-bf16": "transformers + PEFT, fp32 weights, forward under torch.autocast(bfloat16) "
+    "(transformers' Trainer with bf16=True)",
+    "assay-bf16": "assay resident, fp32 weights, decoder layers under torch.autocast(bfloat16) "
+    "(what precision: bf16 runs; head and chunked CE fp32)",
 }
+# subjects whose forward runs under bf16 autocast (assay_bench.step.step_loss)
+BF16 = ("peft-bf16", "assay-bf16")
 SUBJECTS = tuple(DESCRIPTIONS)
 RECOMPUTING = ("assay+ckpt", "assay-nf4+ckpt", "stream-ram+recompute", "assay-all+ckpt")
 HF_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -111,6 +123,7 @@ def build_subjects(
             recompute=recompute,
             setup=setup or (lambda: None),
             loss="ce" if forward is not None else assay_loss,
+            precision="bf16" if name in BF16 else "float32",
         )
 
     for storage, targets, plain, checkpointed in (
@@ -124,6 +137,16 @@ def build_subjects(
             for name, on in ((plain, False), (checkpointed, True)):
                 if name in names:
                     add(name, model, recompute=on, setup=_checkpointing(model, on), targets=targets)
+    if "assay-bf16" in names:  # autocast is in the step: it can share the eager model
+        model = built["assay"].model if "assay" in built else lora("float32")
+        add("assay-bf16", model, setup=_checkpointing(model, False))
+    if "assay-compiled" in names:
+        from assay.train.build import compile_decoder_layers
+
+        progress("loading assay float32 to compile")
+        model = lora("float32")
+        compile_decoder_layers(model, torch.device("cpu"))
+        add("assay-compiled", model)
     for name, recompute in (("stream-ram", False), ("stream-ram+recompute", True)):
         if name in names:
             from assay.stream import StreamedModel
@@ -133,7 +156,7 @@ def build_subjects(
                 lora("float32"), tier="ram", buffers=2, device=stream_device, recompute=recompute
             )
             add(name, streamed, recompute=recompute)
-    if "peft" in names or "bnb-nf4" in names:
+    if {"peft", "peft-bf16", "bnb-nf4"} & set(names):
         from assay_testing.peers import hf_bnb_nf4, peft_lora
 
         progress(f"loading transformers fp32 from {path.name}")
@@ -142,10 +165,20 @@ def build_subjects(
             progress("quantizing transformers + bitsandbytes NF4")
             wrapped = peft_lora(hf_bnb_nf4(path, dense=dense), rank, alpha, HF_TARGETS).train()
             add("bnb-nf4", wrapped, forward=_hf_forward(wrapped))
-        if "peft" in names:
+        if "peft" in names or "peft-bf16" in names:
             wrapped = peft_lora(dense, rank, alpha, HF_TARGETS).train()
-            add("peft", wrapped, forward=_hf_forward(wrapped))
+            for name in ("peft", "peft-bf16"):
+                if name in names:
+                    add(name, wrapped, forward=_hf_forward(wrapped))
         del dense
+    if "peft-compiled" in names:
+        from assay_testing.peers import peft_lora
+
+        progress("loading transformers fp32 to compile")
+        wrapped = peft_lora(hf_dense(path), rank, alpha, HF_TARGETS).train()
+        for layer in wrapped.base_model.model.model.layers:
+            layer.compile(dynamic=True)
+        add("peft-compiled", wrapped, forward=_hf_forward(wrapped))
     if "peft-all" in names:
         from peft import LoraConfig, get_peft_model
 

@@ -39,7 +39,7 @@ def test_a_failing_child_names_the_subject(monkeypatch, tmp_path, code, stdout, 
     def failed(argv, **kwargs):
         return subprocess.CompletedProcess(argv, code, stdout, "ValueError: unknown subject(s)")
 
-    monkeypatch.setattr(rss.subprocess, "run", failed)
+    monkeypatch.setattr("assay_bench.child.subprocess.run", failed)
     with pytest.raises(RuntimeError, match="child for nobody failed") as raised:
         rss.in_subprocess("nobody", 8, tmp_path / "model.gguf")
     assert shown in str(raised.value) and "ValueError" in str(raised.value)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from assay.cli import main
 from assay.model.shapes import SHAPES, named_shape, parameter_count
@@ -125,8 +129,14 @@ def test_text_output_names_the_shape_and_the_settings(capsys):
     ("args", "names"),
     [
         (["--shape", "tinyllama"], ["--shape", *SHAPES]),
-        (["--shape", "tinyllama-1.1b", "--layers", "0"], ["--layers", "positive integer"]),
-        (["--shape", "tinyllama-1.1b", "--layers", "-2"], ["--layers", "positive integer"]),
+        (
+            ["--shape", "tinyllama-1.1b", "--layers", "0"],
+            ["--layers", "positive integer up to 1024"],
+        ),
+        (
+            ["--shape", "tinyllama-1.1b", "--layers", "-2"],
+            ["--layers", "positive integer up to 1024"],
+        ),
         (["--shape", "tinyllama-1.1b", "--budget", "4XB"], ["--budget", "4GiB"]),
         (["--shape", "tinyllama-1.1b", "--budget", "0"], ["--budget", "at least 1 byte"]),
         (
@@ -150,3 +160,30 @@ def test_help_lists_the_shapes_and_the_defaults(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert all(name in out for name in SHAPES)
     assert f"seq {default('data.seq_len')}" in out and "--stream-buffers N" in out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    option=st.sampled_from(["--layers", "--seq", "--stream-buffers", "--budget"]),
+    value=st.one_of(
+        st.integers(-(2**70), 2**70).map(str),
+        st.integers(0, 10**30).map(lambda n: f"{n}GiB"),
+        st.sampled_from(["1e400GiB", "nan", "inf", "-0", "", " 3", "2.5", "0x10"]),
+    ),
+    layers=st.sampled_from([None, "1", "2", "1024"]),
+)
+def test_any_value_is_an_answer_or_one_line(option, value, layers):
+    """The rule for every numeric option: whatever the value, the command answers (0 or 1) or
+    refuses with one line and exit 2, never a traceback."""
+    args = ["estimate", "--shape", "smollm2-135m", option, value]
+    if layers is not None and option != "--layers":
+        args += ["--layers", layers]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as exited:
+            code = exited.code
+    text = err.getvalue()
+    assert code in (0, 1, 2) and "Traceback" not in text, (args, text)
+    assert code != 2 or text.count("\n") == 1, (args, text)

@@ -62,7 +62,7 @@ def test_an_unknown_name_lists_the_known_ones():
     assert all(name in str(found.value) for name in SHAPES)
 
 
-@pytest.mark.parametrize("layers", [0, -1, True, 2.0, "2"])
-def test_layers_must_be_a_positive_integer(layers):
-    with pytest.raises(ConfigError, match="layers must be a positive integer"):
+@pytest.mark.parametrize("layers", [0, -1, True, 2.0, "2", 1025, 10**30])
+def test_layers_must_be_an_integer_up_to_the_deepest_supported(layers):
+    with pytest.raises(ConfigError, match=r"layers must be an integer in 1\.\.1024"):
         named_shape("smollm2-135m", layers)

@@ -46,3 +46,18 @@ def test_limited_train_reports_steps_and_their_seconds(tiny_models, tmp_path):
     # killed, or thrashing until the timeout kills the whole group: either way no step
     starved = limited_train(config, 64 << 20, cache=tmp_path / "cache", timeout=60)
     assert starved["steps"] == 0 and starved["run"].returncode != 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["stream-ram", "model", "--vram-limit", "1024"], "--vram-limit needs --cuda"),
+        (["resident", "model", "--copy-delay-per-layer", "0.1"], "needs a stream-* subject"),
+    ],
+)
+def test_the_step_child_refuses_options_that_cannot_apply(capsys, argv, says):
+    from assay_bench.scale_step import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and says in capsys.readouterr().err

@@ -34,6 +34,14 @@ def one_line(message: str) -> str:
     return re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
 
 
+def device_option(value: str) -> str:
+    """argparse type of ``--device``: ``cpu``, ``cuda`` or ``cuda:N``, spelled as torch does
+    (whether this torch has that device is checked when the command runs)."""
+    if not re.fullmatch(r"cpu|cuda(:[0-9]{1,3})?", value):
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: expected cpu, cuda or cuda:N")
+    return value
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose usage errors are one line, as every other error of the CLI is: the
     multi-line usage block is left to ``--help``. Subcommand parsers inherit the class."""

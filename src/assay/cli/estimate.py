@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from assay.memory.plan import gib, header_config, plan_from_config, refusal_line, verdict
-from assay.model.shapes import SHAPES
+from assay.model.shapes import MAX_LAYERS, SHAPES
 from assay.settings import STORAGES, rule
 
 EXIT_FITS, EXIT_REFUSED = 0, 1
@@ -79,9 +79,15 @@ def _with_options(config: Any, args: argparse.Namespace, model: Any, label: str)
     if args.stream_buffers is not None:
         buffers, layers = args.stream_buffers, model.num_layers
         if buffers > layers:
+            streamable = f"or {MIN_BUFFERS}..{layers}" if layers >= MIN_BUFFERS else "only"
             raise ConfigError(
                 f"--stream-buffers: {buffers} exceeds {label}'s {layers} layers (valid 0 for "
-                f"resident, or {MIN_BUFFERS}..{layers})"
+                f"resident {streamable})"
+            )
+        if buffers and config.compile:
+            raise ConfigError(
+                f"--stream-buffers: {buffers} streams, and the config compiles its layers "
+                "(compile: true), which only a resident run does: pass 0, or compile: false"
             )
         stream = config.stream or StreamConfig()
         changes["stream"] = dataclasses.replace(stream, buffers=buffers) if buffers else None
@@ -215,9 +221,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--layers",
-        type=_integer(lambda n: n >= 1, "a positive integer"),
+        type=_integer(lambda n: 1 <= n <= MAX_LAYERS, f"a positive integer up to {MAX_LAYERS}"),
         metavar="N",
-        help="with --shape: that shape's width at N decoder layers",
+        help=f"with --shape: that shape's width at N decoder layers (1..{MAX_LAYERS})",
     )
     parser.add_argument(
         "--storage", choices=STORAGES, help="how the frozen base is held (default: config's)"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assay.cli.dispatch import one_line
 from assay.errors import AssayError
 
 RECENT = 20  # steps the tokens/s and ETA are averaged over
@@ -266,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
-    why = f" ({status['reason']})" if status["reason"] else ""
+    why = f" ({one_line(status['reason'])})" if status["reason"] else ""
     loss = "-" if status["loss"] is None else f"{status['loss']:.4f}"
     speed = "-" if status["tokens_per_s"] is None else f"{status['tokens_per_s']:,.0f}"
     print(f"{status['run']}: {status['state']}{why} at step {status['step']} of {status['steps']}")

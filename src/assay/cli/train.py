@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assay.adapters.registry import help_text as adapter_methods_help
+from assay.cli.dispatch import device_option
 from assay.cli.load_progress import load_progress
-from assay.errors import AssayError
+from assay.errors import AssayError, ConfigError
 from assay.settings import rule as setting_rule
 
 if TYPE_CHECKING:
@@ -242,12 +243,28 @@ def _finished(config, args: argparse.Namespace) -> bool:
     return True
 
 
+def require_device(device: str) -> None:
+    """ConfigError naming ``--device`` when this torch has no such device, before anything
+    loads."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        have = f"CUDA devices 0..{count - 1}" if count else "no CUDA device"
+        raise ConfigError(f"--device {device}: this torch ({torch.__version__}) sees {have}; "
+                          "use --device cpu or a device it lists")  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     from assay.distributed.context import launched
     from assay.settings.loader import load_train_config
     from assay.train.loop import Trainer
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
+    require_device(args.device)
     if args.report_to == "tensorboard":
         from assay.train.report import check_tensorboard
 
@@ -315,7 +332,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="replace an existing run in output.dir: it is moved aside and deleted after the "
         "new run's first checkpoint, or put back if the new run fails first (default: refuse)",
     )
-    parser.add_argument("--device", default="cpu", help="compute device (default cpu)")
+    parser.add_argument(
+        "--device", default="cpu", type=device_option, help="cpu, cuda or cuda:N (default cpu)"
+    )
     parser.add_argument(
         "--budget",
         help="device memory budget, e.g. 4GiB (default: the config's budget, else the "

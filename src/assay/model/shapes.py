@@ -71,6 +71,11 @@ SHAPES: dict[str, ModelConfig] = {
 }
 
 
+# deeper than any published decoder (Llama-3.1-405B has 126 layers), small enough that every
+# size computed from it stays an exact integer
+MAX_LAYERS = 1024
+
+
 def named_shape(name: str, layers: int | None = None) -> ModelConfig:
     """The config of the published shape ``name``, with ``layers`` decoder layers if given
     (the same width at another depth); ConfigError naming the known shapes otherwise."""
@@ -79,8 +84,8 @@ def named_shape(name: str, layers: int | None = None) -> ModelConfig:
     config = SHAPES[name]
     if layers is None:
         return config
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-        raise ConfigError(f"layers must be a positive integer, got {layers!r}")
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= MAX_LAYERS:
+        raise ConfigError(f"layers must be an integer in 1..{MAX_LAYERS}, got {layers!r}")
     return dataclasses.replace(config, num_layers=layers)
 
 

@@ -8,6 +8,8 @@ __all__ = ["STORAGES"]  # the storage registry's names, re-exported for the sett
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DEFAULT_TARGETS = PROJECTIONS[:4]
+# the decoder's matrix-product precision: float32, or bfloat16 under torch.autocast
+PRECISIONS = ("float32", "bf16")
 FORMATS = ("auto", "text", "prompt_completion", "messages", "preference", "kto")
 PREFERENCE_LOSSES = ("dpo", "ipo", "orpo", "simpo")
 LOSSES = ("ce", "chunked_ce", *PREFERENCE_LOSSES, "kto")

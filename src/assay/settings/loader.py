@@ -81,9 +81,11 @@ def config_as_yaml(config: TrainConfig) -> dict[str, Any]:
 # Keys added after runs were first fingerprinted, with the values that mean what every run written
 # before the key behaved as: a key holding one of them is left out of the fingerprint, so adding
 # a setting never stops an old run from resuming (tests/test_config_fingerprints.py pins them).
-ADDED_LATER: dict[tuple[str, str], tuple[object, ...]] = {
+ADDED_LATER: dict[tuple[str | None, str], tuple[object, ...]] = {
     ("adapter", "dropout"): (None, 0, 0.0),  # dropout off
     ("adapter", "lr_ratio"): (None,),  # not LoRA+
+    (None, "precision"): ("float32",),  # section None: a top-level key
+    (None, "compile"): (False,),
 }
 
 
@@ -99,8 +101,9 @@ def config_fingerprint(config: TrainConfig) -> str:
     for key in _NOT_FINGERPRINTED:
         body.pop(key, None)
     for (section, key), before in ADDED_LATER.items():
-        if body[section].get(key, None) in before:
-            body[section].pop(key, None)
+        holder = body if section is None else body[section]
+        if holder.get(key, None) in before:
+            holder.pop(key, None)
     body["data"] = {k: v for k, v in body["data"].items() if k not in ("train", "eval")}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -305,9 +308,17 @@ def check_training_semantics(config: TrainConfig) -> None:
 
     ``output.eval_every`` needs held-out data. LoRA dropout in a streamed run that recomputes
     each layer in backward would draw a second, different mask for the recomputation, so the
-    gradient would not be the forward's: such a run must keep activations instead.
+    gradient would not be the forward's: such a run must keep activations instead. ``compile``
+    compiles resident layers; a streamed layer runs with weights swapped in per call.
     """
     source = Path(config.source)
+    if config.compile and config.stream is not None:
+        raise _fail(
+            source,
+            "compile",
+            "compiles resident decoder layers; a streamed run swaps each layer's weights in "
+            "and out and runs eager: set compile: false or drop stream",
+        )
     if config.output.eval_every is not None and config.data.eval is None:
         raise _fail(source, "output.eval_every", "needs held-out rows: set data.eval")
     stream = config.stream

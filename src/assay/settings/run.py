@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from assay.settings.choices import STORAGES
+from assay.settings.choices import PRECISIONS, STORAGES
 from assay.settings.rule import section, setting
 from assay.settings.training import AdapterConfig, DataConfig, LossConfig
 
@@ -186,6 +186,22 @@ class TrainConfig:
     )
     gradient_checkpointing: bool = setting(
         "Recompute block activations in backward.", "boolean", False
+    )
+    precision: str = setting(
+        "Precision of the decoder layers' matrix products: float32, or bf16 (the layers run "
+        "under torch.autocast to bfloat16, as transformers' Trainer does with bf16=True). The "
+        "embeddings, final norm, LM head and loss, the trainable weights and the optimizer "
+        "state stay float32.",
+        "string",
+        "float32",
+        choices=PRECISIONS,
+    )
+    compile: bool = setting(
+        "torch.compile each decoder layer (opt-in; resident runs). The first steps pay the "
+        "compile time; the numbers differ from eager by rounding, within the bounds "
+        "gate-dynamics holds against PEFT. On CPU it needs a C++ compiler (g++ or clang++).",
+        "boolean",
+        False,
     )
     neftune_alpha: float = setting(
         "NEFTune: uniform noise of scale alpha/sqrt(seq_len*hidden) added to the input "

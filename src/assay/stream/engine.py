@@ -48,6 +48,9 @@ class _StreamedLayers(torch.autograd.Function):
                 with engine.pool.use(i, following) as base:
                     x = engine.run_layer(i, base, x, context)
         ctx.engine, ctx.context, ctx.boundaries = engine, context, boundaries
+        # the recomputation in backward runs under the forward's autocast (bf16 precision)
+        kind = engine.device.type
+        ctx.autocast = (torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
         return x
 
     @staticmethod
@@ -58,7 +61,9 @@ class _StreamedLayers(torch.autograd.Function):
             x_in = ctx.boundaries[i].detach().requires_grad_(True)
             ctx.boundaries[i] = None
             following = i - 1 if i > 0 else None
-            with torch.enable_grad(), engine.pool.use(i, following) as tensors:
+            enabled, dtype = ctx.autocast
+            autocast = torch.autocast(engine.device.type, dtype=dtype, enabled=enabled)
+            with torch.enable_grad(), autocast, engine.pool.use(i, following) as tensors:
                 trained = engine.trainable_base_names[i]
                 for name in trained:
                     tensors[name] = tensors[name].detach().requires_grad_(True)

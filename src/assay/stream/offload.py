@@ -3,9 +3,9 @@
 Each layer is decoded, packed by its storage, given its adapters, written to its shard and
 dropped (its base tensors become ``meta`` placeholders) before the next layer is decoded, so
 the load's peak is one dense layer plus the embeddings and head, whatever the depth. The
-shards go to a staging folder while their bytes are hashed; at the end the folder is renamed
-to the content key's name (``ContentHash``, the key a resident-built disk store gets), or
-dropped when a valid store with that key is already there.
+shards go to a staging folder while their bytes are hashed; at the end they are published
+under the content key's name (``ContentHash``, the key a resident-built disk store gets),
+replacing any store already there.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from assay.stream.layout import LayerLayout, base_tensors
 from assay.stream.store import (
     ContentHash,
     DiskStore,
-    manifest_matches,
-    shards_intact,
+    shard_path,
     write_manifest,
     write_shard,
 )
@@ -54,44 +53,34 @@ class ShardWriter:
         self.layouts.append(layout)
 
     def finish(self) -> DiskStore:
-        """The store of the layers added, under their content key (one already there, valid,
-        is reused and the staging folder dropped)."""
+        """The store of the layers added, published under their content key. The fresh shards
+        replace whatever is there, a file at a time by rename and the manifest last, so a store
+        damaged after it was written (same length, other bytes) is repaired, never served."""
         key = self.content.hexdigest()
         final = self.root / key[:32]
-        existed = manifest_matches(final / "manifest.json", key) and shards_intact(
-            final, len(self.layouts)
-        )
-        if existed:
+        write_manifest(self.staging, key, len(self.layouts))
+        if final.is_symlink() or (final.exists() and not final.is_dir()):
+            final.unlink()
+        try:
+            os.rename(self.staging, final)  # nothing (or an empty folder) there yet
+        except OSError:
+            (final / "manifest.json").unlink(missing_ok=True)
+            for index in range(len(self.layouts)):
+                os.replace(shard_path(self.staging, index), shard_path(final, index))
+            os.replace(self.staging / "manifest.json", final / "manifest.json")
             self.discard()
-        else:
-            write_manifest(self.staging, key, len(self.layouts))
-            shutil.rmtree(final, ignore_errors=True)  # torn or foreign: never reused
-            try:
-                os.replace(self.staging, final)
-            except OSError:  # another process published the same key first
-                self.discard()
-        store = DiskStore(self.root, key, self.layouts, None)
-        store.reused = existed
-        return store
+        return DiskStore(self.root, key, self.layouts, None)
 
     def discard(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def _to_meta(layer: nn.Module, names: list[str]) -> None:
-    """Replace the layer's base tensors by meta placeholders of the same shape, dtype and
+def _to_meta(layer: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Replace the layer's base ``tensors`` by meta placeholders of the same shape, dtype and
     requires_grad, so the layer's bytes live only in its shard."""
-    for name in names:
-        tensor = layer.get_parameter(name) if _is_parameter(layer, name) else None
-        source = tensor if tensor is not None else layer.get_buffer(name)
+    for name, source in tensors.items():
         placeholder = torch.empty(source.shape, dtype=source.dtype, device="meta")
         set_tensor(layer, name, placeholder.requires_grad_(source.requires_grad))
-
-
-def _is_parameter(layer: nn.Module, name: str) -> bool:
-    module_name, _, leaf = name.rpartition(".")
-    module = layer.get_submodule(module_name) if module_name else layer
-    return leaf in module._parameters
 
 
 def load_into_disk_tier(
@@ -121,7 +110,7 @@ def load_into_disk_tier(
         seen += 1
         tensors = base_tensors(layer)
         writer.add(tensors)
-        _to_meta(layer, list(tensors))
+        _to_meta(layer, tensors)
 
     try:
         model, fingerprint = load_stored(path, storage=storage, device=None, then=offload)

@@ -74,8 +74,11 @@ class DiskStore:
     """Per-layer safetensors shards, written once per (model, storage, layout), read with pread.
 
     A shard holds one uint8 tensor ``block`` (the layer's bytes) and its layout as metadata.
-    A directory whose manifest matches the key is reused as it is; shards are written to temp
-    names and renamed, and the manifest is written last, so a torn write is never reused.
+    A directory is reused only when its manifest names the key and its shards' bytes hash to
+    that key (``stored_key``): a torn, truncated or bit-flipped shard is rewritten from
+    ``layers``, never served. Shards are written to temp names and renamed, and the manifest is
+    written last. ``layers=None`` opens a store this process has just published (``ShardWriter``),
+    unverified.
     Reads go through the page cache into the slot (``readinto``), never through a mapping, so
     the layers read stay out of the process's resident set: only the slots count.
     """
@@ -93,12 +96,11 @@ class DiskStore:
         self.directory = root / key[:32]
         self.nbytes = sum(layout.nbytes for layout in layouts)
         manifest = self.directory / "manifest.json"
-        self.reused = manifest_matches(manifest, key) and shards_intact(
-            self.directory, len(layouts)
-        )
-        if not self.reused:
-            if layers is None:
-                raise AssayError(f"{self.directory}: no valid stream cache and no tensors to write")
+        intact = manifest_matches(manifest, key) and shards_intact(self.directory, len(layouts))
+        if layers is None and not intact:
+            raise AssayError(f"{self.directory}: no valid stream cache and no tensors to write")
+        self.reused = layers is not None and intact and stored_key(self.directory, layouts) == key
+        if layers is not None and not self.reused:
             self.directory.mkdir(parents=True, exist_ok=True)
             for i, tensors in enumerate(layers):
                 write_shard(self.directory, i, layouts[i], tensors, key)
@@ -136,12 +138,8 @@ class DiskStore:
         view = memoryview(target.numpy()).cast("B")
         with path.open("rb", buffering=0) as handle:
             handle.seek(self._offsets[index])
-            done = 0
-            while done < size:
-                got = handle.readinto(view[done:])
-                if not got:
-                    raise AssayError(f"{path}: stream shard ended early (truncated after open)")
-                done += got
+            if not read_exactly(handle, view):
+                raise AssayError(f"{path}: stream shard ended early (truncated after open)")
         if not host:
             destination[:size].copy_(target, non_blocking=False)
 
@@ -211,6 +209,40 @@ def shards_intact(directory: Path, layers: int) -> bool:
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return False
     return True
+
+
+def read_exactly(handle, view: memoryview) -> bool:
+    """Fill ``view`` from ``handle``'s position; False when the file ends first."""
+    done = 0
+    while done < len(view):
+        got = handle.readinto(view[done:])
+        if not got:
+            return False
+        done += got
+    return True
+
+
+def stored_key(directory: Path, layouts: list[LayerLayout]) -> str | None:
+    """The content key of the bytes the shards in ``directory`` hold (what ``ContentHash``
+    gives for the tensors they were written from), or None when a shard cannot be read."""
+    content = ContentHash()
+    block = torch.empty(max((layout.nbytes for layout in layouts), default=0), dtype=torch.uint8)
+    try:
+        for index, layout in enumerate(layouts):
+            path = shard_path(directory, index)
+            with path.open("rb", buffering=0) as handle:
+                header_len = int.from_bytes(handle.read(8), "little")
+                start, end = json.loads(handle.read(header_len))["block"]["data_offsets"]
+                if end - start != layout.nbytes:
+                    return None
+                handle.seek(8 + header_len + start)
+                view = memoryview(block.numpy()).cast("B")[: layout.nbytes]
+                if not read_exactly(handle, view):
+                    return None
+            content.add(layout.views(block))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return content.hexdigest()
 
 
 class ContentHash:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import random
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from torch import nn
 from assay.adapters import attach
 from assay.adapters.attachment import layerwise_attach
 from assay.adapters.registry import method as registered
+from assay.errors import ConfigError
 from assay.model.tokenizer import Tokenizer, load_tokenizer
 from assay.settings import StreamConfig, TrainConfig
 from assay.settings.loader import model_path, tokenizer_path
@@ -48,6 +52,7 @@ def build_model(
         gradient_checkpointing=config.gradient_checkpointing,
         stream=config.stream,
         device=device,
+        compile_layers=config.compile,
     )
 
 
@@ -61,9 +66,12 @@ def build_runner(
     gradient_checkpointing: bool = False,
     stream: StreamConfig | None = None,
     device: str | torch.device = "cpu",
+    compile_layers: bool = False,
 ) -> tuple[nn.Module, nn.Module]:
     """``build_model`` from its parts: the model file, its storage, the adapter method with
-    its options (``attach``'s keywords) and seed, and the stream settings.
+    its options (``attach``'s keywords) and seed, and the stream settings. ``compile_layers``
+    compiles each decoder layer of a resident run (``torch.compile``, dynamic shapes, so rows
+    of any length share one graph and a resumed run compiles the graph an unbroken one ran).
 
     A disk-tier run never holds the whole base: each layer goes to its shard as soon as it is
     decoded, packed and adapted (``assay.stream.offload``), so a model larger than memory loads.
@@ -82,7 +90,12 @@ def build_runner(
         attach(base, method, seed=seed, **adapter_options)
     base.gradient_checkpointing = gradient_checkpointing
     if stream is None:
-        return base.to(device), base
+        base = base.to(device)
+        if compile_layers:
+            compile_decoder_layers(base, torch.device(device))
+        return base, base
+    if compile_layers:
+        raise ConfigError("compile: a streamed run runs its layers eager; drop stream or compile")
     from assay.stream import StreamedModel
 
     runner = StreamedModel(
@@ -94,6 +107,41 @@ def build_runner(
         store=store,
     )
     return runner, base
+
+
+def compile_decoder_layers(model: nn.Module, device: torch.device) -> None:
+    """``torch.compile`` every decoder layer in place (names, parameters and state dict
+    unchanged). ConfigError up front when the CPU backend has no working C++ compiler to build
+    with, rather than a compiler traceback at the first step."""
+    if device.type == "cpu" and _working_compiler() is None:
+        chosen = os.environ.get("CXX")
+        tried = f"$CXX={chosen!r}" if chosen is not None else f"{', '.join(CXX_NAMES)} on PATH"
+        raise ConfigError(
+            f"compile: torch.compile on CPU builds C++ kernels and found no working compiler "
+            f"(tried {tried}); install one, fix CXX or set compile: false"
+        )
+    for layer in model.layers:
+        layer.compile(dynamic=True)
+
+
+CXX_NAMES = ("g++", "clang++", "c++")
+
+
+def _working_compiler() -> str | None:
+    """The compiler torch's inductor would call ($CXX when set, even empty; else the first of
+    ``CXX_NAMES`` found), if it answers ``--version``."""
+    chosen = os.environ.get("CXX")
+    for name in [chosen] if chosen is not None else CXX_NAMES:
+        path = shutil.which(name) if name else None
+        if path is None:
+            continue
+        try:
+            answered = subprocess.run([path, "--version"], capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if answered.returncode == 0:
+            return path
+    return None
 
 
 def build_tokenizer(config: TrainConfig) -> Tokenizer:

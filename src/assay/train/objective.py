@@ -93,6 +93,10 @@ def mismatched(batch: Batch) -> tuple[torch.Tensor, ...]:
     return input_ids, attention, labels, loss_mask
 
 
+# precision setting -> the dtype the decoder autocasts to (float32: no autocast)
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
+
+
 class Objective:
     """Computes ``loss(batch)`` for the configured loss type on the run's model.
 
@@ -123,7 +127,16 @@ class Objective:
     def _hidden(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # Unpadded batches take SDPA's causal fast path; padded ones need the explicit mask.
         padded = None if bool(mask.all()) else mask
-        return self.model.hidden_states(input_ids, padded)
+        with self.precision(input_ids.device):
+            return self.model.hidden_states(input_ids, padded)
+
+    def precision(self, device: torch.device) -> contextlib.AbstractContextManager[object]:
+        """The decoder's compute precision on ``device``: autocast to bfloat16 for
+        ``precision: bf16`` (the final norm's output, the head and the loss stay float32)."""
+        dtype = AUTOCAST_DTYPES.get(self.config.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=dtype)
 
     def loss(self, batch: Batch, scored_total: int, micro_batches: int) -> torch.Tensor:
         """CE: this micro-batch's summed token loss divided by the step's scored tokens.

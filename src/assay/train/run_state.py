@@ -55,7 +55,7 @@ def recorded_state(
         if enabled:
             interrupted = isinstance(exc, KeyboardInterrupt)
             write_state(run_dir, state="stopped" if interrupted else "failed",
-                        reason="interrupted" if interrupted else f"{type(exc).__name__}: {exc}",
+                        reason="interrupted" if interrupted else failure_line(exc),
                         started=started, step=step(), steps=target)  # fmt: skip
         raise
     if enabled:
@@ -63,3 +63,11 @@ def recorded_state(
         write_state(run_dir, state="finished" if done else "stopped",
                     reason=None if done else outcome.get("reason", "stop_at"),
                     started=started, step=step(), steps=target)  # fmt: skip
+
+
+def failure_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` on one line for the state file (``assay status`` prints it as a
+    field): a library's multi-line message keeps its first line, cut at ``limit`` characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
