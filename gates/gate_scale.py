@@ -43,7 +43,17 @@ from assay.qualify.plugin.environment import resolve_device
 from assay_bench.scale_train import limited_train, train_config, workspace
 from assay_testing.defects import reporting_children
 from assay_testing.memory_limit import LimitUnavailable
-from support.scale_runs import DEPTHS, GIB, SHAPE, line_fit, marginal_ratio, models, plot, step_run
+from support.scale_runs import (
+    DEPTHS,
+    GIB,
+    SHAPE,
+    line_fit,
+    marginal_ratio,
+    models,
+    plot,
+    ratio_claim,
+    step_run,
+)
 from support.scale_vram import VRAM_CLAIMS, claim_vram, vram_runs
 
 HEADLINE = "fits.float32"
@@ -197,51 +207,38 @@ def test_peak_against_the_peer_and_depth(gate, matrix):
     def peak(row: dict) -> int:
         return row["step_peak_bytes"]
 
-    peer = gate.claim(
-        "peak.vs_peft",
-        f"Peak RSS of the step, 22 layers: assay streamed from disk {_gib(peak(disk[deep]))} "
-        f"against transformers + PEFT resident fp32 {_gib(peak(peft[deep]))} (same model, seq, "
-        f"rank; each in its own process, VmHWM reset after the load)",
-        kind="memory",
-        threshold=Threshold("<=", 0.30),
-        unit="x PEFT's peak",
-        code=STREAM_CODE,
-    )
-    peer.measure(round(peak(disk[deep]) / peak(peft[deep]), 4))
-    peer.ran_on("cpu")
-    peer.control(
-        "assay resident (every layer in RAM)", round(peak(resident[deep]) / peak(peft[deep]), 4)
-    )
-    flat = gate.claim(
-        "depth.step_peak_flat",
-        f"Streamed-disk step peak at {deep} layers over {shallow} layers "
-        f"({_gib(peak(disk[deep]))} / {_gib(peak(disk[shallow]))})",
-        kind="memory",
-        threshold=Threshold("<=", 1.10),
-        unit="x the 4-layer peak",
-        code=STREAM_CODE,
-    )
-    flat.measure(round(peak(disk[deep]) / peak(disk[shallow]), 4))
-    flat.ran_on("cpu")
-    flat.control(
-        "assay resident: the same ratio", round(peak(resident[deep]) / peak(resident[shallow]), 4)
-    )
-    load = gate.claim(
-        "depth.load_peak_flat",
-        f"Loading into the disk tier: peak RSS of the load at {deep} layers over {shallow} "
-        f"layers ({_gib(disk[deep]['load_peak_bytes'])} / "
-        f"{_gib(disk[shallow]['load_peak_bytes'])}): one layer is decoded at a time",
-        kind="memory",
-        threshold=Threshold("<=", 1.10),
-        unit="x the 4-layer load peak",
-        code=STREAM_CODE,
-    )
-    load.measure(round(disk[deep]["load_peak_bytes"] / disk[shallow]["load_peak_bytes"], 4))
-    load.ran_on("cpu")
-    load.control(
-        "assay resident load: the same ratio",
-        round(resident[deep]["load_peak_bytes"] / resident[shallow]["load_peak_bytes"], 4),
-    )
+    load = "load_peak_bytes"
+    for claim_id, statement, unit, (num, den), control in (
+        (
+            "peak.vs_peft",
+            f"Peak RSS of the step, 22 layers: assay streamed from disk {_gib(peak(disk[deep]))} "
+            f"against transformers + PEFT resident fp32 {_gib(peak(peft[deep]))} (same model, "
+            "seq, rank; each in its own process, VmHWM reset after the load)",
+            "x PEFT's peak",
+            (peak(disk[deep]), peak(peft[deep])),
+            ("assay resident (every layer in RAM)", peak(resident[deep]) / peak(peft[deep])),
+        ),
+        (
+            "depth.step_peak_flat",
+            f"Streamed-disk step peak at {deep} layers over {shallow} layers "
+            f"({_gib(peak(disk[deep]))} / {_gib(peak(disk[shallow]))})",
+            "x the 4-layer peak",
+            (peak(disk[deep]), peak(disk[shallow])),
+            ("assay resident: the same ratio", peak(resident[deep]) / peak(resident[shallow])),
+        ),
+        (
+            "depth.load_peak_flat",
+            f"Loading into the disk tier: peak RSS of the load at {deep} layers over {shallow} "
+            f"layers ({_gib(disk[deep][load])} / {_gib(disk[shallow][load])}): one layer is "
+            "decoded at a time",
+            "x the 4-layer load peak",
+            (disk[deep][load], disk[shallow][load]),
+            ("assay resident load: the same ratio", resident[deep][load] / resident[shallow][load]),
+        ),
+    ):
+        bound = 0.30 if claim_id == "peak.vs_peft" else 1.10
+        ratio_claim(gate, claim_id, statement, bound=bound, unit=unit, measured=num / den,
+                    control=control, code=STREAM_CODE, device="cpu")  # fmt: skip
     gate.figure(
         plot(rows),
         "Peak RSS of the step and seconds per step against depth "

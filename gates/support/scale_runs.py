@@ -36,6 +36,29 @@ def step_run(subject: str, model: Path, *, cache: Path, storage: str = "float32"
     return child("assay_bench.scale_step", *args, *extra, env={"ASSAY_CACHE": str(cache)})
 
 
+def ratio_claim(
+    gate,
+    claim_id: str,
+    statement: str,
+    *,
+    bound: float,
+    unit: str,
+    measured: float,
+    control: tuple[str, float],
+    code,
+    device: str,
+) -> None:
+    """One memory claim of gate-scale: a peak ratio at most ``bound``, measured on ``device``,
+    with the ratio of a run that must miss it (``control``: label, value)."""
+    from assay.qualify import Threshold
+
+    claim = gate.claim(claim_id, statement, kind="memory", threshold=Threshold("<=", bound),
+                       unit=unit, code=code)  # fmt: skip
+    claim.measure(round(measured, 4))
+    claim.ran_on(device)
+    claim.control(control[0], round(control[1], 4))
+
+
 def line_fit(xs: list[float], ys: list[float]) -> dict[str, float]:
     """Least-squares line through (xs, ys): slope, intercept and R²."""
     n = len(xs)

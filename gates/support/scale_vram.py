@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.qualify import Threshold
-from support.scale_runs import GIB, SHAPE, step_run
+from support.scale_runs import GIB, SHAPE, ratio_claim, step_run
 
 VRAM_LIMIT = 1 * GIB
 SHALLOW, DEEP = 4, 22
@@ -57,29 +57,26 @@ def claim_vram(gate, runs: dict[str, dict[str, Any]]) -> None:
     fits.measure(runs["stream-deep"]["steps_done"])
     fits.ran_on("cuda")
     fits.control("the resident run under the same limit", runs["resident-limited"]["steps_done"])
-    versus = gate.claim(
-        "vram.peak.vs_peft",
-        f"the streamed step's device peak at {DEEP} layers is <= 0.30x transformers + PEFT's "
-        "resident fp32 step (no limit, same seq and rank)",
-        kind="memory",
-        threshold=Threshold("<=", 0.30),
-        unit="x device peak",
-        code=VRAM_CODE,
-    )
-    versus.measure(peak["stream-deep"] / peak["peft-deep"])
-    versus.ran_on("cuda")
-    versus.control("assay resident", peak["resident-deep"] / peak["peft-deep"])
-    depth = gate.claim(
-        "vram.depth.step_peak_flat",
-        f"the streamed step's device peak at {DEEP} layers is <= 1.10x its peak at {SHALLOW}",
-        kind="memory",
-        threshold=Threshold("<=", 1.10),
-        unit="x device peak",
-        code=VRAM_CODE,
-    )
-    depth.measure(peak["stream-deep"] / peak["stream-shallow"])
-    depth.ran_on("cuda")
-    depth.control("assay resident", peak["resident-deep"] / peak["resident-shallow"])
+    for claim_id, statement, bound, (num, den), (label, control) in (
+        (
+            "vram.peak.vs_peft",
+            f"the streamed step's device peak at {DEEP} layers is <= 0.30x transformers + PEFT's "
+            "resident fp32 step (no limit, same seq and rank)",
+            0.30,
+            ("stream-deep", "peft-deep"),
+            ("assay resident", ("resident-deep", "peft-deep")),
+        ),
+        (
+            "vram.depth.step_peak_flat",
+            f"the streamed step's device peak at {DEEP} layers is <= 1.10x its peak at {SHALLOW}",
+            1.10,
+            ("stream-deep", "stream-shallow"),
+            ("assay resident", ("resident-deep", "resident-shallow")),
+        ),
+    ):
+        ratio_claim(gate, claim_id, statement, bound=bound, unit="x device peak",
+                    measured=peak[num] / peak[den], control=(label, peak[control[0]] /
+                    peak[control[1]]), code=VRAM_CODE, device="cuda")  # fmt: skip
     gate.note(
         "VRAM runs (device peaks of the steps, load peaks, steps, out of memory): "
         + "; ".join(

@@ -92,3 +92,11 @@ def test_the_harness_refuses_bad_model_options(harness, capsys, argv, says):
         main(argv)
     assert exited.value.code == 2 and says in capsys.readouterr().err
     assert not calls
+
+
+def test_the_harness_leaves_the_slow_opt_in_subjects_out_by_default(harness, capsys):
+    main, calls = harness
+    assert main(["--seq", "32", "--json"]) == 0
+    chosen = calls["benchmark"][1]
+    assert "assay" in chosen and "peft" in chosen
+    assert not [name for name in chosen if name.endswith(("-compiled", "-bf16"))]
