@@ -1,10 +1,12 @@
 """The rule for the disk tier's cache: a store serves exactly the bytes its key names. Whatever
 happened to its shards on disk (a flipped byte of the same length, shards swapped, one cut
-short, one taken from another model), the next run that opens it, built from a resident model
-or loaded straight into the disk tier, computes what the model's own weights give."""
+short, a header whose block offsets are no byte range, one taken from another model), the next
+run that opens it, built from a resident model or loaded straight into the disk tier, computes
+what the model's own weights give."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -42,7 +44,21 @@ def _truncate(store, data) -> None:
     path.write_bytes(path.read_bytes()[: data.draw(st.integers(0, 200), label="kept")])
 
 
-DAMAGE = {"flip": _flip, "swap": _swap, "truncate": _truncate}
+def _bad_offsets(store, data) -> None:
+    """The header's block offsets replaced by something that is not a byte range of it."""
+    path = shard_path(store.directory, data.draw(st.integers(0, len(store.layouts) - 1)))
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + length])
+    start, end = header["block"]["data_offsets"]
+    bad = [[float(start), float(end)], [str(start), end], [end, start], [-1, end - start - 1],
+           [start, True], [start], None]  # fmt: skip
+    header["block"]["data_offsets"] = data.draw(st.sampled_from(bad), label="offsets")
+    encoded = json.dumps(header).encode()
+    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + raw[8 + length :])
+
+
+DAMAGE = {"flip": _flip, "swap": _swap, "truncate": _truncate, "offsets": _bad_offsets}
 
 
 def _fresh_logits(path) -> torch.Tensor:

@@ -223,3 +223,21 @@ def test_a_torn_disk_shard_is_rebuilt_or_refused(tiny_models, tmp_path):
         DiskStore(tmp_path, key + "0" * 32, first.layouts, None)
     again = StreamedModel(assay.load(path), tier="disk", cache_dir=tmp_path)
     assert not again.store.reused  # rebuilt from the model's tensors
+
+
+@pytest.mark.parametrize(
+    ("method", "options"), [("lora", {}), ("tinylora", {"sharing": "per_target"})]
+)
+def test_adapter_gradients_land_in_one_block_allocated_before_the_layers(
+    tiny_models, method, options
+):
+    """Why the streamed peak RSS stays flat in depth (gate-scale's depth.step_peak_flat): every
+    adapter gradient of a streamed backward is a view of one block, so none is a separate heap
+    chunk left between a layer's freed transients. Its sums stay the resident ones (above)."""
+    streamed = StreamedModel(_model(tiny_models["qwen2"]["hf"], method, "float32", options))
+    ids = torch.randint(0, 320, (1, 12), generator=torch.Generator().manual_seed(1))
+    streamed(ids).sum().backward()
+    adapters = [p for n, p in streamed.named_parameters() if p.requires_grad and "embed" not in n]
+    assert len(adapters) > 1 and all(p.grad is not None for p in adapters)
+    blocks = {p.grad.untyped_storage().data_ptr() for p in adapters}
+    assert len(blocks) == 1

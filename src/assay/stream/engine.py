@@ -56,7 +56,8 @@ class _StreamedLayers(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         engine = ctx.engine
-        totals: dict[int, torch.Tensor] = {}
+        adapters = [p for uses in engine.resident_uses for _, p in uses]
+        totals = GradientTotals(engine.trainables, adapters)
         for i in reversed(range(engine.num_layers)):
             x_in = ctx.boundaries[i].detach().requires_grad_(True)
             ctx.boundaries[i] = None
@@ -83,11 +84,52 @@ class _StreamedLayers(torch.autograd.Function):
             for param, g in reversed(contributions):
                 if g is None:
                     continue
-                g = g.to(param.device)  # full fine-tuning: host weights get host gradients
-                key = id(param)
-                totals[key] = g if key not in totals else totals[key] + g
-        grads_out = [totals.get(id(p)) for p in engine.trainables]
-        return (None, None, grad, *grads_out)
+                totals.add(param, g)
+        return (None, None, grad, *totals.gradients())
+
+
+class GradientTotals:
+    """Each trainable's gradient summed over the layers' backward calls. The resident
+    trainables' (adapters') totals live in one block allocated before the first layer's backward.
+
+    Why one block: kept one by one, each adapter gradient is allocated amid its layer's
+    recomputed transients and outlives them, which splits the host heap's free space (glibc) so
+    that later layers' transients no longer fit in it: the resident set then grows with depth
+    though the tensors do not. Streamed base weights that train (method full) keep one tensor
+    each, allocated by their layer: a block would hold every layer's gradient from the first
+    backward on. Guarantees: ``gradients()`` gives, per trainable in order, the sum of its
+    contributions in the order added (the first as it came, then ``+``) on the trainable's
+    device, or None for one that got none.
+    """
+
+    def __init__(self, trainables: list[torch.Tensor], blocked: list[torch.Tensor]) -> None:
+        self.trainables = trainables
+        self.totals: dict[int, torch.Tensor] = {}
+        self.views: dict[int, torch.Tensor] = {}
+        groups: dict[tuple[torch.device, torch.dtype], dict[int, torch.Tensor]] = {}
+        for p in blocked:
+            groups.setdefault((p.device, p.dtype), {})[id(p)] = p
+        for (device, dtype), params in groups.items():
+            block = torch.empty(sum(p.numel() for p in params.values()), dtype=dtype,
+                                device=device)  # fmt: skip
+            start = 0
+            for key, p in params.items():
+                self.views[key] = block[start : start + p.numel()].view(p.shape)
+                start += p.numel()
+
+    def add(self, param: torch.Tensor, g: torch.Tensor) -> None:
+        key = id(param)
+        g = g.to(param.device)  # full fine-tuning: host weights get host gradients
+        total = self.totals.get(key)
+        if total is None:
+            self.totals[key] = self.views[key].copy_(g) if key in self.views else g
+        elif key in self.views:
+            total.add_(g)
+        else:
+            self.totals[key] = total + g
+
+    def gradients(self) -> list[torch.Tensor | None]:
+        return [self.totals.get(id(p)) for p in self.trainables]
 
 
 class StreamedModel(nn.Module):

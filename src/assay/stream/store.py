@@ -112,20 +112,17 @@ class DiskStore:
         """Byte offset of layer ``index``'s block in its shard, after checking the shard."""
         path = shard_path(self.directory, index)
         try:
-            with path.open("rb") as handle:
-                header_len = int.from_bytes(handle.read(8), "little")
-                header = json.loads(handle.read(header_len))
-            start, end = header["block"]["data_offsets"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            data_start, start, end = block_span(path)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
             raise AssayError(f"{path}: unreadable stream shard ({error})") from None
-        if path.stat().st_size < 8 + header_len + end:
+        if path.stat().st_size < data_start + end:
             raise AssayError(f"{path}: stream shard is truncated (torn write); delete the cache")
         if end - start != self.layouts[index].nbytes:
             raise AssayError(
                 f"{path}: block holds {end - start} bytes, layout needs "
                 f"{self.layouts[index].nbytes}"
             )
-        return 8 + header_len + start
+        return data_start + start
 
     def read_into(self, index: int, destination: torch.Tensor, non_blocking: bool) -> None:
         size = self.layouts[index].nbytes
@@ -201,14 +198,24 @@ def shards_intact(directory: Path, layers: int) -> bool:
     try:
         for i in range(layers):
             path = shard_path(directory, i)
-            with path.open("rb") as handle:
-                header_len = int.from_bytes(handle.read(8), "little")
-                end = json.loads(handle.read(header_len))["block"]["data_offsets"][1]
-            if path.stat().st_size < 8 + header_len + end:
+            data_start, _, end = block_span(path)
+            if path.stat().st_size < data_start + end:
                 return False
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return False
     return True
+
+
+def block_span(path: Path) -> tuple[int, int, int]:
+    """(where a shard's data starts, its ``block``'s start and end within the data), from the
+    safetensors header. Raises OSError, ValueError, KeyError, TypeError or IndexError on a
+    shard that does not hold such a header; the caller says what that means for it."""
+    with path.open("rb") as handle:
+        header_len = int.from_bytes(handle.read(8), "little")
+        start, end = json.loads(handle.read(header_len))["block"]["data_offsets"]
+    if not all(type(n) is int and n >= 0 for n in (start, end)) or end < start:
+        raise ValueError(f"block offsets {start!r}, {end!r} are not a byte range")
+    return 8 + header_len, start, end
 
 
 def read_exactly(handle, view: memoryview) -> bool:
@@ -230,17 +237,16 @@ def stored_key(directory: Path, layouts: list[LayerLayout]) -> str | None:
     try:
         for index, layout in enumerate(layouts):
             path = shard_path(directory, index)
+            data_start, start, end = block_span(path)
+            if end - start != layout.nbytes:
+                return None
             with path.open("rb", buffering=0) as handle:
-                header_len = int.from_bytes(handle.read(8), "little")
-                start, end = json.loads(handle.read(header_len))["block"]["data_offsets"]
-                if end - start != layout.nbytes:
-                    return None
-                handle.seek(8 + header_len + start)
+                handle.seek(data_start + start)
                 view = memoryview(block.numpy()).cast("B")[: layout.nbytes]
                 if not read_exactly(handle, view):
                     return None
             content.add(layout.views(block))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     return content.hexdigest()
 
