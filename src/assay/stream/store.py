@@ -15,8 +15,12 @@ import torch
 from safetensors.torch import save_file
 
 from assay.atomic import fsync_file
-from assay.errors import AssayError
+from assay.errors import AssayError, ModelFileError
+from assay.model.safetensors import check_safetensors_header
 from assay.stream.layout import LayerLayout
+
+# what reading a shard's header raises on a shard that does not hold a valid one
+SHARD_ERRORS = (OSError, ModelFileError, KeyError, TypeError, ValueError)
 
 
 class RamStore:
@@ -113,10 +117,8 @@ class DiskStore:
         path = shard_path(self.directory, index)
         try:
             data_start, start, end = block_span(path)
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
-            raise AssayError(f"{path}: unreadable stream shard ({error})") from None
-        if path.stat().st_size < data_start + end:
-            raise AssayError(f"{path}: stream shard is truncated (torn write); delete the cache")
+        except SHARD_ERRORS as error:
+            raise AssayError(f"unreadable stream shard: {error}; delete the cache") from None
         if end - start != self.layouts[index].nbytes:
             raise AssayError(
                 f"{path}: block holds {end - start} bytes, layout needs "
@@ -194,27 +196,24 @@ def manifest_matches(manifest: Path, key: str) -> bool:
 
 
 def shards_intact(directory: Path, layers: int) -> bool:
-    """Every shard is present and as long as its header says (a torn one is rewritten)."""
+    """Every shard is present with a valid header and as long as it says (a torn one is
+    rewritten)."""
     try:
         for i in range(layers):
-            path = shard_path(directory, i)
-            data_start, _, end = block_span(path)
-            if path.stat().st_size < data_start + end:
-                return False
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+            block_span(shard_path(directory, i))
+    except SHARD_ERRORS:
         return False
     return True
 
 
 def block_span(path: Path) -> tuple[int, int, int]:
-    """(where a shard's data starts, its ``block``'s start and end within the data), from the
-    safetensors header. Raises OSError, ValueError, KeyError, TypeError or IndexError on a
-    shard that does not hold such a header; the caller says what that means for it."""
+    """(where a shard's data starts, its ``block``'s start and end within the data). The header
+    is validated as a model file's is (``check_safetensors_header``: its length fits the file,
+    the block's range matches its dtype and shape and lies inside the data), so a torn or
+    corrupt shard raises one of SHARD_ERRORS and nothing larger than the file is read."""
+    start, end = check_safetensors_header(path)["block"]["data_offsets"]
     with path.open("rb") as handle:
         header_len = int.from_bytes(handle.read(8), "little")
-        start, end = json.loads(handle.read(header_len))["block"]["data_offsets"]
-    if not all(type(n) is int and n >= 0 for n in (start, end)) or end < start:
-        raise ValueError(f"block offsets {start!r}, {end!r} are not a byte range")
     return 8 + header_len, start, end
 
 
@@ -246,7 +245,7 @@ def stored_key(directory: Path, layouts: list[LayerLayout]) -> str | None:
                 if not read_exactly(handle, view):
                     return None
             content.add(layout.views(block))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except SHARD_ERRORS:
         return None
     return content.hexdigest()
 
