@@ -21,3 +21,8 @@ class UnsupportedModelError(AssayError):
 
 class ConfigError(AssayError):
     """A configuration value is missing, mistyped or impossible."""
+
+
+class DivergedError(AssayError):
+    """A training step's gradients or loss are not finite: the run stops there, the step is not
+    logged and no checkpoint is written after the last good one."""

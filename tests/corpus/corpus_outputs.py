@@ -4,7 +4,6 @@ issue-16 builder shares (the valid run the cases break, config writing)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -13,6 +12,8 @@ from typing import Any
 import yaml
 from corpus_harness import Case
 from corpus_inputs import GOOD_ROWS, TOKENIZER, _jsonl, base_config
+
+from assay_testing.forgery import reseal
 
 CASES = yaml.safe_load((Path(__file__).with_name("robust_cases.yaml")).read_text("utf-8"))
 
@@ -47,16 +48,6 @@ def good_run(root: Path, model: Path) -> tuple[Path, Path, Path]:
     if main(["train", str(config), "--json", "--stop-at", "1", "--no-progress"]) != 0:
         raise RuntimeError("the valid run behind the issue-16 corpus failed")
     return train, config, run
-
-
-def _reseal(step: Path) -> None:
-    """Recompute the manifest's sha256 and sizes after an edit (what a forger would do)."""
-    manifest_path = step / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    for name, entry in manifest["files"].items():
-        data = (step / name).read_bytes()
-        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
-    manifest_path.write_text(json.dumps(manifest))
 
 
 def _first_state(tensors: dict, suffix: str) -> str:
@@ -119,7 +110,7 @@ def resealed_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> li
         shutil.copytree(run, copy)
         step = copy / "step-000001"
         _edit_step(step, spec)
-        _reseal(step)
+        reseal(step)
         config = write_config(folder / f"{name}.yaml", base_config(model, train, copy))
         argv = ("train", str(config), "--resume", str(copy), "--json")
         cases.append(Case(f"resealed.{name}", "resealed", argv, step / spec["file"],

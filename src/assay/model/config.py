@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,24 @@ class ModelConfig:
                 f"config: num_heads {self.num_heads} is not a multiple of "
                 f"num_kv_heads {self.num_kv_heads}"
             )
+        # every other number a decoder computes with: a zero or negative one trains on NaN
+        scaling = dict(self.rope_scaling or {})
+        positive = {
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.rms_norm_eps,
+            "max_position_embeddings": self.max_position_embeddings,
+            "sliding_window": self.sliding_window,
+            **{f"rope_scaling.{k}": v for k, v in scaling.items() if k != "rope_type"},
+            **{f"rope_freq_divisors[{i}]": v for i, v in enumerate(self.rope_freq_divisors or ())},
+        }
+        for name, value in positive.items():
+            if name == "sliding_window" and value is None:
+                continue
+            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if not real or not math.isfinite(value) or value <= 0:
+                raise ModelFileError(
+                    f"config field {name} must be a positive number, got {value!r}"
+                )
 
     @property
     def q_size(self) -> int:
@@ -119,6 +138,34 @@ def _require(source: Mapping[str, Any], key: str, where: str) -> Any:
     return source[key]
 
 
+def _integer(value: Any, key: str, where: str) -> int:
+    """``value`` as a positive int when it is one (2.0 counts; 2.5, "2", true and 0 do not);
+    refusals name the file's ``key``."""
+    whole = isinstance(value, numbers.Integral) or (
+        isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    )
+    if isinstance(value, bool) or not whole or value <= 0:
+        raise ModelFileError(f"{where}: {key} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _real(value: Any, key: str, where: str) -> float:
+    """``value`` as a float when it is a positive finite number (true, "1e-5", 0 and NaN are
+    not); refusals name the file's ``key``."""
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise ModelFileError(f"{where}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _built(where: str, **fields: Any) -> ModelConfig:
+    """ModelConfig(**fields), its refusals naming the file they came from."""
+    try:
+        return ModelConfig(**fields)
+    except ModelFileError as error:
+        raise ModelFileError(f"{where}: {error}") from None
+
+
 def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     """Build a ModelConfig from a parsed HF ``config.json``; ``where`` names the file in errors."""
     model_type = _require(hf, "model_type", where)
@@ -127,14 +174,19 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
             f"{where}: model_type {model_type!r} is not supported; "
             f"expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    hidden = int(_require(hf, "hidden_size", where))
-    heads = int(_require(hf, "num_attention_heads", where))
+
+    def whole(key: str, default: Any = None) -> int:
+        return _integer(_require(hf, key, where) if default is None else hf.get(key, default),
+                        key, where)  # fmt: skip
+
+    hidden = whole("hidden_size")
+    heads = whole("num_attention_heads")
     # transformers >= 5 folds rope_theta and rope_scaling into rope_parameters.
     rope = dict(hf.get("rope_parameters") or {})
     legacy_scaling = hf.get("rope_scaling")
     if legacy_scaling:
         rope.update(legacy_scaling)
-    theta = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    theta = _real(rope.get("rope_theta", hf.get("rope_theta", 10000.0)), "rope_theta", where)
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", "llama3"):
         raise UnsupportedModelError(f"{where}: rope type {rope_type!r} is not supported")
@@ -142,30 +194,33 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     if rope_type == "llama3":
         scaling = {
             "rope_type": "llama3",
-            "factor": float(rope["factor"]),
-            "low_freq_factor": float(rope.get("low_freq_factor", 1.0)),
-            "high_freq_factor": float(rope.get("high_freq_factor", 4.0)),
-            "original_max_position_embeddings": int(
-                rope.get("original_max_position_embeddings", 8192)
+            "factor": _real(_require(rope, "factor", where), "factor", where),
+            "low_freq_factor": _real(rope.get("low_freq_factor", 1.0), "low_freq_factor", where),
+            "high_freq_factor": _real(rope.get("high_freq_factor", 4.0), "high_freq_factor", where),
+            "original_max_position_embeddings": _integer(
+                rope.get("original_max_position_embeddings", 8192),
+                "original_max_position_embeddings",
+                where,
             ),
         }
     window = hf.get("sliding_window") if hf.get("use_sliding_window", True) else None
     eos = hf.get("eos_token_id")
-    return ModelConfig(
+    return _built(
+        where,
         architecture=model_type,
-        vocab_size=int(_require(hf, "vocab_size", where)),
+        vocab_size=whole("vocab_size"),
         hidden_size=hidden,
-        intermediate_size=int(_require(hf, "intermediate_size", where)),
-        num_layers=int(_require(hf, "num_hidden_layers", where)),
+        intermediate_size=whole("intermediate_size"),
+        num_layers=whole("num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=int(hf.get("num_key_value_heads") or heads),
-        head_dim=int(hf.get("head_dim") or hidden // heads),
+        num_kv_heads=_integer(hf.get("num_key_value_heads") or heads, "num_key_value_heads", where),
+        head_dim=_integer(hf.get("head_dim") or hidden // max(heads, 1), "head_dim", where),
         rope_theta=theta,
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
+        rms_norm_eps=_real(hf.get("rms_norm_eps", 1e-6), "rms_norm_eps", where),
+        max_position_embeddings=whole("max_position_embeddings", 2048),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
         attention_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
-        sliding_window=int(window) if window else None,
+        sliding_window=_integer(window, "sliding_window", where) if window else None,
         rope_scaling=scaling,
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=eos[0] if isinstance(eos, list) else eos,
@@ -195,29 +250,36 @@ def config_from_gguf(
     def key(name: str) -> Any:
         return _require(meta, f"{arch}.{name}", where)
 
-    hidden = int(key("embedding_length"))
-    heads = int(key("attention.head_count"))
-    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
-    head_dim = int(meta.get(f"{arch}.attention.key_length") or hidden // heads)
+    def whole(name: str, value: Any) -> int:
+        return _integer(value, f"{arch}.{name}", where)
+
+    hidden = whole("embedding_length", key("embedding_length"))
+    heads = whole("attention.head_count", key("attention.head_count"))
+    kv_heads = whole("attention.head_count_kv", meta.get(f"{arch}.attention.head_count_kv", heads))
+    key_length = meta.get(f"{arch}.attention.key_length") or hidden // max(heads, 1)
+    head_dim = whole("attention.key_length", key_length)
     tokens = meta.get("tokenizer.ggml.tokens")
     vocab = meta.get(f"{arch}.vocab_size") or (len(tokens) if tokens is not None else None)
     if vocab is None:
         raise ModelFileError(f"{where}: cannot tell the vocabulary size (no vocab_size, no tokens)")
-    theta = float(meta.get(f"{arch}.rope.freq_base", 10000.0))
-    if not math.isfinite(theta) or theta <= 0:
-        raise ModelFileError(f"{where}: {arch}.rope.freq_base must be positive, got {theta}")
-    return ModelConfig(
+    theta = _real(meta.get(f"{arch}.rope.freq_base", 10000.0), f"{arch}.rope.freq_base", where)
+    return _built(
+        where,
         architecture=arch,
-        vocab_size=int(vocab),
+        vocab_size=whole("vocab_size", vocab),
         hidden_size=hidden,
-        intermediate_size=int(key("feed_forward_length")),
-        num_layers=int(key("block_count")),
+        intermediate_size=whole("feed_forward_length", key("feed_forward_length")),
+        num_layers=whole("block_count", key("block_count")),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         rope_theta=theta,
-        rms_norm_eps=float(meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        max_position_embeddings=int(meta.get(f"{arch}.context_length", 2048)),
+        rms_norm_eps=_real(
+            meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+            f"{arch}.attention.layer_norm_rms_epsilon",
+            where,
+        ),
+        max_position_embeddings=whole("context_length", meta.get(f"{arch}.context_length", 2048)),
         tie_word_embeddings=not has_output,
         attention_bias=has_qkv_bias,
         rope_freq_divisors=rope_freq_divisors,

@@ -4,19 +4,22 @@ The manifest's sha256 proves the files are the ones the manifest lists, not that
 sane: a manifest re-sealed after an edit passes it. Before anything is restored,
 :func:`check_restorable` checks each field against the run it is restored into (the cursor
 within the dataset and consistent with the step, the scheduler's counters and learning rates,
-the optimizer's step counts and state shapes, finite trainables of the right shapes), and
-raises one CheckpointError naming the file and the field.
+the optimizer's step counts and state shapes, finite trainables of the right shapes, and every
+setting the config decides equal to the config's at that step), and raises one CheckpointError
+naming the file and the field.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from assay.train.checkpoint import Checkpoint
 from assay.train.checkpoint_state import CheckpointError
@@ -38,9 +41,11 @@ def _finite_list(value: Any, length: int) -> bool:
     )
 
 
-def check_cursor(checkpoint: Checkpoint, dataset_size: int, rows_per_step: int, seed: int) -> None:
-    """cursor.json: the four fields, position within the dataset, seed of this run, and the
-    rows it has consumed equal to ``step * rows_per_step``."""
+def check_cursor(
+    checkpoint: Checkpoint, dataset_size: int, rows_per_step: int, seed: int, shuffle: bool
+) -> None:
+    """cursor.json: the four fields, position within the dataset, seed and shuffle of this run,
+    and the rows it has consumed equal to ``step * rows_per_step``."""
     cursor = checkpoint.cursor
     if not isinstance(cursor, dict):
         raise _fail(checkpoint, "cursor.json", "(top level)", "expected an object")
@@ -58,6 +63,9 @@ def check_cursor(checkpoint: Checkpoint, dataset_size: int, rows_per_step: int, 
         raise _fail(checkpoint, "cursor.json", "position", f"{past} (valid 0..{dataset_size})")
     if cursor["seed"] != seed:
         raise _fail(checkpoint, "cursor.json", "seed", f"{cursor['seed']} is not the run's {seed}")
+    if cursor["shuffle"] != shuffle:
+        raise _fail(checkpoint, "cursor.json", "shuffle",
+                    f"{cursor['shuffle']} is not the run's {shuffle}")  # fmt: skip
     consumed = cursor["epoch"] * dataset_size + cursor["position"]
     if consumed != checkpoint.step * rows_per_step:
         raise _fail(checkpoint, "cursor.json", "epoch/position", f"{consumed} rows consumed, but "
@@ -65,10 +73,16 @@ def check_cursor(checkpoint: Checkpoint, dataset_size: int, rows_per_step: int, 
                     f"{checkpoint.step * rows_per_step}")  # fmt: skip
 
 
-def check_scheduler(checkpoint: Checkpoint, lrs: list[float]) -> None:
-    """scheduler.json: a LambdaLR state at this step with this run's base learning rate of
-    each parameter group (``lrs``)."""
-    groups = len(lrs)
+def scheduled_lrs(optimizer: Optimizer, lr_factor: Callable[[int], float], step: int) -> list:
+    """Each group's learning rate after ``step`` scheduler steps, as LambdaLR computes it."""
+    return [group["initial_lr"] * lr_factor(step) for group in optimizer.param_groups]
+
+
+def check_scheduler(checkpoint: Checkpoint, scheduler: LRScheduler, lrs: list[float]) -> None:
+    """scheduler.json: this run's LambdaLR (``scheduler``, fresh) at the checkpoint's step: its
+    counters at the step, its base learning rates and every other field the fresh one's, and
+    its last learning rates ``lrs`` (the schedule's at the step). Missing fields are left to
+    the fresh scheduler; unknown ones are refused."""
     state = checkpoint.scheduler_state
     if not isinstance(state, dict):
         raise _fail(checkpoint, "scheduler.json", "(top level)", "expected an object")
@@ -77,17 +91,70 @@ def check_scheduler(checkpoint: Checkpoint, lrs: list[float]) -> None:
         if state.get(key) != wanted or not _is_int(state.get(key)):
             raise _fail(checkpoint, "scheduler.json", key,
                         f"expected {wanted} at step {step}, got {state.get(key)!r}")  # fmt: skip
-    for key in ("base_lrs", "_last_lr"):
-        if not _finite_list(state.get(key), groups):
-            raise _fail(checkpoint, "scheduler.json", key, f"expected {groups} finite learning "
-                        f"rate(s), got {state.get(key)!r}")  # fmt: skip
-    if any(
-        not math.isclose(v, lr, rel_tol=1e-12) for v, lr in zip(state["base_lrs"], lrs, strict=True)
-    ):
-        raise _fail(checkpoint, "scheduler.json", "base_lrs",
-                    f"{state['base_lrs']} is not this run's learning rates {lrs}")  # fmt: skip
-    if any(v < 0 for v in state["_last_lr"]):
-        raise _fail(checkpoint, "scheduler.json", "_last_lr", "a learning rate is negative")
+    want = {**scheduler.state_dict(), "last_epoch": step, "_step_count": step + 1,
+            "_last_lr": lrs}  # fmt: skip
+    for key in sorted(state):
+        if key not in want:
+            raise _fail(checkpoint, "scheduler.json", key, "not a field of this run's scheduler")
+        if not same_setting(state[key], want[key]):
+            at = f" at step {step}" if key == "_last_lr" else ""
+            raise _fail(checkpoint, "scheduler.json", key,
+                        f"{_shown(state[key])}, but this run's is {want[key]!r}{at}")  # fmt: skip
+
+
+def check_optimizer_settings(
+    checkpoint: Checkpoint, optimizer: Optimizer, lrs: list[float]
+) -> None:
+    """optimizer.json's settings are this run's: every group's hyperparameters as its config
+    builds them (``optimizer``, fresh), its lr the schedule's at the checkpoint's step
+    (``lrs``). A resume takes its settings from its config: a checkpoint that says otherwise
+    was edited, and is refused rather than trained with. A setting the checkpoint lacks is the
+    config's (``optimizer_from_files``); one this run's optimizer lacks is refused."""
+    saved_groups = checkpoint.optimizer_meta["param_groups"]
+    live_groups = optimizer.param_groups
+    if len(saved_groups) != len(live_groups):
+        raise _fail(checkpoint, "optimizer.json", "param_groups",
+                    f"{len(saved_groups)} groups, this run builds {len(live_groups)}")  # fmt: skip
+    for g, (saved, live) in enumerate(zip(saved_groups, live_groups, strict=True)):
+        want = {key: value for key, value in live.items() if key != "params"}
+        want["lr"] = lrs[g]
+        prefix = f"group/{g}/"
+        have = {key: value for key, value in saved.items() if key != "param_names"}
+        have.update({key[len(prefix) :]: tensor for key, tensor in
+                     checkpoint.optimizer_tensors.items() if key.startswith(prefix)})  # fmt: skip
+        for key in sorted(have):
+            field = f"param_groups[{g}].{key}"
+            if key not in want:
+                raise _fail(checkpoint, "optimizer.json", field,
+                            "not a setting of this run's optimizer")  # fmt: skip
+            if not same_setting(have[key], want[key]):
+                at = f" at step {checkpoint.step}" if key == "lr" else ""
+                found = f"{_shown(have[key])}, but this run's is {want[key]!r}{at}"
+                raise _fail(checkpoint, "optimizer.json", field, found)
+
+
+def same_setting(saved: Any, want: Any) -> bool:
+    """``saved``, as JSON or safetensors gave it back, is the setting ``want``, type included:
+    1 is not True, 1.0 is 1, a list stands for a tuple, a tensor equals only a tensor."""
+    if isinstance(want, Tensor):
+        return (
+            isinstance(saved, Tensor)
+            and saved.shape == want.shape
+            and bool(torch.equal(saved, want.detach().cpu()))
+        )
+    if isinstance(want, (tuple, list)):
+        return (isinstance(saved, list) and len(saved) == len(want)
+                and all(map(same_setting, saved, want)))  # fmt: skip
+    if isinstance(want, (bool, str)) or want is None:
+        return type(saved) is type(want) and saved == want
+    if isinstance(want, (int, float)):
+        return isinstance(saved, (int, float)) and not isinstance(saved, bool) and saved == want
+    return False
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_trainables(checkpoint: Checkpoint, params: Mapping[str, Tensor]) -> None:
@@ -154,17 +221,23 @@ def check_restorable(
     checkpoint: Checkpoint,
     *,
     params: Mapping[str, Tensor],
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    lr_factor: Callable[[int], float],
     dataset_size: int,
     rows_per_step: int,
     seed: int,
-    lrs: list[float],
+    shuffle: bool,
     steps: int,
 ) -> None:
-    """Every semantic check above, plus the step within the run's ``steps``."""
+    """Every semantic check above, plus the step within the run's ``steps``. ``optimizer`` and
+    ``scheduler`` are the run's, fresh from its config (nothing restored into them yet)."""
     if checkpoint.step > steps:
         raise _fail(checkpoint, "manifest.json", "step",
                     f"{checkpoint.step} is past the run's {steps} steps")  # fmt: skip
-    check_cursor(checkpoint, dataset_size, rows_per_step, seed)
-    check_scheduler(checkpoint, lrs)
+    check_cursor(checkpoint, dataset_size, rows_per_step, seed, shuffle)
+    lrs = scheduled_lrs(optimizer, lr_factor, checkpoint.step)
+    check_scheduler(checkpoint, scheduler, lrs)
     check_trainables(checkpoint, params)
     check_optimizer(checkpoint, params)
+    check_optimizer_settings(checkpoint, optimizer, lrs)

@@ -89,7 +89,9 @@ def optimizer_from_files(
     groups: list[dict[str, Any]] = []
     index = 0
     for g, saved in enumerate(saved_groups):
-        group = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
+        # a setting the checkpoint lacks is the config's (the fresh group's), never torch's default
+        group = {k: v for k, v in optimizer.param_groups[g].items() if k != "params"}
+        group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
         del group["param_names"]
         for key, value in tensors.items():
             if key.startswith(f"group/{g}/"):

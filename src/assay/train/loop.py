@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from tqdm import tqdm
 from assay.adapters.attachment import learning_rate_scales
 from assay.atomic import atomic_write_bytes
 from assay.bounded import JSONL_BYTES, parse_json, read_capped
+from assay.errors import DivergedError
 from assay.model.tokenizer import check_fits
 from assay.settings import TrainConfig
 from assay.settings.loader import config_as_yaml, config_fingerprint, model_path
@@ -121,10 +123,13 @@ class Trainer:
         check_restorable(
             checkpoint,
             params=self.params,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            lr_factor=lr_factor(self.config),
             dataset_size=len(self.train_data),
             rows_per_step=self.config.batch.micro_batch * self.config.batch.grad_accum,
             seed=self.config.seed,
-            lrs=[group["initial_lr"] for group in self.optimizer.param_groups],
+            shuffle=self.batches.cursor.shuffle,
             steps=self.config.steps,
         )
         self._restore(checkpoint)
@@ -223,6 +228,8 @@ class Trainer:
         params = list(self.params.values())
         clip = self.config.optim.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+        # the norm is the whole job's (gradients are reduced before it), so every rank agrees
+        _check_finite(self.step + 1, "gradient norm", _as_float(norm), total_loss)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -235,6 +242,7 @@ class Trainer:
             for k in names
         }
         total_loss, tokens, metrics = self._step_totals(total_loss, tokens, metrics)
+        _check_finite(self.step, "loss", total_loss, total_loss)
         seconds = time.perf_counter() - started
         return StepRecord(
             self.step,
@@ -391,6 +399,18 @@ class Trainer:
         finally:
             self.neftune.enabled = True
             self.base.train()
+
+
+def _check_finite(step: int, what: str, value: float, loss: float) -> None:
+    """DivergedError, before anything of step ``step`` is logged or saved, when ``value`` is
+    NaN or infinite: a diverged run stops with its last good checkpoint, never writing numbers
+    that ``status`` and ``--resume`` would refuse."""
+    if not math.isfinite(value):
+        raise DivergedError(
+            f"step {step}: the {what} is {value} (step loss {loss:.6g}): the run diverged and "
+            "stops here, without logging or saving this step; lower optim.lr, set "
+            "optim.grad_clip or check the model's config"
+        )
 
 
 def _as_float(value: torch.Tensor | float) -> float:
