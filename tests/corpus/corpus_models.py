@@ -109,7 +109,10 @@ def gguf_cases(root: Path, valid: Path) -> list[Case]:
             parts.build(**{f"{arch}.block_count": str(n_layers)}),
             "block_count",
         ),
-        "head_count_zero": (parts.build(**{f"{arch}.attention.head_count": 0}), "num_heads"),
+        "head_count_zero": (
+            parts.build(**{f"{arch}.attention.head_count": 0}),
+            f"{arch}.attention.head_count",
+        ),
         "missing_embedding_length": (
             parts.build(**{f"{arch}.embedding_length": None}),
             "embedding_length",
@@ -224,7 +227,7 @@ def safetensors_cases(root: Path, valid_dir: Path) -> list[Case]:
         ),
         "config_field_zero": (
             json.dumps({**config, "num_hidden_layers": 0}).encode(),
-            "num_layers",
+            "num_hidden_layers",
         ),
         "config_disagrees_with_shapes": (
             json.dumps({**config, "intermediate_size": config["intermediate_size"] + 8}).encode(),

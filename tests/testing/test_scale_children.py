@@ -26,8 +26,13 @@ def test_exactness_check_sees_equal_and_broken(tiny_models, tmp_path, monkeypatc
     path = tiny_models["llama3"]["hf"]
     clean = compare(path, storage="float32", seq=16, defect=None)
     assert clean["gradients"] == 16 and clean["unequal_gradients"] == 0 and clean["loss_equal"]
-    broken = compare(path, storage="float32", seq=16, defect="stream.pool.reuse_busy_slot")
-    assert broken["unequal_gradients"] > 0
+    # the defect is a race (the copy thread overwrites the slot a layer computes from): on a
+    # loaded machine the thread may run only after the tiny layer is done, so up to 5 tries
+    tries = (
+        compare(path, storage="float32", seq=16, defect="stream.pool.reuse_busy_slot")
+        for _ in range(5)
+    )
+    assert any(broken["unequal_gradients"] > 0 for broken in tries)
 
 
 def test_limited_train_reports_steps_and_their_seconds(tiny_models, tmp_path):
