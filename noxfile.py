@@ -25,8 +25,10 @@ TIMING_GATES = ("throughput", "scale")
 # Long gates train the real model for minutes (gate-quality, gate-dynamics), compare fp32 sums
 # of two stacks whose last bits depend on the CPU's kernels (gate-dynamics, gate-generation: no
 # cross-machine pilot yet for a CI tolerance), or run many child interpreters (gate-mutation:
-# one per curated mutant): also left out of `gates`; `nox -s gate-<name>`.
-LONG_GATES = ("quality", "mutation", "dynamics", "generation")
+# one per curated mutant), or train every pair of the claim matrix (gate-matrix: about 70 runs,
+# a dozen of them compiled; CI runs its every-value slice, gate-axes): also left out of
+# `gates`; `nox -s gate-<name>`.
+LONG_GATES = ("quality", "mutation", "dynamics", "generation", "matrix")
 CPU_TORCH = "torch==2.13.0"
 
 nox.options.sessions = ["lint", "tests"]

@@ -59,6 +59,9 @@ _PEFT_BOTH = _PF + "test_peft_loads_our_adapter_with_equal_logits_and_gradients"
 _CE_EQUAL = _CE + "test_chunked_ce_equals_full_ce"
 _RESUME = _CK + "test_adamw_resume_is_bit_exact"
 _STREAM_BITWISE = _SE + "test_streamed_matches_resident_bitwise"
+_SA = "tests/stream/test_stream_accumulation.py::"
+_STREAM_ACCUMULATION = _SA + "test_streamed_steps_over_two_micro_batches_equal_resident"
+_STREAM_BF16 = _SA + "test_streamed_bf16_steps_equal_resident_bf16[float32]"
 
 MUTANTS: tuple[Mutant, ...] = (
     # storage
@@ -200,7 +203,22 @@ MUTANTS: tuple[Mutant, ...] = (
         (_LP + "test_resume_in_a_fresh_trainer_is_bitwise_exact",),
         budget_s=240.0,
     ),
+    Mutant(
+        "train.loop.resume_one_lr_for_all_groups",
+        ("tests/train/test_loraplus_resume.py::test_a_resumed_loraplus_run_is_bitwise_exact",),
+        budget_s=240.0,
+    ),
+    Mutant(
+        "distributed.trainer.tokens_not_summed",
+        (
+            "tests/distributed/test_dist_end_to_end.py::"
+            "test_ddp_with_a_streamed_base_matches_one_process[disk-recompute]",
+        ),
+        budget_s=300.0,
+    ),
     # streaming
+    Mutant("stream.engine.grads_assigned_not_accumulated", (_STREAM_ACCUMULATION,)),
+    Mutant("stream.engine.recompute_without_autocast", (_STREAM_BF16,)),
     Mutant("stream.engine.resident_grads_dropped", (_STREAM_BITWISE,)),
     Mutant("stream.engine.backward_stale_input", (_STREAM_BITWISE,)),
     Mutant(

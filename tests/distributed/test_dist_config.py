@@ -13,6 +13,7 @@ from assay.distributed.context import DistContext, init, launched, resolve_backe
 from assay.errors import ConfigError
 from assay.settings import DistributedConfig
 from assay.settings.loader import (
+    check_distributed,
     config_as_yaml,
     config_fingerprint,
     load_train_config,
@@ -167,3 +168,20 @@ def test_an_incomplete_or_impossible_torchrun_environment_is_refused_by_name(
 def test_distributed_config_is_a_plain_dataclass():
     assert dataclasses.asdict(DistributedConfig()) == {"strategy": "ddp", "backend": "auto"}
     assert yaml.safe_dump(dataclasses.asdict(DistributedConfig("fsdp")))
+
+
+def test_kto_is_refused_under_distributed_naming_the_loss(tmp_path):
+    """KTO's reference KL comes from mismatched pairs of a rank's own rows: split over ranks it
+    is another objective, so a distributed section (or a torchrun job) refuses it."""
+    from assay_testing.text_run import save_text_run
+
+    config = {**save_text_run(tmp_path, seed=1), "steps": 1, "loss": {"type": "kto"}}
+    config["data"] = {**config["data"], "format": "kto"}
+    path = tmp_path / "kto.yaml"
+    path.write_text(yaml.safe_dump({**config, "distributed": {"strategy": "ddp"}}))
+    with pytest.raises(ConfigError, match=r"loss\.type: kto estimates its reference KL"):
+        load_train_config(path)
+    path.write_text(yaml.safe_dump(config))
+    plain = load_train_config(path)  # one process: fine
+    with pytest.raises(ConfigError, match=r"loss\.type"):
+        check_distributed(plain, launched=True)

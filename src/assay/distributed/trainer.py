@@ -53,7 +53,7 @@ class DistributedTrainer(Trainer):
         *,
         progress: bool = True,
     ) -> None:
-        check_distributed(config)
+        check_distributed(config, launched=context.world_size > 1)
         self.context = context
         self.strategy = config.distributed.strategy if config.distributed else "ddp"
         rows = config.batch.micro_batch * config.batch.grad_accum

@@ -276,17 +276,27 @@ def _budget(value: int | str | None, source: Path) -> int | None:
         raise _fail(source, "budget", str(exc)) from None
 
 
-def check_distributed(config: TrainConfig) -> None:
-    """ConfigError for a ``distributed`` section that cannot work with the rest of the config.
+def check_distributed(config: TrainConfig, *, launched: bool = False) -> None:
+    """ConfigError for a ``distributed`` section (or, ``launched``, a job of several ranks)
+    that cannot work with the rest of the config.
 
-    FSDP2 shards parameters: a bf16/NF4 base is held in buffers, which it leaves whole, and a
-    streamed base lives in a host store outside the module, so both are refused rather than
-    silently left unsharded.
+    KTO estimates its reference KL from mismatched pairs of the rows it holds, so split over
+    ranks it would train another objective than one process does: refused. FSDP2 shards
+    parameters: a bf16/NF4 base is held in buffers, which it leaves whole, and a streamed base
+    lives in a host store outside the module, so both are refused rather than silently left
+    unsharded.
     """
     dist = config.distributed
+    source = Path(config.source)
+    if config.loss.type == "kto" and (dist is not None or launched):
+        raise _fail(
+            source,
+            "loss.type",
+            "kto estimates its reference KL from mismatched pairs of each rank's own rows, so "
+            "it changes with the world size; train kto in one process (drop distributed)",
+        )
     if dist is None or dist.strategy != "fsdp":
         return
-    source = Path(config.source)
     if config.stream is not None:
         raise _fail(
             source,

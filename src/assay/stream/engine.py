@@ -64,7 +64,7 @@ class _StreamedLayers(torch.autograd.Function):
             following = i - 1 if i > 0 else None
             enabled, dtype = ctx.autocast
             autocast = torch.autocast(engine.device.type, dtype=dtype, enabled=enabled)
-            with torch.enable_grad(), autocast, engine.pool.use(i, following) as tensors:
+            with torch.enable_grad(), engine.pool.use(i, following) as tensors:
                 trained = engine.trainable_base_names[i]
                 for name in trained:
                     tensors[name] = tensors[name].detach().requires_grad_(True)
@@ -73,7 +73,11 @@ class _StreamedLayers(torch.autograd.Function):
                 uses = engine.resident_uses[i]
                 for name, param in uses:
                     tensors[name] = param.detach().requires_grad_(True)
-                out = engine.run_layer(i, tensors, x_in, ctx.context)
+                # The recomputed forward runs under the forward's autocast and its backward
+                # outside it, as resident autograd runs them: a custom Function's backward (the
+                # NF4 linear's) would otherwise take autocast's dtypes.
+                with autocast:
+                    out = engine.run_layer(i, tensors, x_in, ctx.context)
                 names = [*trained, *(name for name, _ in uses)]
                 grads = torch.autograd.grad(
                     out, [x_in, *(tensors[n] for n in names)], grad, allow_unused=True

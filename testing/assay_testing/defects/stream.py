@@ -8,6 +8,31 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
+        "stream.engine.grads_assigned_not_accumulated",
+        "streamed backward assigns each trainable's gradient instead of letting autograd add it "
+        "to the last micro-batch's (one micro-batch per step is unchanged)",
+        (
+            Edit(
+                "assay.stream.engine:_StreamedLayers.backward",
+                "return (None, None, grad, *totals.gradients())",
+                "[setattr(p, 'grad', g) for p, g in zip(engine.trainables, totals.gradients()) "
+                "if g is not None]; return (None, None, grad, *[None] * len(engine.trainables))",
+            ),
+        ),
+    ),
+    Defect(
+        "stream.engine.recompute_without_autocast",
+        "streamed backward recomputes each layer in float32 although the forward ran it under "
+        "bf16 autocast (float32 runs are unchanged)",
+        (
+            Edit(
+                "assay.stream.engine:_StreamedLayers.backward",
+                "dtype=dtype, enabled=enabled)",
+                "dtype=dtype, enabled=False)",
+            ),
+        ),
+    ),
+    Defect(
         "stream.engine.resident_grads_dropped",
         "streamed backward drops the gradients of resident trainables (adapters)",
         (

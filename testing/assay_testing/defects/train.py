@@ -1,4 +1,5 @@
-"""Defects in assay.train: checkpoints and resume, rows, masks, batches and the data cursor."""
+"""Defects in assay.train (checkpoints and resume, rows, masks, batches and the data cursor)
+and in the distributed trainer built on it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,31 @@ from assay_testing.defects import Defect
 from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
+    Defect(
+        "train.loop.resume_one_lr_for_all_groups",
+        "resume sets the schedule's learning rate on every optimizer group, so LoRA+'s B group "
+        "loses its lr_ratio after a resume (one-group methods are unchanged)",
+        (
+            Edit(
+                "assay.train.loop:Trainer.resume",
+                "self.scheduler.load_state_dict(checkpoint.scheduler_state)",
+                "self.scheduler.load_state_dict(checkpoint.scheduler_state); "
+                "[g.__setitem__('lr', self.scheduler.get_last_lr()[0]) "
+                "for g in self.optimizer.param_groups]",
+            ),
+        ),
+    ),
+    Defect(
+        "distributed.trainer.tokens_not_summed",
+        "each rank normalises its loss by its own scored tokens, not the whole step's",
+        (
+            Edit(
+                "assay.distributed.trainer:DistributedTrainer._step_scored",
+                "return int(self.context.all_reduce_sum([local])[0])",
+                "return int(local)",
+            ),
+        ),
+    ),
     Defect(
         "train.checkpoint.optimizer_not_restored",
         "resume leaves the optimizer's moments at zero",
