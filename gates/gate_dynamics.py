@@ -67,6 +67,7 @@ from support.dynamics_recipes import (
     CODE,
     COMPILED,
     METHOD_RECIPES,
+    NOCLIP,
     SHORT,
     STREAM_CODE,
 )
@@ -175,6 +176,13 @@ def test_chunked_cross_entropy_trains_as_plain(gate, setup, pytestconfig):  # no
 
 
 @pytest.mark.xdist_group("dynamics")
+def test_unclipped_training_equals_peft(gate, setup):  # noqa: F811
+    """Clipping off, so each step's gradient norm is the whole gradient's, unscaled."""
+    gate.seed(NOCLIP.seed)
+    claim_method(gate, setup, NOCLIP)
+
+
+@pytest.mark.xdist_group("dynamics")
 def test_compiled_path_trains_as_peft_eager(gate, setup):  # noqa: F811
     """compile: true is judged by the eager bounds against PEFT eager, not against assay
     eager; the run's compile time is in the notes."""
@@ -245,7 +253,7 @@ def test_streamed_training_is_bitwise_resident(gate, setup):  # noqa: F811
         code=STREAM_CODE,
     )
     claim.measure(differing)
-    losses, weights = short_run(setup, recipe, "stream.engine.backward_stale_input", **stream)
+    losses, weights, _ = short_run(setup, recipe, "stream.engine.backward_stale_input", **stream)
     control = sum(a != b for a, b in zip(losses, resident_losses[:SHORT], strict=True))
     control += sum(not torch.equal(weights[n], t) for n, t in resident_early.items())
     claim.control("backward recomputes from the previous layer's input, 3 steps", control)

@@ -268,3 +268,78 @@ def test_export_complete_or_absent_under_faults(gate, tmp_path):
         "an export written straight into --out (fault adapters.export.in_place)", naive.mixed
     )
     gate.note(f"in-place control: {naive}")
+
+
+def _diverging_run(root: Path, faults: str) -> int:
+    """Train a tiny LoRA at lr 1e30 (it diverges within a few steps) saving every step, with
+    ``faults`` armed; count what it broke of the divergence rule: exit 2 with one line naming
+    the step, no non-finite number in metrics.jsonl or any checkpoint, ``status`` reads every
+    file and says failed, and the last good checkpoint resumes to the same stop."""
+    import json
+    import math
+    import subprocess
+
+    import yaml
+    from safetensors.torch import load_file
+
+    from assay_testing.defects import child_env
+    from assay_testing.text_run import save_text_run
+
+    root.mkdir(parents=True)
+    config = {
+        **save_text_run(root, seed=3),
+        "adapter": {"method": "lora", "rank": 2, "alpha": 4},
+        "optim": {"lr": 1e30, "grad_clip": None},
+        "steps": 6,
+        "seed": 1,
+        "output": {"dir": str(root / "run"), "save_every": 1},
+    }
+    path = root / "diverge.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    def assay(*args: str):
+        return subprocess.run(
+            [sys.executable, "-m", "assay.cli", *args],
+            capture_output=True,
+            text=True,
+            env=child_env(faults),
+            timeout=300,
+        )
+
+    broken = 0
+    done = assay("train", str(path), "--no-progress")
+    lines = done.stderr.strip().splitlines()
+    broken += done.returncode != 2 or len(lines) != 1 or "diverged" not in done.stderr
+    logged = [
+        json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    numbers = [v for m in logged for v in m.values() if isinstance(v, float)]
+    broken += sum(not math.isfinite(v) for v in numbers)
+    for step in sorted((root / "run").glob("step-*")):
+        tensors = load_file(str(step / "trainables.safetensors")).values()
+        broken += sum(not bool(t.isfinite().all()) for t in tensors)
+    status = assay("status", str(root / "run"), "--json")
+    broken += status.returncode != 0 or json.loads(status.stdout or "{}").get("state") != "failed"
+    if lines and "step " in lines[-1]:
+        stop = lines[-1].split("step ")[1].split(":")[0]
+        again = assay("train", str(path), "--no-progress", "--resume", str(root / "run"))
+        broken += again.returncode != 2 or f"step {stop}:" not in again.stderr
+    return int(broken)
+
+
+def test_a_diverged_run_stops_and_writes_nothing_bad(gate, tmp_path):
+    claim = gate.claim(
+        "diverge.nothing_bad_written",
+        "a run that diverges (LoRA at lr 1e30, saving every step) exits 2 with one line naming "
+        "the step; no NaN or infinity reaches metrics.jsonl or a checkpoint; `assay status` "
+        "reads every file and says failed; the last good checkpoint resumes to the same stop",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="broken rules",
+        code=("assay.train.loop", "assay.cli.train", "assay.cli.status", "assay.train.run_state"),
+    )
+    claim.measure(_diverging_run(tmp_path / "clean", ""))
+    claim.control(
+        "the finiteness check removed (train.loop.divergence_unchecked)",
+        _diverging_run(tmp_path / "defect", "train.loop.divergence_unchecked"),
+    )

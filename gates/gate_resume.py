@@ -55,6 +55,7 @@ COMBOS = (
     ("tinylora", "float32"),
     ("tinylora", "nf4_double_quant"),
     ("full", "float32"),
+    ("loraplus", "float32"),
 )
 COMPARED = (
     "trainables.safetensors",
@@ -82,7 +83,7 @@ def python(code: str) -> dict:
 
 def write_config(root: Path, name: str, method: str, storage: str, **extra) -> Path:
     adapter = {"method": method}
-    if method in ("lora", "lora_fa"):
+    if method in ("lora", "lora_fa", "loraplus"):
         adapter.update(rank=4, alpha=8, targets=["q_proj", "v_proj"])
     elif method == "tinylora":
         adapter.update(u=13, r=2, targets=["q_proj", "v_proj"])
@@ -164,6 +165,14 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         # The wrong RNG state, not a missing one: torch's stream one draw ahead of the saved
         # state. NEFTune draws from it every step, so the resumed run must diverge.
         controls.append(("torch RNG restored one draw off", "", "torch.rand(1); "))
+    if method == "loraplus":  # B's group trains at lr_ratio x the schedule's lr
+        controls.append(
+            (
+                "resume that sets the schedule's lr on every group",
+                "train.loop.resume_one_lr_for_all_groups",
+                "",
+            )
+        )
     for index, (label, fault, after) in enumerate(controls):
         control_dir = root / f"{name}-control-{index}"
         shutil.copytree(
@@ -332,3 +341,100 @@ def test_rng_streams_restore_exactly(gate):
     claim.measure(differing())
     for stream in streams:
         claim.control(f"{stream} stream restored one draw off", differing(stream))
+
+
+# (file, field, edit) re-sealed into a stopped run's checkpoint: each says something its config
+# does not, so each must be refused naming the field
+EDITS = (
+    ("optimizer.json", "param_groups[0].lr", lambda d: d["param_groups"][0].update(lr=0.5)),
+    (
+        "optimizer.json",
+        "param_groups[0].betas",
+        lambda d: d["param_groups"][0].update(betas=[0.5, 0.9]),
+    ),
+    ("optimizer.json", "param_groups[0].eps", lambda d: d["param_groups"][0].update(eps=1e-3)),
+    (
+        "optimizer.json",
+        "param_groups[0].weight_decay",
+        lambda d: d["param_groups"][0].update(weight_decay=0.5),
+    ),
+    (
+        "optimizer.json",
+        "param_groups[0].maximize",
+        lambda d: d["param_groups"][0].update(maximize=True),
+    ),
+    ("scheduler.json", "base_lrs", lambda d: d.update(base_lrs=[0.5])),
+    ("scheduler.json", "_last_lr", lambda d: d.update(_last_lr=[0.5])),
+    ("cursor.json", "shuffle", lambda d: d.update(shuffle=False)),
+)
+
+
+def _edits_accepted(root: Path, faults: str) -> int:
+    """Resume a copy of a stopped tiny run once per entry of EDITS (the file edited and the
+    checkpoint re-sealed, so its sha256 check passes), in a new process with ``faults``
+    armed; count the resumes that were not refused in one line naming the field."""
+    from assay_testing.defects import child_env
+    from assay_testing.forgery import reseal
+    from assay_testing.text_run import save_text_run
+
+    root.mkdir(parents=True)
+    config = {
+        **save_text_run(root, seed=2),
+        "optim": {"lr": 1e-2, "warmup_steps": 1, "schedule": "cosine"},
+        "steps": 4,
+        "seed": 1,
+        "output": {"dir": str(root / "half"), "save_every": 2},
+    }
+    (root / "half.yaml").write_text(yaml.safe_dump(config))
+    run(["-m", "assay.cli", "train", str(root / "half.yaml"), "--stop-at", "2", "--no-progress"])
+    accepted = 0
+    for index, (file, field, edit) in enumerate(EDITS):
+        copy = root / f"edit-{index}"
+        shutil.copytree(root / "half", copy)
+        path = copy / "step-000002" / file
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+        reseal(copy / "step-000002")
+        config["output"]["dir"] = str(copy)
+        (root / f"edit-{index}.yaml").write_text(yaml.safe_dump(config))
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "assay.cli",
+                "train",
+                str(root / f"edit-{index}.yaml"),
+                "--resume",
+                str(copy),
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            env=child_env(faults),
+            timeout=300,
+        )
+        lines = done.stderr.strip().splitlines()
+        refused = done.returncode == 2 and len(lines) == 1 and f"{file}: {field}" in lines[0]
+        accepted += not refused
+    return accepted
+
+
+def test_resealed_settings_edits_are_refused(gate, tmp_path):
+    claim = gate.claim(
+        "resume.settings_from_config",
+        f"{len(EDITS)} edits to a stopped run's optimizer.json, scheduler.json and cursor.json "
+        "(lr, betas, eps, weight decay, maximize, base and last lr, shuffle), each re-sealed so "
+        "the checkpoint's sha256 check passes: `assay train --resume` refuses each in one line "
+        "naming the file and field, exit 2 (a resumed run takes its settings from its config)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="edits resumed",
+        code=("assay.train.checkpoint_check", "assay.train.loop", "assay.cli.train"),
+    )
+    claim.measure(_edits_accepted(tmp_path / "clean", ""))
+    claim.control(
+        "optimizer settings taken from the checkpoint unchecked "
+        "(train.checkpoint_check.optimizer_settings_unchecked)",
+        _edits_accepted(tmp_path / "defect", "train.checkpoint_check.optimizer_settings_unchecked"),
+    )

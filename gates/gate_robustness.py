@@ -370,3 +370,33 @@ MOVED_TO_FAULTS = (
 
 def test_claims_moved_to_gate_faults_live_there(gate, pytestconfig):
     gate.note(retire_moved_claims(gate, "faults", MOVED_TO_FAULTS, pytestconfig))
+
+
+def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
+    """`assay compare` on generated ledger pairs: one claim of NEW's later run is unchanged,
+    improved, flipped to fail or gone; the rule (docs/ci.md) gives the exit code and the
+    change it must name."""
+    from assay_testing.defects import inject
+    from support.robustness_compare_cases import KINDS, compare_json, generate, misjudged
+
+    gate.seed(31)
+    cases = generate(tmp_path / "ledgers", 24, seed=31)
+    claim = gate.claim(
+        "compare.generated_ledgers",
+        f"{len(cases)} generated pairs of ledgers ({', '.join(sorted(KINDS))} in turn; 2 to 6 "
+        "claims of random operators, bounds and values): `assay compare OLD NEW --json` exits "
+        "1 exactly when a claim flipped to fail or went missing, and names the change",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="misjudged pairs",
+        code=("assay.qualify.publishing.compare", "assay.qualify.publishing.compare_sides"),
+    )
+    wrong = misjudged(cases, compare_json)
+    claim.measure(len(wrong))
+    if wrong:
+        gate.note("misjudged: " + "; ".join(wrong[:6]))
+    with inject("qualify.publishing.compare.flip_unseen"):
+        claim.control(
+            "a flip to fail never reported (qualify.publishing.compare.flip_unseen)",
+            len(misjudged(cases, compare_json)),
+        )

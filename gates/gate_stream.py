@@ -13,6 +13,7 @@ overwritten (``stream.pool.reuse_busy_slot``) shows on CPU too.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import torch
 
 import assay
 from assay.adapters import attach
+from assay.errors import AssayError
 from assay.qualify import Threshold
 from assay.stream import StreamedModel
 from assay.stream.layout import base_tensors
@@ -374,4 +376,77 @@ def test_delayed_reordered_copies(gate, tmp_path):
     gate.note(
         "the same faults with the default in-order copy engine, 2 runs each: "
         + ", ".join(f"{k}: {v} of {total} tensors unequal" for k, v in blind.items())
+    )
+
+
+def _damage(directory: Path, layers: int, rng) -> str:
+    """One seeded damage to a disk-tier cache: a bit flipped in a layer's bytes or its header,
+    two shards swapped, or one cut short; returns what it did."""
+    from assay.stream.store import shard_path
+
+    kind = rng.choice(("block bit", "block bit", "header bit", "swap", "truncate"))
+    index = rng.randrange(layers)
+    path = shard_path(directory, index)
+    raw = bytearray(path.read_bytes())
+    header = 8 + int.from_bytes(raw[:8], "little")
+    if kind == "swap":
+        other = shard_path(directory, (index + 1) % layers)
+        path.write_bytes(other.read_bytes())
+        other.write_bytes(bytes(raw))
+        return f"{kind}: {path.name} and {other.name}"
+    if kind == "truncate":
+        raw = raw[: rng.randrange(len(raw))]
+    else:
+        at = rng.randrange(header, len(raw)) if kind == "block bit" else rng.randrange(8, header)
+        raw[at] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(raw))
+    return f"{kind} in {path.name}"
+
+
+def _served_damaged(path: Path, root: Path, trials: int, fault: str | None) -> int:
+    """Trials in which a run that reopened a damaged cache computed other logits than the
+    model's own weights give (a refusal would count as not served)."""
+    import random
+
+    from assay_testing.defects import inject
+
+    ids = torch.randint(0, 320, (1, 12), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        expected = assay.load(path)(ids)
+    rng, served = random.Random(10), 0
+    for trial in range(trials):
+        cache = root / f"{fault or 'clean'}-{trial}"
+        first = StreamedModel(assay.load(path), tier="disk", cache_dir=cache)
+        _damage(first.store.directory, len(first.layouts), rng)
+        with inject(fault) if fault else contextlib.nullcontext(), torch.no_grad():
+            try:
+                again = StreamedModel(assay.load(path), tier="disk", cache_dir=cache)
+                served += not torch.equal(again(ids), expected)
+            except AssayError:  # refused in one line: nothing was computed with it
+                pass
+    return served
+
+
+def test_damaged_disk_cache_is_never_served(gate, tmp_path):
+    """The disk tier reuses a cache only when its bytes hash to the key its model, storage and
+    layout give: a damaged cache is rewritten, never computed with."""
+    from assay_testing.tiny import save_tiny
+
+    gate.seed(9, 10)
+    path = save_tiny("llama3", tmp_path, seed=8, gguf=False, num_hidden_layers=3)["hf"]
+    trials = 12
+    claim = gate.claim(
+        "disk_cache.damaged_never_served",
+        f"{trials} seeded damages to a disk-tier cache (bit flips in a layer's bytes or header, "
+        "shards swapped, a shard cut short): the next run that opens it computes the logits "
+        "the model's own weights give, torch.equal",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="runs that computed with damaged bytes",
+        code=("assay.stream.store", "assay.stream.offload", "assay.stream.engine"),
+    )
+    claim.measure(_served_damaged(path, tmp_path / "cache", trials, None))
+    claim.control(
+        "reuse without hashing the shards (stream.store.reuse_without_hashing)",
+        _served_damaged(path, tmp_path / "cache", trials, "stream.store.reuse_without_hashing"),
     )

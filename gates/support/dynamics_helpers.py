@@ -28,6 +28,7 @@ from assay_testing.real_model import smollm2_path
 from support.dynamics_recipes import (
     CODE,
     CONTROL_STEPS,
+    GRADIENT_SCALED,
     LORA_ACCUM4,
     LOSS_ONLY,
     METHOD_DEFECTS,
@@ -150,10 +151,12 @@ def logits(model, ids: list[int]) -> torch.Tensor:
 
 
 def short_run(setup: Setup, recipe: Recipe, fault: str, steps: int = SHORT, **extra):
-    """Losses and adapters of ``steps`` steps of ``recipe`` with ``fault`` patched in."""
+    """Losses, adapters and gradient norms of ``steps`` steps of ``recipe`` with ``fault``
+    patched in."""
     with defects.inject(fault):
         trainer = assay_trainer(setup, recipe, f"defect-{recipe.name}-{fault}", **extra)
-        return train_losses(trainer, steps), adapters(trainer)
+        records = [trainer.train_step() for _ in range(steps)]
+        return [r.loss for r in records], adapters(trainer), [r.grad_norm for r in records]
 
 
 def logit_gap(trainer: Trainer, model, probe: list[list[int]]) -> float:
@@ -172,11 +175,13 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
         initial = adapters(trainer)
         records = [trainer.train_step() for _ in range(recipe.steps)]
     mine = [r.loss for r in records]
+    norms = [r.grad_norm for r in records]
     assay_cpu = time.process_time() - cpu
     if recipe.compile:
         gate.note(compile_note(recipe, [r.seconds for r in records]))
     examples = dataset(setup, recipe.words)[1]
     ref = run_reference(recipe, initial, examples, keep=(*CONTROL_STEPS, recipe.steps))
+    ref.assay_grad_norms = norms
     measured = controls(ref)
     quantized = recipe.storage != "float32"
     what = f"{recipe.method}, grad accumulation {recipe.accum}, micro-batch 1, {recipe.steps} steps"
@@ -195,8 +200,7 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
             f"{recipe.words[1]} words) against PEFT's plain F.cross_entropy on fp64 logits"
         )
     bounds = bounds_of(recipe)
-    code = (*CODE, "assay.storage.nf4") if quantized else CODE
-    code = (*code, "assay.adapters.dora") if recipe.method == "dora" else code
+    code = recipe_code(recipe)
     final = frobenius_rel(adapters(trainer), ref.snapshots[recipe.steps])
     # (claim, statement, threshold, unit, measured, which control column it is judged on)
     for kind, statement, bound, unit, value, column in (
@@ -252,6 +256,13 @@ def claim_recipe(gate, setup: Setup, recipe: Recipe, controls) -> Reference:
     return ref
 
 
+def recipe_code(recipe: Recipe) -> tuple[str, ...]:
+    """The code a recipe's claims run: the shared training code, plus NF4 storage for a
+    quantized recipe and DoRA's module for DoRA."""
+    code = (*CODE, "assay.storage.nf4") if recipe.storage != "float32" else CODE
+    return (*code, "assay.adapters.dora") if recipe.method == "dora" else code
+
+
 def compile_note(recipe: Recipe, seconds: list[float]) -> str:
     """What compiling cost in the run: the first steps (which compile) against the median
     step of the rest (which run compiled graphs)."""
@@ -273,7 +284,7 @@ def claim_training_defects(gate, setup: Setup) -> None:
     """gate-quality's headline: LoRA with accumulation 4 trains as transformers + PEFT do,
     and each of the six training defects, run for ``SHORT`` steps, fails those claims."""
     recipe = LORA_ACCUM4
-    broken = {fault: short_run(setup, recipe, fault) for fault, _ in TRAINING_DEFECTS}
+    broken = {fault: short_run(setup, recipe, fault)[:2] for fault, _ in TRAINING_DEFECTS}
 
     def six(ref: Reference) -> list[tuple[str, float, float]]:
         return [
@@ -290,7 +301,8 @@ def claim_training_defects(gate, setup: Setup) -> None:
 
 def claim_method(gate, setup: Setup, recipe: Recipe) -> Reference:
     """The dynamics claims of ``recipe``, controlled by its method's own defects (its
-    storage's, for a quantized recipe; its loss's, for chunked CE); returns the reference run."""
+    storage's, for a quantized recipe; its loss's, for chunked CE), and its gradient-norm claim;
+    returns the reference run."""
     quantized = recipe.storage != "float32"
     key = recipe.storage if quantized else recipe.method
     key = recipe.loss if recipe.loss != "ce" else key
@@ -308,7 +320,38 @@ def claim_method(gate, setup: Setup, recipe: Recipe) -> Reference:
                 bounds.loss_distance(lo, ref.losses[:n]),
                 None if fault in LOSS_ONLY else frobenius_rel(w, ref.snapshots[n]),
             )
-            for what, fault, n, (lo, w) in runs
+            for what, fault, n, (lo, w, _) in runs
         ]
 
-    return claim_recipe(gate, setup, recipe, own)
+    ref = claim_recipe(gate, setup, recipe, own)
+    scaled = short_run(setup, recipe, GRADIENT_SCALED)
+    runs.append((f"gradients doubled ({GRADIENT_SCALED}), {SHORT} steps", "", SHORT, scaled))
+    claim_grad_norm(gate, recipe, ref, runs)
+    return ref
+
+
+def claim_grad_norm(gate, recipe: Recipe, ref: Reference, runs) -> None:
+    """Each step's gradient norm before clipping (what metrics.jsonl logs as grad_norm) equals
+    PEFT's, by the recipe's loss bound. A clip that is active at every step hides a gradient
+    scaled by a constant from the loss, the adapters and the logits: only the norm shows it."""
+    bounds = bounds_of(recipe)
+    clipped = sum(n > recipe.clip for n in ref.grad_norms) if recipe.clip is not None else 0
+    claim = gate.claim(
+        f"dynamics.grad_norm_per_step.{recipe.name}",
+        f"assay's gradient norm before clipping equals transformers + PEFT's at every one of "
+        f"{recipe.steps} steps ({recipe.name}; clip {recipe.clip} active at {clipped} of them): "
+        + bounds.loss_words(),
+        kind="correctness",
+        threshold=Threshold("<=", bounds.loss),
+        unit=f"{bounds.loss_statistic} relative |grad norm difference|",
+        code=recipe_code(recipe),
+    )
+    claim.measure(bounds.loss_distance(ref.assay_grad_norms, ref.grad_norms))
+    for what, fault, n, (_, _, norms) in runs:
+        if fault not in LOSS_ONLY:  # moves the logged loss only: the gradient is unchanged
+            claim.control(what, bounds.loss_distance(norms, ref.grad_norms[:n]))
+    gate.note(
+        f"{recipe.name}: gradient norms assay "
+        f"{', '.join(f'{x:.6g}' for x in ref.assay_grad_norms[:3])} ..., reference "
+        f"{', '.join(f'{x:.6g}' for x in ref.grad_norms[:3])} ..."
+    )

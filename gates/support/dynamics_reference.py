@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +47,7 @@ class Recipe:
     lr: float = 1e-3
     warmup: int = 3
     weight_decay: float = 0.01
-    clip: float = 1.0
+    clip: float | None = 1.0  # None: clipping off (the norm is still taken and compared)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     seed: int = 0
@@ -66,17 +66,21 @@ class Recipe:
         chunked = f"-chunked{self.chunk_size}" if self.loss == "chunked_ce" else ""
         bf16 = "-bf16" if self.precision == "bf16" else ""
         compiled = "-compiled" if self.compile else ""
-        return f"{self.method}-accum{self.accum}{quantized}{chunked}{bf16}{compiled}"
+        clip = "-noclip" if self.clip is None else ""
+        return f"{self.method}-accum{self.accum}{quantized}{chunked}{bf16}{compiled}{clip}"
 
 
 @dataclass
 class Reference:
-    """The reference run: per-step losses, adapter snapshots (assay names), the model."""
+    """The reference run: per-step losses, adapter snapshots (assay names), the model, and each
+    step's gradient norm before clipping."""
 
     losses: list[float]
     snapshots: dict[int, dict[str, torch.Tensor]]
     model: torch.nn.Module
     cpu_s: float
+    grad_norms: list[float] = field(default_factory=list)
+    assay_grad_norms: list[float] = field(default_factory=list)  # the assay run it is beside
 
 
 def chat_rows(
@@ -187,6 +191,7 @@ def run_reference(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, recipe))
     order = reference_order(len(examples), recipe.seed, recipe.steps * recipe.accum)
     losses: list[float] = []
+    norms: list[float] = []
     snapshots: dict[int, dict[str, torch.Tensor]] = {}
     model.train()
     for step in range(recipe.steps):
@@ -202,7 +207,8 @@ def run_reference(
             share = summed / scored
             share.backward()
             total += share.item()
-        torch.nn.utils.clip_grad_norm_(list(trainable.values()), recipe.clip)
+        clip = float("inf") if recipe.clip is None else recipe.clip
+        norms.append(float(torch.nn.utils.clip_grad_norm_(list(trainable.values()), clip)))
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
@@ -210,4 +216,4 @@ def run_reference(
         if step + 1 in keep:
             snapshots[step + 1] = {n: params[peft_name(n)].detach().clone() for n in initial}
     model.eval()
-    return Reference(losses, snapshots, model, time.process_time() - cpu)
+    return Reference(losses, snapshots, model, time.process_time() - cpu, norms)

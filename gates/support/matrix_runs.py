@@ -115,7 +115,7 @@ def run_cell(cell: Cell, space: Workspace, name: str, faults: str = "") -> Outco
     out = space.runs / name
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    config = out.with_suffix(".yaml")
+    config = out.parent / f"{out.name}.yaml"
     config.write_text(yaml.safe_dump(train_config(cell, space, out)))
     cli = [sys.executable, "-m", "assay.cli", "train", str(config), "--no-progress"]
     stop = ["--stop-at", str(STOP)] if cell["interruption"] == "resumed" else []
@@ -131,6 +131,9 @@ def run_cell(cell: Cell, space: Workspace, name: str, faults: str = "") -> Outco
 def _in_process(config: Path, faults: str, stop_at: int | None, space: Workspace) -> None:
     from assay.cli import main
 
+    # each run compiles afresh, as its own process would: no graph, guard or recompile count
+    # carried over from the last run in this process
+    torch._dynamo.reset()
     stop = ["--stop-at", str(stop_at)] if stop_at else []
     with _environment(space), arm(faults):
         code = main(["train", str(config), "--no-progress", *stop])

@@ -3,8 +3,8 @@ and setting rules, and covering arrays over them.
 
 A *cell* gives every axis one value. Which cells can run is decided by the product itself: a
 cell is valid when ``assay.settings.loader.train_config_from_dict`` accepts the config it stands
-for (plus the refusals the product makes only once a model is built, listed in
-``RUNTIME_REFUSALS``), so a new rule in the settings changes the matrix with no edit here. Three
+for (the product refuses every combination it cannot train there, before loading anything), so
+a new rule in the settings changes the matrix with no edit here. Three
 axes are *comparisons*: a cell whose residency, interruption or distribution differs from the
 reference value is compared with the cell that has the reference values there (resident,
 straight through, one process) and the same numerics everywhere else. A cell with all three at
@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,12 +85,6 @@ def cost(cell: Cell) -> int:
 
 
 Pair = tuple[tuple[str, str], tuple[str, str]]
-
-# Refusals the product makes once the model is built, not in the settings loader: a cell that
-# would meet one is not valid. (method full keeps no activations: stream.engine refuses it.)
-RUNTIME_REFUSALS: tuple[Callable[[Cell], bool], ...] = (
-    lambda cell: METHODS[cell["method"]].trains_base and cell["residency"].endswith("-keep"),
-)
 
 
 @dataclass(frozen=True)
@@ -166,7 +160,7 @@ def train_config(cell: Cell, space: Workspace, out: Path) -> dict[str, Any]:
     return config
 
 
-_PLACEHOLDER = Workspace(
+PLACEHOLDER = Workspace(
     models={a: Path(f"/matrix/{a}") for a in SUPPORTED_ARCHITECTURES},
     tokenizer=Path("/matrix/tokenizer.gguf"),
     rows={f: Path(f"/matrix/{f}.jsonl") for f in ("text", "preference", "kto")},
@@ -175,19 +169,19 @@ _PLACEHOLDER = Workspace(
 
 
 def valid(cell: Cell) -> bool:
-    """The product accepts this cell's config and would not refuse it once built, and the cell
-    compares something (not every comparison axis at its reference)."""
+    """The product accepts this cell's config, and the cell compares something (not every
+    comparison axis at its reference)."""
     return _valid(tuple(cell[axis.name] for axis in AXES))
 
 
 @functools.cache
 def _valid(values: tuple[str, ...]) -> bool:
     cell = dict(zip(AXIS, values, strict=True))
-    if is_reference(cell) or any(refused(cell) for refused in RUNTIME_REFUSALS):
+    if is_reference(cell):
         return False
     try:
         train_config_from_dict(
-            train_config(cell, _PLACEHOLDER, Path("/matrix/out")), "/matrix/cell.yaml"
+            train_config(cell, PLACEHOLDER, Path("/matrix/out")), "/matrix/cell.yaml"
         )
     except ConfigError:
         return False
@@ -223,7 +217,10 @@ def witness(fixed: Cell, seed: int = 0, tries: int = 60) -> dict[str, str] | Non
 
 
 def required(strength: int) -> set:
-    """Every unit (single value, or pair of values of two axes) that some valid cell holds."""
+    """Every unit (single value, or pair of values of two axes) for which ``witness`` finds a
+    valid cell: the permissive completion, each free axis moved alone, then seeded random ones.
+    The settings refuse pairs of values (full with nf4, compile with stream), so the first two
+    kinds of completion decide every unit whose refusals involve at most one other axis."""
     units: set = set()
     if strength == 1:
         candidates = [((axis.name, v),) for axis in AXES for v in axis.values]

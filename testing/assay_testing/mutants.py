@@ -216,7 +216,32 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         budget_s=300.0,
     ),
+    Mutant(
+        "train.loop.gradient_scaled",
+        (
+            "tests/train/test_training_semantics.py::"
+            "test_the_logged_grad_norm_is_the_norm_of_the_logged_loss_gradient",
+        ),
+    ),
+    Mutant(
+        "train.loop.divergence_unchecked",
+        (
+            "tests/train/test_divergence.py::"
+            "test_a_diverged_run_stops_with_one_line_and_leaves_readable_files[1e+30]",
+        ),
+    ),
+    Mutant(
+        "train.checkpoint_check.optimizer_settings_unchecked",
+        (
+            "tests/train/test_resume_settings.py::test_an_edited_optimizer_setting_is_refused_naming_it",
+        ),
+        budget_s=240.0,
+    ),
     # streaming
+    Mutant(
+        "stream.store.reuse_without_hashing",
+        ("tests/stream/test_store_integrity.py::test_a_damaged_store_is_never_served[flip-built]",),
+    ),
     Mutant("stream.engine.grads_assigned_not_accumulated", (_STREAM_ACCUMULATION,)),
     Mutant("stream.engine.recompute_without_autocast", (_STREAM_BF16,)),
     Mutant("stream.engine.resident_grads_dropped", (_STREAM_BITWISE,)),
@@ -237,6 +262,10 @@ MUTANTS: tuple[Mutant, ...] = (
         (_SE + "test_kept_mode_matches_recompute_mode_over_two_optimizer_steps",),
     ),
     # qualify (no torch)
+    Mutant(
+        "qualify.publishing.compare.flip_unseen",
+        ("tests/qualify/test_compare.py::test_every_kind_of_change_between_two_ledgers",),
+    ),
     Mutant(
         "qualify.ledger.receipt.hash_skips_claims",
         ("tests/qualify/test_verify.py::test_tampered_receipt_is_caught_naming_the_file",),

@@ -4,12 +4,16 @@ cells are the runs the product accepts."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from assay.adapters.registry import METHODS
+from assay.errors import ConfigError
 from assay.model.config import SUPPORTED_ARCHITECTURES
 from assay.settings import rule
 from assay.settings.choices import LOSSES, PRECISIONS
+from assay.settings.loader import train_config_from_dict
 from assay.storage.registry import STORAGES
 from assay_testing import matrix
 
@@ -43,26 +47,38 @@ def test_the_cells_hold_every_required_value_and_pair(pairwise):
     assert len(matrix.required(2)) > 500
 
 
-def test_every_cell_is_a_run_the_product_accepts_and_compares_something(pairwise):
+def test_every_cell_and_its_reference_are_runs_the_product_accepts(pairwise, tmp_path):
     assert all(matrix.valid(cell) for cell in pairwise)
     assert not any(matrix.is_reference(cell) for cell in pairwise)
-    assert all(matrix.valid(matrix.reference_of(cell)) is False for cell in pairwise)
+    for cell in pairwise:  # the reference is a run too: the loader accepts it
+        config = matrix.train_config(
+            matrix.reference_of(cell), matrix.PLACEHOLDER, tmp_path / "out"
+        )
+        train_config_from_dict(config, tmp_path / "reference.yaml")
 
 
 @pytest.mark.parametrize(
-    "values",
+    ("values", "field"),
     [
-        {"method": "full", "storage": "nf4"},
-        {"compile": "compiled", "residency": "ram-recompute"},
-        {"distributed": "fsdp", "residency": "disk-keep"},
-        {"distributed": "fsdp", "storage": "bf16"},
-        {"method": "full", "residency": "ram-keep"},
+        ({"method": "full", "storage": "nf4"}, "adapter.method"),
+        ({"compile": "compiled", "residency": "ram-recompute"}, "compile"),
+        ({"distributed": "fsdp", "residency": "disk-keep"}, "distributed.strategy"),
+        ({"distributed": "fsdp", "storage": "bf16"}, "distributed.strategy"),
+        ({"method": "full", "residency": "ram-keep"}, "stream.recompute"),
+        ({"method": "full", "residency": "disk-recompute"}, "stream.tier"),
+        ({"method": "full", "loss": "dpo"}, "adapter.method"),
+        ({"loss": "kto", "distributed": "ddp"}, "loss.type"),
     ],
 )
-def test_pairs_the_product_refuses_are_not_required(values):
+def test_pairs_the_loader_refuses_are_in_no_cell(values, field, pairwise, tmp_path):
+    """The loader itself refuses the pair (naming the field), whatever the other axes hold, so
+    no cell and no requirement holds it."""
+    cell = {**{axis.name: axis.values[0] for axis in matrix.AXES}, **values}
+    config = matrix.train_config(cell, matrix.PLACEHOLDER, tmp_path / "out")
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        train_config_from_dict(config, tmp_path / "cell.yaml")
+    assert not any(all(c[k] == v for k, v in values.items()) for c in pairwise)
     assert matrix.witness(values) is None
-    unit = tuple(sorted(values.items(), key=lambda kv: [a.name for a in matrix.AXES].index(kv[0])))
-    assert unit not in matrix.required(2)
 
 
 def test_a_method_with_no_cell_is_seen(pairwise):

@@ -122,3 +122,22 @@ def test_dropout_trains_differently_and_resumes_exactly(workspace):
     assert tail.train()["losses"] == whole["losses"][2:]
     written = yaml.safe_load((Path(head_cfg.output.dir) / "config.yaml").read_text())
     assert written["adapter"]["dropout"] == 0.3
+
+
+def test_the_logged_grad_norm_is_the_norm_of_the_logged_loss_gradient(workspace):
+    """metrics.jsonl's grad_norm is the norm, before clipping, of the gradient of the loss it
+    logs beside it: a gradient scaled on its way (which clipping and AdamW would both hide) shows
+    here."""
+    root, base = workspace
+    config = _config(root, base, "norm", optim={"grad_clip": None}, batch={"grad_accum": 2})
+    trainer = Trainer(config, progress=False)
+    micro = trainer._micro_batches()
+    trainer._micro_batches = lambda: micro  # the step trains on exactly these micro-batches
+    params = list(trainer.params.values())
+    scored = trainer._step_scored(micro)
+    shares = [trainer._share(batch, scored, len(micro)) for batch in micro]
+    grads = torch.autograd.grad(sum(shares), params)
+    expected = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+    record = trainer.train_step()
+    assert record.loss == pytest.approx(sum(float(s.detach()) for s in shares), rel=1e-6)
+    assert record.grad_norm == pytest.approx(expected, rel=1e-5)

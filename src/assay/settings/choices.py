@@ -13,4 +13,6 @@ PRECISIONS = ("float32", "bf16")
 FORMATS = ("auto", "text", "prompt_completion", "messages", "preference", "kto")
 PREFERENCE_LOSSES = ("dpo", "ipo", "orpo", "simpo")
 LOSSES = ("ce", "chunked_ce", *PREFERENCE_LOSSES, "kto")
+# preference losses with no reference policy; the others compare with the adapters switched off
+REFERENCE_FREE_LOSSES = ("orpo", "simpo")
 SIZE_UNITS = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")

@@ -34,6 +34,7 @@ from assay.settings import (
     TrainConfig,
     rules,
 )
+from assay.settings.choices import REFERENCE_FREE_LOSSES
 from assay.settings.schema import yaml_body
 from assay.settings.yaml_reader import check_schema, read_yaml
 from assay.storage.registry import storage as registered_storage
@@ -127,8 +128,11 @@ def parse_size(value: int | str) -> int:
         if "." in match.group(1) and not match.group(2):  # a fraction of a byte is no size
             raise ValueError(f"{value.strip()!r}: a byte count is a whole number (or add a unit)")
     if not 1 <= size <= MAX_SIZE:
-        raise ValueError("a size must be at least 1 byte" if size < 1 else
-                         "a size can be at most 1 EiB (2**60 bytes)")  # fmt: skip
+        raise ValueError(
+            "a size must be at least 1 byte"
+            if size < 1
+            else "a size can be at most 1 EiB (2**60 bytes)"
+        )
     return int(size)
 
 
@@ -229,8 +233,11 @@ def _loss(raw: dict[str, Any], source: Path) -> LossConfig:
     body = _filled(LossConfig, raw, at="loss", source=source)
     if body["dpo_variant"] != "robust":
         if "label_smoothing" in raw:
-            raise _fail(source, "loss.label_smoothing",
-                        "does not apply unless loss dpo with dpo_variant robust")  # fmt: skip
+            raise _fail(
+                source,
+                "loss.label_smoothing",
+                "does not apply unless loss dpo with dpo_variant robust",
+            )
         body["label_smoothing"] = None
     return LossConfig(**body)
 
@@ -319,9 +326,38 @@ def check_training_semantics(config: TrainConfig) -> None:
     ``output.eval_every`` needs held-out data. LoRA dropout in a streamed run that recomputes
     each layer in backward would draw a second, different mask for the recomputation, so the
     gradient would not be the forward's: such a run must keep activations instead. ``compile``
-    compiles resident layers; a streamed layer runs with weights swapped in per call.
+    compiles resident layers; a streamed layer runs with weights swapped in per call. A method
+    that trains the base (full) streams from the RAM tier only and recomputes (its weights'
+    gradients come from the layer run again), and it has no adapters to switch off for the
+    reference policy a DPO, IPO or KTO loss compares with. Each is refused here, before anything
+    is loaded, rather than once the model is built.
     """
     source = Path(config.source)
+    if registered(config.adapter.method).trains_base:
+        stream = config.stream
+        if stream is not None and stream.tier == "disk":
+            raise _fail(
+                source,
+                "stream.tier",
+                f"method {config.adapter.method} streams from the RAM tier only; "
+                "use stream.tier: ram or an adapter method",
+            )
+        if stream is not None and not stream.recompute:
+            raise _fail(
+                source,
+                "stream.recompute",
+                f"false keeps activations over a frozen base; method "
+                f"{config.adapter.method} recomputes: set it true",
+            )
+        loss = config.loss.type
+        if loss in (*PREFERENCE_LOSSES, "kto") and loss not in REFERENCE_FREE_LOSSES:
+            raise _fail(
+                source,
+                "adapter.method",
+                f"{config.adapter.method} has no adapters to switch off for the "
+                f"reference policy loss {loss} compares with; use an adapter method, "
+                f"or a reference-free loss ({', '.join(REFERENCE_FREE_LOSSES)})",
+            )
     if config.compile and config.stream is not None:
         raise _fail(
             source,
@@ -352,8 +388,12 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
     base = path.resolve().parent
     top = _filled(TrainConfig, data, at="(top level)", source=path)
     loss = _loss(data.get("loss", {}), path)
-    output = _filled(OutputConfig, {"dir": f"runs/{path.stem}", **data.get("output", {})},
-                     at="output", source=path)  # fmt: skip
+    output = _filled(
+        OutputConfig,
+        {"dir": f"runs/{path.stem}", **data.get("output", {})},
+        at="output",
+        source=path,
+    )
     output["dir"] = str(base / output["dir"])
     top.update(
         model=_resolve(top["model"], base),

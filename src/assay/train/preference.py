@@ -27,12 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from assay.settings.choices import REFERENCE_FREE_LOSSES
 from assay.train.losses import row_logsumexp, shift_to_max_
 
 LOGP_CHUNK = 1024
 KINDS = ("dpo", "ipo", "orpo", "simpo", "kto")
 AVERAGED = ("ipo", "orpo", "simpo")
-REFERENCE_FREE = ("orpo", "simpo")
 DPO_VARIANTS = ("sigmoid", "hinge", "robust")
 
 
@@ -147,7 +147,7 @@ class PreferenceSettings:
 
     @property
     def needs_reference(self) -> bool:
-        return self.kind not in REFERENCE_FREE
+        return self.kind not in REFERENCE_FREE_LOSSES
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,18 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
+        "qualify.publishing.compare.flip_unseen",
+        "compare never reports a claim as flipped to fail (it shows as regressed at most)",
+        (
+            Edit(
+                "assay.qualify.publishing.compare:claim_change",
+                'if before["verdict"] == "pass" and (after["verdict"] != "pass" '
+                "or fails_old_bound):",
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
         "qualify.ledger.chain.unchained",
         "verify ignores the LEDGER and the receipts' back-links",
         (

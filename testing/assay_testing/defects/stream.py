@@ -8,6 +8,19 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
+        "stream.store.reuse_without_hashing",
+        "the disk cache reuses a directory whose manifest names the key and whose shards parse, "
+        "without hashing their bytes",
+        (
+            Edit(
+                "assay.stream.store:DiskStore.__init__",
+                "self.reused = layers is not None and intact and stored_key(self.directory, "
+                "layouts) == key",
+                "self.reused = layers is not None and intact",
+            ),
+        ),
+    ),
+    Defect(
         "stream.engine.grads_assigned_not_accumulated",
         "streamed backward assigns each trainable's gradient instead of letting autograd add it "
         "to the last micro-batch's (one micro-batch per step is unchanged)",

@@ -8,6 +8,28 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
+        "train.loop.gradient_scaled",
+        "every micro-batch's loss share is back-propagated twice over (the logged loss is not): "
+        "a gradient scaled by 2, which an always-active clip and AdamW both hide",
+        (Edit("assay.train.loop:Trainer._backward", "share.backward()", "(share * 2).backward()"),),
+    ),
+    Defect(
+        "train.loop.divergence_unchecked",
+        "a step whose loss or gradient norm is NaN or infinite is logged, saved and trained on",
+        (Edit("assay.train.loop:_check_finite", "if not math.isfinite(value):", "if False:"),),
+    ),
+    Defect(
+        "train.checkpoint_check.optimizer_settings_unchecked",
+        "resume trusts optimizer.json's settings (lr, betas, eps, weight decay) over the config",
+        (
+            Edit(
+                "assay.train.checkpoint_check:check_optimizer_settings",
+                'saved_groups = checkpoint.optimizer_meta["param_groups"]',
+                "return",
+            ),
+        ),
+    ),
+    Defect(
         "train.loop.resume_one_lr_for_all_groups",
         "resume sets the schedule's learning rate on every optimizer group, so LoRA+'s B group "
         "loses its lr_ratio after a resume (one-group methods are unchanged)",
