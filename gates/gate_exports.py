@@ -168,7 +168,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
     from assay_testing.tiny import save_tiny
 
     merged = (
-        *code("lora", "assay.adapters.control"),
+        *code("lora"),
         "assay.adapters.export",
         "support.adapters_file_helpers",
     )

@@ -234,6 +234,7 @@ PRODUCT_CONTROLS = {
     "numbers": ("bounded.long_integers_read", "jsonl"),
     "legal": ("settings.yaml_reader.merge_keys_refused", "merge_keys"),
     "line_separators": ("bounded.split_lines_at_every_break", "ledger_comment"),
+    "replace": ("train.run_dir.any_folder_is_a_run", "overwrite_"),
 }
 # class -> (what the claim's statement says it covers, the code it names)
 CLASSES = {

@@ -40,6 +40,22 @@ def test_failed_write_keeps_previous_content(tmp_path: Path, monkeypatch) -> Non
     assert [p.name for p in tmp_path.iterdir()] == ["file.bin"]
 
 
+def test_a_full_disk_names_the_file_it_was_writing(tmp_path: Path, monkeypatch) -> None:
+    """Issue 52, rule 6: a checkpoint save on a full disk used to print ": No space left on
+    device" with no path, since a write to a file descriptor carries no file name."""
+    import errno
+
+    target = tmp_path / "step" / "optimizer.safetensors"
+
+    def full(fd: int, data) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError) as caught:
+        atomic_write_bytes(target, b"x")
+    assert caught.value.filename == str(target) and caught.value.errno == errno.ENOSPC
+
+
 def test_atomic_write_json_is_sorted_and_refuses_nan_before_writing(tmp_path: Path) -> None:
     target = tmp_path / "x.json"
     atomic_write_json(target, {"b": 1, "a": [1.5]})

@@ -24,12 +24,20 @@ REHEARSED = {
         "a merge request's base exists only on the forge; test_compare.py covers revisions",
     ),
     'OUT="$RUNNER_TEMP/out" bash harness/gpu_qualify.sh': (
-        "nox -s gpu-dry-run",
-        "needs the GPU; the dry run takes the kit's whole path on CPU",
+        "nox -s tests",
+        "needs the GPU; tests/harness/test_gpu_bundle.py takes the kit's whole path on CPU",
     ),
     'OUT="$CI_PROJECT_DIR/out" bash harness/gpu_qualify.sh': (
-        "nox -s gpu-dry-run",
-        "needs the GPU; the dry run takes the kit's whole path on CPU",
+        "nox -s tests",
+        "needs the GPU; tests/harness/test_gpu_bundle.py takes the kit's whole path on CPU",
+    ),
+    "nox -s verify": (
+        "nox -s verify -- --stale",
+        "--stale makes every check plain verify makes, and fails on stale records too",
+    ),
+    "nox -s gpu-dry-run": (
+        "nox -s tests",
+        "tests/harness/test_gpu_bundle.py runs the same dry run (gate-cuda) inside the suite",
     ),
     'mv "$WORK/site" public': ('nox -s site -- "$WORK/site"', "GitLab's pages folder"),
 }

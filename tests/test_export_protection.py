@@ -25,8 +25,12 @@ def test_a_non_empty_destination_is_refused_unless_forced(tmp_path):
     with pytest.raises(ConfigError, match=r"out: export destination is not empty"):
         export(export_faults.adapted_model(1), out, "peft")
     assert sorted(p.name for p in out.iterdir()) == ["old.txt"]
-    export(export_faults.adapted_model(2), out, "peft", force=True)
-    assert "old.txt" not in {p.name for p in out.iterdir()}  # replaced whole, no leftovers
+    with pytest.raises(ConfigError, match=r"--force replaces only an earlier assay export"):
+        export(export_faults.adapted_model(2), out, "peft", force=True)  # not ours: kept
+    assert sorted(p.name for p in out.iterdir()) == ["old.txt"]
+    (out / "old.txt").unlink()
+    export(export_faults.adapted_model(1), out, "peft")
+    export(export_faults.adapted_model(2), out, "peft", force=True)  # an earlier export: replaced
     assert export_faults.folder_step(out) == 2
 
 
@@ -60,3 +64,18 @@ def test_kill_during_export_leaves_complete_or_absent(tmp_path):
     assert report.mixed == 0, report
     control = export_faults.kill_trials(tmp_path / "naive", kills=4, seed=5, in_place=True)
     assert control.mixed > 0, control
+
+
+def test_a_gguf_export_that_cannot_be_written_names_its_file(tmp_path, monkeypatch):
+    """Adversary case F9: numpy's short write on a full disk carries no file name."""
+    from gguf import GGUFWriter
+
+    def short(self, *args, **kwargs):
+        raise OSError("10240 requested and 264 written")
+
+    monkeypatch.setattr(GGUFWriter, "write_tensors_to_file", short)
+    target = tmp_path / "model.gguf"
+    with pytest.raises(OSError) as caught:
+        export(export_faults.adapted_model(1), target, "gguf")
+    assert caught.value.filename == str(target) and "264 written" in caught.value.strerror
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary left behind

@@ -68,6 +68,7 @@ def test_a_model_directory_with_a_tokenizer(workspace, capsys):
     [
         (["/no/such/model", "--prompt", "x"], "no such model"),
         (["MODEL", "--prompt", "x"], "has no GGUF tokenizer"),
+        (["MODEL", "--tokenizer", "MODEL", "--prompt", "x"], "MODEL: --tokenizer is a folder"),
         (["MODEL", "--prompt", "x", "--max-new-tokens", "-1"], "expected 0 or more"),
         (["MODEL", "--prompt", ""], "a prompt is empty"),
         (["MODEL", "--tokenizer", "TOK", "--prompt", "x", "--max-new-tokens", "100000"],
@@ -80,6 +81,7 @@ def test_bad_input_is_one_line_and_exit_2(workspace, capsys, argv, message):
     _, config, _ = workspace
     names = {"MODEL": config["model"], "TOK": config["tokenizer"], "LONG": "word " * 20000}
     argv = [names.get(a, a) for a in argv]
+    message = message.replace("MODEL", config["model"])
     capsys.readouterr()
     assert main(["generate", *argv]) == 2
     err = capsys.readouterr().err

@@ -35,6 +35,7 @@ from assay.qualify.plugin.child_imports import report_at_exit
 from assay.settings.loader import load_train_config
 from assay.train.data import Batch, Cursor
 from assay.train.loop import Trainer
+from assay.train.run_dir import RUN_MARKER
 from assay_testing import defects
 
 
@@ -150,8 +151,11 @@ def _free_port() -> int:
 
 
 def _copy_checkpoint(source: Path, run_dir: Path, step: int) -> Path:
+    """A run folder holding ``source``'s checkpoint at ``step``, marked as a run like the one it
+    came from (``assay train --resume`` resumes only a folder carrying the run marker)."""
     name = f"step-{step:06d}"
     shutil.copytree(source / name, run_dir / name)
+    shutil.copy2(source / RUN_MARKER, run_dir / RUN_MARKER)
     (run_dir / "latest").write_text(f"{name}\n")
     return run_dir
 

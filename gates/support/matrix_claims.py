@@ -1,5 +1,6 @@
-"""The claims gate-matrix (every pair of axis values) and gate-axes (every value, CI's subset)
-make over their cells (not a gate module): the same three claims at either strength.
+"""What gate-matrix (every pair of axis values) and gate-axes (every value, CI's subset)
+measure over their cells, and the bounds and defects their claims are judged by (not a gate
+module: each gate declares its own claims and controls from these).
 
 - Single-process cells (streamed, checkpointed or resumed) end bitwise where their reference
   ends: every step's loss and every trainable tensor ``==``. Controls arm one defect each on a
@@ -8,7 +9,7 @@ make over their cells (not a gate module): the same three claims at either stren
   (``DISTRIBUTED_BOUNDS``) of their one-process reference: the ranks' sums add in another
   order, so equality is not the claim.
 - The cells hold every required unit (value or pair); control: the same cells checked as if
-  the registries' newest method had none.
+  the registries' newest method had none (``without_newest_method``).
 """
 
 from __future__ import annotations
@@ -71,106 +72,119 @@ CODE = (
 )
 
 
-def _judged(gate, cells: list[dict[str, str]], space, references: dict[str, Outcome], measure):
-    verdicts = []
-    for index, cell in enumerate(cells):
-        reference = reference_run(cell, space, references)
-        outcome = run_cell(cell, space, f"cell-{index:02d}-{cell_name(cell)}")
-        verdicts.append(measure(outcome, reference, cell))
-        gate.note(f"cell {index}: {cell_label(cell)}: {verdicts[-1][1]}")
-    return verdicts
+def coverage_claim(strength: int, cells: int) -> dict:
+    """The coverage claim's id, statement and judging, for ``gate.claim(**...)``."""
+    word = "pair of values of two axes" if strength == 2 else "value of every axis"
+    return dict(
+        claim_id="coverage.pairs" if strength == 2 else "coverage.values",
+        statement=f"{cells} cells generated from the registries and setting rules hold every "
+        f"{word} that a valid run holds (found by search)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="required units in no cell",
+        code=("assay_testing.matrix", "assay.settings.loader", "assay.adapters.registry"),
+    )
 
 
-def single_process_claim(gate, cells, space, references):
-    """Every single-process cell against its reference, bitwise; returns those cells and a
-    word for each."""
-    chosen = [c for c in cells if c["distributed"] == "single"]
-
-    def measure(outcome: Outcome, reference: Outcome, cell: Cell):
-        bad = unequal(outcome, reference)
-        return bad, f"{bad} of {tensors(reference)} losses and tensors unequal"
-
-    verdicts = _judged(gate, chosen, space, references, measure)
-    claim = gate.claim(
-        "cells.single_process",
-        f"{len(chosen)} single-process cells (streamed, recomputed, resumed in a new process): "
-        "every step's loss and every trainable tensor torch.equal the resident, "
+def single_process_claim(cells: int) -> dict:
+    return dict(
+        claim_id="cells.single_process",
+        statement=f"{cells} single-process cells (streamed, recomputed, resumed in a new "
+        "process): every step's loss and every trainable tensor torch.equal the resident, "
         "straight-through run of the same numerics",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="unequal losses and tensors",
         code=CODE,
     )
-    claim.measure(sum(bad for bad, _ in verdicts))
-    for fault, values in CONTROLS:
-        cell = witness(values)
-        bad = unequal(
-            run_cell(cell, space, f"control-{fault}", fault), reference_run(cell, space, references)
-        )
-        claim.control(f"{fault} on cell {cell_label(cell)}", bad)
-    words = ["equal" if bad == 0 else "unequal" for bad, _ in verdicts]
-    return chosen, words
 
 
-def distributed_claim(gate, cells, space, references):
-    """Every distributed cell against its one-process reference, within the bound; returns
-    those cells and a word for each."""
-    chosen = [c for c in cells if c["distributed"] != "single"]
-
-    def measure(outcome: Outcome, reference: Outcome, cell: Cell):
-        gap = largest_difference(outcome, reference)
-        bound = DISTRIBUTED_BOUNDS[cell["precision"]]
-        return gap / bound, f"largest difference {gap:.3g} (bound {bound:g})"
-
-    verdicts = _judged(gate, chosen, space, references, measure)
-    claim = gate.claim(
-        "cells.distributed",
-        f"{len(chosen)} distributed cells (torchrun, 2 gloo ranks, DDP and FSDP2): every step's "
-        "loss and every trainable element within its precision's bound (float32 1e-5, bf16 "
-        "1e-2) of the one-process run of the same numerics (the ranks' sums add in another "
-        "order)",
+def distributed_claim(cells: int) -> dict:
+    return dict(
+        claim_id="cells.distributed",
+        statement=f"{cells} distributed cells (torchrun, 2 gloo ranks, DDP and FSDP2): every "
+        "step's loss and every trainable element within its precision's bound (float32 1e-5, "
+        "bf16 1e-2) of the one-process run of the same numerics (the ranks' sums add in "
+        "another order)",
         kind="correctness",
         threshold=Threshold("<=", 1.0),
         unit="x its precision's bound (largest absolute difference)",
         code=(*CODE, "assay.distributed.trainer"),
     )
-    claim.measure(max((ratio for ratio, _ in verdicts), default=0.0))
-    fault, values = DISTRIBUTED_CONTROL
+
+
+def single_process_cells(gate, cells, space, references) -> tuple[list[Cell], list[int]]:
+    """Run every single-process cell and its reference; returns those cells and each one's
+    count of unequal losses and tensors, with a note per cell."""
+    chosen = [c for c in cells if c["distributed"] == "single"]
+    counts = []
+    for index, cell in enumerate(chosen):
+        reference = reference_run(cell, space, references)
+        counts.append(
+            unequal(run_cell(cell, space, f"cell-{index:02d}-{cell_name(cell)}"), reference)
+        )
+        gate.note(
+            f"cell {index}: {cell_label(cell)}: {counts[-1]} of {tensors(reference)} "
+            "losses and tensors unequal"
+        )
+    return chosen, counts
+
+
+def distributed_cells(gate, cells, space, references) -> tuple[list[Cell], list[float]]:
+    """Run every distributed cell and its one-process reference; returns those cells and each
+    one's largest difference as a multiple of its precision's bound, with a note per cell."""
+    chosen = [c for c in cells if c["distributed"] != "single"]
+    ratios = []
+    for index, cell in enumerate(chosen):
+        reference = reference_run(cell, space, references)
+        outcome = run_cell(cell, space, f"dist-{index:02d}-{cell_name(cell)}")
+        ratios.append(bound_ratio(outcome, reference, cell))
+        gate.note(
+            f"cell {index}: {cell_label(cell)}: largest difference "
+            f"{largest_difference(outcome, reference):.3g} "
+            f"(bound {DISTRIBUTED_BOUNDS[cell['precision']]:g})"
+        )
+    return chosen, ratios
+
+
+def bound_ratio(outcome: Outcome, reference: Outcome, cell: Cell) -> float:
+    return largest_difference(outcome, reference) / DISTRIBUTED_BOUNDS[cell["precision"]]
+
+
+def unequal_tensors(outcome: Outcome, reference: Outcome, cell: Cell) -> int:
+    return unequal(outcome, reference)
+
+
+def defect_on_cell(fault: str, values: dict[str, str], space, references, measure):
+    """(label, measured) for a control: ``measure(outcome, reference, cell)`` of the cell
+    ``witness(values)`` run with ``fault`` armed, against that cell's clean reference."""
     cell = witness(values)
-    ratio, _ = measure(
-        run_cell(cell, space, f"control-{fault}", fault),
-        reference_run(cell, space, references),
-        cell,
-    )
-    claim.control(f"{fault} on cell {cell_label(cell)}", ratio)
-    words = ["within" if ratio <= 1.0 else "outside" for ratio, _ in verdicts]
-    return chosen, words
+    outcome = run_cell(cell, space, f"control-{fault}", fault)
+    reference = reference_run(cell, space, references)
+    return f"{fault} on cell {cell_label(cell)}", measure(outcome, reference, cell)
 
 
-def coverage_claim(gate, cells, strength: int) -> None:
-    word = "pair of values of two axes" if strength == 2 else "value of every axis"
-    claim = gate.claim(
-        "coverage.pairs" if strength == 2 else "coverage.values",
-        f"{len(cells)} cells generated from the registries and setting rules hold every {word} "
-        "that some valid run holds (axes: " + ", ".join(a.name for a in AXES) + ")",
-        kind="correctness",
-        threshold=Threshold("==", 0),
-        unit="required units in no cell",
-        code=("assay_testing.matrix", "assay.settings.loader", "assay.adapters.registry"),
-    )
-    claim.measure(len(uncovered(cells, strength)))
+def without_newest_method(cells: list[Cell], strength: int) -> tuple[str, int]:
+    """(label, required units uncovered) for the cells less those of the registry's newest
+    method, as a matrix written before it was registered would be: the coverage control."""
     newest = list(METHODS)[-1]
-    before = [c for c in cells if c["method"] != newest]
-    claim.control(
+    label = (
         f"the same cells less those of the newest method ({newest}), as a matrix written "
-        "before it was registered",
-        len(uncovered(before, strength)),
+        "before it was registered"
     )
-    gate.note(
+    return label, len(uncovered([c for c in cells if c["method"] != newest], strength))
+
+
+def axes_note() -> str:
+    return (
         "axes: " + "; ".join(f"{a.name}: {', '.join(a.values)}" for a in AXES) + ". Comparison "
         "axes (a cell is compared with the same cell at these values): residency resident, "
         "interruption straight, distributed single."
     )
+
+
+def verdict_words(measured: list[float], bound: float, yes: str, no: str) -> list[str]:
+    return [yes if value <= bound else no for value in measured]
 
 
 def matrix_figure(cells: list[Cell], words: list[str], path: Path) -> Path:

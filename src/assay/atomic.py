@@ -57,6 +57,13 @@ def _tmp_prefix(target: Path) -> str:
     return f".{target.name}{TMP_MARK}"
 
 
+def _named(exc: OSError, target: Path) -> OSError:
+    """``exc`` with ``target`` as its file name when it carries none (a write to an fd)."""
+    if exc.filename is None:
+        return OSError(exc.errno, exc.strerror or str(exc), str(target))
+    return exc
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically; the parent directory is created if needed.
 
@@ -72,6 +79,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bo
         try:
             write_all(fd, data)
             os.fsync(fd)
+        except OSError as exc:  # a full disk names the file it was writing
+            raise _named(exc, target) from None
         finally:
             os.close(fd)
         if replace:
@@ -83,6 +92,36 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bo
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def check_generated(path: str | os.PathLike[str], data: bytes) -> None:
+    """AssayError naming ``path`` unless it is absent or a regular file whose first line is
+    ``data``'s: what a writer of generated files checks before it writes any of them."""
+    target = Path(path)
+    first = data.split(b"\n", 1)[0] + b"\n"
+    if not (target.exists() or target.is_symlink()):
+        return
+    theirs = b""
+    if target.is_file() and not target.is_symlink():  # never open a FIFO or a device
+        with contextlib.suppress(OSError), open(target, "rb") as handle:
+            theirs = handle.read(len(first))
+    if theirs != first:
+        from assay.errors import AssayError
+
+        raise AssayError(
+            f"{target}: exists and was not written by this command (its first line is not "
+            f"{first.decode('utf-8', 'replace').strip()!r}); nothing was changed; move it "
+            "away or choose another folder"
+        )
+
+
+def replace_generated(path: str | os.PathLike[str], data: bytes) -> None:
+    """:func:`atomic_write_bytes` for a generated file whose first line says what wrote it: an
+    existing ``path`` is replaced only when its first line is the same (a file this writer
+    made before), so a user's file of the same name is never overwritten
+    (:func:`check_generated`)."""
+    check_generated(path, data)
+    atomic_write_bytes(path, data)
 
 
 def json_bytes(obj: Any) -> bytes:
@@ -102,6 +141,8 @@ def write_synced(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         write_all(fd, data)
         os.fsync(fd)
+    except OSError as exc:
+        raise _named(exc, Path(path)) from None
     finally:
         os.close(fd)
 

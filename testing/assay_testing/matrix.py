@@ -216,7 +216,8 @@ def witness(fixed: Cell, seed: int = 0, tries: int = 60) -> dict[str, str] | Non
     return next((c for c in _completions(fixed, rng, tries) if valid(c)), None)
 
 
-def required(strength: int) -> set:
+@functools.cache
+def required(strength: int) -> frozenset:
     """Every unit (single value, or pair of values of two axes) for which ``witness`` finds a
     valid cell: the permissive completion, each free axis moved alone, then seeded random ones.
     The settings refuse pairs of values (full with nf4, compile with stream), so the first two
@@ -234,7 +235,7 @@ def required(strength: int) -> set:
     for unit in candidates:
         if witness(dict(unit)) is not None:
             units.add(unit)
-    return units
+    return frozenset(units)
 
 
 def covering(strength: int, seed: int = 0, candidates: int = 8) -> list[dict[str, str]]:
@@ -243,7 +244,7 @@ def covering(strength: int, seed: int = 0, candidates: int = 8) -> list[dict[str
     axis, the value that covers most new units; the best valid one of ``candidates`` tries is
     kept (the unit's witness when none is valid)."""
     rng = random.Random(seed)
-    uncovered = required(strength)
+    uncovered = set(required(strength))
     cells: list[dict[str, str]] = []
     while uncovered:
         start = dict(min(uncovered))

@@ -224,6 +224,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "train.run_dir.any_folder_is_a_run",
+        ("tests/test_replacing_commands.py::test_no_command_replaces_a_folder_it_did_not_write",),
+    ),
+    Mutant(
+        "adapters.export.force_replaces_anything",
+        ("tests/test_replacing_commands.py::test_no_command_replaces_a_folder_it_did_not_write",),
+    ),
+    Mutant(
         "train.loop.divergence_unchecked",
         (
             "tests/train/test_divergence.py::"

@@ -211,3 +211,38 @@ def export_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list
         "format",
     )
     return cases
+
+
+def replace_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list[Case]:
+    """Issue 52, rule 1: a replacing command (``train --overwrite``, ``train --resume``,
+    ``export --force``, ``publish --html``) refused on what it did not write: a user's folder,
+    another run's step folder, a file that is not an earlier export."""
+    train, _config, run = good
+    folder = root / "replace"
+    folder.mkdir(parents=True)
+    mine = folder / "thesis"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("\\documentclass{article}\n")
+    (mine / "notes.md").write_text("my notes\n")
+    copy = folder / "run"
+    shutil.copytree(run, copy)
+    cases = []
+    for name, out, extra in (
+        ("overwrite_user_folder", mine, ("--overwrite",)),
+        ("overwrite_step_folder", copy / "step-000001", ("--overwrite",)),
+        ("resume_user_folder", mine, ("--resume", str(mine))),
+    ):
+        config = write_config(folder / f"{name}.yaml", base_config(model, train, out))
+        where = "--resume" if "--resume" in extra else "output.dir"
+        cases.append(train_case(name, "replace", config, where, folder, *extra))
+    export_to = {
+        "peft": mine,
+        "safetensors": copy / "step-000001",
+        "gguf": mine / "notes.md",
+    }
+    for fmt, out in export_to.items():
+        argv = ("export", str(run), "--format", fmt, "--out", str(out), "--force")
+        cases.append(Case(f"replace.export_{fmt}_force", "replace", argv, out, "--force", folder))
+    argv = ("publish", "--html", str(mine))
+    cases.append(Case("replace.publish_user_folder", "replace", argv, mine, "--html", folder))
+    return cases

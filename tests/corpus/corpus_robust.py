@@ -20,6 +20,7 @@ from corpus_outputs import (
     CASES,
     export_cases,
     good_run,
+    replace_cases,
     resealed_cases,
     rundir_cases,
     train_case,
@@ -37,6 +38,7 @@ CLASSES = {
     "message": "7: messages naming file, field and range",
     "peftconfig": "8: PEFT adapter_config.json types and keys",
     "silent": "9: unknown roles and sequences past the context",
+    "replace": "10: replacing commands act only on what they wrote (issue 52)",
 }
 
 
@@ -231,6 +233,7 @@ def robust_cases(root: Path, model: Path) -> list[Case]:
         *surrogate_cases(root, model),
         *export_cases(root, model, good),
         *rundir_cases(root, model, good),
+        *replace_cases(root, model, good),
         *resealed_cases(root, model, good),
         *message_cases(root, model),
         *peftconfig_cases(root, model, good),

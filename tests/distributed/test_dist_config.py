@@ -86,18 +86,37 @@ def test_distributed_section_is_outside_the_fingerprint_and_round_trips(tmp_path
     assert train_config_from_dict(body, path) == sharded
 
 
-def test_cli_strategy_override_is_checked_like_the_config(tmp_path, capsys):
+def test_cli_strategy_override_is_checked_like_the_config_in_a_torchrun_job(
+    tmp_path, capsys, monkeypatch
+):
     path = tmp_path / "run.yaml"
     path.write_text(MINIMAL + "stream: {tier: ram}\n")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; the check comes before init
+    monkeypatch.setenv("RANK", "0")
     assert main(["train", str(path), "--strategy", "fsdp"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err
-    assert err.startswith(f"assay: error: {path}: distributed.strategy: fsdp cannot shard")
+    assert f"{path}: distributed.strategy: fsdp cannot shard" in err
 
 
-def test_cli_strategy_override_replaces_the_config_value(tmp_path):
+def test_a_plain_process_ignores_the_strategy_flag_as_help_says(tmp_path, monkeypatch):
+    """Issue 52, rule 6: a plain process used to refuse --strategy fsdp over a storage check
+    for a strategy it never runs (a legal input refused)."""
     from assay.cli.train import _with_strategy
 
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL + "stream: {tier: ram}\n")
+    config = load_train_config(path)
+    assert _with_strategy(config, "fsdp") is config
+
+
+def test_cli_strategy_override_replaces_the_config_value(tmp_path, monkeypatch):
+    from assay.cli.train import _with_strategy
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
     path = tmp_path / "run.yaml"
     path.write_text(MINIMAL + "distributed: {strategy: ddp, backend: gloo}\n")
     config = _with_strategy(load_train_config(path), "fsdp")

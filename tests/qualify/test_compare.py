@@ -115,7 +115,10 @@ def test_every_kind_of_change_between_two_ledgers(tmp_path, capsys):
     assert code == 0 and set(_changes(found).values()) == {"unchanged"}
 
 
-def test_a_gate_or_device_on_one_side_is_unpaired_not_missing(tmp_path, capsys):
+def test_a_gate_that_vanishes_is_missing_and_one_that_arrives_unpaired(tmp_path, capsys):
+    """Issue 52, rule 4: deleting a whole gate (receipts and all) used to read as "only in
+    OLD" with exit 0, while one dropped claim reads as missing. The control: NEW that keeps the
+    gate compares clean, so the exit 1 comes from the vanished gate alone."""
     old, new = tmp_path / "old", tmp_path / "new"
     _run(old, 1, [_claim("a", 1e-4)])
     (new / "other").mkdir(parents=True)
@@ -123,8 +126,11 @@ def test_a_gate_or_device_on_one_side_is_unpaired_not_missing(tmp_path, capsys):
     receipt["gate"] = "other"
     write_receipt(receipt, new)
     code, found = _compare(capsys, old, new)
-    assert code == 0 and found["claims"] == []
+    assert code == 1 and _changes(found) == {"a": "missing"}
     assert found["unpaired"] == ["demo (cpu): only in OLD", "other (cpu): only in NEW"]
+    _run(new, 1, [_claim("a", 1e-4)])
+    code, found = _compare(capsys, old, new)
+    assert code == 0 and _changes(found) == {"a": "unchanged"}
 
 
 def _commit(repo: Path, message: str) -> None:
@@ -321,3 +327,25 @@ def test_a_shallow_history_is_said_not_checked(tmp_path, capsys, monkeypatch):
     assert all("git history not checked (shallow clone" in n for n in found["notes"])
     monkeypatch.chdir(repo)
     assert _compare(capsys, "HEAD~1", "HEAD")[1]["notes"] == []  # the control: full history
+
+
+def test_a_summary_that_cannot_be_written_whole_is_not_written_at_all(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 52, rule 6: on a full disk the summary used to keep half a table."""
+    import errno
+    import os
+
+    old = tmp_path / "old"
+    _run(old, 1, [_claim("a", 1e-4)])
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["compare", str(old), str(old), "--summary"]) == 2
+    assert "cannot append the summary" in capsys.readouterr().err
+    assert summary.read_text() == "earlier step\n"

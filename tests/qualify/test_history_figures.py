@@ -7,6 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
@@ -82,3 +85,78 @@ def test_claim_text_is_inert_in_the_figure(tmp_path):
     ((path, svg),) = history_figures(gate_standing(receipts, "demo")).items()
     assert "<script>" not in svg and "&lt;script&gt;" in svg
     assert "/" not in Path(path).name and Path(path).parent.name == "demo"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.floats(1e-5, 1e-2),
+            st.sampled_from([None, "absent"]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_every_run_after_the_first_measurement_has_a_mark(tmp_path_factory, values):
+    """Issue 52, rule 4: a run whose value is null (a NaN is written as null) or that lacks
+    the claim used to drop out of the figure and the sparkline, so both ended on the run
+    before it. Each such run is a red cross and an ``x``, at its place."""
+    receipts = tmp_path_factory.mktemp("ledger") / "records" / "receipts"
+    for i, value in enumerate(values):
+        receipt = tamper_cases.synthetic_receipt(f"2026-01-01T00:00:{i:02d}Z", 1e-4, "0" * 64)
+        claim = receipt["claims"][0]
+        if value == "absent":
+            other = {**claim, "id": "other"}
+            receipt["claims"] = [other]
+        elif isinstance(value, float):
+            claim["measurement"]["value"] = value
+            claim["verdict"] = "pass" if value <= 1e-3 else "fail"
+            claim["margin"] = 1e-3 - value
+        else:
+            claim["measurement"]["value"] = None  # a NaN is written as null, never made too
+            claim["verdict"], claim["margin"] = "inconclusive", None
+        receipt["status"] = receipt["claims"][0]["verdict"]
+        write_receipt(receipt, receipts)
+    finite = [i for i, v in enumerate(values) if isinstance(v, float)]
+    standing = gate_standing(receipts, "demo")
+    figures = history_figures(standing)
+    if not finite:
+        assert figure_path("demo", "diff") not in figures
+        return
+    runs = values[finite[0] :]
+    svg = figures[figure_path("demo", "diff")]
+    marks = [line for line in svg.splitlines() if line.startswith(("<circle", "<text x"))]
+    crosses = [m for m in marks if "no finite value" in m]
+    assert len([m for m in marks if m.startswith("<circle")]) + len(crosses) == len(runs)
+    assert len(crosses) == sum(not isinstance(v, float) for v in runs)
+    line = sparkline(standing, "diff")
+    expected = ["x" if not isinstance(v, float) or v > 1e-3 else "" for v in runs[-12:]]
+    if len(runs) >= 2:
+        assert len(line) == len(expected)
+        assert [c if c == "x" else "" for c in line] == expected
+
+
+def test_render_checks_every_destination_before_writing_any(tmp_path):
+    """Issue 52, rule 1 (adversary cases F5, F6): a user's file where a figure or the index
+    goes is never overwritten, and a refusal writes nothing at all, figures included."""
+    import pytest
+
+    from assay.errors import AssayError
+
+    receipts = _ledger(tmp_path, [1e-4, 2e-4])
+    records = receipts.parent
+    render_all(receipts, records, tmp_path)
+    figure = records / figure_path("demo", "diff")
+    figure.write_text("my drawing\n")
+    with pytest.raises(AssayError, match="was not written by this command"):
+        render_all(receipts, records, tmp_path)
+    assert figure.read_text() == "my drawing\n"
+    figure.unlink()
+    render_all(receipts, records, tmp_path)  # the control: its own figure is redrawn
+    (records / "README.md").write_text("my readme\n")
+    figure.write_bytes(figure.read_bytes().replace(b"#1f6feb", b"#000000"))  # stale, ours
+    stale = figure.read_bytes()
+    with pytest.raises(AssayError, match=r"README\.md: exists and was not written"):
+        render_all(receipts, records, tmp_path)
+    assert figure.read_bytes() == stale  # nothing written before the refusal

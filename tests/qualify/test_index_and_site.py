@@ -187,3 +187,19 @@ def test_site_in_headless_chromium(tmp_path):
     assert "&lt;script&gt;alert" in dom and "<script" not in dom.lower()
     assert "onerror" not in dom.replace("onerror=alert(2)&gt;", "")
     assert '<img src="x"' not in dom and 'href="javascript' not in dom
+
+
+def test_a_site_folder_keeps_a_users_page_of_a_gates_name(tmp_path):
+    """Issue 52, rule 1 (adversary case F7): an earlier site's folder with a user's page where
+    a gate's page goes is refused whole; the earlier site alone is replaced (the control)."""
+    from assay.errors import AssayError
+
+    receipts = tmp_path / "records" / "receipts"
+    write_receipt(tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64), receipts)
+    site = tmp_path / "site"
+    build_site(receipts, receipts.parent, site, root=tmp_path)
+    build_site(receipts, receipts.parent, site, root=tmp_path)  # an earlier site: replaced
+    (site / "demo.html").write_text("my own page\n")
+    with pytest.raises(AssayError, match=r"demo\.html: exists and was not written"):
+        build_site(receipts, receipts.parent, site, root=tmp_path)
+    assert (site / "demo.html").read_text() == "my own page\n"

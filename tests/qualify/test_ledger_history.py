@@ -266,6 +266,22 @@ def test_a_gate_never_committed_is_a_note(repo: Repo) -> None:
     assert "history not checked for new: no file of it in HEAD" in report.notes
 
 
+def test_uncommitted_receipts_on_a_committed_ledger_are_a_note(repo: Repo) -> None:
+    """Issue 52, rule 4: a failing r3 written and removed before any commit, then r4 written
+    on top, left no trace git could show, and verify said nothing. Every receipt no commit
+    holds is named as unchecked history; once committed, the note goes (the control)."""
+    repo.write("r4.json", '{"n": 4}\n')
+    repo.ledger(1, 2, 4)
+    report = check_history(repo.receipts)
+    assert report.checked and report.problems == ()
+    assert report.notes == (
+        f"history not checked for {GATE}: 1 receipt(s) not committed yet (newest r4.json); "
+        "a run removed before its commit would not show",
+    )
+    repo.commit("publish r4")
+    assert check_history(repo.receipts).notes == ()
+
+
 def test_uncommitted_ledger_line_removal(repo: Repo) -> None:
     repo.ledger(1)
     line = only_problem(repo)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from assay.cli import main
-from assay.train.run_dir import claim_run_dir, not_started
+from assay.train.run_dir import RUN_FORMAT, RUN_MARKER, claim_run_dir, not_started
 from assay_testing.text_run import save_text_run
 
 
@@ -49,6 +49,7 @@ def test_overwrite_starts_clean(workspace):
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_zero(workspace):
     config, run = workspace
     run.mkdir()
+    (run / RUN_MARKER).write_text(json.dumps({"format": RUN_FORMAT}))  # as a claim writes it
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 9.0}) + "\n")
     assert not_started(run)
     assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0
@@ -98,7 +99,7 @@ def test_resume_from_a_folder_without_a_checkpoint_is_refused(workspace, tmp_pat
     empty.mkdir()
     capsys.readouterr()
     assert main(["train", str(config), "--json", "--no-progress", "--resume", str(empty)]) == 2
-    assert f"--resume {empty}: holds no checkpoint" in capsys.readouterr().err
+    assert f"--resume {empty}: holds no .assay-run marker" in capsys.readouterr().err
     assert main(["train", str(config), "--json", "--no-progress", "--resume", "nowhere"]) == 2
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
 
@@ -204,3 +205,82 @@ def test_eval_of_a_checkpoint_trained_on_another_model_is_refused(workspace, tmp
     assert main(["eval", str(config), "--checkpoint", str(run), *rows]) == 0, (
         capsys.readouterr().err
     )
+
+
+def test_a_finished_run_of_another_model_is_refused_before_the_shortcut(
+    workspace, tmp_path, capsys
+):
+    """Issue 52, rule 2: "already finished" used to answer before the fingerprint checks, so
+    a run finished on another model exited 0 saying nothing changed."""
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    other = yaml.safe_load(config.read_text())
+    other["model"] = save_text_run(tmp_path / "other", seed=7)["model"]
+    path = tmp_path / "other.yaml"
+    path.write_text(yaml.safe_dump(other))
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    capsys.readouterr()
+    assert main(["train", str(path), "--no-progress", "--resume", str(run)]) == 2
+    captured = capsys.readouterr()
+    assert "already finished" not in captured.out
+    assert captured.err.count("\n") == 1 and "model" in captured.err
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+
+
+def test_a_stop_signal_while_loading_leaves_no_run_folder(workspace, capsys, monkeypatch):
+    """Issue 52, rule 6: SIGTERM during model load used to end the process by the signal,
+    with no line, leaving a run folder. The signal is sent for real, from inside the load."""
+    import os
+    import signal
+    import time
+
+    from assay.train import loop
+
+    config, run = workspace
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this returns
+        raise AssertionError("SIGTERM did not stop the load")
+
+    monkeypatch.setattr(loop.Trainer, "__init__", signalled)
+    assert main(["train", str(config), "--json", "--no-progress"]) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stopped by SIGTERM before training started" in err
+    assert not run.exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is put back
+
+
+def test_a_run_the_python_trainer_started_resumes_from_the_cli(workspace, tmp_path):
+    """The Trainer takes no claim, but a folder it creates carries the run marker, so the CLI
+    resumes it; a folder that already held files when it trained there is left unmarked."""
+    from assay.settings.loader import load_train_config
+    from assay.train.loop import Trainer
+
+    config, run = workspace
+    Trainer(load_train_config(config)).train(stop_at=1)
+    assert (run / RUN_MARKER).is_file()
+    assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0
+    assert _steps(run) == [1, 2]
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.md").write_text("mine\n")
+    other = yaml.safe_load(config.read_text())
+    other["output"]["dir"] = str(busy)
+    path = tmp_path / "busy.yaml"
+    path.write_text(yaml.safe_dump(other))
+    Trainer(load_train_config(path)).train(stop_at=1)
+    assert not (busy / RUN_MARKER).exists()
+
+
+def test_a_run_resumes_into_a_new_output_folder(workspace, tmp_path):
+    """Resuming run A with output.dir naming a new folder writes the resumed run there (the
+    check under the lock must not take its own lock file for another run)."""
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
+    moved = yaml.safe_load(config.read_text())
+    moved["output"]["dir"] = str(tmp_path / "elsewhere")
+    path = tmp_path / "moved.yaml"
+    path.write_text(yaml.safe_dump(moved))
+    assert main(["train", str(path), "--json", "--no-progress", "--resume", str(run)]) == 0
+    assert _steps(tmp_path / "elsewhere") == [2]

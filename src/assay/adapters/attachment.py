@@ -126,10 +126,17 @@ def _checked_options(method: str, rank: int | None, alpha: float | None, options
     return resolved
 
 
-def layerwise_attach(num_layers: int, method: str = "lora", *, rank: int | None = None,
-                     alpha: float | None = None, targets: str | Sequence[str] = "attention",
-                     layers: Iterable[int] | None = None, seed: int = 0,
-                     **options: Any) -> LayerwiseAttach:  # fmt: skip
+def layerwise_attach(
+    num_layers: int,
+    method: str = "lora",
+    *,
+    rank: int | None = None,
+    alpha: float | None = None,
+    targets: str | Sequence[str] = "attention",
+    layers: Iterable[int] | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> LayerwiseAttach:
     """``attach``'s arguments, checked as ``attach`` checks them, as a per-layer attacher for
     a model of ``num_layers`` layers. Method ``full`` trains the whole base and is refused."""
     if registered(method).trains_base:
@@ -146,8 +153,15 @@ class LayerwiseAttach:
     projection). ``options`` are the method's checked options (``build_options``).
     """
 
-    def __init__(self, num_layers: int, method: str, options: Any, targets: str | Sequence[str],
-                 layers: Iterable[int] | None, seed: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        num_layers: int,
+        method: str,
+        options: Any,
+        targets: str | Sequence[str],
+        layers: Iterable[int] | None,
+        seed: int,
+    ) -> None:
         self.entry = registered(method)
         self.method, self.targets, self.seed = method, targets, seed
         self.options = asdict(options)
@@ -160,8 +174,9 @@ class LayerwiseAttach:
 
     def __call__(self, index: int, layer: nn.Module) -> None:
         if index != self.seen:
-            raise ConfigError(f"layers must be adapted in order: got layer {index}, "
-                              f"expected {self.seen}")  # fmt: skip
+            raise ConfigError(
+                f"layers must be adapted in order: got layer {index}, expected {self.seen}"
+            )
         self.seen += 1
         if index not in self.layers:
             return

@@ -35,8 +35,13 @@ class DoRALinear(LoRALinear):
 
     @classmethod
     def wrap(cls, base, *, method, options, generator, shared):
-        return cls(base, generator=generator, rank=options["rank"], alpha=options["alpha"],
-                   dropout=options["dropout"])  # fmt: skip
+        return cls(
+            base,
+            generator=generator,
+            rank=options["rank"],
+            alpha=options["alpha"],
+            dropout=options["dropout"],
+        )
 
     @torch.no_grad()
     def weight_norm(self) -> torch.Tensor:

@@ -20,13 +20,17 @@ from torch import nn
 from assay.adapters.base import AdapterLinear, dense_weight
 from assay.adapters.files import write_json_atomic, write_safetensors_atomic
 from assay.adapters.io import save_adapter
-from assay.adapters.manifest import write_manifest
+from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_manifest
 from assay.atomic import staged_directory
 from assay.errors import ConfigError
 
 FORMATS = ("peft", "safetensors", "gguf")
-_HF_CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-               "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
+GGUF_EXPORT_KEY = "assay.export.format"  # marks a GGUF file as one ``assay export`` wrote
+_HF_CLASSES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
 
 
 def _dense(module: nn.Module, attribute: str) -> torch.Tensor:
@@ -113,9 +117,12 @@ def export_merged(
     tensors = merged_tensors(model)
     target = Path(out)
     if format == "gguf":
+        from gguf import GGUFValueType
+
         from assay.model.gguf_export import write_gguf
 
-        return write_gguf(target, config, tensors, tensor_type=gguf_type)
+        marker = {GGUF_EXPORT_KEY: (FORMAT, GGUFValueType.STRING)}
+        return write_gguf(target, config, tensors, tensor_type=gguf_type, extra_metadata=marker)
     hf_names = {
         name if name == "lm_head.weight" else f"model.{name}": tensor
         for name, tensor in tensors.items()
@@ -131,16 +138,57 @@ def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return save_adapter(model, out)
 
 
-def check_destination(out: str | os.PathLike[str], *, force: bool = False) -> None:
-    """ConfigError when ``out`` is a non-empty folder or an existing file and not ``force``."""
+def _replaceable(target: Path, format: str) -> str | None:
+    """None when ``target`` is an earlier assay export of the same shape as ``format`` (a
+    folder that verifies against its manifest, or a GGUF file carrying the export's format
+    key); otherwise what was found there instead, in a few words."""
+    if target.is_symlink():
+        return "a symlink"
+    if format == "gguf":
+        if not target.is_file():
+            return "a folder, and a gguf export is one file"
+        return None if _assay_gguf(target) else "a file assay export did not write"
+    if not target.is_dir():
+        return "a file, and a folder export is a folder"
+    try:
+        manifest = verify_manifest(target)
+    except ConfigError as exc:
+        return f"an export that no longer matches its manifest ({exc})"
+    return None if manifest is not None else f"a folder without {MANIFEST}"
+
+
+def _assay_gguf(path: Path) -> bool:
+    from assay.errors import ModelFileError
+    from assay.model.gguf_header import read_header
+
+    try:
+        return read_header(path).metadata.get(GGUF_EXPORT_KEY) == FORMAT
+    except (ModelFileError, OSError, ValueError):
+        return False
+
+
+def check_destination(
+    out: str | os.PathLike[str], *, force: bool = False, format: str = "peft"
+) -> None:
+    """ConfigError when ``out`` exists and is not an empty folder, unless ``force`` and ``out``
+    is an earlier assay export of the same shape: ``--force`` replaces only what ``assay
+    export`` wrote (a folder bound by its manifest, or a GGUF file with the export's key)."""
     target = Path(out)
-    if force or not (target.exists() or target.is_symlink()):
+    if not (target.exists() or target.is_symlink()):
         return
     if target.is_dir() and not target.is_symlink() and not any(target.iterdir()):
         return
-    raise ConfigError(
-        f"{target}: export destination is not empty (pass --force to replace it whole)"
-    )
+    if not force:
+        raise ConfigError(
+            f"{target}: export destination is not empty (pass --force to replace an earlier "
+            "export whole)"
+        )
+    found = _replaceable(target, format)
+    if found is not None:
+        raise ConfigError(
+            f"{target}: --force replaces only an earlier assay export, and this is {found}; "
+            "nothing was changed; choose another --out"
+        )
 
 
 def export(
@@ -161,7 +209,7 @@ def export(
     """
     if format not in FORMATS:
         raise ConfigError(f"export --format {format!r}; expected one of {', '.join(FORMATS)}")
-    check_destination(out, force=force)
+    check_destination(out, force=force, format=format)
     target = Path(out)
     if format == "gguf":
         return export_merged(model, target, format=format, gguf_type=gguf_type)

@@ -57,8 +57,14 @@ class LoRALinear(AdapterLinear):
 
     @classmethod
     def wrap(cls, base, *, method, options, generator, shared):
-        return cls(base, method=method, generator=generator, rank=options["rank"],
-                   alpha=options["alpha"], dropout=options["dropout"])  # fmt: skip
+        return cls(
+            base,
+            method=method,
+            generator=generator,
+            rank=options["rank"],
+            alpha=options["alpha"],
+            dropout=options["dropout"],
+        )
 
     def lora_output(self, x: torch.Tensor) -> torch.Tensor:
         """B(A x) without the scale, in the adapter's dtype."""

@@ -21,9 +21,15 @@ class LoRAPlusLinear(LoRALinear):
 
     @classmethod
     def wrap(cls, base, *, method, options, generator, shared):
-        return cls(base, method=method, generator=generator, rank=options["rank"],
-                   alpha=options["alpha"], dropout=options["dropout"],
-                   lr_ratio=options["lr_ratio"])  # fmt: skip
+        return cls(
+            base,
+            method=method,
+            generator=generator,
+            rank=options["rank"],
+            alpha=options["alpha"],
+            dropout=options["dropout"],
+            lr_ratio=options["lr_ratio"],
+        )
 
     def learning_rate_scales(self) -> dict[str, float]:
         return {"lora_B": self.lr_ratio}

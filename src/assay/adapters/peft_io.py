@@ -152,6 +152,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
     "layers_to_transform": ((list, int, type(None)), False),
     "use_rslora": ((bool,), False),
     "use_dora": ((bool,), False),
+    "lora_dropout": ((int, float, type(None)), False),
 }
 
 
@@ -171,6 +172,9 @@ def _check_types(cfg: dict[str, Any], where: Path) -> None:
         raise ConfigError(f"{where}: r: must be >= 1, got {cfg['r']}")
     if not math.isfinite(cfg["lora_alpha"]) or cfg["lora_alpha"] <= 0:
         raise ConfigError(f"{where}: lora_alpha: must be a finite number > 0")
+    dropout = cfg.get("lora_dropout")
+    if dropout is not None and not 0 <= dropout < 1:
+        raise ConfigError(f"{where}: lora_dropout: must be in [0, 1), got {dropout!r}")
     layers = cfg.get("layers_to_transform")
     items = layers if isinstance(layers, list) else [] if layers is None else [layers]
     if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in items):
@@ -187,9 +191,14 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     _check_types(cfg, where)
     if cfg.get("peft_type") != "LORA":
         raise ConfigError(f"{where}: peft_type {cfg.get('peft_type')!r}; expected 'LORA'")
-    for field, neutral in (("bias", "none"), ("fan_in_fan_out", False), ("rank_pattern", {}),
-                           ("alpha_pattern", {}), ("modules_to_save", None),
-                           ("lora_bias", False)):  # fmt: skip
+    for field, neutral in (
+        ("bias", "none"),
+        ("fan_in_fan_out", False),
+        ("rank_pattern", {}),
+        ("alpha_pattern", {}),
+        ("modules_to_save", None),
+        ("lora_bias", False),
+    ):
         if cfg.get(field, neutral) not in (neutral, None, {}):
             raise ConfigError(f"{where}: {field}={cfg[field]!r} is not supported")
     layers = cfg.get("layers_to_transform")
@@ -202,10 +211,15 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
         )
     method = from_peft_flags(cfg)
     dropout = float(cfg.get("lora_dropout") or 0.0)
-    spec = AdapterSpec(method, int(cfg["r"]), float(cfg["lora_alpha"]),
-                       tuple(_targets(cfg.get("target_modules"), where)),
-                       tuple(int(i) for i in layers), 0,
-                       {"dropout": dropout} if dropout else {})  # fmt: skip
+    spec = AdapterSpec(
+        method,
+        int(cfg["r"]),
+        float(cfg["lora_alpha"]),
+        tuple(_targets(cfg.get("target_modules"), where)),
+        tuple(int(i) for i in layers),
+        0,
+        {"dropout": dropout} if dropout else {},
+    )
     sidecar = folder / SIDECAR
     if sidecar.is_file():
         side = read_json(sidecar)
@@ -229,13 +243,20 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     """
     folder = Path(path)
     spec = spec_from_peft(folder, len(model.layers))
+    _check_declared_rank(folder / WEIGHTS, spec.rank)  # before attach allocates r-sized factors
     check_base(folder, model)
-    attach(model, spec.method, rank=spec.rank, alpha=spec.alpha, targets=list(spec.targets),
-           layers=spec.layers, seed=spec.seed, **spec.options)  # fmt: skip
+    attach(
+        model,
+        spec.method,
+        rank=spec.rank,
+        alpha=spec.alpha,
+        targets=list(spec.targets),
+        layers=spec.layers,
+        seed=spec.seed,
+        **spec.options,
+    )
     expected = peft_state(model)
-    weights = folder / WEIGHTS
-    if not weights.is_file():
-        raise ConfigError(f"{weights}: no such file")
+    weights = folder / WEIGHTS  # present and readable: _check_declared_rank opened it
     try:
         handle_cm = safe_open(weights, framework="pt")
     except SafetensorError as error:  # a torn or truncated file
@@ -251,10 +272,37 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
             for key, param in expected.items():
                 value = handle.get_tensor(key)
                 if value.shape != param.shape:
-                    raise ConfigError(f"{weights}: {key} has shape {tuple(value.shape)}, "
-                                      f"expected {tuple(param.shape)}")  # fmt: skip
+                    raise ConfigError(
+                        f"{weights}: {key} has shape {tuple(value.shape)}, "
+                        f"expected {tuple(param.shape)}"
+                    )
                 param.copy_(value.to(param.dtype))
     return model
+
+
+def _check_declared_rank(weights: Path, rank: int) -> None:
+    """ConfigError naming the file when a factor in ``weights`` is not of the rank
+    ``adapter_config.json`` declares: read from the safetensors header, before anything the
+    declared rank sizes is allocated (``r: 1000000000`` beside rank-4 weights)."""
+    if not weights.is_file():
+        raise ConfigError(f"{weights}: no such file")
+    try:
+        handle_cm = safe_open(weights, framework="pt")
+    except SafetensorError as error:
+        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
+    with handle_cm as handle:
+        factors = 0
+        for key in sorted(handle.keys()):
+            shape = handle.get_slice(key).get_shape()
+            axis = 0 if ".lora_A." in key else 1 if ".lora_B." in key else None
+            factors += axis is not None
+            if axis is not None and (len(shape) != 2 or shape[axis] != rank):
+                raise ConfigError(
+                    f"{weights.with_name(CONFIG)}: r: declares {rank}, but {weights.name} holds "
+                    f"{key} of shape {tuple(shape)}"
+                )
+    if not factors:
+        raise ConfigError(f"{weights}: holds no lora_A or lora_B factor to check r={rank} against")
 
 
 # the folder-format contract of assay.adapters.registry.FILE_FORMATS

@@ -61,8 +61,13 @@ class TinyLoRALinear(AdapterLinear):
         u = int(options["u"])
         # global sharing: the whole model trains one vector of u numbers
         vector = shared.setdefault("vector", nn.Parameter(torch.zeros(u)))
-        return cls(base, u=u, r=options["r"], generator=generator,
-                   vector=vector if options["sharing"] == "global" else None)  # fmt: skip
+        return cls(
+            base,
+            u=u,
+            r=options["r"],
+            generator=generator,
+            vector=vector if options["sharing"] == "global" else None,
+        )
 
     def mixing(self) -> torch.Tensor:
         """sum_i v_i P_i, an r x r matrix (differentiable in v)."""

@@ -67,12 +67,19 @@ def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
         got = config.get("format") if isinstance(config, dict) else config
         raise ConfigError(f"{folder / CONFIG}: format {got!r}; need {FORMAT!r}")
     spec = spec_from_json(config.get("spec"), folder / CONFIG)
-    attach(model, "tinylora", rank=spec.rank, alpha=spec.alpha, targets=list(spec.targets),
-           layers=spec.layers, seed=spec.seed, **spec.options)  # fmt: skip
+    _check_declared_sizes(folder, spec)  # before attach allocates u- and r-sized buffers
+    attach(
+        model,
+        "tinylora",
+        rank=spec.rank,
+        alpha=spec.alpha,
+        targets=list(spec.targets),
+        layers=spec.layers,
+        seed=spec.seed,
+        **spec.options,
+    )
     expected = tinylora_state(model, spec)
-    weights = folder / WEIGHTS
-    if not weights.is_file():
-        raise ConfigError(f"{weights}: no such file")
+    weights = folder / WEIGHTS  # present and readable: _check_declared_sizes opened it
     try:
         opened = safe_open(weights, framework="pt")
     except SafetensorError as error:  # a torn or truncated file
@@ -86,10 +93,40 @@ def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
         for key, target in expected.items():
             value = handle.get_tensor(key)
             if value.shape != target.shape:
-                raise ConfigError(f"{weights}: {key} has shape {tuple(value.shape)}, "
-                                  f"expected {tuple(target.shape)}")  # fmt: skip
+                raise ConfigError(
+                    f"{weights}: {key} has shape {tuple(value.shape)}, "
+                    f"expected {tuple(target.shape)}"
+                )
             target.copy_(value)
     return model
+
+
+def _check_declared_sizes(folder: Path, spec: AdapterSpec) -> None:
+    """ConfigError naming the config when a stored vector or projection is not of the sizes
+    (u, r) the config declares, read from the safetensors header before anything they size
+    is allocated."""
+    u, r = spec.options.get("u"), spec.options.get("r")
+    weights = folder / WEIGHTS
+    if not weights.is_file():
+        raise ConfigError(f"{weights}: no such file")
+    try:
+        opened = safe_open(weights, framework="pt")
+    except SafetensorError as error:  # a torn or truncated file
+        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
+    declared = {"tiny_v": (u,), "tiny_P": (u, r, r), "tiny_S": (r,)}
+    with opened as handle:
+        vectors = 0
+        for key in sorted(handle.keys()):
+            want = declared.get(key.rsplit(".", 1)[-1])
+            shape = tuple(handle.get_slice(key).get_shape())
+            vectors += key.rsplit(".", 1)[-1] == "tiny_v"
+            if want is not None and shape != want:
+                raise ConfigError(
+                    f"{folder / CONFIG}: spec: declares u={u}, r={r}, but {WEIGHTS} holds {key} "
+                    f"of shape {shape}"
+                )
+    if not vectors:
+        raise ConfigError(f"{weights}: holds no tiny_v vector to check u={u} against")
 
 
 # the folder-format contract of assay.adapters.registry.FILE_FORMATS

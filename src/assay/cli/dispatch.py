@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -133,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"assay: error: {_rank_prefix()}{one_line(str(err))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:
-        where = f"{err.filename or ''}: {err.strerror or err}"
+        what = err.strerror or str(err)
+        where = f"{err.filename}: {what}" if err.filename else what
         print(f"assay: error: {_rank_prefix()}{one_line(where)}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as err:  # torch found, another part of the extra missing
@@ -141,6 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(needs_trainer_line(args.command), file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("assay: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:
+        signum = getattr(err, "signum", None)  # assay.train.graceful.Stopped: before training
+        if signum is None:
+            print("assay: interrupted", file=sys.stderr)
+            return 130
+        name = signal.Signals(signum).name
+        print(f"assay: stopped by {name} before training started; nothing trained", file=sys.stderr)
+        return 128 + signum

@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from assay.errors import ConfigError
     from assay.memory.predict import predict
     from assay.model.shapes import named_shape, parameter_count
+    from assay.settings.derived import check_derived
     from assay.settings.loader import (
         check_training_semantics,
         load_train_config,
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.shape is not None:
         check_against_model(config, model)
     check_training_semantics(config)
+    check_derived(config)
     raw = args.budget if args.budget is not None else config.budget
     if raw is None and args.shape is None:
         raise ConfigError(f"{args.config}: no budget: pass --budget (e.g. 4GiB) or set budget")

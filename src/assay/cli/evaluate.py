@@ -45,15 +45,25 @@ def run(args: argparse.Namespace) -> int:
         from assay.train.data import load_dataset
 
         data = config.data
-        dataset = load_dataset(args.data, trainer.tokenizer, format=data.format, mask=data.mask,
-                               seq_len=data.seq_len, truncate=data.truncate)  # fmt: skip
+        dataset = load_dataset(
+            args.data,
+            trainer.tokenizer,
+            format=data.format,
+            mask=data.mask,
+            seq_len=data.seq_len,
+            truncate=data.truncate,
+        )
     elif trainer.eval_data is not None:
         dataset = trainer.eval_data
     else:
         raise AssayError(f"{args.config}: data.eval is not set; pass --data FILE")
     loss = trainer.evaluate(dataset)
-    result = {"eval_loss": loss, "examples": len(dataset), "scored_tokens": dataset.scored_tokens,
-              "checkpoint": args.checkpoint}  # fmt: skip
+    result = {
+        "eval_loss": loss,
+        "examples": len(dataset),
+        "scored_tokens": dataset.scored_tokens,
+        "checkpoint": args.checkpoint,
+    }
     print(
         json.dumps(result, indent=2)
         if args.json

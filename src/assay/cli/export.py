@@ -24,7 +24,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder (peft, safetensors) or file")
     parser.add_argument("--gguf-type", choices=("F32", "F16"), default="F32")
     parser.add_argument(
-        "--force", action="store_true", help="replace a non-empty --out (default: refuse it)"
+        "--force",
+        action="store_true",
+        help="replace an earlier assay export at --out (anything else is refused)",
     )
     parser.add_argument("--config", help="train config (default: the run dir's config.yaml)")
     parser.add_argument("--json", action="store_true")
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     preflight(config)
     out_dir = Path(args.out)
     _outside_the_run(out_dir, run_dir)
-    check_destination(out_dir, force=args.force)
+    check_destination(out_dir, force=args.force, format=args.format)
     with load_progress("model"):
         _, base = build_model(config)
     checkpoint = load_checkpoint(checkpoint_dir)

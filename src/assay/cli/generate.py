@@ -60,6 +60,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 
     tokenizer_source = args.tokenizer or source
     if Path(tokenizer_source).is_dir():
+        if args.tokenizer:  # name what is wrong: the flag's folder, not the model
+            raise AssayError(f"{args.tokenizer}: --tokenizer is a folder; expected a GGUF file")
         raise AssayError(f"{source}: a safetensors directory has no GGUF tokenizer; --tokenizer")
     model, tokenizer = assay.load(source, storage=args.storage), load_tokenizer(tokenizer_source)
     check_fits(tokenizer, model.config.vocab_size, str(source))
@@ -130,16 +132,27 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``assay generate``."""
     parser.description = __doc__.split("\n\n", 1)[1] if __doc__ else None
     parser.add_argument("model", metavar="MODEL_OR_CONFIG", help="GGUF file, HF dir or config YAML")
-    parser.add_argument("--prompt", action="append", required=True,
-                        help="a prompt (repeat for a batch)")  # fmt: skip
+    parser.add_argument(
+        "--prompt", action="append", required=True, help="a prompt (repeat for a batch)"
+    )
     parser.add_argument(
         "--checkpoint", metavar="RUN", help="run dir (follows 'latest') or step dir"
     )
-    parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
-                        help="stop after N new tokens (default 64)")  # fmt: skip
-    parser.add_argument("--storage", choices=STORAGES, default="float32",
-                        help="frozen storage for a model file (a config sets its own)")  # fmt: skip
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="stop after N new tokens (default 64)",
+    )
+    parser.add_argument(
+        "--storage",
+        choices=STORAGES,
+        default="float32",
+        help="frozen storage for a model file (a config sets its own)",
+    )
     parser.add_argument("--tokenizer", metavar="GGUF", help="tokenizer GGUF (default: the model)")
-    parser.add_argument("--chat", action="store_true",
-                        help="wrap each prompt as a user turn in the chat template")  # fmt: skip
+    parser.add_argument(
+        "--chat", action="store_true", help="wrap each prompt as a user turn in the chat template"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")

@@ -104,13 +104,16 @@ def _records(path: Path) -> Metrics:
         for number, line in enumerate(iter(lambda: handle.readline(JSONL_LINE_BYTES + 1), b""), 1):
             read += len(line)
             if len(line) > JSONL_LINE_BYTES or read > JSONL_BYTES:
-                raise AssayError(f"{path}:{number}: line over {JSONL_LINE_BYTES:,} bytes, or the "
-                                 f"file over {JSONL_BYTES:,}; not a metrics file")  # fmt: skip
+                raise AssayError(
+                    f"{path}:{number}: line over {JSONL_LINE_BYTES:,} bytes, or the "
+                    f"file over {JSONL_BYTES:,}; not a metrics file"
+                )
             if not line.strip():
                 continue
             if torn is not None:
-                raise AssayError(f"{path}:{torn}: not a JSON line (only the last line may be "
-                                 "torn by a crash)")  # fmt: skip
+                raise AssayError(
+                    f"{path}:{torn}: not a JSON line (only the last line may be torn by a crash)"
+                )
             try:
                 row = parse_json(line)
             except ValueError:
@@ -118,9 +121,11 @@ def _records(path: Path) -> Metrics:
                 continue
             row = _checked_row(path, number, row)
             if found.last is not None and row["step"] < found.last["step"]:
-                raise AssayError(f"{path}:{number}: step {row['step']} after step "
-                                 f"{found.last['step']}: steps never go back (two runs wrote "
-                                 "this file?)")  # fmt: skip
+                raise AssayError(
+                    f"{path}:{number}: step {row['step']} after step "
+                    f"{found.last['step']}: steps never go back (two runs wrote "
+                    "this file?)"
+                )
             found.recent.append(row)
             found.rows += 1
             found.elapsed_s += row.get("seconds", 0.0)
@@ -138,15 +143,17 @@ def _state(path: Path) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise AssayError(f"{path}: expected a JSON object, got {type(state).__name__}")
     if state.get("state") not in STATES:
-        raise AssayError(f"{path}: state: expected one of {', '.join(STATES)}, "
-                         f"got {state.get('state')!r}")  # fmt: skip
+        raise AssayError(
+            f"{path}: state: expected one of {', '.join(STATES)}, got {state.get('state')!r}"
+        )
     for name in ("reason", "updated", "started"):
         if not isinstance(state.get(name), str | None):
             raise AssayError(f"{path}: {name}: expected text, got {state[name]!r}")
     for name in ("pid", "start_ticks", "step", "steps"):  # a wrong kind would mislead
         value = state.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 0 <= value < 2**63):  # fmt: skip
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63
+        ):
             raise AssayError(f"{path}: {name}: expected a whole number, got {value!r}")
     return state
 
@@ -164,13 +171,17 @@ def _checkpoint(run_dir: Path) -> Path | None:
     except InputTooLarge as exc:
         raise AssayError(str(exc)) from None
     except UnicodeDecodeError as exc:
-        raise AssayError(f"{latest}: not UTF-8 text (byte {exc.start}); expected a "
-                         "checkpoint name like step-000010") from None  # fmt: skip
+        raise AssayError(
+            f"{latest}: not UTF-8 text (byte {exc.start}); expected a "
+            "checkpoint name like step-000010"
+        ) from None
     if not re.fullmatch(r"step-\d{6,}", name):
         raise AssayError(f"{latest}: {name[:80]!r} is not a checkpoint name like step-000010")
     if not (run_dir / name).is_dir():
-        raise AssayError(f"{latest}: names {name}, which is not a folder in the run (deleted?); "
-                         "the run cannot resume from it")  # fmt: skip
+        raise AssayError(
+            f"{latest}: names {name}, which is not a folder in the run (deleted?); "
+            "the run cannot resume from it"
+        )
     return run_dir / name
 
 
@@ -219,8 +230,10 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     if steps is not None and (
         isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEP
     ):
-        raise AssayError(f"{run_dir / RUN_CONFIG}: steps: expected a whole number of steps >= 1, "
-                         f"got {str(steps)[:40]}")  # fmt: skip
+        raise AssayError(
+            f"{run_dir / RUN_CONFIG}: steps: expected a whole number of steps >= 1, "
+            f"got {str(steps)[:40]}"
+        )
     state = _state(run_dir / RUN_STATE)
     metrics = _records(run_dir / METRICS)
     checkpoint = _checkpoint(run_dir)

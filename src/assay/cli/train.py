@@ -117,8 +117,12 @@ def _train_run(trainer, args: argparse.Namespace, on_checkpoint, main: bool = Tr
     from assay.train.graceful import GracefulStop
 
     with GracefulStop() as stop, _reporter(args, trainer.out_dir, main) as report:
-        summary = trainer.train(stop_at=args.stop_at, stop_requested=_StopWhen(stop, report),
-                                report=report, on_checkpoint=on_checkpoint)  # fmt: skip
+        summary = trainer.train(
+            stop_at=args.stop_at,
+            stop_requested=_StopWhen(stop, report),
+            report=report,
+            on_checkpoint=on_checkpoint,
+        )
     if report is not None:
         done = summary["steps"] >= trainer.config.steps  # stopped at the last step: finished
         report.raise_if_failed(str(args.config), trainer.out_dir, finished=done)
@@ -129,18 +133,24 @@ def _say_stopped(summary: dict[str, Any], stop: GracefulStop, args: argparse.Nam
     """The one line a signalled run ends with: where it stopped and how to go on."""
     if summary["stopped"]:
         run_dir = Path(summary["checkpoint"]).parent
-        print(f"stopped at step {summary['steps']} ({stop.name}); resume with: assay train "
-              f"{args.config} --resume {run_dir}", file=sys.stderr)  # fmt: skip
+        print(
+            f"stopped at step {summary['steps']} ({stop.name}); resume with: assay train "
+            f"{args.config} --resume {run_dir}",
+            file=sys.stderr,
+        )
 
 
 def _with_strategy(config, strategy: str | None):
-    """``config`` with ``distributed.strategy`` overridden by ``--strategy`` (checked again)."""
+    """``config`` with ``distributed.strategy`` overridden by ``--strategy`` (checked again)
+    in a torchrun job; a plain process ignores the flag, as ``--help`` says, so a legal flag
+    is never refused over a strategy that would not run."""
     import dataclasses
 
+    from assay.distributed.context import launched
     from assay.settings import DistributedConfig
     from assay.settings.loader import check_distributed
 
-    if strategy is None:
+    if strategy is None or not launched():
         return config
     current = config.distributed or DistributedConfig()
     changed = dataclasses.replace(
@@ -191,8 +201,9 @@ def _claim_output(config, args: argparse.Namespace):
     holds a run unless --resume/--overwrite, and one another process is writing."""
     from assay.train.run_dir import claim_run_dir
 
-    return claim_run_dir(Path(config.output.dir), str(args.config), resume=args.resume,
-                         overwrite=args.overwrite)  # fmt: skip
+    return claim_run_dir(
+        Path(config.output.dir), str(args.config), resume=args.resume, overwrite=args.overwrite
+    )
 
 
 @contextlib.contextmanager
@@ -228,7 +239,7 @@ def _check_events_folder(config, args: argparse.Namespace) -> None:
 
 def _finished(config, args: argparse.Namespace) -> bool:
     """True (and one line said) when ``--resume`` names a run that already reached its last
-    step under this config: nothing is loaded and nothing in the run is written."""
+    step under this config; called after the resume's checks, and writes nothing in the run."""
     from assay.settings.loader import config_fingerprint
     from assay.train.checkpoint import finished_at
 
@@ -238,8 +249,10 @@ def _finished(config, args: argparse.Namespace) -> bool:
     if args.json:
         print(json.dumps({"finished": True, "steps": config.steps, "checkpoint": str(done)}))
     else:
-        print(f"{done.parent}: already finished (step {config.steps} of {config.steps}); "
-              f"nothing to train, nothing changed; checkpoint {done}")  # fmt: skip
+        print(
+            f"{done.parent}: already finished (step {config.steps} of {config.steps}); "
+            f"nothing to train, nothing changed; checkpoint {done}"
+        )
     return True
 
 
@@ -254,13 +267,16 @@ def require_device(device: str) -> None:
     index = int(device.partition(":")[2] or 0)
     if index >= count:
         have = f"CUDA devices 0..{count - 1}" if count else "no CUDA device"
-        raise ConfigError(f"--device {device}: this torch ({torch.__version__}) sees {have}; "
-                          "use --device cpu or a device it lists")  # fmt: skip
+        raise ConfigError(
+            f"--device {device}: this torch ({torch.__version__}) sees {have}; "
+            "use --device cpu or a device it lists"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     from assay.distributed.context import launched
     from assay.settings.loader import load_train_config
+    from assay.train.graceful import stop_at_once
     from assay.train.loop import Trainer
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
@@ -273,15 +289,19 @@ def run(args: argparse.Namespace) -> int:
     if launched():
         return _train_distributed(config, args)
     _check_fit(config, args)
-    with _claimed(_claim_output(config, args)) as on_checkpoint:
-        if args.resume and _finished(config, args):
-            return 0
+    with stop_at_once(), _claimed(_claim_output(config, args)) as on_checkpoint:
         _check_events_folder(config, args)
         with load_progress("model and data", enabled=not args.no_progress):
-            trainer = Trainer(config, device=args.device,
-                              progress=not (args.json or args.no_progress))  # fmt: skip
+            trainer = Trainer(
+                config, device=args.device, progress=not (args.json or args.no_progress)
+            )
         if args.resume:
-            trainer.resume(args.resume)
+            # every check of the resume (the model's and data's fingerprints too) comes
+            # before the shortcut for a run that already reached its last step
+            checkpoint = trainer.checked_checkpoint(args.resume)
+            if _finished(config, args):
+                return 0
+            trainer.restore(checkpoint)
         summary, stop = _train_run(trainer, args, on_checkpoint)
     _print_summary(summary, args.json)
     _say_stopped(summary, stop, args)
@@ -295,8 +315,7 @@ def _train_epilog() -> str:
 
     from assay.settings.schema import help_lines
 
-    methods = textwrap.fill("adapter.method: " + adapter_methods_help(), 88,
-                            subsequent_indent="  ")  # fmt: skip
+    methods = textwrap.fill("adapter.method: " + adapter_methods_help(), 88, subsequent_indent="  ")
     keys = "\n".join(textwrap.fill(line, 88, subsequent_indent="    ") for line in help_lines())
     return (
         f"config keys (key: default; every key, bound and meaning: assay docs settings):\n"

@@ -73,8 +73,9 @@ def _ancestors(base: Path, group: str) -> list[Path]:
     return [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
 
 
-def group_memory(proc_cgroup: Path = Path("/proc/self/cgroup"),
-                 root: Path = Path("/sys/fs/cgroup")) -> GroupMemory | None:  # fmt: skip
+def group_memory(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> GroupMemory | None:
     """The tightest memory limit over this process's cgroup and its ancestors, with that
     group's unreclaimable usage; None where no group sets one (or there are no cgroups)."""
     v1, v2 = _groups(proc_cgroup)

@@ -61,9 +61,17 @@ def shape(
     tie_word_embeddings: bool = True,
 ) -> ModelConfig:
     """A Llama ``ModelConfig`` of this shape: all a prediction reads of a model."""
-    return ModelConfig("llama", vocab_size, hidden_size, intermediate_size, num_layers,
-                       num_heads, num_kv_heads, head_dim,
-                       tie_word_embeddings=tie_word_embeddings)  # fmt: skip
+    return ModelConfig(
+        "llama",
+        vocab_size,
+        hidden_size,
+        intermediate_size,
+        num_layers,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        tie_word_embeddings=tie_word_embeddings,
+    )
 
 
 @dataclass(frozen=True)

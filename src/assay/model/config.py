@@ -176,8 +176,9 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         )
 
     def whole(key: str, default: Any = None) -> int:
-        return _integer(_require(hf, key, where) if default is None else hf.get(key, default),
-                        key, where)  # fmt: skip
+        return _integer(
+            _require(hf, key, where) if default is None else hf.get(key, default), key, where
+        )
 
     hidden = whole("hidden_size")
     heads = whole("num_attention_heads")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from assay.atomic import fsync_dir, fsync_file
+from assay.atomic import TMP_MARK, fsync_dir, fsync_file
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.model.gguf import gguf_name, permute_qk
@@ -80,9 +81,15 @@ def write_gguf(
     qtype, np_dtype = _TYPES[tensor_type]
     target = Path(path)
     arch = gguf_architecture(config)
-    tmp = target.with_name(target.name + ".tmp")
-    writer = GGUFWriter(str(tmp), arch)
+    # a fresh name of our own: a user's file beside the target is never truncated or removed
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the export owner-only
+        writer = GGUFWriter(str(tmp), arch)
         _metadata(writer, config, arch)
         for key, value in (extra_metadata or {}).items():
             writer.add_key_value(key, value[0], value[1])
@@ -108,6 +115,10 @@ def write_gguf(
             else:
                 writer.add_tensor(gguf_name(name), values.astype(np_dtype), raw_dtype=qtype)
         finish_gguf(writer, tmp, target)
+    except OSError as exc:  # numpy's short write carries no file name: name the export
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, f"cannot write ({exc.strerror or exc})", str(target)) from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -13,7 +13,7 @@ from assay.errors import AssayError
 from assay.qualify.core.layout import RECEIPTS_FOLDER
 from assay.qualify.ledger.sign import sign_receipts
 from assay.qualify.publishing.index import render_all
-from assay.qualify.publishing.site import build_site
+from assay.qualify.publishing.site import build_site, check_site_destination
 from assay.qualify.publishing.verify import check_records
 
 
@@ -117,6 +117,11 @@ def run_publish(args: argparse.Namespace) -> int:
     verify (nothing is built) unless ``--allow-broken``, which builds with a banner naming
     every problem on every page; 2 on a write error or a receipts folder with nothing in it."""
     receipts, records = _dirs(args)
+    try:
+        check_site_destination(Path(args.html))  # before the (slow) verify it would waste
+    except AssayError as err:
+        print(f"assay publish: {err}", file=sys.stderr)
+        return 2
     empty = _nothing_to_check(receipts)
     if empty is not None:
         print(f"assay publish: {empty}", file=sys.stderr)
@@ -297,11 +302,19 @@ def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
     API for a library that ships its own command line); each parsed namespace's ``func(args)``
     returns the exit code."""
     for name, arguments, run, summary in (
-        ("render", render_arguments, run_render,
-         "rebuild records/<gate>.md, the ledgers and records/README.md"),
-        ("verify", verify_arguments, run_verify,
-         "check receipts' schema, sha256, ledger chain and signatures, and that records match"),
-    ):  # fmt: skip
+        (
+            "render",
+            render_arguments,
+            run_render,
+            "rebuild records/<gate>.md, the ledgers and records/README.md",
+        ),
+        (
+            "verify",
+            verify_arguments,
+            run_verify,
+            "check receipts' schema, sha256, ledger chain and signatures, and that records match",
+        ),
+    ):
         parser = subparsers.add_parser(name, help=summary, description=summary)
         arguments(parser)
         parser.set_defaults(func=run)

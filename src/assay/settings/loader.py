@@ -35,6 +35,7 @@ from assay.settings import (
     rules,
 )
 from assay.settings.choices import REFERENCE_FREE_LOSSES
+from assay.settings.derived import check_derived
 from assay.settings.schema import yaml_body
 from assay.settings.yaml_reader import check_schema, read_yaml
 from assay.storage.registry import storage as registered_storage
@@ -412,6 +413,7 @@ def train_config_from_dict(data: dict[str, Any], source: str | os.PathLike[str])
     config = TrainConfig(**top)
     check_distributed(config)
     check_training_semantics(config)
+    check_derived(config)
     return config
 
 

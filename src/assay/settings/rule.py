@@ -73,9 +73,16 @@ class Rule:
         if self.kind not in kinds:
             return None  # arrays, sizes and sections are checked where they are read
         word, wanted = kinds[self.kind]
-        bounds = [(sign, bound) for sign, bound in (
-            (">=", self.minimum), (">", self.exclusive_minimum),
-            ("<=", self.maximum), ("<", self.exclusive_maximum)) if bound is not None]  # fmt: skip
+        bounds = [
+            (sign, bound)
+            for sign, bound in (
+                (">=", self.minimum),
+                (">", self.exclusive_minimum),
+                ("<=", self.maximum),
+                ("<", self.exclusive_maximum),
+            )
+            if bound is not None
+        ]
         expected = " and ".join([word, *(f"{sign} {bound:g}" for sign, bound in bounds)])
         expected = expected.replace(" and ", " ", 1)
         ok = isinstance(value, wanted) and (self.kind == "boolean" or not isinstance(value, bool))

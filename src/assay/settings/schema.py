@@ -138,8 +138,12 @@ def _allowed(found: Rule) -> str:
         return " \\| ".join(str(c) for c in found.choices) + (" \\| null" if found.nullable else "")
     parts = {"size": "bytes or a size such as 4GiB"}.get(found.kind, found.kind)
     bounds = []
-    for attr, sign in (("minimum", ">="), ("exclusive_minimum", ">"), ("maximum", "<="),
-                       ("exclusive_maximum", "<")):  # fmt: skip
+    for attr, sign in (
+        ("minimum", ">="),
+        ("exclusive_minimum", ">"),
+        ("maximum", "<="),
+        ("exclusive_maximum", "<"),
+    ):
         if getattr(found, attr) is not None:
             bounds.append(f"{sign} {getattr(found, attr):g}")
     if found.items is not None and "enum" in found.items:
@@ -192,7 +196,9 @@ def docs_text() -> str:
         default = _short_default(found)
         where = found.where() or ""
         lines.append(f"| `{key}` | {_allowed(found)} | {default} | {where} | {found.help} |")
-    return "\n".join([*lines, *YAML_NOTES]) + "\n"
+    from assay.settings.derived import DOC_NOTES
+
+    return "\n".join([*lines, *YAML_NOTES, *DOC_NOTES]) + "\n"
 
 
 def help_lines() -> list[str]:

@@ -190,13 +190,21 @@ class LossConfig:
         "Target reward margin.", "number", 0.5, minimum=0, applies=("simpo",), base="ce"
     )
     desirable_weight: float | None = setting(
-        "Weight of desirable rows.", "number", 1.0, exclusive_minimum=0, applies=("kto",),
+        "Weight of desirable rows.",
+        "number",
+        1.0,
+        exclusive_minimum=0,
+        applies=("kto",),
         base="ce",
-    )  # fmt: skip
+    )
     undesirable_weight: float | None = setting(
-        "Weight of undesirable rows.", "number", 1.0, exclusive_minimum=0, applies=("kto",),
+        "Weight of undesirable rows.",
+        "number",
+        1.0,
+        exclusive_minimum=0,
+        applies=("kto",),
         base="ce",
-    )  # fmt: skip
+    )
     dpo_variant: str | None = setting(
         "sigmoid, hinge or robust.",
         "string",

@@ -43,12 +43,11 @@ _DATE = re.compile(
     r"(?:[ \t]*(?:Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?)?$"
 )
 _ANY = re.compile(
-    "|".join(
-        f"(?:{rx.pattern})"
-        for rx in (_LEADING_ZERO, _HEX, _OCTAL12, _BINARY, _BASE60, _DATE)
-    )
-    + "|^(?:" + "|".join(BOOL_WORDS) + ")$"
-)  # fmt: skip
+    "|".join(f"(?:{rx.pattern})" for rx in (_LEADING_ZERO, _HEX, _OCTAL12, _BINARY, _BASE60, _DATE))
+    + "|^(?:"
+    + "|".join(BOOL_WORDS)
+    + ")$"
+)
 
 
 @dataclass(frozen=True)

@@ -157,8 +157,14 @@ class NF4Weight(nn.Module):
     def storage_tensors(self) -> tuple[torch.Tensor, ...]:
         """The tensors a dequantization reads; saved for backward in this order."""
         if self.double_quant:
-            return (self.packed, self.absmax, self.nf4_code, self.absmax2, self.nested_code,
-                    self.offset)  # fmt: skip
+            return (
+                self.packed,
+                self.absmax,
+                self.nf4_code,
+                self.absmax2,
+                self.nested_code,
+                self.offset,
+            )
         return (self.packed, self.absmax, self.nf4_code)
 
     def _scales(self, tensors: tuple[torch.Tensor, ...], first: int, stop: int) -> torch.Tensor:

@@ -114,8 +114,7 @@ class GradientTotals:
         for p in blocked:
             groups.setdefault((p.device, p.dtype), {})[id(p)] = p
         for (device, dtype), params in groups.items():
-            block = torch.empty(sum(p.numel() for p in params.values()), dtype=dtype,
-                                device=device)  # fmt: skip
+            block = torch.empty(sum(p.numel() for p in params.values()), dtype=dtype, device=device)
             start = 0
             for key, p in params.items():
                 self.views[key] = block[start : start + p.numel()].view(p.shape)

@@ -130,8 +130,9 @@ class DiskStore:
         size = self.layouts[index].nbytes
         host = destination.device.type == "cpu"
         if not host and (self._staging is None or self._staging.numel() < size):
-            self._staging = torch.empty(max(layout.nbytes for layout in self.layouts),
-                                        dtype=torch.uint8)  # fmt: skip
+            self._staging = torch.empty(
+                max(layout.nbytes for layout in self.layouts), dtype=torch.uint8
+            )
         target = destination[:size] if host else self._staging[:size]
         path = shard_path(self.directory, index)
         view = memoryview(target.numpy()).cast("B")

@@ -51,8 +51,12 @@ def check_cursor(
         raise _fail(checkpoint, "cursor.json", "(top level)", "expected an object")
     for key in ("epoch", "position", "seed"):
         if not _is_int(cursor.get(key)) or cursor[key] < 0:
-            raise _fail(checkpoint, "cursor.json", key, f"expected a non-negative integer, "
-                        f"got {cursor.get(key)!r}")  # fmt: skip
+            raise _fail(
+                checkpoint,
+                "cursor.json",
+                key,
+                f"expected a non-negative integer, got {cursor.get(key)!r}",
+            )
     if not isinstance(cursor.get("shuffle"), bool):
         raise _fail(checkpoint, "cursor.json", "shuffle", "expected true or false")
     extra = sorted(set(cursor) - {"epoch", "position", "seed", "shuffle"})
@@ -64,13 +68,19 @@ def check_cursor(
     if cursor["seed"] != seed:
         raise _fail(checkpoint, "cursor.json", "seed", f"{cursor['seed']} is not the run's {seed}")
     if cursor["shuffle"] != shuffle:
-        raise _fail(checkpoint, "cursor.json", "shuffle",
-                    f"{cursor['shuffle']} is not the run's {shuffle}")  # fmt: skip
+        raise _fail(
+            checkpoint, "cursor.json", "shuffle", f"{cursor['shuffle']} is not the run's {shuffle}"
+        )
     consumed = cursor["epoch"] * dataset_size + cursor["position"]
     if consumed != checkpoint.step * rows_per_step:
-        raise _fail(checkpoint, "cursor.json", "epoch/position", f"{consumed} rows consumed, but "
-                    f"step {checkpoint.step} x {rows_per_step} rows per step is "
-                    f"{checkpoint.step * rows_per_step}")  # fmt: skip
+        raise _fail(
+            checkpoint,
+            "cursor.json",
+            "epoch/position",
+            f"{consumed} rows consumed, but "
+            f"step {checkpoint.step} x {rows_per_step} rows per step is "
+            f"{checkpoint.step * rows_per_step}",
+        )
 
 
 def scheduled_lrs(optimizer: Optimizer, lr_factor: Callable[[int], float], step: int) -> list:
@@ -89,17 +99,24 @@ def check_scheduler(checkpoint: Checkpoint, scheduler: LRScheduler, lrs: list[fl
     step = checkpoint.step
     for key, wanted in (("last_epoch", step), ("_step_count", step + 1)):
         if state.get(key) != wanted or not _is_int(state.get(key)):
-            raise _fail(checkpoint, "scheduler.json", key,
-                        f"expected {wanted} at step {step}, got {state.get(key)!r}")  # fmt: skip
-    want = {**scheduler.state_dict(), "last_epoch": step, "_step_count": step + 1,
-            "_last_lr": lrs}  # fmt: skip
+            raise _fail(
+                checkpoint,
+                "scheduler.json",
+                key,
+                f"expected {wanted} at step {step}, got {state.get(key)!r}",
+            )
+    want = {**scheduler.state_dict(), "last_epoch": step, "_step_count": step + 1, "_last_lr": lrs}
     for key in sorted(state):
         if key not in want:
             raise _fail(checkpoint, "scheduler.json", key, "not a field of this run's scheduler")
         if not same_setting(state[key], want[key]):
             at = f" at step {step}" if key == "_last_lr" else ""
-            raise _fail(checkpoint, "scheduler.json", key,
-                        f"{_shown(state[key])}, but this run's is {want[key]!r}{at}")  # fmt: skip
+            raise _fail(
+                checkpoint,
+                "scheduler.json",
+                key,
+                f"{_shown(state[key])}, but this run's is {want[key]!r}{at}",
+            )
 
 
 def check_optimizer_settings(
@@ -113,20 +130,30 @@ def check_optimizer_settings(
     saved_groups = checkpoint.optimizer_meta["param_groups"]
     live_groups = optimizer.param_groups
     if len(saved_groups) != len(live_groups):
-        raise _fail(checkpoint, "optimizer.json", "param_groups",
-                    f"{len(saved_groups)} groups, this run builds {len(live_groups)}")  # fmt: skip
+        raise _fail(
+            checkpoint,
+            "optimizer.json",
+            "param_groups",
+            f"{len(saved_groups)} groups, this run builds {len(live_groups)}",
+        )
     for g, (saved, live) in enumerate(zip(saved_groups, live_groups, strict=True)):
         want = {key: value for key, value in live.items() if key != "params"}
         want["lr"] = lrs[g]
         prefix = f"group/{g}/"
         have = {key: value for key, value in saved.items() if key != "param_names"}
-        have.update({key[len(prefix) :]: tensor for key, tensor in
-                     checkpoint.optimizer_tensors.items() if key.startswith(prefix)})  # fmt: skip
+        have.update(
+            {
+                key[len(prefix) :]: tensor
+                for key, tensor in checkpoint.optimizer_tensors.items()
+                if key.startswith(prefix)
+            }
+        )
         for key in sorted(have):
             field = f"param_groups[{g}].{key}"
             if key not in want:
-                raise _fail(checkpoint, "optimizer.json", field,
-                            "not a setting of this run's optimizer")  # fmt: skip
+                raise _fail(
+                    checkpoint, "optimizer.json", field, "not a setting of this run's optimizer"
+                )
             if not same_setting(have[key], want[key]):
                 at = f" at step {checkpoint.step}" if key == "lr" else ""
                 found = f"{_shown(have[key])}, but this run's is {want[key]!r}{at}"
@@ -143,8 +170,11 @@ def same_setting(saved: Any, want: Any) -> bool:
             and bool(torch.equal(saved, want.detach().cpu()))
         )
     if isinstance(want, (tuple, list)):
-        return (isinstance(saved, list) and len(saved) == len(want)
-                and all(map(same_setting, saved, want)))  # fmt: skip
+        return (
+            isinstance(saved, list)
+            and len(saved) == len(want)
+            and all(map(same_setting, saved, want))
+        )
     if isinstance(want, (bool, str)) or want is None:
         return type(saved) is type(want) and saved == want
     if isinstance(want, (int, float)):
@@ -164,8 +194,12 @@ def check_trainables(checkpoint: Checkpoint, params: Mapping[str, Tensor]) -> No
         if live is None:
             raise _fail(checkpoint, "trainables.safetensors", name, "not a trainable of this run")
         if tuple(saved.shape) != tuple(live.shape) or saved.dtype != live.dtype:
-            raise _fail(checkpoint, "trainables.safetensors", name, f"{tuple(saved.shape)} "
-                        f"{saved.dtype}, expected {tuple(live.shape)} {live.dtype}")  # fmt: skip
+            raise _fail(
+                checkpoint,
+                "trainables.safetensors",
+                name,
+                f"{tuple(saved.shape)} {saved.dtype}, expected {tuple(live.shape)} {live.dtype}",
+            )
         if saved.is_floating_point() and not bool(torch.isfinite(saved).all()):
             raise _fail(checkpoint, "trainables.safetensors", name, "holds NaN or infinity")
     missing = sorted(set(params) - set(checkpoint.trainables))
@@ -183,8 +217,12 @@ def check_optimizer(checkpoint: Checkpoint, params: Mapping[str, Tensor]) -> Non
     for g, group in enumerate(groups):
         names = group.get("param_names")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise _fail(checkpoint, "optimizer.json", f"param_groups[{g}].param_names",
-                        "expected a list of parameter names")  # fmt: skip
+            raise _fail(
+                checkpoint,
+                "optimizer.json",
+                f"param_groups[{g}].param_names",
+                "expected a list of parameter names",
+            )
         for key, value in group.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise _fail(checkpoint, "optimizer.json", f"param_groups[{g}].{key}", "not finite")
@@ -194,8 +232,12 @@ def check_optimizer(checkpoint: Checkpoint, params: Mapping[str, Tensor]) -> Non
     for name, entry in scalars.items():
         step = entry.get("step") if isinstance(entry, dict) else None
         if step is not None and step != checkpoint.step:
-            raise _fail(checkpoint, "optimizer.json", f"scalars.{name}.step",
-                        f"{step!r}, expected the checkpoint's step {checkpoint.step}")  # fmt: skip
+            raise _fail(
+                checkpoint,
+                "optimizer.json",
+                f"scalars.{name}.step",
+                f"{step!r}, expected the checkpoint's step {checkpoint.step}",
+            )
     for key, tensor in checkpoint.optimizer_tensors.items():
         if not key.startswith("state/"):
             continue
@@ -205,12 +247,20 @@ def check_optimizer(checkpoint: Checkpoint, params: Mapping[str, Tensor]) -> Non
             raise _fail(checkpoint, "optimizer.safetensors", key, "names no trainable of this run")
         if field == "step":
             if tensor.numel() != 1 or float(tensor.reshape(())) != checkpoint.step:
-                raise _fail(checkpoint, "optimizer.safetensors", key,
-                            f"expected the checkpoint's step {checkpoint.step}")  # fmt: skip
+                raise _fail(
+                    checkpoint,
+                    "optimizer.safetensors",
+                    key,
+                    f"expected the checkpoint's step {checkpoint.step}",
+                )
             continue
         if tuple(tensor.shape) != tuple(live.shape):
-            raise _fail(checkpoint, "optimizer.safetensors", key,
-                        f"shape {tuple(tensor.shape)}, expected {tuple(live.shape)}")  # fmt: skip
+            raise _fail(
+                checkpoint,
+                "optimizer.safetensors",
+                key,
+                f"shape {tuple(tensor.shape)}, expected {tuple(live.shape)}",
+            )
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise _fail(checkpoint, "optimizer.safetensors", key, "holds NaN or infinity")
         if field == "exp_avg_sq" and bool((tensor < 0).any()):
@@ -233,8 +283,12 @@ def check_restorable(
     """Every semantic check above, plus the step within the run's ``steps``. ``optimizer`` and
     ``scheduler`` are the run's, fresh from its config (nothing restored into them yet)."""
     if checkpoint.step > steps:
-        raise _fail(checkpoint, "manifest.json", "step",
-                    f"{checkpoint.step} is past the run's {steps} steps")  # fmt: skip
+        raise _fail(
+            checkpoint,
+            "manifest.json",
+            "step",
+            f"{checkpoint.step} is past the run's {steps} steps",
+        )
     check_cursor(checkpoint, dataset_size, rows_per_step, seed, shuffle)
     lrs = scheduled_lrs(optimizer, lr_factor, checkpoint.step)
     check_scheduler(checkpoint, scheduler, lrs)

@@ -153,8 +153,9 @@ def read_rows(path: str | os.PathLike[str], fmt: str = "auto") -> RowFile:
     for number, line in enumerate(raw.split(b"\n"), start=1):
         where = f"{source}:{number}"
         if len(line) > JSONL_LINE_BYTES:
-            raise DataError(f"{where}: line is {len(line):,} bytes; the limit is "
-                            f"{JSONL_LINE_BYTES:,}")  # fmt: skip
+            raise DataError(
+                f"{where}: line is {len(line):,} bytes; the limit is {JSONL_LINE_BYTES:,}"
+            )
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:

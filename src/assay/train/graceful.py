@@ -1,5 +1,8 @@
 """Graceful stop: SIGINT or SIGTERM during training finishes the current optimizer step, saves a
-checkpoint there and ends the run; a second signal stops at once.
+checkpoint there and ends the run; a second signal stops at once. Before training starts
+(claiming the run folder, loading the model and data), :func:`stop_at_once` turns either
+signal into :class:`Stopped`, so the run folder is released and the process says one line,
+rather than dying by the signal with the folder left behind.
 
 Checkpoints are written atomically (temp folder, fsync, rename), so even the immediate stop
 keeps the last good checkpoint whole: at worst the step being saved is not there yet.
@@ -7,8 +10,10 @@ keeps the last good checkpoint whole: at worst the step being saved is not there
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType, TracebackType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -59,3 +64,30 @@ class GracefulStop:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._previous.clear()
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal arrived before training started; ``signum`` names it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_at_once() -> Iterator[None]:
+    """While active (main thread only), SIGINT and SIGTERM raise :class:`Stopped`: the work
+    in the block unwinds through its cleanup instead of the process ending by the signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]

@@ -49,7 +49,7 @@ from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from assay.train.checkpoint_check import check_restorable
 from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
 from assay.train.objective import Objective
-from assay.train.run_dir import not_started
+from assay.train.run_dir import mark_new_run, not_started
 from assay.train.run_state import recorded_state
 
 METRICS = "metrics.jsonl"
@@ -108,17 +108,12 @@ class Trainer:
         return 0
 
     # -- resume ------------------------------------------------------------------------------
-    def resume(self, path: str | os.PathLike[str]) -> int:
-        """Restore trainables, optimizer, scheduler, RNG and data cursor; returns the step.
-
-        Refuses (naming which) when the config, dataset or model fingerprint differs.
-        """
+    def checked_checkpoint(self, path: str | os.PathLike[str]) -> Checkpoint | None:
+        """The checkpoint ``path`` names, after every check a resume makes (config, dataset
+        and model fingerprints, optimizer, scheduler, cursor and settings); None for a run
+        killed before its first checkpoint. Writes nothing and changes no state."""
         if not_started(path):
-            # Killed before its first checkpoint: nothing to restore; start clean at step 0.
-            self.step = 0
-            if self.is_main:
-                self._truncate_metrics(0)
-            return 0
+            return None
         checkpoint = load_checkpoint(path, fingerprints=self.fingerprints)
         check_restorable(
             checkpoint,
@@ -132,6 +127,24 @@ class Trainer:
             shuffle=self.batches.cursor.shuffle,
             steps=self.config.steps,
         )
+        return checkpoint
+
+    def resume(self, path: str | os.PathLike[str]) -> int:
+        """Restore trainables, optimizer, scheduler, RNG and data cursor; returns the step.
+
+        Refuses (naming which) when the config, dataset or model fingerprint differs.
+        """
+        return self.restore(self.checked_checkpoint(path))
+
+    def restore(self, checkpoint: Checkpoint | None) -> int:
+        """Restore what :meth:`checked_checkpoint` returned (None: a run killed before its
+        first checkpoint, which starts clean at step 0); returns the step."""
+        if checkpoint is None:
+            # Killed before its first checkpoint: nothing to restore; start clean at step 0.
+            self.step = 0
+            if self.is_main:
+                self._truncate_metrics(0)
+            return 0
         self._restore(checkpoint)
         self.scheduler.load_state_dict(checkpoint.scheduler_state)
         self.batches = self._batches(Cursor.from_dict(checkpoint.cursor))
@@ -294,6 +307,7 @@ class Trainer:
         last = config.steps if stop_at is None else min(stop_at, config.steps)
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
+            mark_new_run(self.out_dir)
             self.write_run_config()
         started, records, stopped = time.perf_counter(), [], False
         bar = tqdm(

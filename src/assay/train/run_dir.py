@@ -1,13 +1,17 @@
 """Output protection for run directories: a run never silently mixes with an older one, and
 one run folder has one writer.
 
-``assay train`` into a directory that already holds a run refuses unless ``--resume``
-(continue it) or ``--overwrite`` (replace it). :func:`claim_run_dir` checks, then takes the
-folder's lock (:mod:`assay.train.run_lock`) and checks again under it, so of two processes
-started together exactly one trains and the other is refused naming it.
+A folder is a run only when it carries :data:`RUN_MARKER`, the file ``assay train`` writes
+into every run folder it claims. ``assay train`` into a directory that already holds a run
+refuses unless ``--resume`` (continue it) or ``--overwrite`` (replace it); a non-empty folder
+without the marker (a user's files, another run's ``step-*`` folder) is never a run, and is
+refused with or without ``--overwrite``, so no flag deletes what assay did not write.
+:func:`claim_run_dir` checks, then takes the folder's lock (:mod:`assay.train.run_lock`) and
+checks again under it, so of two processes started together exactly one trains and the other
+is refused naming it.
 
 ``--overwrite`` is whole or nothing: the old run is renamed aside in one step
-(``.<name>.replaced-<pid>``) and stays there until the new run's first checkpoint
+(onto a fresh ``.<name>.replaced-*`` name) and stays there until the new run's first checkpoint
 (:meth:`RunClaim.checkpointed` then deletes it); a new run that fails before that puts the old
 one back (:meth:`RunClaim.release`). A run killed before its first checkpoint has a run
 directory without ``latest`` or any ``step-*``; resuming it starts at step 0 with its metrics
@@ -18,29 +22,132 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import tempfile
 from pathlib import Path
 
+from assay.atomic import atomic_write_bytes, json_bytes
+from assay.bounded import read_json_file
 from assay.errors import ConfigError
-from assay.train.run_lock import LOCK_NAME, RunLock, acquire, refuse_if_held
+from assay.train.run_lock import LOCK_NAME, RunLock, acquire, is_lock_record, refuse_if_held
 
 LATEST = "latest"
+RUN_MARKER = ".assay-run"
+RUN_FORMAT = "assay.run/1"  # an on-disk format id: never renamed
+# What ``assay train`` writes into a run folder (the loop's config.yaml and metrics.jsonl, the
+# run state, the TensorBoard folder; tests/train/test_output_protection.py checks a real run's
+# folder holds nothing else), and the temporaries an interrupted write of any of them leaves.
+RUN_ENTRIES = frozenset(
+    {RUN_MARKER, LOCK_NAME, LATEST, "config.yaml", "metrics.jsonl", "run-state.json", "tensorboard"}
+)
+_STEP = re.compile(r"step-[0-9]{6,}")
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp-[^/]*")
+
+
+def written_by_train(name: str) -> bool:
+    """True when a run folder's entry ``name`` is one ``assay train`` writes."""
+    leftover = _TEMPORARY.fullmatch(name)
+    name = leftover.group("name") if leftover else name
+    return name in RUN_ENTRIES or _STEP.fullmatch(name) is not None
+
+
+def is_marked_run(path: Path) -> bool:
+    """True when ``path`` is a folder holding a readable :data:`RUN_MARKER` of this format."""
+    marker = Path(path) / RUN_MARKER
+    if not marker.is_file() or marker.is_symlink():
+        return False
+    try:
+        body = read_json_file(marker, ConfigError)
+    except ConfigError:
+        return False
+    return isinstance(body, dict) and body.get("format") == RUN_FORMAT
+
+
+def _mark(folder: Path) -> None:
+    if not is_marked_run(folder):
+        atomic_write_bytes(folder / RUN_MARKER, json_bytes({"format": RUN_FORMAT}))
+
+
+def mark_new_run(folder: Path) -> None:
+    """Mark ``folder`` as a run when it holds nothing yet (the Python ``Trainer`` writing into
+    a folder it created, with no CLI claim); a folder already holding files is left unmarked,
+    so it never becomes replaceable by being trained into."""
+    if Path(folder).is_dir() and not holds_run(Path(folder)):
+        _mark(Path(folder))
+
+
+def _unmark_if_empty(folder: Path) -> None:
+    """A claim that ends with nothing written takes its marker back, so the folder is empty
+    again (and removed, if the lock created it)."""
+    with contextlib.suppress(OSError):
+        if folder.is_dir() and not holds_run(folder):
+            (folder / RUN_MARKER).unlink(missing_ok=True)
+
+
+def _unused_name(beside: Path, why: str) -> Path:
+    """A fresh, empty folder named ``.<name>.<why>-*`` next to ``beside``: a rename onto it
+    replaces nothing of the user's."""
+    return Path(tempfile.mkdtemp(prefix=f".{beside.name}.{why}-", dir=beside.parent))
 
 
 def not_started(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a run directory with no checkpoint yet (no ``latest``, no
-    ``step-*``, no ``manifest.json``): a run killed before its first save."""
+    """True when ``path`` is a run directory (it carries the run marker) with no checkpoint
+    yet (no ``latest``, no ``step-*``, no ``manifest.json``): a run killed before its first
+    save."""
     root = Path(path)
     if not root.is_dir() or (root / LATEST).exists() or (root / "manifest.json").exists():
+        return False
+    if not is_marked_run(root):
         return False
     return not any(p.name.startswith("step-") for p in root.iterdir())
 
 
-def holds_run(path: Path) -> bool:
-    """True when ``path`` exists and is not an empty directory (its lock file aside)."""
+def _entries(path: Path, *, locked: bool = False) -> list[str]:
+    """The entries of folder ``path`` besides its run marker and its lock file, when the lock
+    is ours: the folder is a run, this process holds the lock, or the file is a holder record
+    a killed writer left. A user's file with the lock's name is an entry."""
+    ours = locked or is_marked_run(path) or is_lock_record(path / LOCK_NAME)
+    own = {RUN_MARKER} | ({LOCK_NAME} if ours else set())
+    return sorted(p.name for p in path.iterdir() if p.name not in own)
+
+
+def holds_run(path: Path, *, locked: bool = False) -> bool:
+    """True when ``path`` exists and is not an empty directory (the run marker, and the lock
+    file when it is ours, aside)."""
     if not path.exists():
         return False
-    return not path.is_dir() or any(p.name != LOCK_NAME for p in path.iterdir())
+    return not path.is_dir() or bool(_entries(path, locked=locked))
+
+
+def _shown(found: list[str]) -> str:
+    return ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+
+
+def _foreign(out: Path, source: str, locked: bool) -> ConfigError:
+    return ConfigError(
+        f"{source}: output.dir: {out} holds files ({_shown(_entries(out, locked=locked))}) but "
+        f"no {RUN_MARKER} marker, so assay train did not create it and will not replace it; "
+        "nothing was changed; choose an empty or new folder"
+    )
+
+
+def _check_replaceable(out: Path, source: str) -> None:
+    """--overwrite deletes the old run whole: refuse a run folder that also holds what
+    ``assay train`` does not write (a user's notes, a config kept beside the run under
+    another name than ``config.yaml``), or is a symlink."""
+    if out.is_symlink():
+        raise ConfigError(
+            f"{source}: output.dir: {out} is a symlink; --overwrite replaces only a run folder "
+            "itself; nothing was changed; name the folder it points to"
+        )
+    extra = [name for name in _entries(out) if not written_by_train(name)]
+    if extra:
+        raise ConfigError(
+            f"{source}: output.dir: {out} holds a run and files assay train did not write "
+            f"({_shown(extra)}); --overwrite would delete them; nothing was changed; move them "
+            "out first"
+        )
 
 
 def run_of(path: Path) -> Path:
@@ -48,27 +155,40 @@ def run_of(path: Path) -> Path:
     return path.parent if (path / "manifest.json").is_file() else path
 
 
-def _check_resume(out: Path, source: str, resume: Path) -> None:
+def _check_resume(out: Path, source: str, resume: Path, locked: bool) -> None:
     """A resumed run writes into ``out``: refuse a ``resume`` path that holds no checkpoint
     unless it is ``out`` itself (a run killed before its first save), and refuse to write a
     resumed run into an ``out`` that holds another run."""
     run = run_of(resume)
     if not run.exists():
         raise ConfigError(f"{source}: --resume {resume}: no such run directory")
+    if not is_marked_run(run):
+        raise ConfigError(
+            f"{source}: --resume {resume}: holds no {RUN_MARKER} marker, so assay train did "
+            "not create it (a run from before the marker: see the README's Train section); "
+            "to start afresh, leave out --resume"
+        )
     same = run.resolve() == out.resolve()
     if not_started(run) and not same:
         raise ConfigError(
             f"{source}: --resume {resume}: holds no checkpoint (no 'latest', no step-*); "
             f"to start this run afresh, leave out --resume"
         )
-    if not same and holds_run(out):
+    if not same and holds_run(out, locked=locked):
         raise ConfigError(
             f"{source}: output.dir: {out} holds another run, and the run resumed from "
             f"{run} would write into it; set output.dir to {run} or choose an empty folder"
         )
 
 
-def _check(out: Path, source: str, resume: str | os.PathLike[str] | None, overwrite: bool) -> None:
+def _check(
+    out: Path,
+    source: str,
+    resume: str | os.PathLike[str] | None,
+    overwrite: bool,
+    *,
+    locked: bool = False,
+) -> None:
     if out.is_symlink() and not out.exists():
         raise ConfigError(
             f"{source}: output.dir: {out} is a symlink to a missing target; expected a folder"
@@ -78,8 +198,14 @@ def _check(out: Path, source: str, resume: str | os.PathLike[str] | None, overwr
     if resume and overwrite:
         raise ConfigError(f"{source}: --resume and --overwrite exclude each other")
     if resume:
-        _check_resume(out, source, Path(resume))
-    elif holds_run(out) and not overwrite:
+        _check_resume(out, source, Path(resume), locked)
+    elif not holds_run(out, locked=locked):
+        return
+    elif not is_marked_run(out):
+        raise _foreign(out, source, locked)
+    elif overwrite:
+        _check_replaceable(out, source)
+    else:
         raise ConfigError(
             f"{source}: output.dir: {out} already holds a run; pass --resume {out} to "
             "continue it or --overwrite to delete it and start again"
@@ -132,7 +258,7 @@ class RunClaim:
         aside, self.replaced = self.replaced, None
         if aside is None:
             return
-        failed = self.out.with_name(f".{self.out.name}.failed-{os.getpid()}")
+        failed = _unused_name(self.out, "failed")
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.out, failed)
             self.lock.moved(failed)
@@ -149,14 +275,19 @@ class RunClaim:
             elif self.replaced is not None:  # ended well without a checkpoint (--stop-at 0)
                 self.checkpointed()
         finally:
+            _unmark_if_empty(self.out)
             self.lock.release()
 
 
 def _move_aside(out: Path, source: str) -> Path:
-    aside = out.with_name(f".{out.name}.replaced-{os.getpid()}")
+    aside: Path | None = None
     try:
+        aside = _unused_name(out, "replaced")
         os.replace(out, aside)
     except OSError as exc:
+        if aside is not None:
+            with contextlib.suppress(OSError):
+                aside.rmdir()  # the name reserved for nothing: leave no trace
         raise ConfigError(
             f"{source}: --overwrite: cannot move the old run {out} aside "
             f"({exc.strerror or exc}); nothing was deleted"
@@ -179,28 +310,23 @@ def claim_run_dir(
     :meth:`RunClaim.release`.
 
     ConfigError naming the config's ``output.dir`` when it already holds a run and neither
-    ``resume`` (the path to continue from) nor ``overwrite`` is set, or when both are; for a
-    ``resume`` path that is not a run, or whose run would be written into another run; and
-    when another process holds the folder (naming its pid and start time). A refusal writes
-    nothing: a folder created only to hold the lock is removed again.
+    ``resume`` (the path to continue from) nor ``overwrite`` is set, or when both are; when it
+    holds files but no run marker; with ``overwrite``, when it is a symlink or its run also
+    holds files ``assay train`` does not write; for a ``resume`` path that is not a marked run,
+    or whose run would be written into another run; and when another process holds the folder
+    (naming its pid and start time). A refusal writes nothing: a folder created only to hold
+    the lock is removed again.
     """
     refuse_if_held(out, source)
     _check(out, source, resume, overwrite)  # refuse early, before touching anything
-    # a file where the folder goes (only --overwrite gets here): aside like an old run
-    file_aside = _move_aside(out, source) if out.exists() and not out.is_dir() else None
-    try:
-        lock = acquire(out, source)
-    except BaseException:
-        if file_aside is not None and not out.exists():
-            os.replace(file_aside, out)
-        raise
+    lock = acquire(out, source)
     claim = RunClaim(out, source, lock)
-    claim.replaced = file_aside
     try:
-        _check(out, source, resume, overwrite)  # again: another writer may have finished
-        if overwrite and holds_run(out):
+        _check(out, source, resume, overwrite, locked=True)  # again, under the lock
+        if overwrite and holds_run(out, locked=True):
             claim.replace_old_run()
+        _mark(claim.out)
     except BaseException:
-        lock.release()
+        claim.release(failed=True)  # an old run already moved aside goes back
         raise
     return claim

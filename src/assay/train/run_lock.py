@@ -81,6 +81,19 @@ def _holder_record() -> bytes:
     return json.dumps(body).encode().ljust(HOLDER_BYTES - 1) + b"\n"
 
 
+def is_lock_record(path: Path) -> bool:
+    """True when ``path`` is a regular file holding an assay lock's holder record (a JSON
+    object with an integer ``pid``, as :func:`acquire` writes it): a lock a killed writer left,
+    not a user's file that happens to have the lock's name."""
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > HOLDER_BYTES:
+        return False
+    try:
+        holder = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(holder, dict) and type(holder.get("pid")) is int
+
+
 def _holder_words(path: Path) -> str:
     """ "pid N, started T" from the lock file at ``path``, or words saying it is unknown."""
     try:

@@ -46,23 +46,39 @@ def recorded_state(
     outcome: dict[str, Any] = {}
     started = _now()
     if enabled:
-        write_state(run_dir, state="running", pid=os.getpid(),
-                    start_ticks=start_ticks(os.getpid()), started=started, step=step(),
-                    steps=target)  # fmt: skip
+        write_state(
+            run_dir,
+            state="running",
+            pid=os.getpid(),
+            start_ticks=start_ticks(os.getpid()),
+            started=started,
+            step=step(),
+            steps=target,
+        )
     try:
         yield outcome
     except BaseException as exc:
         if enabled:
             interrupted = isinstance(exc, KeyboardInterrupt)
-            write_state(run_dir, state="stopped" if interrupted else "failed",
-                        reason="interrupted" if interrupted else failure_line(exc),
-                        started=started, step=step(), steps=target)  # fmt: skip
+            write_state(
+                run_dir,
+                state="stopped" if interrupted else "failed",
+                reason="interrupted" if interrupted else failure_line(exc),
+                started=started,
+                step=step(),
+                steps=target,
+            )
         raise
     if enabled:
         done = step() >= target
-        write_state(run_dir, state="finished" if done else "stopped",
-                    reason=None if done else outcome.get("reason", "stop_at"),
-                    started=started, step=step(), steps=target)  # fmt: skip
+        write_state(
+            run_dir,
+            state="finished" if done else "stopped",
+            reason=None if done else outcome.get("reason", "stop_at"),
+            started=started,
+            step=step(),
+            steps=target,
+        )
 
 
 def failure_line(exc: BaseException, limit: int = 300) -> str:

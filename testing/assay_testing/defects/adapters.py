@@ -8,6 +8,17 @@ from assay_testing.patching import Edit
 DEFECTS: tuple[Defect, ...] = (
     # assay.adapters.base
     Defect(
+        "adapters.export.force_replaces_anything",
+        "export --force replaces whatever is at --out, not only an earlier export",
+        (
+            Edit(
+                "assay.adapters.export:check_destination",
+                "found = _replaceable(target, format)",
+                "found = None",
+            ),
+        ),
+    ),
+    Defect(
         "adapters.base.merge_sign",
         "merge subtracts the update instead of adding it",
         (

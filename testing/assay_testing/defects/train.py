@@ -8,6 +8,19 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
+        "train.run_dir.any_folder_is_a_run",
+        "a non-empty folder without the run marker counts as a run, so --overwrite moves a "
+        "user's files aside and deletes them after the first checkpoint",
+        (
+            Edit("assay.train.run_dir:_check", "elif not is_marked_run(out):", "elif False:"),
+            Edit(
+                "assay.train.run_dir:_check_replaceable",
+                "extra = [name for name in _entries(out) if not written_by_train(name)]",
+                "extra = []",
+            ),
+        ),
+    ),
+    Defect(
         "train.loop.gradient_scaled",
         "every micro-batch's loss share is back-propagated twice over (the logged loss is not): "
         "a gradient scaled by 2, which an always-active clip and AdamW both hide",
@@ -35,7 +48,7 @@ DEFECTS: tuple[Defect, ...] = (
         "loses its lr_ratio after a resume (one-group methods are unchanged)",
         (
             Edit(
-                "assay.train.loop:Trainer.resume",
+                "assay.train.loop:Trainer.restore",
                 "self.scheduler.load_state_dict(checkpoint.scheduler_state)",
                 "self.scheduler.load_state_dict(checkpoint.scheduler_state); "
                 "[g.__setitem__('lr', self.scheduler.get_last_lr()[0]) "
@@ -225,7 +238,7 @@ DEFECTS: tuple[Defect, ...] = (
         "resume leaves the learning-rate schedule at step 0",
         (
             Edit(
-                "assay.train.loop:Trainer.resume",
+                "assay.train.loop:Trainer.restore",
                 "    self.scheduler.load_state_dict(checkpoint.scheduler_state)\n",
                 "",
             ),

@@ -16,6 +16,7 @@ from typing import Any
 from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import parse_json, read_text_bounded
 from assay.errors import AssayError
+from assay.qualify.core.identifier import id_problem
 from assay.qualify.core.status import derive_status
 from assay.qualify.core.threshold import judge
 
@@ -82,6 +83,10 @@ def _consistency(receipt: dict[str, Any]) -> list[str]:
     ids = [c.get("id") for c in receipt.get("claims", [])]
     for dup in sorted({i for i in ids if ids.count(i) > 1}):
         problems.append(f"claims: id {dup!r} appears more than once")
+    for i, cid in enumerate(ids):
+        why = id_problem(cid) if isinstance(cid, str) else None
+        if why is not None:
+            problems.append(f"claims[{i}].id: {cid!r} {why}")
     for i, claim in enumerate(receipt.get("claims", [])):
         judged = judge(claim)
         if judged["verdict"] != claim["verdict"]:

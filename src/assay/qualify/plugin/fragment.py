@@ -42,8 +42,9 @@ def take(item: pytest.Item, gate: Any, outcome: str, children: Any, measure: Any
     return fragment
 
 
-def keep_interrupted(item: pytest.Item, gate: Any, error: BaseException, state: Any,
-                     children: Any, measure: Any) -> None:  # fmt: skip
+def keep_interrupted(
+    item: pytest.Item, gate: Any, error: BaseException, state: Any, children: Any, measure: Any
+) -> None:
     """Hand the fragment of a test interrupted in its own code straight to the session that
     writes receipts (``state``; None in an xdist worker, whose controller sees it crash)."""
     if state is None or item.stash.get(TAKEN, False):

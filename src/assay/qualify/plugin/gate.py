@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
+from assay.qualify.core.identifier import id_problem
 from assay.qualify.core.source import file_sha256
 from assay.qualify.core.threshold import KINDS, Threshold
 from assay.qualify.plugin.claim import Claim, nonempty_text
@@ -97,6 +98,9 @@ class Gate:
         self.check_open("gate.claim")
         claim_id = nonempty_text(claim_id, "gate.claim id")
         where = f"claim {claim_id!r}"
+        why = id_problem(claim_id)
+        if why is not None:
+            raise AssayError(f"gate.claim id {claim_id!r} {why}; declare it as one plain string")
         statement = nonempty_text(statement, f"{where} statement")
         if kind not in KINDS:
             raise AssayError(f"{where} kind: expected one of {', '.join(KINDS)}, got {kind!r}")

@@ -124,8 +124,9 @@ def _side_view(claim: dict[str, Any]) -> dict[str, Any]:
     for what, number in (("measured value", value), ("bound", threshold["value"])):
         kind = isinstance(number, int | float) and not isinstance(number, bool)
         if kind and not _number(number):
-            raise AssayError(f"claim {claim['id']!r}: its {what} is not a finite number a "
-                             "comparison can use")  # fmt: skip
+            raise AssayError(
+                f"claim {claim['id']!r}: its {what} is not a finite number a comparison can use"
+            )
     numeric = _number(value)
     return {
         "verdict": claim["verdict"],
@@ -274,6 +275,11 @@ def compare_sides(old: Side, new: Side) -> Comparison:
                     if claim["verdict"] != "pass":  # arriving failing fails, paired or not
                         row = claim_change(gate, device, claim["id"], None, claim, retired)
                         result.changes.append(row)
+                # a gate (or device) that vanished took its claims with it: each is missing
+                # unless NEW's corrections retired it, as when one claim is dropped
+                for claim in before.get(device, {}).get("claims", []) if only == "OLD" else []:
+                    row = claim_change(gate, device, claim["id"], claim, None, retired)
+                    result.changes.append(row)
                 continue
             a = {c["id"]: c for c in before[device]["claims"]}
             b = {c["id"]: c for c in after[device]["claims"]}

@@ -5,6 +5,7 @@ failing, and no gate's standing fell; 1: otherwise; 2: bad input)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -122,10 +123,15 @@ def run_compare(args: argparse.Namespace) -> int:
             raise AssayError("--summary: $GITHUB_STEP_SUMMARY is not set (GitHub Actions sets it)")
         if os.path.lexists(target) and not os.path.isfile(target):
             raise AssayError(f"{target}: $GITHUB_STEP_SUMMARY is not a regular file")
+        before = os.path.getsize(target) if os.path.isfile(target) else 0
         try:
             with open(target, "a", encoding="utf-8") as handle:
                 handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
         except OSError as exc:
+            with contextlib.suppress(OSError):  # whole table or none: cut back what landed
+                os.truncate(target, before)
             raise AssayError(f"{target}: cannot append the summary ({exc.strerror})") from None
     return 0 if result.ok else 1
 

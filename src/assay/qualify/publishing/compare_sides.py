@@ -96,8 +96,9 @@ def _git_side(revision: str, which: str, root: Path) -> Side:
         meta, _, name = entry.partition("\t")
         size = meta.split()[3]
         if size.isdigit() and int(size) > BLOB_BYTES:
-            raise AssayError(f"{which} {revision}: {name} is {int(size):,} bytes; the limit is "
-                             f"{BLOB_BYTES:,}")  # fmt: skip
+            raise AssayError(
+                f"{which} {revision}: {name} is {int(size):,} bytes; the limit is {BLOB_BYTES:,}"
+            )
     keep = tempfile.TemporaryDirectory(prefix="assay-compare-")
     clone = Path(keep.name) / "repo"
     steps = (

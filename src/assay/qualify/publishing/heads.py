@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from assay.atomic import atomic_write_bytes
+from assay.atomic import replace_generated
 from assay.bounded import read_text_bounded
 from assay.errors import AssayError
 from assay.qualify.judging.standing import Standing
@@ -69,4 +69,4 @@ def record_heads(path: Path, standings: list[Standing]) -> None:
     """Write each gate's newest receipt to ``path`` (atomically), for the next verify."""
     lines = [f"{s.gate} {s.newest['receipt_sha256']}\n" for s in standings if s.newest]
     header = "# assay known heads: <gate> <receipt sha256>; keep this file outside the tree\n"
-    atomic_write_bytes(Path(path), (header + "".join(lines)).encode("utf-8"))
+    replace_generated(Path(path), (header + "".join(lines)).encode("utf-8"))

@@ -1,8 +1,11 @@
 """Claim history: each numeric claim's measured value over its gate's ledger, drawn as a small
 SVG (x: ledger order, labelled with commit and date; the bound a dashed line; a failing run
 red; a partial run hollow; the device as colour), and the headline claim as a text sparkline
-for the index. Drawn from the receipts alone with fixed number formatting, so one ledger always
-gives the same bytes and ``verify`` re-draws and compares them like the records.
+for the index. From a claim's first measurement on a device, every later run on that device
+has a mark: one whose value is missing, NaN or infinite (or that lacks the claim) is drawn as
+a red cross on the axis, and as ``x`` in the sparkline, never left out. Drawn from the
+receipts alone with fixed number formatting, so one ledger always gives the same bytes and
+``verify`` re-draws and compares them like the records.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class Point:
     """One receipt's measurement of a claim."""
 
     order: int  # position in the ledger (0: oldest)
-    value: float
+    value: float | None  # None: the run made no finite measurement (drawn as not passing)
     passed: bool
     partial: bool
     device: str
@@ -40,27 +43,44 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
+def _finite(value: Any) -> bool:
+    return _numeric(value) and abs(value) <= 1e300
+
+
 def claim_points(standing: Standing) -> dict[str, tuple[list[Point], float | None]]:
-    """Claim id -> (its points in ledger order, the newest bound), numeric claims only."""
+    """Claim id -> (its points in ledger order, the newest bound), for claims measured as a
+    finite number at least once; from its first such run on a device, each later run on that
+    device is a point, with value None where it has no finite measurement of the claim."""
     found: dict[str, tuple[list[Point], float | None]] = {}
+    first: dict[tuple[str, str], int] = {}
+    for order, receipt in enumerate(standing.receipts):
+        for claim in receipt["claims"]:
+            key = (claim["id"], receipt["run"]["device"])
+            if _finite(claim["measurement"].get("value")) and key not in first:
+                first[key] = order
     for order, receipt in enumerate(standing.receipts):
         commit = (receipt["code"].get("commit") or "no commit")[:7]
         label = f"{commit} {receipt['created'][:10]}"
-        for claim in receipt["claims"]:
-            value = claim["measurement"].get("value")
-            if not _numeric(value) or abs(value) > 1e300:
+        device = receipt["run"]["device"]
+        held = {claim["id"]: claim for claim in receipt["claims"]}
+        for cid in sorted({c for c, d in first if d == device}):
+            if order < first[(cid, device)]:
                 continue
-            bound = claim["threshold"]["value"]
+            claim = held.get(cid)
+            value = None if claim is None else claim["measurement"].get("value")
             point = Point(
                 order,
-                float(value),
-                claim["verdict"] == "pass",
+                float(value) if _finite(value) else None,
+                claim is not None and claim["verdict"] == "pass" and _finite(value),
                 bool(receipt["run"].get("partial")),
-                receipt["run"]["device"],
+                device,
                 label,
             )
-            points, _ = found.get(claim["id"], ([], None))
-            found[claim["id"]] = ([*points, point], bound if _numeric(bound) else None)
+            points, bound = found.get(cid, ([], None))
+            if claim is not None:
+                newest = claim["threshold"]["value"]
+                bound = newest if _numeric(newest) else None
+            found[cid] = ([*points, point], bound)
     return found
 
 
@@ -78,7 +98,8 @@ def _f(x: float) -> str:
 
 def history_svg(claim_id: str, points: list[Point], bound: float | None, count: int) -> str:
     """The figure of one claim: ``count`` ledger entries on x, values and bound on y."""
-    values = [p.value for p in points] + ([bound] if bound is not None else [])
+    values = [p.value for p in points if p.value is not None]
+    values += [bound] if bound is not None else []
     low, high = min(values), max(values)
     if high == low:
         high, low = high + (abs(high) or 1.0) * 0.1, low - (abs(low) or 1.0) * 0.1
@@ -107,10 +128,18 @@ def history_svg(claim_id: str, points: list[Point], bound: float | None, count: 
     for device in sorted({p.device for p in points}):
         mine = [p for p in points if p.device == device]
         colour = DEVICE_COLOURS.get(device, OTHER_COLOUR)
-        if len(mine) > 1:
-            line = " ".join(f"{_f(x(p.order))},{_f(y(p.value))}" for p in mine)
+        measured = [p for p in mine if p.value is not None]
+        if len(measured) > 1:
+            line = " ".join(f"{_f(x(p.order))},{_f(y(p.value))}" for p in measured)
             out.append(f'<polyline points="{line}" fill="none" stroke="{colour}"/>')
         for p in mine:
+            if p.value is None:
+                out.append(
+                    f'<text x="{_f(x(p.order))}" y="{_f(y(low) + 3)}" text-anchor="middle" '
+                    f'fill="{FAIL_COLOUR}">×<title>{html.escape(p.label)} '
+                    f"{html.escape(device)}: no finite value (not pass)</title></text>"
+                )
+                continue
             stroke = colour if p.passed else FAIL_COLOUR
             fill = "#ffffff" if p.partial else stroke
             verdict = "pass" if p.passed else "not pass"
@@ -145,23 +174,22 @@ def sparkline(standing: Standing, claim_id: str | None, width: int = 12) -> str:
     points = claim_points(standing).get(claim_id or "", ([], None))[0][-width:]
     if len(points) < 2:
         return ""
-    low, high = min(p.value for p in points), max(p.value for p in points)
+    values = [p.value for p in points if p.value is not None]
+    low, high = min(values, default=0.0), max(values, default=0.0)
     span = (high - low) or 1.0
-    marks = [SPARKS[round((p.value - low) / span * (len(SPARKS) - 1))] for p in points]
+    marks = [
+        "x" if p.value is None else SPARKS[round((p.value - low) / span * (len(SPARKS) - 1))]
+        for p in points
+    ]
     return "".join(m if p.passed else "x" for m, p in zip(marks, points, strict=True))
 
 
-def write_history(standing: Standing, records_dir: Path) -> None:
-    """Write the gate's history figures under ``records_dir`` (atomically, only when changed)."""
-    from assay.atomic import atomic_write_bytes
-
-    for rel, text in history_figures(standing).items():
-        target = Path(records_dir) / rel
-        data = text.encode("utf-8")
-        if target.is_file() and target.read_bytes() == data:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target, data)
+def history_files(standing: Standing, records_dir: Path) -> dict[Path, bytes]:
+    """Path -> bytes of the gate's history figures under ``records_dir``."""
+    return {
+        Path(records_dir) / rel: text.encode("utf-8")
+        for rel, text in history_figures(standing).items()
+    }
 
 
 def history_problems(standing: Standing, records_dir: Path) -> list[str]:
@@ -175,6 +203,7 @@ def history_problems(standing: Standing, records_dir: Path) -> list[str]:
             problems.append(f"{target}: history figure missing (run `assay render`)")
             continue
         if not same:
-            problems.append(f"{target}: history figure out of sync with the ledger (run "
-                            "`assay render`)")  # fmt: skip
+            problems.append(
+                f"{target}: history figure out of sync with the ledger (run `assay render`)"
+            )
     return problems

@@ -12,17 +12,19 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from assay.atomic import atomic_write_bytes
+from assay.atomic import atomic_write_bytes, replace_generated
 from assay.qualify.core.layout import gate_file
 from assay.qualify.judging.standing import Standing, gate_standing
 from assay.qualify.ledger.chain import ensure_ledger
 from assay.qualify.publishing.render import (
     cell,
+    gate_files,
     gates_in,
     load_gate,
     project_root,
-    render_gate,
+    record_path,
     standing_stale,
+    write_generated,
 )
 from assay.qualify.publishing.wording import headline_text
 
@@ -104,7 +106,7 @@ def index_path(records_dir: Path) -> Path:
 def render_index(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
     """Rebuild ``<records>/README.md``; return its path."""
     path = index_path(records_dir)
-    atomic_write_bytes(path, index_text(receipts_dir, records_dir, root).encode("utf-8"))
+    replace_generated(path, index_text(receipts_dir, records_dir, root).encode("utf-8"))
     return path
 
 
@@ -119,11 +121,16 @@ def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) 
     for g in gates:
         ensure_ledger(receipts_dir, g)
         load_gate(receipts_dir, g)  # an invalid receipt stops the render, naming its file
-    paths = [render_gate(g, receipts_dir, records_dir, root) for g in gates]
+    files: dict[Path, bytes] = {}
+    for gate in gates:
+        files.update(gate_files(gate, receipts_dir, records_dir, root))
     if gates:
-        render_index(receipts_dir, records_dir, root)
+        index = index_text(receipts_dir, records_dir, root).encode("utf-8")
+        files[index_path(records_dir)] = index
+    write_generated(files)  # every destination checked before any is written
+    if gates:
         render_readme(receipts_dir, records_dir, root or project_root(records_dir))
-    return paths
+    return [record_path(records_dir, g) for g in gates]
 
 
 def render_readme(receipts_dir: Path, records_dir: Path, root: Path) -> Path | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import jinja2
 
-from assay.atomic import atomic_write_bytes
+from assay.atomic import check_generated, replace_generated
 from assay.errors import AssayError
 from assay.qualify.core.layout import GATE_NAME
 from assay.qualify.judging.standing import Standing, gate_standing, standing_of
@@ -164,20 +164,36 @@ def project_root(records_dir: Path) -> Path:
     return Path(records_dir).resolve().parent
 
 
-def render_gate(gate: str, receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
-    """Rebuild ``<records>/<gate>.md`` from the gate's standing; return its path.
+def gate_files(
+    gate: str, receipts_dir: Path, records_dir: Path, root: Path | None = None
+) -> dict[Path, bytes]:
+    """Path -> bytes of what rendering ``gate`` writes: ``<records>/<gate>.md`` (a gate CI
+    cannot re-run whose implementation files changed in ``root``, default the records
+    folder's parent, gets a "stale since <commit>" banner) and its history figures."""
+    from assay.qualify.publishing.history import history_files
 
-    A gate CI cannot re-run whose implementation files changed in ``root`` (default: the
-    records folder's parent) gets a "stale since <commit>" banner.
-    """
     root = root or project_root(records_dir)
     standing = gate_standing(receipts_dir, gate, records_dir, root)
-    path = record_path(records_dir, gate)
-    atomic_write_bytes(path, record_with_banner(standing).encode("utf-8"))
-    from assay.qualify.publishing.history import write_history
+    record = {record_path(records_dir, gate): record_with_banner(standing).encode("utf-8")}
+    return {**record, **history_files(standing, records_dir)}
 
-    write_history(standing, records_dir)
-    return path
+
+def write_generated(files: dict[Path, bytes]) -> None:
+    """Write ``files`` only after checking every one: none is written when any destination
+    holds a file this renderer did not write (so a refusal changes nothing). Unchanged files
+    are left as they are."""
+    for path, data in files.items():
+        check_generated(path, data)
+    for path, data in files.items():
+        if not (path.is_file() and path.read_bytes() == data):
+            replace_generated(path, data)
+
+
+def render_gate(gate: str, receipts_dir: Path, records_dir: Path, root: Path | None = None) -> Path:
+    """Rebuild ``<records>/<gate>.md`` and its history figures (:func:`gate_files`); return the
+    record's path."""
+    write_generated(gate_files(gate, receipts_dir, records_dir, root))
+    return record_path(records_dir, gate)
 
 
 def record_with_banner(standing: Standing) -> str:

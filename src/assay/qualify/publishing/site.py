@@ -8,6 +8,7 @@ Layout: ``index.html``, ``<gate>.html``, ``figures/<gate>/*.png`` and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import jinja2
 
 from assay.atomic import atomic_write_bytes
+from assay.errors import AssayError
 from assay.qualify.judging.stale import STALE_CLOSE, STALE_OPEN
 from assay.qualify.judging.stale import cell as stale_cell
 from assay.qualify.judging.standing import Standing
@@ -100,7 +102,8 @@ def _erased_page(standing: Standing, banner: list[str]) -> str:
 
     warnings = "".join(f"<p><strong>{escape(line)}</strong></p>" for line in banner)
     return (
-        f"<!doctype html><meta charset=utf-8><title>Gate {escape(standing.gate)}</title>"
+        f"<!doctype html><meta charset=utf-8>{GENERATOR.decode()}"
+        f"<title>Gate {escape(standing.gate)}</title>"
         f"{warnings}<h1>Gate {escape(standing.gate)}</h1>"
         f"<p><strong>Status: {escape(standing.status.upper())}</strong> · "
         f"{escape(standing.summary())} · 0 in the ledger</p><p>Every receipt of this gate has "
@@ -142,6 +145,39 @@ def index_page(rows: list[dict[str, Any]], banner: list[str] | None = None) -> s
     return _template().render(page="index", title="Gate records", rows=rows, broken=banner or [])
 
 
+GENERATOR = b'<meta name="generator" content="assay publish">'
+
+
+def _ours(page: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return page.is_file() and not page.is_symlink() and GENERATOR in page.read_bytes()[:4096]
+    return False
+
+
+def _refuse_foreign_page(page: Path) -> None:
+    if (page.exists() or page.is_symlink()) and not _ours(page):
+        raise AssayError(
+            f"{page}: exists and was not written by assay publish (no generator tag); nothing "
+            "was changed; move it away or choose another --html folder"
+        )
+
+
+def check_site_destination(out: Path) -> None:
+    """AssayError unless ``out`` is absent, an empty folder, or an earlier site (its
+    ``index.html`` carries :data:`GENERATOR`): the site replaces only pages it wrote."""
+    if not (out.exists() or out.is_symlink()):
+        return
+    if out.is_dir() and not out.is_symlink():
+        if not any(out.iterdir()):
+            return
+        if _ours(out / "index.html"):
+            return
+    raise AssayError(
+        f"{out}: --html is not an empty folder and holds no earlier assay site (no index.html "
+        "written by assay publish); nothing was changed; choose an empty or new folder"
+    )
+
+
 def build_site(
     receipts_dir: Path,
     records_dir: Path,
@@ -159,8 +195,12 @@ def build_site(
     root = root or project_root(records_dir)
     banner = list(problems or [])
     rows = []
+    check_site_destination(out)
+    found = list(standings(receipts_dir, records_dir, root))
+    for page in [out / "index.html", *(out / f"{s.gate}.html" for s in found)]:
+        _refuse_foreign_page(page)  # an earlier site's folder may hold a user's page too
     out.mkdir(parents=True, exist_ok=True)
-    for standing in standings(receipts_dir, records_dir, root):
+    for standing in found:
         rows.append(index_entry(standing, root))
         if standing.head is None:  # every receipt erased: its page still says what stands
             page = _erased_page(standing, banner)

@@ -1,0 +1,210 @@
+"""Replacing commands act only on what they wrote (issue 52, rule 1).
+
+Invariant: for any folder assay did not write, and for any file that is not an earlier
+export, every command that replaces, renames over or deletes an output path (``train
+--overwrite``, ``train`` into it, ``train --resume``, ``export --force`` in each format,
+``publish --html``, the record and heads writers) refuses in one line naming the path, exits
+2, and leaves every byte and name there as it was. Folder contents are generated, including
+ones that imitate assay's own files (a ``latest`` pointer, a run state, a manifest, a marker of
+another format). Controls: the same commands do replace what they wrote themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assay.atomic import replace_generated
+from assay.cli import main
+from assay.errors import AssayError
+from assay.train.run_dir import RUN_MARKER
+from assay_testing.text_run import save_text_run
+
+USER_NAMES = ("thesis.tex", "notes.md", "data.csv", "photo.jpg", "README.md", "index.html")
+LOOKALIKE_FILES = {
+    "latest": b"step-000001\n",
+    "run-state.json": json.dumps({"state": "finished", "step": 2}).encode(),
+    "config.yaml": b"steps: 2\n",
+    "metrics.jsonl": b'{"step": 1, "loss": 1.0}\n',
+    "assay_manifest.json": json.dumps({"format": "assay.export/1", "files": {}}).encode(),
+    "adapter_config.json": b"{}\n",
+    RUN_MARKER: b'{"format": "assay.run/0"}\n',  # a marker of another format is not ours
+    ".assay-run.lock": b"a user's file that has the lock's name\n",
+}
+
+names = st.one_of(
+    st.sampled_from(USER_NAMES + tuple(LOOKALIKE_FILES)),
+    st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=12).filter(
+        lambda n: n not in (".", "..")
+    ),
+)
+entries = st.dictionaries(
+    names,
+    st.one_of(st.binary(max_size=64), st.dictionaries(names, st.binary(max_size=16), max_size=3)),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _write(folder: Path, tree: dict) -> None:
+    folder.mkdir(parents=True)
+    for name, body in tree.items():
+        if isinstance(body, dict):
+            (folder / name).mkdir()
+            _write_files(folder / name, body)
+        else:
+            (folder / name).write_bytes(LOOKALIKE_FILES.get(name, body))
+
+
+def _write_files(folder: Path, files: dict) -> None:
+    for name, body in files.items():
+        (folder / name).write_bytes(body)
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A workspace with one finished run and one earlier export of each format."""
+    root = tmp_path_factory.mktemp("replace")
+    keys = save_text_run(root / "ws", seed=0)
+    config = {**keys, "adapter": {"rank": 2, "targets": ["q_proj"]}, "steps": 1, "seed": 1}
+    config["output"] = {"dir": str(root / "run"), "save_every": 1}
+    path = root / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["train", str(path), "--json", "--no-progress"]) == 0
+    return root, keys, root / "run"
+
+
+def _config_into(root: Path, keys: dict, out: Path) -> Path:
+    config = {**keys, "adapter": {"rank": 2, "targets": ["q_proj"]}, "steps": 1, "seed": 1}
+    config["output"] = {"dir": str(out), "save_every": 1}
+    path = Path(tempfile.mkstemp(suffix=".yaml", dir=root)[1])
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _replacing_commands(root: Path, keys: dict, run: Path, folder: Path) -> list[list[str]]:
+    config = str(_config_into(root, keys, folder))
+    file = next((p for p in sorted(folder.iterdir()) if p.is_file()), None)
+    commands = [
+        ["train", config, "--overwrite", "--no-progress"],
+        ["train", config, "--no-progress"],
+        ["train", config, "--resume", str(folder), "--no-progress"],
+        ["export", str(run), "--format", "peft", "--out", str(folder), "--force"],
+        ["export", str(run), "--format", "safetensors", "--out", str(folder), "--force"],
+        ["export", str(run), "--format", "gguf", "--out", str(folder), "--force"],
+        ["publish", "--receipts", str(root / "none"), "--html", str(folder)],
+    ]
+    if file is not None:
+        commands.append(["export", str(run), "--format", "gguf", "--out", str(file), "--force"])
+    return commands
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=entries)
+def test_no_command_replaces_a_folder_it_did_not_write(trained, tree):
+    root, keys, run = trained
+    folder = Path(tempfile.mkdtemp(dir=root)) / "out"
+    _write(folder, tree)
+    before = _snapshot(folder)
+    for argv in _replacing_commands(root, keys, run, folder):
+        code, err = _cli(argv)
+        assert code == 2, (argv, err)
+        assert err.count("\n") == 1 and str(folder) in err, (argv, err)
+        assert _snapshot(folder) == before, argv
+
+
+@settings(max_examples=50, deadline=None)
+@given(theirs=st.binary(max_size=200), ours=st.text(min_size=1, max_size=40))
+def test_a_generated_file_replaces_only_its_own_kind(tmp_path_factory, theirs, ours):
+    """The record, index and heads writers: a file whose first line differs is kept."""
+    first = f"# Gate record: {ours.splitlines()[0] if ours.splitlines() else 'x'}\n"
+    path = tmp_path_factory.mktemp("gen") / "gate.md"
+    path.write_bytes(theirs)
+    if theirs.split(b"\n", 1)[0] + b"\n" == first.encode():
+        replace_generated(path, (first + "body\n").encode())
+        assert path.read_bytes() == (first + "body\n").encode()
+        return
+    with pytest.raises(AssayError, match="was not written by this command"):
+        replace_generated(path, (first + "body\n").encode())
+    assert path.read_bytes() == theirs
+
+
+def test_controls_each_command_replaces_what_it_wrote(trained):
+    """The refusals above are not refusals of everything: a run, an export of each format
+    and a site that assay wrote are replaced (and a marked run resumed)."""
+    root, keys, run = trained
+    config = str(_config_into(root, keys, run))
+    assert _cli(["train", config, "--overwrite", "--no-progress"])[0] == 0
+    assert (run / RUN_MARKER).is_file()
+    for fmt, out in (("peft", "p"), ("safetensors", "s"), ("gguf", "g.gguf")):
+        argv = ["export", str(run), "--format", fmt, "--out", str(root / out)]
+        assert _cli(argv)[0] == 0
+        assert _cli([*argv, "--force"])[0] == 0, fmt
+    path = root / "gate.md"
+    replace_generated(path, b"# Gate record: g\nold\n")
+    replace_generated(path, b"# Gate record: g\nnew\n")
+    assert path.read_bytes().endswith(b"new\n")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(extra=st.dictionaries(names, st.binary(max_size=16), min_size=1, max_size=3))
+def test_overwrite_refuses_a_run_that_holds_files_train_did_not_write(trained, extra):
+    """A run folder with a user's notes (or the config being run) added is still a run, but
+    --overwrite would delete them with it: refused, nothing changed (adversary case F2)."""
+    from assay.train.run_dir import written_by_train
+
+    root, keys, run = trained
+    extra = {n: b for n, b in extra.items() if not written_by_train(n)}
+    if not extra:
+        return
+    folder = Path(tempfile.mkdtemp(dir=root)) / "run"
+    shutil.copytree(run, folder)
+    _write_files(folder, extra)
+    before = _snapshot(folder)
+    code, err = _cli(["train", str(_config_into(root, keys, folder)), "--overwrite"])
+    assert code == 2 and err.count("\n") == 1 and "assay train did not write" in err, err
+    assert _snapshot(folder) == before
+
+
+def test_every_entry_of_a_real_run_is_one_train_writes(trained):
+    """RUN_ENTRIES is the list --overwrite trusts: a real run's folder holds nothing else."""
+    from assay.train.loop import METRICS, RUN_CONFIG
+    from assay.train.run_dir import RUN_ENTRIES, written_by_train
+    from assay.train.run_state import RUN_STATE
+
+    _root, _keys, run = trained
+    assert {METRICS, RUN_CONFIG, RUN_STATE} <= RUN_ENTRIES
+    assert all(written_by_train(p.name) for p in run.iterdir())
+
+
+def test_overwrite_through_a_symlink_is_refused_and_leaves_nothing(trained):
+    root, keys, run = trained
+    link = Path(tempfile.mkdtemp(dir=root)) / "link"
+    link.symlink_to(run)
+    listing = sorted(p.name for p in link.parent.iterdir())
+    code, err = _cli(["train", str(_config_into(root, keys, link)), "--overwrite"])
+    assert code == 2 and "is a symlink" in err
+    assert sorted(p.name for p in link.parent.iterdir()) == listing  # no reserved name left
