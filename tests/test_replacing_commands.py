@@ -84,25 +84,22 @@ def _cli(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A workspace with one finished run and one earlier export of each format."""
-    root = tmp_path_factory.mktemp("replace")
-    keys = save_text_run(root / "ws", seed=0)
-    config = {**keys, "adapter": {"rank": 2, "targets": ["q_proj"]}, "steps": 1, "seed": 1}
-    config["output"] = {"dir": str(root / "run"), "save_every": 1}
-    path = root / "c.yaml"
-    path.write_text(yaml.safe_dump(config))
-    assert main(["train", str(path), "--json", "--no-progress"]) == 0
-    return root, keys, root / "run"
-
-
 def _config_into(root: Path, keys: dict, out: Path) -> Path:
     config = {**keys, "adapter": {"rank": 2, "targets": ["q_proj"]}, "steps": 1, "seed": 1}
     config["output"] = {"dir": str(out), "save_every": 1}
     path = Path(tempfile.mkstemp(suffix=".yaml", dir=root)[1])
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A workspace with one finished run (the source of the exports the commands try)."""
+    root = tmp_path_factory.mktemp("replace")
+    keys = save_text_run(root / "ws", seed=0)
+    path = _config_into(root, keys, root / "run")
+    assert main(["train", str(path), "--json", "--no-progress"]) == 0
+    return root, keys, root / "run"
 
 
 def _replacing_commands(root: Path, keys: dict, run: Path, folder: Path) -> list[list[str]]:
