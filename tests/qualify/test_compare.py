@@ -6,6 +6,7 @@ a reader would compare (verdict, value, unit, operator, bound, tolerance) differ
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -131,6 +132,29 @@ def test_a_gate_that_vanishes_is_missing_and_one_that_arrives_unpaired(tmp_path,
     _run(new, 1, [_claim("a", 1e-4)])
     code, found = _compare(capsys, old, new)
     assert code == 0 and _changes(found) == {"a": "unchanged"}
+
+
+def test_a_run_of_some_gates_on_a_copy_of_the_ledger_compares_only_what_ran(tmp_path, capsys):
+    """The regression run's shape (.ci/run, docs/ci.md job 1): CI runs a subset of the gates and
+    writes their receipts on top of a copy of the committed ledger, so the gates it leaves out
+    stay as published. The control: the same run in a bare folder counts the left-out gate as
+    vanished (issue 52, rule 4), which is what failed CI before the copy."""
+    old, bare = tmp_path / "old", tmp_path / "bare"
+    _run(old, 1, [_claim("a", 1e-4)])
+    other = tamper_cases.synthetic_receipt("2026-01-01T00:00:02Z", 0.0, "0" * 64)
+    other["gate"] = "other"
+    write_receipt(other, old)
+    on_top = tmp_path / "on-top"
+    shutil.copytree(old, on_top)
+    rerun = tamper_cases.synthetic_receipt("2026-01-01T00:00:03Z", 0.0, "0" * 64)
+    rerun["gate"] = "other"
+    write_receipt(rerun, on_top)
+    write_receipt(rerun, bare)
+    code, found = _compare(capsys, old, on_top)
+    assert code == 0 and not found["unpaired"]
+    assert _changes(found) == {"a": "unchanged", "diff": "unchanged"}
+    code, found = _compare(capsys, old, bare)
+    assert code == 1 and _changes(found) == {"a": "missing", "diff": "unchanged"}
 
 
 def _commit(repo: Path, message: str) -> None:
