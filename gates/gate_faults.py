@@ -1,5 +1,6 @@
 """gate-faults: a kill -9, a short write, a read-only directory or a full disk never costs the
-last good state or leaves a half export, a torn file is refused, and a tampered ledger is caught.
+last good state or leaves a half export, a full disk at any write of a run is one line naming
+the file, a torn file is refused, and a tampered ledger is caught.
 
 Faults are real or injected from outside the product: kill -9 of a writing child process at a
 random fsync/rename/link event, writes that fail with ENOSPC half-way, and the named defects of
@@ -342,4 +343,47 @@ def test_a_diverged_run_stops_and_writes_nothing_bad(gate, tmp_path):
     claim.control(
         "the finiteness check removed (train.loop.divergence_unchecked)",
         _diverging_run(tmp_path / "defect", "train.loop.divergence_unchecked"),
+    )
+
+
+def test_a_full_disk_at_every_write_names_the_file(gate, tmp_path):
+    """Issue 52, rule 6: a checkpoint save on a full disk printed "error: : No space left on
+    device", naming nothing. Every write-side event of a short run is failed in turn."""
+    import full_disk
+
+    from assay_testing.defects import inject
+    from assay_testing.tiny import save_tiny
+
+    model = save_tiny("llama3", tmp_path / "model", seed=1, gguf=False, vocab_size=49152)["hf"]
+    trials = full_disk.sweep(tmp_path / "sweep", model)
+    claim = gate.claim(
+        "writes.full_disk_named",
+        f"a full disk at each of the {len(trials)} write-side events (writes, fsyncs, renames, "
+        "links, mkdirs) of a two-step LoRA run saving every step, one event per run: exit 2 "
+        "with one stderr line naming a path under the run's folder and the full disk, or, "
+        "where the OS answers EEXIST instead (mkdir of a folder that exists), the run finishes",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="events against the rule",
+        code=(
+            "assay.atomic",
+            "assay.train.checkpoint",
+            "assay.train.run_dir",
+            "assay.train.run_lock",
+            "assay.cli.train",
+            "full_disk",
+        ),
+    )
+    wrong = [t for t in trials if t.problem]
+    claim.measure(len(wrong))
+    kinds = sorted({t.name for t in trials})
+    gate.note(
+        f"full disk: {len(trials)} events ({', '.join(kinds)}); against the rule: "
+        + (", ".join(f"{t.event} {t.name}: {t.problem}" for t in wrong[:6]) or "none")
+    )
+    with inject("atomic.flush_unnamed"):
+        broken = full_disk.sweep(tmp_path / "control", model)
+    claim.control(
+        "the same events with the flush's file name dropped (atomic.flush_unnamed)",
+        sum(bool(t.problem) for t in broken),
     )

@@ -26,6 +26,7 @@ from corpus_inputs import INJECTION, injection_record, live_markup  # noqa: E402
 from corpus_robust import CLASSES as ISSUE16  # noqa: E402
 from corpus_round3 import CLASSES as ISSUE30  # noqa: E402
 from corpus_round4 import CLASSES as ISSUE41  # noqa: E402
+from corpus_round5 import CLASSES as ISSUE52  # noqa: E402
 from corpus_run import run_all  # noqa: E402
 from generate import build_corpus  # noqa: E402
 from unsafe_scan import scan_tree, unsafe_calls  # noqa: E402
@@ -227,6 +228,19 @@ ISSUE41_READERS = (
     "assay.qualify.publishing.attest",
     "assay.qualify.cli_commands",
 )
+ISSUE52_READERS = (
+    "assay.cli.train",
+    "assay.cli.estimate",
+    "assay.train.loop",
+    "assay.train.checkpoint",
+    "assay.settings.loader",
+    "assay.settings.derived",
+    "assay.qualify.core.identifier",
+    "assay.qualify.ledger.receipt",
+    "assay.qualify.ledger.chain",
+    "assay.qualify.ledger.corrections",
+    "assay.qualify.judging.loading",
+)
 # class -> (fault point that removes its guard, case-name filter) for a product control.
 PRODUCT_CONTROLS = {
     "bounds": ("bounded.unbounded_aliases", "alias_bomb"),
@@ -235,6 +249,10 @@ PRODUCT_CONTROLS = {
     "legal": ("settings.yaml_reader.merge_keys_refused", "merge_keys"),
     "line_separators": ("bounded.split_lines_at_every_break", "ledger_comment"),
     "replace": ("train.run_dir.any_folder_is_a_run", "overwrite_"),
+    "shortcuts": ("cli.train.finished_before_checks", "shortcuts."),
+    "derived": ("settings.derived.unchecked", "derived."),
+    "claim_ids": ("qualify.core.identifier.lookalikes_accepted", "claim_ids."),
+    "ledger_files": ("qualify.ledger.chain.refused_ledger_listed", "ledger_dev_zero"),
 }
 # class -> (what the claim's statement says it covers, the code it names)
 CLASSES = {
@@ -242,6 +260,7 @@ CLASSES = {
        for k, v in ISSUE16.items()},
     **{k: (f"issue 30, {v}", [*ISSUE30_READERS, "corpus_round3"]) for k, v in ISSUE30.items()},
     **{k: (f"issue 41, {v}", [*ISSUE41_READERS, "corpus_round4"]) for k, v in ISSUE41.items()},
+    **{k: (f"issue 52, {v}", [*ISSUE52_READERS, "corpus_round5"]) for k, v in ISSUE52.items()},
 }  # fmt: skip
 
 
@@ -381,12 +400,13 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
     from support.robustness_compare_cases import KINDS, compare_json, generate, misjudged
 
     gate.seed(31)
-    cases = generate(tmp_path / "ledgers", 24, seed=31)
+    cases = generate(tmp_path / "ledgers", 25, seed=31)
     claim = gate.claim(
         "compare.generated_ledgers",
         f"{len(cases)} generated pairs of ledgers ({', '.join(sorted(KINDS))} in turn; 2 to 6 "
-        "claims of random operators, bounds and values): `assay compare OLD NEW --json` exits "
-        "1 exactly when a claim flipped to fail or went missing, and names the change",
+        "claims of random operators, bounds and values; a vanished pair's NEW holds another gate "
+        "only): `assay compare OLD NEW --json` exits 1 exactly when a claim flipped to fail or "
+        "went missing, alone or with its whole gate, and names the change",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="misjudged pairs",
@@ -401,3 +421,60 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
             "a flip to fail never reported (qualify.publishing.compare.flip_unseen)",
             len(misjudged(cases, compare_json)),
         )
+    with inject("qualify.publishing.compare.vanished_gate_unseen"):
+        claim.control(
+            "a deleted gate's claims not counted (qualify.publishing.compare.vanished_gate_unseen)",
+            len(misjudged(cases, compare_json)),
+        )
+
+
+def test_every_run_has_a_mark_in_every_view(gate, tmp_path):
+    """Issue 52, rule 4: a run with no finite value (NaN, never measured, the claim absent)
+    used to drop out of the claim's figure and the index sparkline, which then ended on the
+    passing run before it; receipts not yet committed passed verification unremarked."""
+    from assay_testing.defects import inject
+    from support.robustness_history_cases import misdrawn, uncommitted_unnamed
+
+    gate.seed(41)
+    count = 40
+    code = ("assay.qualify.publishing.history", "support.robustness_history_cases")
+    marks = gate.claim(
+        "history.every_run_marked",
+        f"{count} generated ledgers of 1 to 12 runs (passing, failing, NaN, or without the "
+        "claim): from the first finite value on, the claim's figure has one mark per run (a "
+        "red cross where there is no finite value) and its sparkline one character per run "
+        "(x where the run does not pass)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="ledgers drawn against the rule",
+        code=code,
+    )
+    wrong = misdrawn(tmp_path / "drawn", count, seed=41)
+    marks.measure(len(wrong))
+    if wrong:
+        gate.note("misdrawn: " + "; ".join(wrong[:4]))
+    with inject("qualify.publishing.history.valueless_runs_dropped"):
+        marks.control(
+            "runs without a finite value dropped from the views "
+            "(qualify.publishing.history.valueless_runs_dropped)",
+            len(misdrawn(tmp_path / "control", count, seed=41)),
+        )
+    fresh = (1, 2, 5)
+    noted = gate.claim(
+        "history.uncommitted_named",
+        f"a committed ledger with {', '.join(map(str, fresh))} later receipts no commit holds: "
+        "the history check says, in one note each time, that the gate's history is not checked "
+        "for them, with their number and the newest file",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="ledgers without the note",
+        code=("assay.qualify.ledger.history", "support.robustness_history_cases"),
+    )
+    missed = [uncommitted_unnamed(tmp_path / f"git-{n}", n) for n in fresh]
+    noted.measure(sum(bool(m) for m in missed))
+    with inject("qualify.ledger.history.uncommitted_unnoted"):
+        broken = [uncommitted_unnamed(tmp_path / f"control-git-{n}", n) for n in fresh]
+    noted.control(
+        "the note removed (qualify.ledger.history.uncommitted_unnoted)",
+        sum(bool(m) for m in broken),
+    )

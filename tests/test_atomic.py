@@ -120,3 +120,21 @@ def test_short_writes_are_looped_until_every_byte_is_written(tmp_path):
     ):
         atomic_write_bytes(tmp_path / "g.bin", data)
     assert (tmp_path / "g.bin").read_bytes() == data[:7]  # the defect the loop prevents
+
+
+def test_a_full_disk_while_flushing_names_the_file(tmp_path, monkeypatch):
+    """Issue 52, rule 6: an fsync on a descriptor fails without a file name, so a full disk
+    while a checkpoint's files were flushed printed "error: No space left on device" naming
+    nothing. A folder's own fsync stays best effort (some filesystems refuse it)."""
+    import errno
+
+    from assay import atomic
+
+    def failing(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError) as raised, atomic.staged_directory(tmp_path / "step") as staging:
+        (staging / "weights.bin").write_bytes(b"x")
+    assert raised.value.filename.endswith("weights.bin") and not (tmp_path / "step").exists()
+    atomic.fsync_dir(tmp_path)  # no error: the rename before it is atomic either way

@@ -21,6 +21,7 @@ from corpus_inputs import INJECTION, injection_record, live_markup  # noqa: E402
 from corpus_robust import CLASSES  # noqa: E402
 from corpus_round3 import CLASSES as ISSUE30  # noqa: E402
 from corpus_round4 import CLASSES as ISSUE41  # noqa: E402
+from corpus_round5 import CLASSES as ISSUE52  # noqa: E402
 from generate import build_corpus  # noqa: E402
 
 from assay.errors import ModelFileError  # noqa: E402
@@ -28,7 +29,7 @@ from assay.model.gguf_header import _Cursor, read_header  # noqa: E402
 from assay.model.safetensors import check_safetensors_header  # noqa: E402
 
 FORMATS = {"gguf", "safetensors", "jsonl", "yaml", "checkpoint", "receipt"}
-KINDS = FORMATS | set(CLASSES) | set(ISSUE30) | set(ISSUE41)
+KINDS = FORMATS | set(CLASSES) | set(ISSUE30) | set(ISSUE41) | set(ISSUE52)
 
 
 @pytest.fixture(scope="module")

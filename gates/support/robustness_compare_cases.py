@@ -1,8 +1,9 @@
 """Generated ledger pairs for gate-robustness' compare claim (not a gate module): OLD holds one
 complete run of a demo gate, NEW holds OLD's run and a later one in which exactly one thing
-happened to one claim. The oracle is written from docs/ci.md's rule alone: `assay compare`
-exits 1 when a claim flipped to fail or went missing, and 0 when every claim is unchanged or
-improved; the claim that changed is named with that change."""
+happened to one claim, or NEW holds only another gate's run (the demo gate deleted whole). The
+oracle is written from docs/ci.md's rule alone: `assay compare` exits 1 when a claim flipped to
+fail or went missing (with its gate or alone), and 0 when every claim is unchanged or improved;
+the claim that changed is named with that change."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ KINDS = {
     "flips": ("flipped to fail", 1),
     "goes": ("missing", 1),
     "improves": ("improved", 0),
+    "vanishes": ("missing", 1),  # the whole gate: NEW holds another gate's receipts only
 }
 
 
@@ -53,8 +55,9 @@ def _claim(cid: str, op: str, bound: float, value: float) -> dict:
     }
 
 
-def _write(receipts: Path, second: int, claims: list[dict]) -> None:
+def _write(receipts: Path, second: int, claims: list[dict], gate: str = "demo") -> None:
     receipt = synthetic_receipt(f"2026-01-01T00:00:{second:02d}Z", 0.0, "0" * 64)
+    receipt["gate"] = gate
     receipt["claims"] = claims
     receipt["corrects"] = []
     receipt["run"]["tests"] = [{"nodeid": c["test"], "outcome": "passed"} for c in claims]
@@ -92,8 +95,11 @@ def generate(root: Path, count: int, seed: int) -> list[Case]:
         later = [c if i != chosen else _changed(c, kind, rng) for i, c in enumerate(claims)]
         old, new = root / f"{index}-old", root / f"{index}-new"
         _write(old, 1, claims)
-        _write(new, 1, claims)
-        _write(new, 2, [c for c in later if c is not None])
+        if kind == "vanishes":
+            _write(new, 1, [_claim("other.gen", "<=", 1.0, 0.5)], gate="other")
+        else:
+            _write(new, 1, claims)
+            _write(new, 2, [c for c in later if c is not None])
         cases.append(Case(kind, old, new, claims[chosen]["id"]))
     return cases
 

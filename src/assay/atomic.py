@@ -150,9 +150,12 @@ def write_synced(path: str | os.PathLike[str], data: bytes) -> None:
 def _fsync_tree(root: Path) -> None:
     for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
         for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            path = os.path.join(dirpath, name)
+            fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
+            except OSError as exc:  # a full disk names the file it was flushing
+                raise _named(exc, Path(path)) from None
             finally:
                 os.close(fd)
         fsync_dir(dirpath)

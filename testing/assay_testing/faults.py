@@ -7,7 +7,9 @@ A child process calls ``pause_at_event(n)``; from then on every ``os.fsync``, ``
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import time
 from collections.abc import Callable
 from typing import Any
@@ -67,30 +69,52 @@ class _FailingFile:
         return getattr(self._handle, name)
 
 
+def _is_folder(target: Any) -> bool:
+    """Whether ``target`` (a path, or an open file descriptor) is a folder."""
+    try:
+        if isinstance(target, int):
+            return stat.S_ISDIR(os.fstat(target).st_mode)
+        return isinstance(target, (str, os.PathLike)) and os.path.isdir(target)
+    except OSError:
+        return False
+
+
 class FailAt:
     """While active, every write-side filesystem call (``os.write``, ``os.fsync``,
     ``os.rename``, ``os.replace``, ``os.link``, ``os.mkdir`` and ``write`` on a file opened
     for writing through ``open`` or ``os.fdopen``) is one event; event ``fail_at`` raises
-    ``OSError(errno_)`` instead of happening (``fail_at`` <= 0: none fails, only counted).
-    ``events`` names every event seen, in order; ``failed`` says whether the fault fired."""
+    ``OSError(errno_)`` instead of happening (``fail_at`` <= 0: none fails, only counted), as
+    :meth:`event` describes. ``events`` names every event seen, in order; ``failed`` says
+    whether the fault fired and ``raised`` what it raised."""
 
     def __init__(self, fail_at: int, errno_: int = 28) -> None:
         self.fail_at, self.errno = fail_at, errno_
         self.events: list[str] = []
         self.failed = False
+        self.raised: OSError | None = None  # what the failed event raised
+        self.on_folder = False  # whether it failed on a folder (its fsync, or mkdir of one)
         self._saved: dict[str, Any] = {}
 
-    def event(self, name: str) -> None:
+    def event(self, name: str, path: Any = None) -> None:
+        """Count one event; at ``fail_at`` raise as the OS would: a call given a path names it
+        (``filename``), one given a file descriptor names nothing, and ``mkdir`` of a folder
+        that exists answers EEXIST (the kernel checks that before the disk's space)."""
         self.events.append(name)
         if len(self.events) == self.fail_at:
             self.failed = True
-            raise OSError(self.errno, os.strerror(self.errno))
+            named = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+            self.on_folder = name in ("fsync", "mkdir") and _is_folder(path)
+            if name == "mkdir" and self.on_folder:
+                self.raised = FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), named)
+            else:
+                self.raised = OSError(self.errno, os.strerror(self.errno), named)
+            raise self.raised
 
     def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def inner(*args: Any, **kwargs: Any) -> Any:
             if name == "write" and args and isinstance(args[0], int) and args[0] <= 2:
                 return real(*args, **kwargs)  # the test's own stdout and stderr
-            self.event(name)
+            self.event(name, args[0] if args else None)
             return real(*args, **kwargs)
 
         return inner

@@ -228,6 +228,24 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_replacing_commands.py::test_no_command_replaces_a_folder_it_did_not_write",),
     ),
     Mutant(
+        "atomic.flush_unnamed",
+        ("tests/test_atomic.py::test_a_full_disk_while_flushing_names_the_file",),
+    ),
+    Mutant(
+        "cli.train.finished_before_checks",
+        (
+            "tests/train/test_output_protection.py::"
+            "test_a_finished_run_of_another_model_is_refused_before_the_shortcut",
+        ),
+    ),
+    Mutant(
+        "settings.derived.unchecked",
+        (
+            "tests/test_derived_settings.py::"
+            "test_every_derived_number_is_in_range_or_the_config_is_refused",
+        ),
+    ),
+    Mutant(
         "adapters.export.force_replaces_anything",
         ("tests/test_replacing_commands.py::test_no_command_replaces_a_folder_it_did_not_write",),
     ),
@@ -270,6 +288,39 @@ MUTANTS: tuple[Mutant, ...] = (
         (_SE + "test_kept_mode_matches_recompute_mode_over_two_optimizer_steps",),
     ),
     # qualify (no torch)
+    Mutant(
+        "qualify.publishing.compare.vanished_gate_unseen",
+        (
+            "tests/qualify/test_compare.py::"
+            "test_a_gate_that_vanishes_is_missing_and_one_that_arrives_unpaired",
+        ),
+    ),
+    Mutant(
+        "qualify.publishing.history.valueless_runs_dropped",
+        (
+            "tests/qualify/test_history_figures.py::"
+            "test_every_run_after_the_first_measurement_has_a_mark",
+        ),
+    ),
+    Mutant(
+        "qualify.ledger.history.uncommitted_unnoted",
+        (
+            "tests/qualify/test_ledger_history.py::"
+            "test_uncommitted_receipts_on_a_committed_ledger_are_a_note",
+        ),
+    ),
+    Mutant(
+        "qualify.core.identifier.lookalikes_accepted",
+        (
+            "tests/qualify/test_claim_ids.py::test_the_issues_twins_are_refused_and_the_plain_id_kept",
+        ),
+    ),
+    Mutant(
+        "qualify.ledger.chain.refused_ledger_listed",
+        (
+            "tests/qualify/test_refused_ledger_files.py::test_a_swapped_ledger_file_is_refused_in_one_line",
+        ),
+    ),
     Mutant(
         "qualify.publishing.compare.flip_unseen",
         ("tests/qualify/test_compare.py::test_every_kind_of_change_between_two_ledgers",),

@@ -17,6 +17,7 @@ from corpus_models import gguf_cases, safetensors_cases
 from corpus_robust import robust_cases
 from corpus_round3 import round3_cases
 from corpus_round4 import round4_cases
+from corpus_round5 import round5_cases
 
 # The GGUF tokenizer vocabulary, so the tiny model trains with the SmolLM2 tokenizer.
 VOCAB = 49152
@@ -29,6 +30,7 @@ def build_corpus(root: Path) -> list[Case]:
     root.mkdir(parents=True, exist_ok=True)
     small = save_tiny("llama3", root / "valid", seed=1)
     trainable = save_tiny("llama3", root / "valid", seed=1, gguf=False, vocab_size=VOCAB)["hf"]
+    other = save_tiny("llama3", root / "other", seed=2, gguf=False, vocab_size=VOCAB)["hf"]
     return [
         *gguf_cases(root, small["gguf"]),
         *safetensors_cases(root, small["hf"]),
@@ -39,6 +41,7 @@ def build_corpus(root: Path) -> list[Case]:
         *robust_cases(root / "issue16", trainable),
         *round3_cases(root / "issue30", trainable),
         *round4_cases(root / "issue41", trainable),
+        *round5_cases(root / "issue52", trainable, other),
     ]
 
 

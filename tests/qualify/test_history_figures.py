@@ -24,6 +24,7 @@ from assay.qualify.publishing.history import (  # noqa: E402
 from assay.qualify.publishing.index import render_all  # noqa: E402
 from assay.qualify.publishing.verify import verify_all  # noqa: E402
 from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.robustness_history_cases import unmarked, write_ledger  # noqa: E402
 
 ODD_ID = 'diff<script>alert("x")</script>'
 
@@ -89,52 +90,20 @@ def test_claim_text_is_inert_in_the_figure(tmp_path):
 
 @settings(max_examples=25, deadline=None)
 @given(
-    values=st.lists(
-        st.one_of(
-            st.floats(1e-5, 1e-2),
-            st.sampled_from([None, "absent"]),
-        ),
+    runs=st.lists(
+        st.one_of(st.floats(1e-5, 1e-2), st.sampled_from(["null", "absent"])),
         min_size=1,
         max_size=8,
     )
 )
-def test_every_run_after_the_first_measurement_has_a_mark(tmp_path_factory, values):
+def test_every_run_after_the_first_measurement_has_a_mark(tmp_path_factory, runs):
     """Issue 52, rule 4: a run whose value is null (a NaN is written as null) or that lacks
     the claim used to drop out of the figure and the sparkline, so both ended on the run
-    before it. Each such run is a red cross and an ``x``, at its place."""
+    before it. Each such run is a red cross and an ``x``, at its place (the oracle is
+    gate-robustness' history.every_run_marked's, on Hypothesis' ledgers)."""
     receipts = tmp_path_factory.mktemp("ledger") / "records" / "receipts"
-    for i, value in enumerate(values):
-        receipt = tamper_cases.synthetic_receipt(f"2026-01-01T00:00:{i:02d}Z", 1e-4, "0" * 64)
-        claim = receipt["claims"][0]
-        if value == "absent":
-            other = {**claim, "id": "other"}
-            receipt["claims"] = [other]
-        elif isinstance(value, float):
-            claim["measurement"]["value"] = value
-            claim["verdict"] = "pass" if value <= 1e-3 else "fail"
-            claim["margin"] = 1e-3 - value
-        else:
-            claim["measurement"]["value"] = None  # a NaN is written as null, never made too
-            claim["verdict"], claim["margin"] = "inconclusive", None
-        receipt["status"] = receipt["claims"][0]["verdict"]
-        write_receipt(receipt, receipts)
-    finite = [i for i, v in enumerate(values) if isinstance(v, float)]
-    standing = gate_standing(receipts, "demo")
-    figures = history_figures(standing)
-    if not finite:
-        assert figure_path("demo", "diff") not in figures
-        return
-    runs = values[finite[0] :]
-    svg = figures[figure_path("demo", "diff")]
-    marks = [line for line in svg.splitlines() if line.startswith(("<circle", "<text x"))]
-    crosses = [m for m in marks if "no finite value" in m]
-    assert len([m for m in marks if m.startswith("<circle")]) + len(crosses) == len(runs)
-    assert len(crosses) == sum(not isinstance(v, float) for v in runs)
-    line = sparkline(standing, "diff")
-    expected = ["x" if not isinstance(v, float) or v > 1e-3 else "" for v in runs[-12:]]
-    if len(runs) >= 2:
-        assert len(line) == len(expected)
-        assert [c if c == "x" else "" for c in line] == expected
+    write_ledger(receipts, runs)
+    assert unmarked(receipts, runs) == []
 
 
 def test_render_checks_every_destination_before_writing_any(tmp_path):

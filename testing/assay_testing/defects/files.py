@@ -64,6 +64,13 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "atomic.flush_unnamed",
+        "a full disk while a staged folder's files are flushed (fsync on a descriptor) is "
+        "raised without the file's name, so the CLI prints 'error: No space left on device' "
+        "naming nothing",
+        (Edit("assay.atomic:_fsync_tree", "raise _named(exc, Path(path)) from None", "raise"),),
+    ),
+    Defect(
         "atomic.in_place",
         "atomic_write_bytes writes the destination directly, without temp + rename",
         (

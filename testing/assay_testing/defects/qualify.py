@@ -19,6 +19,69 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "qualify.publishing.compare.vanished_gate_unseen",
+        "a gate whose receipts are gone from NEW is listed as unpaired and its claims are not "
+        "counted, so deleting a failing gate compares clean",
+        (
+            Edit(
+                "assay.qualify.publishing.compare:compare_sides",
+                'for claim in before.get(device, {}).get("claims", []) if only == "OLD" else []:',
+                "for claim in []:",
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.core.identifier.lookalikes_accepted",
+        "claim ids with surrounding whitespace, invisible characters or look-alike letters (not "
+        "NFKC-normal) are accepted, so two claims read as one",
+        (
+            Edit(
+                "assay.qualify.core.identifier:id_problem",
+                "if value != value.strip():",
+                "return None\n    if value != value.strip():",
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.publishing.history.valueless_runs_dropped",
+        "a run whose value is NaN (null) or that lacks the claim has no mark in the claim's "
+        "figure or sparkline, which then end on the run before it",
+        (
+            Edit(
+                "assay.qualify.publishing.history:claim_points",
+                "            claim = held.get(cid)\n",
+                "            claim = held.get(cid)\n"
+                "            if claim is None or not _finite(claim['measurement'].get('value')):\n"
+                "                continue\n",
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.ledger.history.uncommitted_unnoted",
+        "receipts on disk that no commit holds pass verification without the note that their "
+        "history is unchecked",
+        (
+            Edit(
+                "assay.qualify.ledger.history:check_history",
+                "notes.extend(_uncommitted_receipts(receipts_dir, tracked, committed))",
+                "pass",
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.ledger.chain.refused_ledger_listed",
+        "a LEDGER that is a device or links out of its folder is listed as one problem among "
+        "every receipt it then fails to hold (exit 1, a line per receipt), not refused as bad "
+        "input in one line",
+        (
+            Edit(
+                "assay.qualify.ledger.chain:read_ledger",
+                "raise AssayError(str(err)) from None",
+                'return [], [f"{path}: ledger not readable ({err})"]',
+            ),
+        ),
+    ),
+    Defect(
         "qualify.ledger.chain.unchained",
         "verify ignores the LEDGER and the receipts' back-links",
         (

@@ -21,6 +21,35 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "cli.train.finished_before_checks",
+        "train --resume of a run that reached its last step exits 0 ('already finished') before "
+        "the resume's checks, so a run of another model, other data or a damaged checkpoint "
+        "passes for finished",
+        (
+            Edit(
+                "assay.cli.train:run",
+                "            checkpoint = trainer.checked_checkpoint(args.resume)\n"
+                "            if _finished(config, args):\n"
+                "                return 0\n",
+                "            if _finished(config, args):\n"
+                "                return 0\n"
+                "            checkpoint = trainer.checked_checkpoint(args.resume)\n",
+            ),
+        ),
+    ),
+    Defect(
+        "settings.derived.unchecked",
+        "numbers formed from several settings (learning rate x decay, LoRA+'s B rate, rows per "
+        "step and per run) are not checked, only each setting alone",
+        (
+            Edit(
+                "assay.settings.derived:check_derived",
+                "if not (abs(value) <= number.ceiling):",
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
         "train.loop.gradient_scaled",
         "every micro-batch's loss share is back-propagated twice over (the logged loss is not): "
         "a gradient scaled by 2, which an always-active clip and AdamW both hide",

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.bounded import parse_json, read_text_bounded, split_lines
+from assay.bounded import RefusedFile, parse_json, read_text_bounded, split_lines
+from assay.errors import AssayError
 
 CORRECTIONS = "CORRECTIONS"
 CHANGES = ("deleted", "modified", "line removed", "line changed", "line inserted")
@@ -115,10 +116,12 @@ def _entry(gate: str, number: int, text: str) -> Correction | str:
 def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], list[str]]:
     """The entries of ``<gate>/CORRECTIONS`` (none if absent) and one problem per bad line."""
     path = Path(receipts_dir) / gate / CORRECTIONS
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return [], []
     try:
         lines = split_lines(read_text_bounded(path, within=path.parent))
+    except RefusedFile as err:  # a link out or a device: bad input, not a broken ledger
+        raise AssayError(str(err)) from None
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{gate}/{CORRECTIONS}: not readable ({err})"]
     found: list[Correction] = []

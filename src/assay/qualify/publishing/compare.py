@@ -15,8 +15,10 @@ it), ``unchanged``.
 The first four fail the comparison (exit 1): each is evidence lost or worsened. So does a gate
 whose standing (the one every view shows, git history included) is worse in NEW than in OLD:
 a ledger broken by removing a failing receipt cannot pass for an improvement. A gate, or a device of
-a gate, with receipts on one side only is listed as unpaired, not compared: a run of some gates
-(CI's) against a full ledger loses no claim by leaving the others out.
+a gate, with receipts on one side only is listed as unpaired. Arriving in NEW, its claims that do
+not pass fail; vanished from NEW, each of its claims is missing unless NEW's corrections retire
+it, as when one claim is dropped. A run of some gates is compared as CI does (docs/ci.md): its
+receipts written on top of a copy of the ledger, so the gates it left out stay as published.
 """
 
 from __future__ import annotations
