@@ -134,6 +134,30 @@ def test_a_gate_that_vanishes_is_missing_and_one_that_arrives_unpaired(tmp_path,
     assert code == 0 and _changes(found) == {"a": "unchanged"}
 
 
+@pytest.mark.parametrize("status", ["fail", "inconclusive"])
+def test_a_gate_that_claimed_nothing_vanishing_whole_still_fails(tmp_path, capsys, status):
+    """Found by the issue-52 adversary: a gate with no claims (its tests failed, or all were
+    skipped) deleted whole compared clean, since no claim could go missing. Its standing now
+    counts as fallen. The control: NEW that keeps the gate compares clean."""
+    old = tmp_path / "old"
+    _run(old, 1, [_claim("a", 1e-4)])
+    receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:02Z", 0.0, "0" * 64)
+    receipt.update(gate="quiet", claims=[], status=status)
+    receipt.pop("headline_claim", None)
+    outcome = "failed" if status == "fail" else "skipped"
+    receipt["run"]["tests"] = [{"nodeid": "gates/gate_quiet.py::test_x", "outcome": outcome}]
+    write_receipt(receipt, old)
+    kept = tmp_path / "kept"
+    shutil.copytree(old, kept)
+    gone = tmp_path / "gone"
+    shutil.copytree(old, gone)
+    shutil.rmtree(gone / "quiet")
+    code, found = _compare(capsys, old, gone)
+    assert code == 1 and found["worse_standings"] == ["quiet"]
+    code, found = _compare(capsys, old, kept)
+    assert code == 0 and found["worse_standings"] == []
+
+
 def test_a_run_of_some_gates_on_a_copy_of_the_ledger_compares_only_what_ran(tmp_path, capsys):
     """The regression run's shape (.ci/run, docs/ci.md job 1): CI runs a subset of the gates and
     writes their receipts on top of a copy of the committed ledger, so the gates it leaves out

@@ -2,7 +2,8 @@
 time (issue 52, rule 6: a checkpoint save on a full disk printed ``assay: error: : No space left
 on device``, naming nothing).
 
-The run is a two-step LoRA run of a tiny model saving every step, in this process; the events
+The run is a one-step LoRA run of a tiny model that saves its step, in this process (a second
+step's save repeats the first's events); the events
 are those :class:`assay_testing.faults.FailAt` counts (writes, fsyncs, renames, links, mkdirs),
 failing as the OS fails them. The rule each event is held to: the run ends in exit 2 with one
 stderr line that names a path under the run's folder and says the disk is full, or, where the
@@ -45,9 +46,8 @@ def _run(root: Path, model: Path, fail_at: int) -> tuple[int | str, str, FailAt]
     train = root / "train.jsonl"
     if not train.exists():
         train.write_bytes(_jsonl(GOOD_ROWS))
-    config = write_config(
-        root / f"config-{fail_at}.yaml", base_config(model, train, root / f"run-{fail_at}")
-    )
+    settings = {**base_config(model, train, root / f"run-{fail_at}"), "steps": 1}
+    config = write_config(root / f"config-{fail_at}.yaml", settings)
     err, fault = io.StringIO(), FailAt(fail_at)
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), fault:
         try:
@@ -70,12 +70,15 @@ def _problem(code: int | str, stderr: str, run: Path, on_folder: bool) -> str:
     return ""
 
 
-def sweep(root: Path, model: Path) -> list[Trial]:
-    """Fail each write-side event of the run in turn (a fresh run folder each); every trial."""
+def sweep(root: Path, model: Path, only: tuple[str, ...] = ()) -> list[Trial]:
+    """Fail each write-side event of the run in turn (a fresh run folder each), or only the
+    events named in ``only``; every trial."""
     root.mkdir(parents=True, exist_ok=True)
     _code, _err, counted = _run(root, model, 0)
     trials = []
     for event, name in enumerate(counted.events, 1):
+        if only and name not in only:
+            continue
         code, stderr, fault = _run(root, model, event)
         problem = _problem(code, stderr, root / f"run-{event}", fault.on_folder)
         trials.append(Trial(event, name, code, stderr, problem))

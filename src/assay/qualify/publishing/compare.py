@@ -16,9 +16,10 @@ The first four fail the comparison (exit 1): each is evidence lost or worsened. 
 whose standing (the one every view shows, git history included) is worse in NEW than in OLD:
 a ledger broken by removing a failing receipt cannot pass for an improvement. A gate, or a device of
 a gate, with receipts on one side only is listed as unpaired. Arriving in NEW, its claims that do
-not pass fail; vanished from NEW, each of its claims is missing unless NEW's corrections retire
-it, as when one claim is dropped. A run of some gates is compared as CI does (docs/ci.md): its
-receipts written on top of a copy of the ledger, so the gates it left out stay as published.
+not pass fail. Vanished from NEW, each of its claims is missing and its standing counts as
+fallen, so a gate deleted whole fails the comparison even when it claimed nothing. A run of some
+gates is compared as CI does (docs/ci.md): its receipts written on top of a copy of the ledger,
+so the gates it left out stay as published.
 """
 
 from __future__ import annotations
@@ -268,6 +269,8 @@ def compare_sides(old: Side, new: Side) -> Comparison:
         result.standings[gate] = (old_line, new_line)
         if new_line and _rank(new_line) < _rank(old_line or "pass"):
             result.worse_standings.append(gate)  # fell, or arrived below pass
+        elif old_line and not new_line:
+            result.worse_standings.append(gate)  # vanished whole, claims or none
         before, after = _heads(old, gate), _heads(new, gate)
         for device in sorted(set(before) | set(after)):
             if device not in before or device not in after:
