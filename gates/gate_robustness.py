@@ -478,3 +478,55 @@ def test_every_run_has_a_mark_in_every_view(gate, tmp_path):
         "the note removed (qualify.ledger.history.uncommitted_unnoted)",
         sum(bool(m) for m in broken),
     )
+
+
+DESCRIBED = {
+    "qualify.plugin.gate.reach_from_process": "declared modules checked against the process's "
+    "imports",
+    "qualify.plugin.child_imports.reports_for_every_gate": "every child's report counted for "
+    "every gate",
+}
+
+
+def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
+    """Issue 52, rule 5: `nox -s gate-exports` alone errored at teardown (a declared module
+    "never imported by its test") while the same gate passed among all gates, because the check
+    read the process's imports. Real pytest runs of a throwaway project whose gates would leak
+    into each other under such a check: each alone, all in order, reversed and shuffled, on 1
+    and 2 workers."""
+    from support.robustness_verdict_cases import (
+        CONTROLS,
+        differing,
+        fault_env,
+        outcomes,
+        runs,
+        unexpected,
+    )
+
+    gate.seed(7)
+    planned = runs(seeds=(7,))
+    claim = gate.claim(
+        "verdicts.order_independent",
+        f"{len(planned)} real pytest runs of four gates (each alone; all in order, reversed and "
+        "shuffled, on 1 and 2 workers): every test's outcome is the same in every run and is "
+        "what its declarations call for (a module its gate cannot reach errors the test, a "
+        "child's report counts only for the test that started it)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="tests with a differing or wrong outcome",
+        code=(
+            "assay.qualify.plugin.gate",
+            "assay.qualify.plugin.reachable",
+            "assay.qualify.plugin.child_imports",
+            "support.robustness_verdict_cases",
+        ),
+    )
+    table = outcomes(tmp_path / "runs", planned)
+    wrong = differing(table) + unexpected(table)
+    claim.measure(len({line.split("::", 1)[0] for line in wrong}))
+    if wrong:
+        gate.note("verdicts: " + "; ".join(wrong[:4]))
+    for fault, labels in CONTROLS.items():
+        pair = [p for p in planned if p[0] in labels]
+        broken = outcomes(tmp_path / fault, pair, fault_env(fault))
+        claim.control(f"{DESCRIBED[fault]} ({fault})", len(differing(broken)))

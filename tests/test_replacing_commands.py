@@ -28,6 +28,7 @@ from assay.cli import main
 from assay.errors import AssayError
 from assay.train.run_dir import RUN_MARKER
 from assay_testing.text_run import save_text_run
+from assay_testing.tree_listing import tree_listing
 
 USER_NAMES = ("thesis.tex", "notes.md", "data.csv", "photo.jpg", "README.md", "index.html")
 LOOKALIKE_FILES = {
@@ -205,3 +206,41 @@ def test_overwrite_through_a_symlink_is_refused_and_leaves_nothing(trained):
     code, err = _cli(["train", str(_config_into(root, keys, link)), "--overwrite"])
     assert code == 2 and "is a symlink" in err
     assert sorted(p.name for p in link.parent.iterdir()) == listing  # no reserved name left
+
+
+def _swap_kind(run: Path, how: str, elsewhere: Path) -> None:
+    """Put in ``run`` something of another kind under a name ``assay train`` writes."""
+    step = next(p for p in sorted(run.iterdir()) if p.name.startswith("step-"))
+    if how == "step_link":  # a user's symlink standing in for a checkpoint
+        shutil.move(step, elsewhere / step.name)
+        step.symlink_to(elsewhere / step.name)
+    elif how == "link_in_step":
+        (step / "notes.md").symlink_to(elsewhere / "notes.md")
+    elif how == "folder_for_file":
+        (run / "metrics.jsonl").unlink()
+        (run / "metrics.jsonl").mkdir()
+        (run / "metrics.jsonl" / "mine.txt").write_bytes(b"kept")
+    elif how == "file_for_step":
+        (run / "step-999999").write_bytes(b"a user's file with a checkpoint's name")
+    elif how == "link_for_file":
+        (run / "config.yaml").unlink()
+        (run / "config.yaml").symlink_to(elsewhere / "notes.md")
+
+
+@pytest.mark.parametrize(
+    "how", ["step_link", "link_in_step", "folder_for_file", "file_for_step", "link_for_file"]
+)
+def test_overwrite_refuses_a_name_train_writes_holding_another_kind(trained, how):
+    """Second adversary, case 1f: a symlink in place of a checkpoint has a name train writes,
+    but train never wrote a symlink; deleting the run would remove it. The kind counts as well
+    as the name: refused in one line, and nothing here or where the links point changes."""
+    root, keys, run = trained
+    folder = Path(tempfile.mkdtemp(dir=root)) / "run"
+    elsewhere = Path(tempfile.mkdtemp(dir=root))
+    (elsewhere / "notes.md").write_bytes(b"the user's notes")
+    shutil.copytree(run, folder)
+    _swap_kind(folder, how, elsewhere)
+    before, outside = tree_listing(folder), tree_listing(elsewhere)
+    code, err = _cli(["train", str(_config_into(root, keys, folder)), "--overwrite"])
+    assert code == 2 and err.count("\n") == 1 and "assay train did not write" in err, err
+    assert tree_listing(folder) == before and tree_listing(elsewhere) == outside

@@ -115,6 +115,17 @@ def read_text_bounded(
     return data.decode("utf-8")
 
 
+def read_text_refusing(path: str | os.PathLike[str], within: Path) -> str:
+    """:func:`read_text_bounded` of ``path`` inside folder ``within``, with a refused file (not
+    a regular file, a link out of ``within``, over the cap) raised as one-line bad input
+    (AssayError, naming the file) rather than reported as a damaged file among others. Other
+    OSErrors and UnicodeDecodeError pass through, for the caller to report."""
+    try:
+        return read_text_bounded(path, within=within)
+    except RefusedFile as err:
+        raise AssayError(str(err)) from None
+
+
 def lone_surrogate(value: Any) -> str | None:
     """The dotted path of the first string in ``value`` holding a lone surrogate, else None."""
     stack: list[tuple[str, Any]] = [("", value)]

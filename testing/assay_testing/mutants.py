@@ -289,6 +289,20 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # qualify (no torch)
     Mutant(
+        "qualify.plugin.gate.reach_from_process",
+        (
+            "tests/qualify/test_verdict_independence.py::"
+            "test_each_gate_gets_one_verdict_alone_together_and_shuffled",
+        ),
+    ),
+    Mutant(
+        "qualify.plugin.child_imports.reports_for_every_gate",
+        (
+            "tests/qualify/test_verdict_independence.py::"
+            "test_each_gate_gets_one_verdict_alone_together_and_shuffled",
+        ),
+    ),
+    Mutant(
         "qualify.publishing.compare.vanished_gate_unseen",
         (
             "tests/qualify/test_compare.py::"

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 from corpus_harness import Case
-from corpus_inputs import GOOD_ROWS, TOKENIZER, _jsonl, base_config
+from corpus_inputs import GOOD_ROWS, TOKENIZER, _jsonl, base_config, make_receipt
 
 from assay_testing.forgery import reseal
 
@@ -245,4 +245,30 @@ def replace_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> lis
         cases.append(Case(f"replace.export_{fmt}_force", "replace", argv, out, "--force", folder))
     argv = ("publish", "--html", str(mine))
     cases.append(Case("replace.publish_user_folder", "replace", argv, mine, "--html", folder))
+    linked = folder / "linked_run"  # a run whose checkpoint is the user's symlink
+    shutil.copytree(run, linked)
+    (linked / "step-000001").rename(folder / "kept-step")
+    (linked / "step-000001").symlink_to(folder / "kept-step")
+    config = write_config(folder / "overwrite_step_link.yaml", base_config(model, train, linked))
+    cases.append(
+        train_case("overwrite_step_link", "replace", config, "output.dir", folder, "--overwrite")
+    )
+    cases.append(_edited_site_case(folder))
     return cases
+
+
+def _edited_site_case(folder: Path) -> Case:
+    """An earlier site whose copied LEDGER.txt the user edited: publishing again keeps it."""
+    from assay.qualify.publishing.index import render_all
+    from assay.qualify.publishing.site import build_site
+
+    ledger = folder / "site_ledger"
+    make_receipt(ledger / "receipts", "a plain note")
+    render_all(ledger / "receipts", ledger)
+    site = folder / "site"
+    build_site(ledger / "receipts", ledger, site, root=ledger)
+    edited = site / "receipts" / "corpus" / "LEDGER.txt"
+    edited.write_bytes(edited.read_bytes() + b"my annotation\n")
+    argv = ("publish", "--receipts", str(ledger / "receipts"), "--records", str(ledger))
+    argv = (*argv, "--html", str(site))
+    return Case("replace.publish_edited_site_ledger", "replace", argv, edited, "--html", folder)

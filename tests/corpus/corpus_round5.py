@@ -13,18 +13,19 @@ from pathlib import Path
 from corpus_harness import Case
 from corpus_inputs import GOOD_ROWS, _jsonl, base_config, make_receipt
 from corpus_outputs import good_run, train_case, write_config
+from corpus_round4 import ZERO
 
 # kind -> what the class covers (gate-robustness claims each class and reports its size)
 CLASSES = {
     "shortcuts": "rule 2: a finished run resumed under another model, data or a damaged "
     "checkpoint is refused before the 'already finished' exit",
     "derived": "rule 3: products of settings in range (learning rate x decay, LoRA+'s ratio, "
-    "rows per step and per run) checked where they are formed, by train and estimate",
+    "the adapter's scale alpha / rank, rows per step and per run) checked where they are "
+    "formed, by train and estimate",
     "claim_ids": "rule 4: claim ids with surrounding whitespace or not NFKC-normal refused",
     "ledger_files": "rule 6: a LEDGER, CORRECTIONS or receipt that is a device or links out of "
     "its folder is bad input to verify, render and publish",
 }
-ZERO = Path("/dev/zero")
 
 
 def _finished_run(root: Path, model: Path) -> tuple[Path, Path, Path]:
@@ -83,6 +84,11 @@ def derived_cases(root: Path, model: Path) -> list[Case]:
             },
             "adapter.lr_ratio",
         ),
+        "adapter_scale": ({"adapter": {**base["adapter"], "alpha": 1e39}}, "adapter.alpha"),
+        "rslora_scale": (
+            {"adapter": {**base["adapter"], "method": "rslora", "rank": 1, "alpha": 1e20}},
+            "adapter.alpha",
+        ),
         "rows_per_step": ({"batch": {"micro_batch": 2, "grad_accum": 2**53}}, "batch.grad_accum"),
         "rows_per_run": ({"steps": 2**52, "batch": {"micro_batch": 4}}, "steps"),
     }
@@ -95,6 +101,11 @@ def derived_cases(root: Path, model: Path) -> list[Case]:
     argv = ("estimate", str(path), "--budget", "4GiB", "--json")
     where = "optim.weight_decay"
     cases.append(Case("derived.estimate_lr_times_decay", "derived", argv, path, where, folder))
+    path = folder / "adapter_scale.yaml"
+    argv = ("estimate", str(path), "--budget", "4GiB", "--json")
+    cases.append(
+        Case("derived.estimate_adapter_scale", "derived", argv, path, "adapter.alpha", folder)
+    )
     return cases
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from gatekit import TINY_PNG
+
+from assay_testing.tree_listing import tree_listing
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
@@ -203,3 +206,45 @@ def test_a_site_folder_keeps_a_users_page_of_a_gates_name(tmp_path):
     with pytest.raises(AssayError, match=r"demo\.html: exists and was not written"):
         build_site(receipts, receipts.parent, site, root=tmp_path)
     assert (site / "demo.html").read_text() == "my own page\n"
+
+
+@pytest.mark.parametrize("how", ["edited", "link", "folder", "none"])
+def test_publishing_again_replaces_only_files_the_last_publish_wrote_unchanged(tmp_path, how):
+    """Issue 52, rule 1 (second adversary, case 1s): every file of an earlier site (a copied
+    receipt, its LEDGER.txt, a page) that was edited, or swapped for a link or a folder, since
+    publish wrote it is kept, and the whole publish is refused naming it; the control ("none")
+    publishes the grown ledger over the untouched site."""
+    from assay.errors import AssayError
+    from assay.qualify.publishing.site import SITE_MANIFEST
+
+    receipts = tmp_path / "records" / "receipts"
+    write_receipt(tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64), receipts)
+    site = tmp_path / "site"
+    build_site(receipts, receipts.parent, site, root=tmp_path)
+    written = json.loads((site / SITE_MANIFEST).read_text())["files"]
+    assert "receipts/demo/LEDGER.txt" in written and "index.html" in written
+    write_receipt(tamper_cases.synthetic_receipt("2026-01-02T00:00:00Z", 2e-4, "0" * 64), receipts)
+    for rel in sorted(written):
+        scratch = tmp_path / "runs" / rel.replace("/", "_")
+        shutil.copytree(site, scratch)
+        target = scratch / rel
+        if how == "edited":
+            target.write_bytes(target.read_bytes() + b"\nmy note\n")
+        elif how == "link":
+            (tmp_path / "mine.txt").write_bytes(b"mine\n")
+            target.unlink()
+            target.symlink_to(tmp_path / "mine.txt")
+        elif how == "folder":
+            target.unlink()
+            target.mkdir()
+            (target / "mine.txt").write_bytes(b"mine\n")
+        before = tree_listing(scratch)
+        if how == "none":
+            build_site(receipts, receipts.parent, scratch, root=tmp_path)
+            assert len(list((scratch / "receipts" / "demo").glob("*.json"))) == 2
+            continue
+        # a swapped index.html makes the folder no earlier site: refused as a whole
+        named = scratch if rel == "index.html" and how != "edited" else target
+        with pytest.raises(AssayError, match=rf"{re.escape(str(named))}: .*nothing was changed"):
+            build_site(receipts, receipts.parent, scratch, root=tmp_path)
+        assert tree_listing(scratch) == before, rel

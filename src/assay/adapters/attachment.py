@@ -36,6 +36,15 @@ class AdapterSpec:
     seed: int
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """ValueError when the spec's alpha and rank form a scale out of range, so a saved
+        spec or an adapter folder is refused where its numbers are read, before any tensor
+        is made."""
+        if self.method in METHODS:
+            problem = registered(self.method).scale_problem(self.rank, self.alpha)
+            if problem:
+                raise ValueError(problem)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["targets"], out["layers"] = list(self.targets), list(self.layers)

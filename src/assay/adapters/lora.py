@@ -24,7 +24,7 @@ from assay.errors import ConfigError
 def lora_scaling(method: str, rank: int, alpha: float) -> float:
     """alpha / sqrt(r) for a method the registry marks ``scale_root`` (rsLoRA), alpha / r
     otherwise (PEFT's ``use_rslora`` rule)."""
-    return alpha / math.sqrt(rank) if registered(method).scale_root else alpha / rank
+    return registered(method).scale(rank, alpha)
 
 
 class LoRALinear(AdapterLinear):

@@ -211,6 +211,9 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
         )
     method = from_peft_flags(cfg)
     dropout = float(cfg.get("lora_dropout") or 0.0)
+    problem = registered(method).scale_problem(int(cfg["r"]), float(cfg["lora_alpha"]))
+    if problem:
+        raise ConfigError(f"{where}: lora_alpha: {problem}")
     spec = AdapterSpec(
         method,
         int(cfg["r"]),

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from assay.errors import ConfigError
 
 SHARINGS = ("global", "per_target")
+
+
+# The largest adapter scale accepted: about the square root of float32's largest value, since
+# the scaled update is squared by the next layer's norm; a PEFT default is 2.
+SCALE_CEILING = 2.0**64
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,30 @@ class Method:
     #: the ``AdapterLinear`` class that implements it, as ``"module:Class"`` (imported only
     #: when a model is adapted, so the registry needs no torch); None for ``full``
     implementation: str | None = None
+
+    @property
+    def scaled(self) -> bool:
+        """Its update is scaled by ``alpha`` over the rank (the LoRA family's options)."""
+        return any(f.name == "alpha" for f in dataclasses.fields(self.options))
+
+    def scale(self, rank: int, alpha: float) -> float:
+        """The factor its update is multiplied by: alpha / sqrt(r) for a ``scale_root``
+        method (PEFT's ``use_rslora`` rule), alpha / r otherwise."""
+        return alpha / math.sqrt(rank) if self.scale_root else alpha / rank
+
+    def scale_problem(self, rank: int, alpha: float) -> str | None:
+        """None when ``alpha`` and ``rank`` give a scale in (0, :data:`SCALE_CEILING`]; else
+        one line saying what they give (each may be in range while their quotient is not)."""
+        if not self.scaled or rank < 1:
+            return None
+        value = self.scale(rank, alpha)
+        if 0 < value <= SCALE_CEILING:
+            return None
+        root = "sqrt(rank)" if self.scale_root else "rank"
+        return (
+            f"the adapter's scale (alpha / {root}) is {value:g} for alpha {alpha:g} and rank "
+            f"{rank}, outside (0, {SCALE_CEILING:g}]"
+        )
 
     def adapter_class(self) -> type:
         """The implementing class, imported now."""

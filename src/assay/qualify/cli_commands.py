@@ -137,7 +137,9 @@ def run_publish(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        index = build_site(receipts, records, Path(args.html), problems=report.problems)
+        index = build_site(
+            receipts, records, Path(args.html), problems=report.problems, found=report.standings
+        )
     except OSError as err:
         print(
             f"assay publish: {args.html}: cannot write the site ({err.strerror})", file=sys.stderr

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assay.adapters.registry import SCALE_CEILING
+from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 
 FLOAT32_MAX = 3.4028234663852886e38
@@ -34,6 +36,9 @@ DOC_NOTES = (
     "  `optim.lr x adapter.lr_ratio` and its decay `x optim.weight_decay` must be finite",
     "  float32 values (at most 3.4e38), since the optimizer applies them to float32",
     "  parameters;",
+    "- the adapter's scale `adapter.alpha / adapter.rank` (`/ sqrt(adapter.rank)` for",
+    "  rsLoRA) must be at most 2^64 (about 1.8e19, the square root of float32's largest",
+    "  value: the next layer's norm squares the scaled update);",
     "- rows per step `batch.micro_batch x batch.grad_accum` and the rows a run reads",
     "  (`steps` x rows per step) must stay below 2^53, the integers JSON numbers hold exactly.",
 )
@@ -77,6 +82,18 @@ def derived_numbers(config: Any) -> list[Derived]:
                 "adapter.lr_ratio",
                 lr * ratio * optim.weight_decay,
                 FLOAT32_MAX,
+            )
+        )
+    options = config.adapter.options()
+    method = registered(config.adapter.method)
+    if method.scaled:
+        root = "sqrt(adapter.rank)" if method.scale_root else "adapter.rank"
+        found.append(
+            Derived(
+                f"the adapter's scale (adapter.alpha / {root})",
+                "adapter.alpha",
+                method.scale(options["rank"], options["alpha"]),
+                SCALE_CEILING,
             )
         )
     rows = batch.micro_batch * batch.grad_accum

@@ -45,11 +45,49 @@ _STEP = re.compile(r"step-[0-9]{6,}")
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp-[^/]*")
 
 
+# The entries of a run folder that ``assay train`` writes as folders; every other entry it
+# writes is a regular file. It never writes a symlink, a device or a pipe, at any depth.
+RUN_FOLDERS = frozenset({"tensorboard"})
+
+
+def _written_name(name: str) -> str:
+    """The entry an interrupted write's temporary ``name`` was for, else ``name``."""
+    leftover = _TEMPORARY.fullmatch(name)
+    return leftover.group("name") if leftover else name
+
+
 def written_by_train(name: str) -> bool:
     """True when a run folder's entry ``name`` is one ``assay train`` writes."""
-    leftover = _TEMPORARY.fullmatch(name)
-    name = leftover.group("name") if leftover else name
+    name = _written_name(name)
     return name in RUN_ENTRIES or _STEP.fullmatch(name) is not None
+
+
+def _written_as(entry: Path) -> bool:
+    """True when ``entry`` (a top-level entry of a run folder) has a name ``assay train``
+    writes and is of the kind it writes there: a real folder for a checkpoint or the events
+    folder (holding only real folders and regular files), a regular file for the rest."""
+    if not written_by_train(entry.name) or entry.is_symlink():
+        return False
+    name = _written_name(entry.name)
+    folder = name in RUN_FOLDERS or _STEP.fullmatch(name) is not None
+    if not folder:
+        return entry.is_file()
+    if not entry.is_dir():
+        return False
+    for parent, dirs, files in os.walk(entry):
+        for child in dirs + files:
+            inner = Path(parent) / child
+            if inner.is_symlink() or not (inner.is_dir() or inner.is_file()):
+                return False
+    return True
+
+
+def not_written_by_train(run: Path) -> list[str]:
+    """The entries of run folder ``run`` (its marker and lock aside) that ``assay train`` did
+    not write: a name it never writes, or one of its names standing for something of another
+    kind (a symlink in place of a checkpoint, a folder in place of a file, a link or device
+    anywhere inside a checkpoint). Deleting the run would delete these."""
+    return [name for name in _entries(run) if not _written_as(run / name)]
 
 
 def is_marked_run(path: Path) -> bool:
@@ -135,13 +173,14 @@ def _foreign(out: Path, source: str, locked: bool) -> ConfigError:
 def _check_replaceable(out: Path, source: str) -> None:
     """--overwrite deletes the old run whole: refuse a run folder that also holds what
     ``assay train`` does not write (a user's notes, a config kept beside the run under
-    another name than ``config.yaml``), or is a symlink."""
+    another name than ``config.yaml``, a symlink standing in for a checkpoint), or is a
+    symlink."""
     if out.is_symlink():
         raise ConfigError(
             f"{source}: output.dir: {out} is a symlink; --overwrite replaces only a run folder "
             "itself; nothing was changed; name the folder it points to"
         )
-    extra = [name for name in _entries(out) if not written_by_train(name)]
+    extra = not_written_by_train(out)
     if extra:
         raise ConfigError(
             f"{source}: output.dir: {out} holds a run and files assay train did not write "

@@ -58,8 +58,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.adapters.lora:lora_scaling",
-                "alpha / math.sqrt(rank) if registered(method).scale_root",
-                "alpha / rank if registered(method).scale_root",
+                "return registered(method).scale(rank, alpha)",
+                "return alpha / rank",
             ),
         ),
     ),
@@ -69,8 +69,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.adapters.lora:lora_scaling",
-                "else alpha / rank",
-                "else alpha / math.sqrt(rank)",
+                "return registered(method).scale(rank, alpha)",
+                "return alpha / math.sqrt(rank)",
             ),
         ),
     ),

@@ -7,6 +7,30 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
+        "qualify.plugin.gate.reach_from_process",
+        "a claim's declared modules are checked against what the process has imported, so a "
+        "gate passes after another gate imported its modules and errors when run alone",
+        (
+            Edit(
+                "assay.qualify.plugin.gate:Gate.stale_code",
+                "reached = reach(Path(self._root), packages).modules(self._module_path)",
+                'reached = frozenset(__import__("sys").modules)',
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.plugin.child_imports.reports_for_every_gate",
+        "what any child of the process reported counts for every later gate test, so a gate "
+        "passes after another gate's child imported its modules and errors when run alone",
+        (
+            Edit(
+                "assay.qualify.plugin.child_imports:ChildImports.names",
+                "return set().union(*(self._names.get(c, set()) for c in contexts))",
+                "return set().union(*self._names.values())",
+            ),
+        ),
+    ),
+    Defect(
         "qualify.publishing.compare.flip_unseen",
         "compare never reports a claim as flipped to fail (it shows as regressed at most)",
         (
@@ -76,8 +100,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.qualify.ledger.chain:read_ledger",
-                "raise AssayError(str(err)) from None",
-                'return [], [f"{path}: ledger not readable ({err})"]',
+                "read_text_refusing(",
+                '__import__("assay.bounded").bounded.read_text_bounded(',
             ),
         ),
     ),

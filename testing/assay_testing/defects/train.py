@@ -15,7 +15,7 @@ DEFECTS: tuple[Defect, ...] = (
             Edit("assay.train.run_dir:_check", "elif not is_marked_run(out):", "elif False:"),
             Edit(
                 "assay.train.run_dir:_check_replaceable",
-                "extra = [name for name in _entries(out) if not written_by_train(name)]",
+                "extra = not_written_by_train(out)",
                 "extra = []",
             ),
         ),

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.bounded import RefusedFile, parse_json, read_text_bounded
-from assay.errors import AssayError
+from assay.bounded import parse_json, read_text_refusing
 from assay.qualify.core.source import file_sha256
 from assay.qualify.ledger.chain import check_chain, ledger_path, read_ledger
 from assay.qualify.ledger.corrections import CORRECTIONS, Correction, read_corrections
@@ -25,9 +24,7 @@ from assay.qualify.ledger.receipt import (
 
 def _check_file(path: Path, gate: str) -> tuple[dict[str, Any] | None, list[str]]:
     try:
-        data = parse_json(read_text_bounded(path, within=path.parent))
-    except RefusedFile as err:  # a link out or a device: bad input, not a broken receipt
-        raise AssayError(str(err)) from None
+        data = parse_json(read_text_refusing(path, within=path.parent))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         return None, [f"{path}: not readable JSON ({err})"]
     problems = []

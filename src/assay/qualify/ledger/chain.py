@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import atomic_write_bytes
-from assay.bounded import RefusedFile, read_text_bounded, split_lines
+from assay.bounded import read_text_refusing, split_lines
 from assay.errors import AssayError
 from assay.qualify.core.layout import GATE_NAME
 from assay.qualify.ledger.receipt import (
@@ -54,13 +54,13 @@ def ledger_path(receipts_dir: Path, gate: str) -> Path:
 
 
 def read_ledger(path: Path) -> tuple[list[tuple[str, str]], list[str]]:
-    """Entries ``(sha256, file name)`` oldest first, and one problem line per malformed line."""
+    """Entries ``(sha256, file name)`` oldest first, and one problem line per malformed or
+    unreadable line; AssayError (one line naming it) for a LEDGER that is a device, a link out
+    of its folder, or over the size cap: bad input, not a broken ledger."""
     entries: list[tuple[str, str]] = []
     problems: list[str] = []
     try:
-        lines = split_lines(read_text_bounded(path, within=Path(path).parent))
-    except RefusedFile as err:  # a link out or a device: bad input, not a broken ledger
-        raise AssayError(str(err)) from None
+        lines = split_lines(read_text_refusing(path, within=Path(path).parent))
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{path}: ledger not readable ({err})"]
     for number, line in enumerate(lines, 1):

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assay.bounded import RefusedFile, parse_json, read_text_bounded, split_lines
-from assay.errors import AssayError
+from assay.bounded import parse_json, read_text_refusing, split_lines
 
 CORRECTIONS = "CORRECTIONS"
 CHANGES = ("deleted", "modified", "line removed", "line changed", "line inserted")
@@ -119,9 +118,7 @@ def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], l
     if not path.exists() and not path.is_symlink():
         return [], []
     try:
-        lines = split_lines(read_text_bounded(path, within=path.parent))
-    except RefusedFile as err:  # a link out or a device: bad input, not a broken ledger
-        raise AssayError(str(err)) from None
+        lines = split_lines(read_text_refusing(path, within=path.parent))
     except (OSError, UnicodeDecodeError) as err:
         return [], [f"{gate}/{CORRECTIONS}: not readable ({err})"]
     found: list[Correction] = []

@@ -1,15 +1,16 @@
 """What a gate session's child processes imported and read, so that ``code=`` is checked there
 too and the files a claim's child opened count for the claim.
 
-A claim may list only code its test ran (:meth:`assay.qualify.plugin.gate.Gate.stale_code`), which
-is checked against ``sys.modules`` of the process running the test. Code that runs in a child
-process (a CLI run, torchrun ranks, a module fixture's measuring job) is imported there
-instead. Once a process has collected gate tests, the plugin points :data:`ENV` at a private
-directory (:class:`ChildImports`); a child that calls :func:`report_at_exit` writes the names
-of the modules it imported into it when it exits normally, and every later gate test of that
-process counts them as imported, exactly as it counts its own ``sys.modules``. The child also
-notes the files it opens for reading (:mod:`assay.qualify.plugin.reads`), under the gate context
-it was started in (``ASSAY_GATE_CONTEXT``), and reports them with its imports.
+A claim may list only code its gate reaches (:meth:`assay.qualify.plugin.gate.Gate.stale_code`),
+read from the source its gate module imports. Code that a child process imports by other
+means (``python -c "import x"``, a script path) is imported only there. Once a process has
+collected gate tests, the plugin points :data:`ENV` at a private directory
+(:class:`ChildImports`); a child that calls :func:`report_at_exit` writes the names of the
+modules it imported into it when it exits normally, with the gate context it was started in
+(``ASSAY_GATE_CONTEXT``: the test's, or its gate's for a shared fixture), and those names
+count for that test and that gate only, never for another gate's tests. The child also notes
+the files it opens for reading (:mod:`assay.qualify.plugin.reads`) under the same context and
+reports them with its imports.
 
 A project makes its child processes report by calling :func:`report_at_exit` in its child
 entry points (assay does, at import of ``assay.cli`` and in its gates' child scripts). It costs
@@ -24,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 ENV = "ASSAY_GATE_IMPORTS"
@@ -80,7 +82,7 @@ class ChildImports:
         self.directory: Path | None = None
         self._previous: str | None = None
         self._read: set[str] = set()
-        self._names: set[str] = set()
+        self._names: dict[str | None, set[str]] = {}  # context a child started in -> modules
         self._opened: dict[str, set[str]] = {}
 
     def start(self) -> None:
@@ -91,10 +93,12 @@ class ChildImports:
         self._previous = os.environ.get(ENV)
         os.environ[ENV] = str(self.directory)
 
-    def names(self) -> set[str]:
-        """The union of the module names every child that has exited so far reported."""
+    def names(self, contexts: Iterable[str | None]) -> set[str]:
+        """The module names reported by the children, exited so far, that were started under
+        one of ``contexts`` (a test's and its gate's): what another gate's children imported
+        never counts, so a verdict does not depend on which gates ran first."""
         self._collect()
-        return self._names
+        return set().union(*(self._names.get(c, set()) for c in contexts))
 
     def reads(self, context: str) -> set[str]:
         """The files the children started under ``context`` opened for reading."""
@@ -114,8 +118,9 @@ class ChildImports:
                 continue
             if not isinstance(report, dict):
                 continue
-            self._names.update(n for n in report.get("modules", []) if isinstance(n, str))
             context = report.get("context")
+            names = self._names.setdefault(context if isinstance(context, str) else None, set())
+            names.update(n for n in report.get("modules", []) if isinstance(n, str))
             if isinstance(context, str):
                 opened = self._opened.setdefault(context, set())
                 opened.update(r for r in report.get("read", []) if isinstance(r, str))

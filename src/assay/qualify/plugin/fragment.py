@@ -26,8 +26,10 @@ def take(item: pytest.Item, gate: Any, outcome: str, children: Any, measure: Any
     from assay.qualify.plugin.paths import display_path
 
     reads.switch(None)  # the test's code is done: what the framework reads now is not its
-    if children is not None:  # what this process's children ran counts like its own imports
-        gate.child_imports(children.names())
+    if children is not None:  # what this test's (and its gate's) children imported
+        from assay.qualify.plugin.executed import read_contexts
+
+        gate.child_imports(children.names(read_contexts(item)))
     fragment = gate.fragment()
     gate.close()
     item.stash[TAKEN] = True

@@ -7,7 +7,6 @@ controller. Bad declarations raise :class:`AssayError` at the line that made the
 from __future__ import annotations
 
 import importlib.util
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from assay.qualify.core.source import file_sha256
 from assay.qualify.core.threshold import KINDS, Threshold
 from assay.qualify.plugin.claim import Claim, nonempty_text
 from assay.qualify.plugin.paths import display_path, package_files
+from assay.qualify.plugin.reachable import reach
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -51,7 +51,7 @@ class Gate:
         self.nodeid = nodeid
         self._root = rootdir
         self._module_path: Path | None = None
-        # (claim id, or "" for gate.uses; dotted module): each must have been imported
+        # (claim id, or "" for gate.uses; dotted module): each must be reached (stale_code)
         self._declared: list[tuple[str, str]] = []
         self._child_imports: set[str] = set()
         self._claims: list[Claim] = []
@@ -89,10 +89,10 @@ class Gate:
         package stands for every ``.py`` file under it); the receipt records them, with the
         gate module itself, as the claim's ``code_files``. They are a floor: what the test
         executed is measured on top (:mod:`assay.qualify.plugin.executed`). A
-        dotted module that neither the test's process nor a child process of it that reported
-        (see :mod:`assay.qualify.plugin.child_imports`) had imported by the end of the test is a
-        stale
-        declaration and errors the test (see :meth:`stale_code`). ``derived=True`` marks a
+        dotted module that nothing the gate module imports imports (read from source), and that
+        no child process of the test reported importing (see
+        :mod:`assay.qualify.plugin.child_imports`), is a stale declaration and errors the test
+        (see :meth:`stale_code`). ``derived=True`` marks a
         value computed by arithmetic from other measurements; the record labels it as such.
         """
         self.check_open("gate.claim")
@@ -163,14 +163,24 @@ class Gate:
         self._child_imports.update(modules)
 
     def stale_code(self) -> list[str]:
-        """One line per declared module that neither this process nor a reporting child ever
-        imported: a claim may list only code its test ran, so a renamed, removed or unused
-        module cannot stay listed."""
+        """One line per declared module its gate cannot reach and no reporting child imported:
+        a claim may list only code its test runs, so a renamed, removed or unrelated module
+        cannot stay listed. Reach is read from the gate module's source and what it imports
+        (:mod:`assay.qualify.plugin.reachable`), never from what this process happens to have
+        imported, so a gate run alone, with others, in any order or on any worker gets the
+        same verdict."""
+        if not self._declared:
+            return []
+        packages = frozenset(name.partition(".")[0] for _cid, name in self._declared)
+        reached: frozenset[str] = frozenset()
+        if self._module_path is not None:
+            reached = reach(Path(self._root), packages).modules(self._module_path)
         return [
-            f"{f'claim {cid!r} code' if cid else 'gate.uses'}: module {name!r} was never "
-            "imported by its test; list only code the claim runs"
+            f"{f'claim {cid!r} code' if cid else 'gate.uses'}: module {name!r} is imported by "
+            "nothing its gate module imports (read from source) nor by a child that reported; "
+            "list only code the claim runs"
             for cid, name in self._declared
-            if name not in sys.modules and name not in self._child_imports
+            if name not in reached and name not in self._child_imports
         ]
 
     def _file_entry(self, path: Path) -> dict[str, str]:

@@ -18,11 +18,11 @@ from assay.qualify.judging.standing import Standing, gate_standing
 from assay.qualify.ledger.chain import ensure_ledger
 from assay.qualify.publishing.render import (
     cell,
-    gate_files,
     gates_in,
     load_gate,
     project_root,
     record_path,
+    standing_files,
     standing_stale,
     write_generated,
 )
@@ -81,6 +81,11 @@ def standings(receipts_dir: Path, records_dir: Path, root: Path) -> list[Standin
 def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) -> str:
     """The index Markdown from every gate's standing."""
     root = root or project_root(records_dir)
+    return index_of(standings(receipts_dir, records_dir, root), root)
+
+
+def index_of(found: list[Standing], root: Path) -> str:
+    """The index Markdown from the standings ``found`` (every gate's, sorted by gate)."""
     lines = [
         f"{INDEX_MARK}",
         "",
@@ -94,7 +99,7 @@ def index_text(receipts_dir: Path, records_dir: Path, root: Path | None = None) 
         "| Stale |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    lines += [index_row(s, root) for s in standings(receipts_dir, records_dir, root)]
+    lines += [index_row(s, root) for s in found]
     return "\n".join(lines) + "\n"
 
 
@@ -121,26 +126,27 @@ def render_all(receipts_dir: Path, records_dir: Path, root: Path | None = None) 
     for g in gates:
         ensure_ledger(receipts_dir, g)
         load_gate(receipts_dir, g)  # an invalid receipt stops the render, naming its file
+    root = root or project_root(records_dir)
+    found = standings(receipts_dir, records_dir, root)  # each receipt judged once for every view
     files: dict[Path, bytes] = {}
-    for gate in gates:
-        files.update(gate_files(gate, receipts_dir, records_dir, root))
+    for standing in found:
+        files.update(standing_files(standing, records_dir))
     if gates:
-        index = index_text(receipts_dir, records_dir, root).encode("utf-8")
-        files[index_path(records_dir)] = index
+        files[index_path(records_dir)] = index_of(found, root).encode("utf-8")
     write_generated(files)  # every destination checked before any is written
     if gates:
-        render_readme(receipts_dir, records_dir, root or project_root(records_dir))
+        fill_readme(root, found)
     return [record_path(records_dir, g) for g in gates]
 
 
-def render_readme(receipts_dir: Path, records_dir: Path, root: Path) -> Path | None:
-    """Refill the standing spans of ``<root>/README.md`` (see
+def fill_readme(root: Path, found: list[Standing]) -> Path | None:
+    """Refill the standing spans of ``<root>/README.md`` from the standings ``found`` (see
     :mod:`assay.qualify.publishing.readme`)."""
     from assay.qualify.publishing.readme import fill, readme_path
 
     path = readme_path(root)
     if path is None:
         return None
-    found = {s.gate: s for s in standings(receipts_dir, records_dir, root)}
-    atomic_write_bytes(path, fill(path.read_text("utf-8"), found).encode("utf-8"))
+    by_gate = {s.gate: s for s in found}
+    atomic_write_bytes(path, fill(path.read_text("utf-8"), by_gate).encode("utf-8"))
     return path

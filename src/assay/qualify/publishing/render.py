@@ -170,11 +170,17 @@ def gate_files(
     """Path -> bytes of what rendering ``gate`` writes: ``<records>/<gate>.md`` (a gate CI
     cannot re-run whose implementation files changed in ``root``, default the records
     folder's parent, gets a "stale since <commit>" banner) and its history figures."""
+    root = root or project_root(records_dir)
+    return standing_files(gate_standing(receipts_dir, gate, records_dir, root), records_dir)
+
+
+def standing_files(standing: Standing, records_dir: Path) -> dict[Path, bytes]:
+    """Path -> bytes of what rendering the gate of ``standing`` writes (see
+    :func:`gate_files`)."""
     from assay.qualify.publishing.history import history_files
 
-    root = root or project_root(records_dir)
-    standing = gate_standing(receipts_dir, gate, records_dir, root)
-    record = {record_path(records_dir, gate): record_with_banner(standing).encode("utf-8")}
+    path = record_path(records_dir, standing.gate)
+    record = {path: record_with_banner(standing).encode("utf-8")}
     return {**record, **history_files(standing, records_dir)}
 
 

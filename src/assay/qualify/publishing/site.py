@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import shutil
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from assay.atomic import atomic_write_bytes
+from assay.atomic import atomic_write_bytes, json_bytes
+from assay.bounded import JSON_BYTES, parse_json, read_capped
 from assay.errors import AssayError
 from assay.qualify.judging.stale import STALE_CLOSE, STALE_OPEN
 from assay.qualify.judging.stale import cell as stale_cell
@@ -40,37 +41,35 @@ def _template() -> jinja2.Template:
     return env.get_template("site.html.j2")
 
 
-def _copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-
-
 def _stale_text(found: Any) -> str:
     """The index's stale cell (one wording for Markdown and HTML), without its tree markers."""
     return stale_cell(found).removeprefix(STALE_OPEN).removesuffix(STALE_CLOSE)
 
 
-def _copy_evidence(standing: Standing, receipts_dir: Path, records_dir: Path, out: Path) -> None:
-    """The gate's receipts, signatures, LEDGER and the shown receipt's figures."""
+def _evidence(standing: Standing, receipts_dir: Path, records_dir: Path) -> dict[str, bytes]:
+    """The gate's receipts, signatures, LEDGER and the shown receipt's figures, by their path
+    in the site."""
     gate = standing.gate
+    files: dict[str, bytes] = {}
     for receipt in standing.receipts:
         path = receipts_dir / gate / receipt_filename(receipt)
-        _copy(path, out / "receipts" / gate / path.name)
+        files[f"receipts/{gate}/{path.name}"] = path.read_bytes()
         if sig_path(path).exists():
-            _copy(sig_path(path), out / "receipts" / gate / sig_path(path).name)
+            files[f"receipts/{gate}/{sig_path(path).name}"] = sig_path(path).read_bytes()
     ledger = ledger_path(receipts_dir, gate)
-    if ledger.exists():
-        _copy(ledger, out / "receipts" / gate / "LEDGER.txt")
-    else:
-        note = b"no LEDGER yet: run `assay render` to start this gate's ledger\n"
-        atomic_write_bytes(out / "receipts" / gate / "LEDGER.txt", note)
+    files[f"receipts/{gate}/LEDGER.txt"] = (
+        ledger.read_bytes()
+        if ledger.exists()
+        else b"no LEDGER yet: run `assay render` to start this gate's ledger\n"
+    )
     for fig in standing.head["figures"] if standing.head else []:
         if (records_dir / fig["path"]).is_file():
-            _copy(records_dir / fig["path"], out / fig["path"])
+            files[fig["path"]] = (records_dir / fig["path"]).read_bytes()
     from assay.qualify.publishing.history import history_figures
 
     for rel, text in history_figures(standing).items():  # drawn afresh: the same bytes
-        atomic_write_bytes(out / rel, text.encode("utf-8"))
+        files[rel] = text.encode("utf-8")
+    return files
 
 
 def _signed(receipts_dir: Path, gate: str, entries: list[dict[str, Any]]) -> None:
@@ -146,20 +145,51 @@ def index_page(rows: list[dict[str, Any]], banner: list[str] | None = None) -> s
 
 
 GENERATOR = b'<meta name="generator" content="assay publish">'
+SITE_MANIFEST = ".assay-site.json"  # what the last publish wrote here: path -> sha256
+SITE_FORMAT = "assay.site/1"  # an on-disk format id: never renamed
 
 
-def _ours(page: Path) -> bool:
-    with contextlib.suppress(OSError):
-        return page.is_file() and not page.is_symlink() and GENERATOR in page.read_bytes()[:4096]
-    return False
+def _written_before(out: Path) -> dict[str, str]:
+    """The files an earlier publish recorded writing into ``out`` (none when it kept no
+    readable manifest)."""
+    path = out / SITE_MANIFEST
+    with contextlib.suppress(OSError, ValueError, AssayError):
+        if path.is_file() and not path.is_symlink():
+            body = parse_json(read_capped(path, JSON_BYTES, "site manifest"))
+            if isinstance(body, dict) and body.get("format") == SITE_FORMAT:
+                files = body.get("files")
+                if isinstance(files, dict):
+                    return {k: v for k, v in files.items() if isinstance(v, str)}
+    return {}
 
 
-def _refuse_foreign_page(page: Path) -> None:
-    if (page.exists() or page.is_symlink()) and not _ours(page):
-        raise AssayError(
-            f"{page}: exists and was not written by assay publish (no generator tag); nothing "
-            "was changed; move it away or choose another --html folder"
-        )
+def _ours(target: Path, new: bytes, before: dict[str, str], rel: str) -> bool:
+    """True when publish may replace ``target``: absent, or a regular file holding what an
+    earlier publish wrote there (its manifest's sha256), or already ``new``, or (a page of a
+    site from before the manifest) a page carrying :data:`GENERATOR`."""
+    if not (target.exists() or target.is_symlink()):
+        return True
+    if target.is_symlink() or not target.is_file():
+        return False
+    try:
+        data = target.read_bytes()
+    except OSError:
+        return False
+    if data == new or before.get(rel) == hashlib.sha256(data).hexdigest():
+        return True
+    return rel.endswith(".html") and rel not in before and GENERATOR in data[:4096]
+
+
+def _refuse_what_is_not_ours(out: Path, planned: dict[str, bytes]) -> None:
+    """Every file the site would replace is one an earlier publish wrote and nobody changed
+    since: else AssayError naming the first such file, before anything is written."""
+    before = _written_before(out)
+    for rel, data in planned.items():
+        if not _ours(out / rel, data, before, rel):
+            raise AssayError(
+                f"{out / rel}: exists and was not written by assay publish, or was edited since; "
+                "nothing was changed; move it away or choose another --html folder"
+            )
 
 
 def check_site_destination(out: Path) -> None:
@@ -170,8 +200,14 @@ def check_site_destination(out: Path) -> None:
     if out.is_dir() and not out.is_symlink():
         if not any(out.iterdir()):
             return
-        if _ours(out / "index.html"):
-            return
+        index = out / "index.html"
+        with contextlib.suppress(OSError):
+            if (
+                index.is_file()
+                and not index.is_symlink()
+                and GENERATOR in index.read_bytes()[:4096]
+            ):
+                return
     raise AssayError(
         f"{out}: --html is not an empty folder and holds no earlier assay site (no index.html "
         "written by assay publish); nothing was changed; choose an empty or new folder"
@@ -184,30 +220,38 @@ def build_site(
     out: Path,
     root: Path | None = None,
     problems: list[str] | None = None,
+    found: list[Standing] | None = None,
 ) -> Path:
     """Write the site into ``out`` and return the path of its ``index.html``.
 
     Every page shows what the gate's standing says, as the Markdown record does. The caller
     (``assay publish``) refuses a tree that does not verify unless told to go on; then
-    ``problems`` are shown in a banner on every page.
+    ``problems`` are shown in a banner on every page. ``found`` are the standings the caller
+    already judged (verify's), else they are judged here.
     """
     receipts_dir, records_dir, out = Path(receipts_dir), Path(records_dir), Path(out)
     root = root or project_root(records_dir)
     banner = list(problems or [])
     rows = []
     check_site_destination(out)
-    found = list(standings(receipts_dir, records_dir, root))
-    for page in [out / "index.html", *(out / f"{s.gate}.html" for s in found)]:
-        _refuse_foreign_page(page)  # an earlier site's folder may hold a user's page too
-    out.mkdir(parents=True, exist_ok=True)
-    for standing in found:
+    planned: dict[str, bytes] = {}
+    for standing in found if found is not None else standings(receipts_dir, records_dir, root):
         rows.append(index_entry(standing, root))
         if standing.head is None:  # every receipt erased: its page still says what stands
             page = _erased_page(standing, banner)
         else:
-            _copy_evidence(standing, receipts_dir, records_dir, out)
+            planned.update(_evidence(standing, receipts_dir, records_dir))
             page = gate_page(standing, banner, receipts_dir)
-        atomic_write_bytes(out / f"{standing.gate}.html", page.encode("utf-8"))
-    index = out / "index.html"
-    atomic_write_bytes(index, index_page(rows, banner).encode("utf-8"))
-    return index
+        planned[f"{standing.gate}.html"] = page.encode("utf-8")
+    planned["index.html"] = index_page(rows, banner).encode("utf-8")
+    _refuse_what_is_not_ours(out, planned)  # an earlier site's folder may hold a user's file
+    for rel, data in planned.items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, data)
+    manifest = {
+        "format": SITE_FORMAT,
+        "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in planned.items()},
+    }
+    atomic_write_bytes(out / SITE_MANIFEST, json_bytes(manifest))
+    return out / "index.html"

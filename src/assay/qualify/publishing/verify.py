@@ -14,7 +14,7 @@ from assay.qualify.core.layout import GATE_NAME
 from assay.qualify.judging.standing import Standing
 from assay.qualify.ledger.receipt import receipt_paths
 from assay.qualify.ledger.sign import ENV_VAR, resolve_trust, signature_state, user_config_signers
-from assay.qualify.publishing.index import index_path, index_text, standings
+from assay.qualify.publishing.index import index_of, index_path, standings
 from assay.qualify.publishing.readme import readme_problems
 from assay.qualify.publishing.render import project_root, record_path, record_with_banner
 
@@ -40,12 +40,14 @@ def record_problems(standing: Standing, records_dir: Path) -> list[str]:
     return history_problems(standing, records_dir)
 
 
-def _check_index(receipts_dir: Path, records_dir: Path, root: Path) -> list[str]:
+def _check_index(records_dir: Path, root: Path, found: list[Standing]) -> list[str]:
+    """The index against a fresh render of the standings ``found`` (each receipt checked
+    once, for the records and the index alike)."""
     index = index_path(records_dir)
     if not index.is_file():
         return [f"{index}: index missing (run `assay render`)"]
     try:
-        fresh = index_text(receipts_dir, records_dir, root)
+        fresh = index_of(found, root)
     except AssayError:
         return []  # an invalid receipt is already reported against its own file
     try:
@@ -150,7 +152,7 @@ def verify_tree(
         problems.extend(standing.problems)
         problems.extend(record_problems(standing, records_dir))
     if gates:
-        problems.extend(_check_index(receipts_dir, records_dir, root))
+        problems.extend(_check_index(records_dir, root, gates))
         problems.extend(readme_problems(root, gates))
     names = {s.gate for s in gates}
     if records_dir.is_dir():
