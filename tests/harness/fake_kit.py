@@ -39,3 +39,10 @@ def fake_wheel(folder: Path, project: str, tag: str, files: dict[str, bytes]) ->
         for name, data in contents.items():
             out.writestr(name, data)
     return path
+
+
+# The kit tests exercise the kit's machinery (wheels, manifest, install, pack) on fake wheels,
+# not this repository's size: they build with a carry limit the tree always fits. Whether this
+# tree and a real kit fit what a device call carries is its own claim
+# (tests/harness/test_gpu_bundle.py::test_this_tree_and_a_real_kit_fit_one_device_call).
+MACHINERY_LIMIT = ("--limit-mib", "4096")

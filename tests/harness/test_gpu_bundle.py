@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from fake_kit import ROOT, harness_module
+from fake_kit import MACHINERY_LIMIT, ROOT, harness_module
 
 gpu_bundle = harness_module("gpu_bundle")
 
@@ -67,6 +67,7 @@ def _build(wheels: Path, kit: Path, *extra: str) -> int:
             str(wheels),
             "--no-assay-wheel",
             "--no-skeleton",
+            *MACHINERY_LIMIT,
             *extra,
         ]
     )
@@ -89,6 +90,23 @@ def test_over_the_carry_limit_fails_with_one_clear_line(wheels: Path, tmp_path: 
     assert _build(wheels, tmp_path / "kit", "--limit-mib", "1") == 1
     err = capsys.readouterr().err
     assert "exceeds the 1 MiB carry limit" in err and "largest:" in err
+
+
+# a real kit (the wheels, the slimmed bitsandbytes, the model skeleton), as the README states
+REAL_KIT_MIB = 9
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="records/receipts alone is about 59 MiB: the tree (65 MiB) is over the 64 MiB a device "
+    "call carries, so the GPU line cannot travel until the receipt archive travels slimmer; "
+    "strict, so this mark must go the day it fits",
+)
+def test_this_tree_and_a_real_kit_fit_one_device_call():
+    tree = gpu_bundle.tree_bytes()
+    assert tree + REAL_KIT_MIB * gpu_bundle.MIB <= gpu_bundle.CARRY_LIMIT, (
+        f"tree {tree / gpu_bundle.MIB:.1f} MiB + kit {REAL_KIT_MIB} MiB"
+    )
 
 
 def test_size_report_counts_the_tree(tmp_path: Path):
@@ -125,7 +143,7 @@ def test_dry_run_comes_home_as_one_archive_and_imports(wheels: Path, tmp_path: P
         "PYTHONPATH": str(ROOT / "src"),
         "ASSAY_GPU_KIT": str(tmp_path / "kit"),
         "ASSAY_WHEELS_FROM": str(wheels),
-        "ASSAY_BUNDLE_ARGS": f"--no-assay-wheel --skeleton-from {gguf}",
+        "ASSAY_BUNDLE_ARGS": f"--no-assay-wheel --skeleton-from {gguf} {' '.join(MACHINERY_LIMIT)}",
     }
     proc = subprocess.run(
         ["bash", "harness/gpu_qualify.sh", "--dry-run", "--gates", "cuda", "--out", str(out)],

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_kit import ROOT, harness_module
+from fake_kit import MACHINERY_LIMIT, ROOT, harness_module
 
 
 @pytest.mark.slow
@@ -25,7 +25,7 @@ def test_a_box_without_cuda_stops_at_preflight_and_still_packs(wheels: Path, tmp
     gguf = write_gguf(tmp_path / "tiny.gguf", model.config, tensors)
     kit, run, out = tmp_path / "kit", tmp_path / "run", tmp_path / "out"
     bundle = harness_module("gpu_bundle")
-    args = ["--out", str(kit), "--wheels-from", str(wheels), "--no-assay-wheel"]
+    args = ["--out", str(kit), "--wheels-from", str(wheels), "--no-assay-wheel", *MACHINERY_LIMIT]
     assert bundle.main([*args, "--skeleton-from", str(gguf), "--no-fingerprint"]) == 0
     proc = subprocess.run(
         ["bash", "harness/gpu_qualify.sh", "--kit", str(kit), "--run", str(run), "--out", str(out)],
