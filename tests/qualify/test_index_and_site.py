@@ -248,3 +248,28 @@ def test_publishing_again_replaces_only_files_the_last_publish_wrote_unchanged(t
         with pytest.raises(AssayError, match=rf"{re.escape(str(named))}: .*nothing was changed"):
             build_site(receipts, receipts.parent, scratch, root=tmp_path)
         assert tree_listing(scratch) == before, rel
+
+
+def test_a_file_an_earlier_publish_left_in_place_stays_replaceable(tmp_path):
+    """Found by the on-disk ledger model: a publish that no longer writes a file an earlier one
+    wrote (the history figure of a gate whose receipts were all erased) leaves it in place and
+    keeps it in its manifest, so a later publish that draws it again may replace it."""
+    from assay.qualify.publishing.site import SITE_MANIFEST
+
+    receipts = tmp_path / "records" / "receipts"
+    write_receipt(tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64), receipts)
+    site = tmp_path / "site"
+    build_site(receipts, receipts.parent, site, root=tmp_path)
+    written = json.loads((site / SITE_MANIFEST).read_text())["files"]
+    kept = site / "kept-by-an-earlier-publish.txt"
+    kept.write_bytes(b"old\n")
+    manifest = json.loads((site / SITE_MANIFEST).read_text())
+    manifest["files"][kept.name] = hashlib.sha256(b"old\n").hexdigest()
+    (site / SITE_MANIFEST).write_text(json.dumps(manifest))
+    build_site(receipts, receipts.parent, site, root=tmp_path)
+    after = json.loads((site / SITE_MANIFEST).read_text())["files"]
+    assert after[kept.name] == hashlib.sha256(b"old\n").hexdigest()
+    assert set(written) <= set(after)
+    kept.write_bytes(b"edited by the user\n")  # no longer what a publish wrote: dropped
+    build_site(receipts, receipts.parent, site, root=tmp_path)
+    assert kept.name not in json.loads((site / SITE_MANIFEST).read_text())["files"]

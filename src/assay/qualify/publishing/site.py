@@ -163,6 +163,14 @@ def _written_before(out: Path) -> dict[str, str]:
     return {}
 
 
+def _holds(target: Path, sha: str) -> bool:
+    """True when ``target`` is a regular file (not a link) whose bytes have sha256 ``sha``."""
+    with contextlib.suppress(OSError):
+        if target.is_file() and not target.is_symlink():
+            return hashlib.sha256(target.read_bytes()).hexdigest() == sha
+    return False
+
+
 def _ours(target: Path, new: bytes, before: dict[str, str], rel: str) -> bool:
     """True when publish may replace ``target``: absent, or a regular file holding what an
     earlier publish wrote there (its manifest's sha256), or already ``new``, or (a page of a
@@ -245,13 +253,18 @@ def build_site(
         planned[f"{standing.gate}.html"] = page.encode("utf-8")
     planned["index.html"] = index_page(rows, banner).encode("utf-8")
     _refuse_what_is_not_ours(out, planned)  # an earlier site's folder may hold a user's file
+    # what earlier publishes wrote and this one leaves as it is (a figure of a run since erased)
+    # stays theirs, so a later publish may still replace it
+    written = {
+        rel: sha
+        for rel, sha in _written_before(out).items()
+        if rel not in planned and _holds(out / rel, sha)
+    }
     for rel, data in planned.items():
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, data)
-    manifest = {
-        "format": SITE_FORMAT,
-        "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in planned.items()},
-    }
+        written[rel] = hashlib.sha256(data).hexdigest()
+    manifest = {"format": SITE_FORMAT, "files": dict(sorted(written.items()))}
     atomic_write_bytes(out / SITE_MANIFEST, json_bytes(manifest))
     return out / "index.html"
