@@ -1,5 +1,5 @@
-"""nox sessions: tests, lint, gates, gate-<name> (one per gates/gate_<name>.py), records, verify,
-compare, site, bench, mutants.
+"""nox sessions: tests, lint, gates, gates-changed, gate-<name> (one per gates/gate_<name>.py),
+records, verify, compare, site, bench, mutants.
 
 Torch: on a machine without an NVIDIA GPU each session installs the CPU wheel
 ``torch==2.13.0``. On a GPU box (``nvidia-smi`` on PATH) the session's virtualenv sees the system
@@ -83,6 +83,15 @@ def gates(session: nox.Session) -> None:
     ignored = [f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)]
     # Two workers; tests marked xdist_group share a module fixture and stay on one worker.
     _run_gates(session, ["-n", "2", "--dist", "loadgroup", "gates", *ignored])
+
+
+@nox.session(name="gates-changed", venv_params=VENV_PARAMS)
+def gates_changed(session: nox.Session) -> None:
+    """Every gate, long and timing ones included, whose record is not current for this tree and
+    environment (``--gate-select=stale``: a file a claim read changed, a new torch, no complete
+    run, a ledger that does not verify); the rest are listed with the receipt that keeps them
+    current. Extra args go to pytest."""
+    _run_gates(session, ["gates", "--gate-select=stale"])
 
 
 def _gate_session(name: str) -> None:
@@ -175,24 +184,36 @@ def example(session: nox.Session) -> None:
     the example's gates, `assay verify` on what they wrote, and a check that torch is absent."""
     session.install(".")  # the framework alone: jinja2, jsonschema, pytest; no torch
     session.run(
-        "python", "-c",
+        "python",
+        "-c",
         "import importlib.util, sys; "
         "heavy = [m for m in ('torch', 'bitsandbytes', 'gguf', 'tokenizers') "
         "if importlib.util.find_spec(m)]; "
         "sys.exit(f'installed without being asked for: {heavy}' if heavy else 0)",
-    )  # fmt: skip
+    )
     out = Path(session.create_tmp()).resolve() / "toy-gates"  # before chdir: absolute
     shutil.rmtree(out, ignore_errors=True)
     receipts, records = out / "receipts", out / "records"
     session.chdir(ROOT / "examples" / "toy-gates")
     session.run(
-        "pytest", "-p", "no:cacheprovider", f"--gate-receipts={receipts}",
-        f"--gate-records={records}", *session.posargs,
-    )  # fmt: skip
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        f"--gate-receipts={receipts}",
+        f"--gate-records={records}",
+        *session.posargs,
+    )
     # the records were rendered against this project's tree (".", the rootdir), not theirs
     session.run(
-        "assay", "verify", "--receipts", str(receipts), "--records", str(records), "--root", ".",
-    )  # fmt: skip
+        "assay",
+        "verify",
+        "--receipts",
+        str(receipts),
+        "--records",
+        str(records),
+        "--root",
+        ".",
+    )
 
 
 @nox.session(name="gpu-dry-run", venv_params=VENV_PARAMS)

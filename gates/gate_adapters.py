@@ -212,11 +212,15 @@ def test_loraplus_steps_equal_peft_loraplus_optimizer(gate, qwen2, tmp_path):
     lr, ratio, decay = 1e-3, 16.0, 0.1
     (tmp_path / "t.jsonl").write_text('{"text": "x"}\n')
     config = train_config_from_dict(
-        {"model": "m", "data": {"train": "t.jsonl"}, "steps": 2,
-         "adapter": {"method": "loraplus", "rank": RANK, "alpha": ALPHA, "lr_ratio": ratio},
-         "optim": {"lr": lr, "weight_decay": decay}},
+        {
+            "model": "m",
+            "data": {"train": "t.jsonl"},
+            "steps": 2,
+            "adapter": {"method": "loraplus", "rank": RANK, "alpha": ALPHA, "lr_ratio": ratio},
+            "optim": {"lr": lr, "weight_decay": decay},
+        },
         tmp_path / "c.yaml",
-    )  # fmt: skip
+    )
     model = randomize_adapters(qwen2.fresh("loraplus", lr_ratio=ratio), seed=2)
 
     def stepped(scaled: bool) -> dict[str, torch.Tensor]:
@@ -226,9 +230,9 @@ def test_loraplus_steps_equal_peft_loraplus_optimizer(gate, qwen2, tmp_path):
         return trainable_parameters(ours)
 
     twin = copy.deepcopy(model)
-    reference = create_loraplus_optimizer(twin, torch.optim.AdamW, lr=lr,
-                                          loraplus_lr_ratio=ratio,
-                                          loraplus_weight_decay=decay)  # fmt: skip
+    reference = create_loraplus_optimizer(
+        twin, torch.optim.AdamW, lr=lr, loraplus_lr_ratio=ratio, loraplus_weight_decay=decay
+    )
     _two_steps(twin, reference, qwen2.ids)
     theirs = trainable_parameters(twin)
 

@@ -131,19 +131,27 @@ def test_peak_vram_matches_prediction(gate):
         (
             "vram.cohort",
             "Predicted device peak within 5% of CUDA max_memory_allocated on every cohort row",
-            0.05, "max |measured/predicted - 1|", _worst_miss,
+            0.05,
+            "max |measured/predicted - 1|",
+            _worst_miss,
         ),
         (
             "vram.cohort_under",
             "No cohort row's CUDA peak exceeds its prediction by more than 2% (a plan that is "
             "predicted to fit must fit)",
-            0.02, "max (measured/predicted - 1)", _worst_under,
+            0.02,
+            "max (measured/predicted - 1)",
+            _worst_under,
         ),
-    ):  # fmt: skip
+    ):
         claim = gate.claim(
-            claim_id, statement, kind="memory", threshold=Threshold("<=", limit, tolerance=0.2),
-            unit=unit, code=VRAM_CODE,
-        )  # fmt: skip
+            claim_id,
+            statement,
+            kind="memory",
+            threshold=Threshold("<=", limit, tolerance=0.2),
+            unit=unit,
+            code=VRAM_CODE,
+        )
         claim.measure(worst(predicted, peaks))
         claim.ran_on("cuda")  # torch.cuda's allocator statistics count CUDA tensors only
         claim.control(

@@ -60,8 +60,9 @@ def _prompts(tokenizer, split) -> list[list[int]]:
 
 
 def _assay_decode(model, prompts, pad_id: int) -> tuple[list[list[int]], list[torch.Tensor]]:
-    out = generate(model, prompts, max_new_tokens=NEW_TOKENS, eos_id=None, pad_id=pad_id,
-                   keep_logits=True)  # fmt: skip
+    out = generate(
+        model, prompts, max_new_tokens=NEW_TOKENS, eos_id=None, pad_id=pad_id, keep_logits=True
+    )
     return [list(g.tokens) for g in out], [g.logits for g in out]
 
 
@@ -75,9 +76,16 @@ def _hf_decode(model, prompts, pad_id: int) -> tuple[list[list[int]], list[torch
         mask[row, width - len(prompt) :] = 1
     model.generation_config.eos_token_id = None
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
-                             min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=pad_id,
-                             output_logits=True, return_dict_in_generate=True)  # fmt: skip
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=pad_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     logits = torch.stack(out.logits, dim=1).float()  # [rows, new tokens, vocab], unprocessed
     return out.sequences[:, width:].tolist(), list(logits)
 
@@ -85,9 +93,10 @@ def _hf_decode(model, prompts, pad_id: int) -> tuple[list[list[int]], list[torch
 def _gaps(tokens, logits, want_tokens, want_logits) -> tuple[int, float]:
     """(differing tokens, largest |logit difference| over every generated position)."""
     differing = sum(
-        a != b for got, want in zip(tokens, want_tokens, strict=True)
+        a != b
+        for got, want in zip(tokens, want_tokens, strict=True)
         for a, b in zip(got, want, strict=True)
-    )  # fmt: skip
+    )
     gap = max(float((a - b).abs().max()) for a, b in zip(logits, want_logits, strict=True))
     return differing, gap
 
@@ -127,8 +136,9 @@ def test_greedy_generation_equals_transformers_peft(gate, tmp_path):
     controls = {}
     for name in (CACHE_DEFECT, PADDING_DEFECT):
         with defects.inject(name):
-            controls[name] = _gaps(*_assay_decode(trainer.base, prompts, pad), want_tokens,
-                                   want_logits)  # fmt: skip
+            controls[name] = _gaps(
+                *_assay_decode(trainer.base, prompts, pad), want_tokens, want_logits
+            )
     differing, gap = _gaps(tokens, logits, want_tokens, want_logits)
     lengths = sorted({len(p) for p in prompts})
     claim = gate.claim(
@@ -164,8 +174,9 @@ def test_greedy_generation_equals_transformers_peft(gate, tmp_path):
         code=IMPLEMENTATION,
     )
     claim.measure(gap)
-    claim.control("the new token rotated at the previous position (cache defect)",
-                  controls[CACHE_DEFECT][1])  # fmt: skip
+    claim.control(
+        "the new token rotated at the previous position (cache defect)", controls[CACHE_DEFECT][1]
+    )
     claim.control("pads attended to (padding defect)", controls[PADDING_DEFECT][1])
     gate.note(
         "controls, (differing tokens, max |logit difference|): "

@@ -50,10 +50,16 @@ LINE = re.compile(
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("interrupt")
-    base = {**save_text_run(root, seed=3), "storage": "float32", "steps": STEPS, "seed": 5,
-            "neftune_alpha": 5.0, "batch": {"micro_batch": 2},
-            "adapter": {"method": "lora", "rank": 2, "alpha": 4, "targets": ["q_proj", "v_proj"]},
-            "optim": {"lr": 1e-3, "schedule": "cosine", "warmup_steps": 2}}  # fmt: skip
+    base = {
+        **save_text_run(root, seed=3),
+        "storage": "float32",
+        "steps": STEPS,
+        "seed": 5,
+        "neftune_alpha": 5.0,
+        "batch": {"micro_batch": 2},
+        "adapter": {"method": "lora", "rank": 2, "alpha": 4, "targets": ["q_proj", "v_proj"]},
+        "optim": {"lr": 1e-3, "schedule": "cosine", "warmup_steps": 2},
+    }
     return root, base
 
 
@@ -67,15 +73,21 @@ def config(setup, name: str, save_every: int = 1000) -> Path:
 
 def train(path: Path, *extra: str, faults: str = "") -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "assay.cli", "train", str(path), "--json", "--no-progress"]
-    return subprocess.run([*argv, *extra], capture_output=True, text=True, check=False,
-                          env=defects.child_env(faults))  # fmt: skip
+    return subprocess.run(
+        [*argv, *extra], capture_output=True, text=True, check=False, env=defects.child_env(faults)
+    )
 
 
 def signalled(path: Path, sig: int, after: int, faults: str = "") -> subprocess.CompletedProcess:
     """Start a run, send ``sig`` once its metrics show ``after`` steps, wait for it to end."""
     argv = [sys.executable, "-m", "assay.cli", "train", str(path), "--json", "--no-progress"]
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=defects.child_env(faults))  # fmt: skip
+    child = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=defects.child_env(faults),
+    )
     metrics = yaml.safe_load(path.read_text())["output"]["dir"] + "/metrics.jsonl"
     deadline = time.monotonic() + 300
     while child.poll() is None and time.monotonic() < deadline:
@@ -185,8 +197,9 @@ def test_a_signalled_run_stops_saves_and_resumes_bitwise(gate, setup):
     )
     path = config(setup, "control-unsaved")
     done = signalled(path, signal.SIGINT, after=10, faults="train.loop.stop_unsaved")
-    contract.control("a stop that ends without saving its step", len(contract_breaks(
-        done, signal.SIGINT, path)))  # fmt: skip
+    contract.control(
+        "a stop that ends without saving its step", len(contract_breaks(done, signal.SIGINT, path))
+    )
 
 
 def test_a_second_signal_stops_at_once_and_keeps_the_last_good_checkpoint(gate, setup):
@@ -203,8 +216,11 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_good_checkpoint(gate, 
         path = config(setup, name, save_every=5)
         done = subprocess.run(
             [sys.executable, str(child), str(step), str(write), str(path)],
-            capture_output=True, text=True, check=False, env=defects.child_env(faults),
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+            env=defects.child_env(faults),
+        )
         breaks = []
         if done.returncode != 130 or done.stderr.strip() != "assay: interrupted":
             breaks.append(f"exit {done.returncode}, stderr {done.stderr.strip()[-200:]!r}")
@@ -219,8 +235,7 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_good_checkpoint(gate, 
 
     # a save writes 8 files (7 parts and the manifest) before it points `latest` at them
     trials = [(rng.randint(6, 40), rng.randint(0, 7)) for _ in range(2)]
-    breaks = [b for i, (step, write) in enumerate(trials) for b in twice(f"twice-{i}", step,
-                                                                          write)]  # fmt: skip
+    breaks = [b for i, (step, write) in enumerate(trials) for b in twice(f"twice-{i}", step, write)]
     claim = gate.claim(
         "interrupt.second_signal",
         f"{len(trials)} runs (checkpoint every 5 steps) sent SIGINT after a random step and a "

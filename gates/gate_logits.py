@@ -270,8 +270,10 @@ def attention_ulps(model, ids: torch.Tensor) -> float:
             v = seen["v"].view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
             group = c.num_heads // c.num_kv_heads
-            q, k, v = (z.double() for z in (q, k.repeat_interleave(group, 1),
-                                            v.repeat_interleave(group, 1)))  # fmt: skip
+            q, k, v = (
+                z.double()
+                for z in (q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
+            )
             scores = (q @ k.transpose(-1, -2)) * c.head_dim**-0.5
             probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)
             ref = (probs @ v).transpose(1, 2).reshape(b, t, -1)

@@ -174,6 +174,8 @@ ISSUE16_READERS = (
     "assay.train.preflight",
     "assay.train.checkpoint_check",
     "assay.train.run_dir",
+    "assay.train.run_lock",
+    "assay.train.checkpoint_layout",
     "assay.adapters.manifest",
     "assay.adapters.export",
     "assay.adapters.peft_io",
@@ -256,12 +258,14 @@ PRODUCT_CONTROLS = {
 }
 # class -> (what the claim's statement says it covers, the code it names)
 CLASSES = {
-    **{k: (f"issue 16 item {v}", [*ISSUE16_READERS, "corpus_robust", "corpus_outputs"])
-       for k, v in ISSUE16.items()},
+    **{
+        k: (f"issue 16 item {v}", [*ISSUE16_READERS, "corpus_robust", "corpus_outputs"])
+        for k, v in ISSUE16.items()
+    },
     **{k: (f"issue 30, {v}", [*ISSUE30_READERS, "corpus_round3"]) for k, v in ISSUE30.items()},
     **{k: (f"issue 41, {v}", [*ISSUE41_READERS, "corpus_round4"]) for k, v in ISSUE41.items()},
     **{k: (f"issue 52, {v}", [*ISSUE52_READERS, "corpus_round5"]) for k, v in ISSUE52.items()},
-}  # fmt: skip
+}
 
 
 def test_corpus_classes_refused_per_class(gate, corpus, corpus_runs):
@@ -287,10 +291,13 @@ def test_corpus_classes_refused_per_class(gate, corpus, corpus_runs):
         claim.measure(sum(not o.clean for o in mine) + (0 if mine else 1))
         if not legal:
             stripped = [
-                judge_message(o.case, o.code,
-                              o.stderr.replace(str(o.case.file), "F").replace(o.case.where, "W"))
+                judge_message(
+                    o.case,
+                    o.code,
+                    o.stderr.replace(str(o.case.file), "F").replace(o.case.where, "W"),
+                )
                 for o in mine
-            ]  # fmt: skip
+            ]
             claim.control(
                 "the same error lines with the file and the field or offset removed",
                 sum(bool(p) for p in stripped),
@@ -530,3 +537,49 @@ def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
         pair = [p for p in planned if p[0] in labels]
         broken = outcomes(tmp_path / fault, pair, fault_env(fault))
         claim.control(f"{DESCRIBED[fault]} ({fault})", len(differing(broken)))
+
+
+def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_path, monkeypatch):
+    """Issue 57: `--gate-select=stale` leaves a gate out only when its record is current. Over
+    seeded generated ledgers (three gates, each recorded reading up to three code or data
+    files; up to three files changed in the committed tree), the gates selected are exactly
+    those that recorded reading a changed file."""
+    from assay.qualify.judging import stale
+    from assay.qualify.judging.select import why_run
+    from support.selection_cases import change, drawn, expected, write_ledger
+
+    gate.seed(11)
+    cases = drawn(11, 30)
+
+    def wrong_selections(folder: Path) -> int:
+        wrong = 0
+        for index, (reads, changed) in enumerate(cases):
+            root = folder / str(index)
+            root.mkdir(parents=True)
+            receipts = write_ledger(root, reads)
+            change(root, changed)
+            chosen = {g for g in reads if why_run(receipts, receipts.parent, root, g, "cpu").runs}
+            wrong += chosen != expected(reads, changed)
+        return wrong
+
+    claim = gate.claim(
+        "select.stale_exactly",
+        f"{len(cases)} generated committed ledgers of three gates with recorded code and data "
+        "reads, files then changed: --gate-select=stale selects exactly the gates that "
+        "recorded reading a changed file (the rule verify --stale applies to records)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="cases selected wrongly",
+        code=(
+            "assay.qualify.judging.select",
+            "assay.qualify.judging.stale",
+            "support.selection_cases",
+        ),
+    )
+    claim.measure(wrong_selections(tmp_path / "cases"))
+    blind = tuple(k for k in stale._LISTS if k != "read_files")
+    monkeypatch.setattr(stale, "_LISTS", blind)  # a selection blind to the data a claim read
+    claim.control(
+        "the same cases with the files a claim opened left out of the check",
+        wrong_selections(tmp_path / "control"),
+    )

@@ -60,11 +60,21 @@ HEADLINE = "fits.float32"
 GATE_COVERAGE = False  # timing claims: no tracer in the gate or its children
 
 LIMITS = {"float32": 2.0 * GIB, "nf4_double_quant": 1.25 * GIB}
-LOADED_CODE = ("assay.stream", "assay.train.build", "assay.storage", "assay.model.loader",
-               "assay.adapters.attachment")  # fmt: skip
+LOADED_CODE = (
+    "assay.stream",
+    "assay.train.build",
+    "assay.storage",
+    "assay.model.loader",
+    "assay.adapters.attachment",
+)
 STREAM_CODE = (*LOADED_CODE, "assay_bench.scale_step")
-TRAIN_CODE = ("assay.cli.train", "assay.memory.plan", "assay.memory.cgroup",
-              "assay_bench.scale_train", *LOADED_CODE)  # fmt: skip
+TRAIN_CODE = (
+    "assay.cli.train",
+    "assay.memory.plan",
+    "assay.memory.cgroup",
+    "assay_bench.scale_train",
+    *LOADED_CODE,
+)
 RUN_TIMEOUT = 240  # s: a run thrashing under its limit may crawl; past this it has not completed
 COPY_DELAY = 0.04  # s x layer index per fetch: the control's fetch cost grows with depth
 FIGURE_SUBJECTS = ("resident-ckpt", "stream-ram", "stream-disk", "peft")
@@ -116,11 +126,13 @@ def limited(scale):
     runs = {}
     for storage, limit in LIMITS.items():
         for name, streamed, force, fraction in LIMITED_RUNS:
-            config = train_config(space, model, f"{name}-{storage}", storage=storage,
-                                  streamed=streamed)  # fmt: skip
+            config = train_config(
+                space, model, f"{name}-{storage}", storage=storage, streamed=streamed
+            )
             try:
-                found = limited_train(config, int(limit * fraction), cache=cache, force=force,
-                                      timeout=RUN_TIMEOUT)  # fmt: skip
+                found = limited_train(
+                    config, int(limit * fraction), cache=cache, force=force, timeout=RUN_TIMEOUT
+                )
             except LimitUnavailable as why:
                 pytest.skip(f"no memory cgroup can be made here: {why}")
             run = found["run"]
@@ -137,11 +149,15 @@ def _ended(found: dict) -> str:
         return f"killed at the limit (peak RSS {_gib(run.max_rss_bytes)})"
     if run.wall_s >= RUN_TIMEOUT:
         peak = _gib(run.max_rss_bytes)
-        return (f"stopped after {RUN_TIMEOUT} s, {found['steps']} steps: thrashing at the "
-                f"limit (peak RSS {peak}, {run.major_faults:,} major faults)")  # fmt: skip
+        return (
+            f"stopped after {RUN_TIMEOUT} s, {found['steps']} steps: thrashing at the "
+            f"limit (peak RSS {peak}, {run.major_faults:,} major faults)"
+        )
     seconds = ", ".join(f"{s:.1f}" for s in found["step_seconds"]) or "none"
-    return (f"exit {run.returncode}, {found['steps']} steps ({seconds} s), peak RSS "
-            f"{_gib(run.max_rss_bytes)}, {run.major_faults:,} major page faults")  # fmt: skip
+    return (
+        f"exit {run.returncode}, {found['steps']} steps ({seconds} s), peak RSS "
+        f"{_gib(run.max_rss_bytes)}, {run.major_faults:,} major page faults"
+    )
 
 
 def test_fits_under_a_hard_limit(gate, scale, limited):
@@ -166,14 +182,19 @@ def test_fits_under_a_hard_limit(gate, scale, limited):
         )
         claim.measure(streamed["steps"])
         claim.ran_on("cpu")
-        claim.control("the resident config under the same limit",
-                      limited[(storage, "resident")]["steps"])  # fmt: skip
-        claim.control("the same streamed config under a quarter of the limit, --force",
-                      limited[(storage, "streamed-quarter-forced")]["steps"])  # fmt: skip
+        claim.control(
+            "the resident config under the same limit", limited[(storage, "resident")]["steps"]
+        )
+        claim.control(
+            "the same streamed config under a quarter of the limit, --force",
+            limited[(storage, "streamed-quarter-forced")]["steps"],
+        )
         lines = [f"- {name}: {_ended(limited[(storage, name)])}" for name, *_ in LIMITED_RUNS]
         cache = streamed["page_cache"] or "emptied before each run, so every page counts"
-        gate.note(f"{storage} under {_gib(limit)} ({run.controller}; quarter runs under "
-                  f"{_gib(limit / 4)}; page cache {cache}):\n\n" + "\n".join(lines))  # fmt: skip
+        gate.note(
+            f"{storage} under {_gib(limit)} ({run.controller}; quarter runs under "
+            f"{_gib(limit / 4)}; page cache {cache}):\n\n" + "\n".join(lines)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -237,8 +258,17 @@ def test_peak_against_the_peer_and_depth(gate, matrix):
         ),
     ):
         bound = 0.30 if claim_id == "peak.vs_peft" else 1.10
-        ratio_claim(gate, claim_id, statement, bound=bound, unit=unit, measured=num / den,
-                    control=control, code=STREAM_CODE, device="cpu")  # fmt: skip
+        ratio_claim(
+            gate,
+            claim_id,
+            statement,
+            bound=bound,
+            unit=unit,
+            measured=num / den,
+            control=control,
+            code=STREAM_CODE,
+            device="cpu",
+        )
     gate.figure(
         plot(rows),
         "Peak RSS of the step and seconds per step against depth "

@@ -338,9 +338,12 @@ def test_delayed_reordered_copies(gate, tmp_path):
     blind, refused, wrong = {}, {}, {}
     for fault, name, profile in (
         ("stream.pool.skip_wait", "no wait for a prefetched copy before use", "late"),
-        ("stream.pool.reuse_busy_slot", "prefetch overwrites the slot a layer computes from",
-         "early"),
-    ):  # fmt: skip
+        (
+            "stream.pool.reuse_busy_slot",
+            "prefetch overwrites the slot a layer computes from",
+            "early",
+        ),
+    ):
         refused[fault], wrong[fault] = [], []
         claim.control(
             f"{name} ({fault}, {profile} copies)",

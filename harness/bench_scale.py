@@ -55,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     model = random_model(args.shape, args.layers)
     root = Path(tempfile.mkdtemp(prefix="assay-bench-scale-"))
     space = workspace(root / "workspace")
-    path = train_config(space, model, "streamed", storage=args.storage, streamed=True,
-                        steps=args.steps)  # fmt: skip
+    path = train_config(
+        space, model, "streamed", storage=args.storage, streamed=True, steps=args.steps
+    )
     progress(f"assay train under a {args.limit} memory cgroup")
     try:
         found = limited_train(path, limit, cache=root / "cache")
@@ -84,10 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         steps = ", ".join(f"{s:.1f}" for s in found["step_seconds"]) or "none"
-        print(f"{args.shape} ({config.num_layers} layers, {weights / 1e9:.1f} GB fp32) under "
-              f"{limit / 2**30:.2f} GiB: {found['steps']} of {args.steps} steps "
-              f"(exit {run.returncode}{', killed at the limit' if run.oom_killed else ''}); "
-              f"peak RSS {run.max_rss_bytes / 2**30:.2f} GiB; step seconds {steps}")  # fmt: skip
+        print(
+            f"{args.shape} ({config.num_layers} layers, {weights / 1e9:.1f} GB fp32) under "
+            f"{limit / 2**30:.2f} GiB: {found['steps']} of {args.steps} steps "
+            f"(exit {run.returncode}{', killed at the limit' if run.oom_killed else ''}); "
+            f"peak RSS {run.max_rss_bytes / 2**30:.2f} GiB; step seconds {steps}"
+        )
     return 0 if found["steps"] == args.steps else 1
 
 

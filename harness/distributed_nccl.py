@@ -29,9 +29,16 @@ def main(argv: list[str]) -> int:
     if not any(a == "--gate-receipts" or a.startswith("--gate-receipts=") for a in argv):
         argv = [f"--gate-receipts={ROOT / 'records' / 'receipts'}", *argv]
     command = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(GATE),
-        "--gate-device", "cuda", *argv,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        str(GATE),
+        "--gate-device",
+        "cuda",
+        *argv,
+    ]
     print(" ".join(command), flush=True)
     return subprocess.run(command, cwd=ROOT, check=False).returncode
 

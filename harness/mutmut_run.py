@@ -149,8 +149,9 @@ def _mutmut(work: Path, names: list[str], max_children: int, timeout_s: float) -
     env.setdefault("OMP_NUM_THREADS", "1")
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names]
     try:
-        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                              timeout=max(timeout_s, 1.0))  # fmt: skip
+        done = subprocess.run(
+            cmd, cwd=work, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1.0)
+        )
     except subprocess.TimeoutExpired:
         return None
     return (done.stdout[-2000:] + done.stderr[-2000:]).replace("\r", "\n")
@@ -159,8 +160,13 @@ def _mutmut(work: Path, names: list[str], max_children: int, timeout_s: float) -
 def _diff(work: Path, name: str) -> str:
     """The mutant's diff as ``mutmut show`` prints it, so survivors can be read after the
     scratch copy is gone (and judged: a missing test, or an equivalent mutant)."""
-    done = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=work,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "mutmut", "show", name],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return (done.stdout or done.stderr)[-1500:]
 
 
@@ -257,8 +263,14 @@ def main(argv: list[str] | None = None) -> int:
             max_children=args.max_children,
             cap_s=args.cap,
         )
-        short = ("population_names", "sampled", "sources_sha256", "tests_sha256", "not_run",
-                 "survivor_diffs")  # fmt: skip
+        short = (
+            "population_names",
+            "sampled",
+            "sources_sha256",
+            "tests_sha256",
+            "not_run",
+            "survivor_diffs",
+        )
         print(name, {k: v for k, v in packages[name].items() if k not in short}, flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         summary = {

@@ -53,10 +53,15 @@ def tiny_lora_config(tmp_path):
     files = save_text_run(tmp_path, seed=2)
 
     def write(steps: int = 6) -> Path:
-        body = {**files, "storage": "float32", "steps": steps, "seed": 1,
-                "adapter": {"method": "lora", "rank": 2, "alpha": 4, "targets": ["q_proj"]},
-                "batch": {"micro_batch": 2},
-                "output": {"dir": str(tmp_path / "run"), "save_every": 100}}  # fmt: skip
+        body = {
+            **files,
+            "storage": "float32",
+            "steps": steps,
+            "seed": 1,
+            "adapter": {"method": "lora", "rank": 2, "alpha": 4, "targets": ["q_proj"]},
+            "batch": {"micro_batch": 2},
+            "output": {"dir": str(tmp_path / "run"), "save_every": 100},
+        }
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump(body))
         return path

@@ -27,8 +27,9 @@ def adapted(path, method: str, storage: str = "float32"):
 
 @pytest.mark.parametrize("family", ["qwen2", "mistral", "llama3"])
 @pytest.mark.parametrize("method", ["lora", "dora", "tinylora"])
-def test_merged_safetensors_loads_in_transformers_and_assay(tiny_models, ids, tmp_path, family,
-                                                            method):  # fmt: skip
+def test_merged_safetensors_loads_in_transformers_and_assay(
+    tiny_models, ids, tmp_path, family, method
+):
     from transformers import AutoModelForCausalLM
 
     model = adapted(tiny_models[family]["hf"], method)

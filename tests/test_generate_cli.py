@@ -41,8 +41,18 @@ def test_a_run_generates_what_its_restored_model_does(workspace, capsys):
     from assay.train.checkpoint import load_checkpoint
 
     root, _, path = workspace
-    rows = _generate(capsys, str(path), "--checkpoint", str(root / "run"), "--prompt", "Hi",
-                     "--prompt", "Rank zero", "--max-new-tokens", "6")  # fmt: skip
+    rows = _generate(
+        capsys,
+        str(path),
+        "--checkpoint",
+        str(root / "run"),
+        "--prompt",
+        "Hi",
+        "--prompt",
+        "Rank zero",
+        "--max-new-tokens",
+        "6",
+    )
     config = load_train_config(path)
     _, base = build_model(config)
     load_checkpoint(root / "run").restore(trainable_parameters(base), rng=False)
@@ -51,15 +61,24 @@ def test_a_run_generates_what_its_restored_model_does(workspace, capsys):
     want = generate(base, prompts, max_new_tokens=6, eos_id=tok.eos_id, pad_id=tok.eos_id or 0)
     assert [r["tokens"] for r in rows] == [list(g.tokens) for g in want]
     assert [r["stop"] for r in rows] == [g.stop for g in want]
-    untrained = _generate(capsys, str(path), "--prompt", "Hi", "--prompt", "Rank zero",
-                          "--max-new-tokens", "6")  # fmt: skip
+    untrained = _generate(
+        capsys, str(path), "--prompt", "Hi", "--prompt", "Rank zero", "--max-new-tokens", "6"
+    )
     assert [r["tokens"] for r in untrained] != [r["tokens"] for r in rows]
 
 
 def test_a_model_directory_with_a_tokenizer(workspace, capsys):
     _, config, _ = workspace
-    rows = _generate(capsys, config["model"], "--tokenizer", config["tokenizer"], "--prompt",
-                     "Hi", "--max-new-tokens", "3")  # fmt: skip
+    rows = _generate(
+        capsys,
+        config["model"],
+        "--tokenizer",
+        config["tokenizer"],
+        "--prompt",
+        "Hi",
+        "--max-new-tokens",
+        "3",
+    )
     assert len(rows[0]["tokens"]) <= 3 and rows[0]["prompt"] == "Hi"
 
 
@@ -71,12 +90,13 @@ def test_a_model_directory_with_a_tokenizer(workspace, capsys):
         (["MODEL", "--tokenizer", "MODEL", "--prompt", "x"], "MODEL: --tokenizer is a folder"),
         (["MODEL", "--prompt", "x", "--max-new-tokens", "-1"], "expected 0 or more"),
         (["MODEL", "--prompt", ""], "a prompt is empty"),
-        (["MODEL", "--tokenizer", "TOK", "--prompt", "x", "--max-new-tokens", "100000"],
-         "--max-new-tokens 100000: the longest prompt"),
-        (["MODEL", "--tokenizer", "TOK", "--prompt", "x", "--prompt", "LONG"],
-         "--prompt 2: "),
+        (
+            ["MODEL", "--tokenizer", "TOK", "--prompt", "x", "--max-new-tokens", "100000"],
+            "--max-new-tokens 100000: the longest prompt",
+        ),
+        (["MODEL", "--tokenizer", "TOK", "--prompt", "x", "--prompt", "LONG"], "--prompt 2: "),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_and_exit_2(workspace, capsys, argv, message):
     _, config, _ = workspace
     names = {"MODEL": config["model"], "TOK": config["tokenizer"], "LONG": "word " * 20000}

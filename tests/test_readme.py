@@ -91,9 +91,13 @@ def _workspace(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "examples", work / "examples", ignore=shutil.ignore_patterns("runs"))
     config = work / "examples" / "smollm2-lora.yaml"
     text = config.read_text()
-    for old, new in (("steps: 8", "steps: 4"), ("seq_len: 256", "seq_len: 64"),
-                     ("save_every: 4", "save_every: 1"), ("warmup_steps: 2", "warmup_steps: 1"),
-                     ("chunk_size: 256", "chunk_size: 64")):  # fmt: skip
+    for old, new in (
+        ("steps: 8", "steps: 4"),
+        ("seq_len: 256", "seq_len: 64"),
+        ("save_every: 4", "save_every: 1"),
+        ("warmup_steps: 2", "warmup_steps: 1"),
+        ("chunk_size: 256", "chunk_size: 64"),
+    ):
         assert old in text, f"the example config no longer has {old!r}; update test_readme"
         text = text.replace(old, new)
     config.write_text(text)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assay.atomic import replace_generated
@@ -123,9 +123,6 @@ def _replacing_commands(root: Path, keys: dict, run: Path, folder: Path) -> list
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=entries)
 def test_no_command_replaces_a_folder_it_did_not_write(trained, tree):
-    # a folder holding nothing but a look-alike export manifest is a known hole, held apart by
-    # test_a_folder_holding_only_a_lookalike_export_manifest_is_not_an_export
-    assume(set(tree) != {"assay_manifest.json"})
     root, keys, run = trained
     folder = Path(tempfile.mkdtemp(dir=root)) / "out"
     _write(folder, tree)
@@ -249,17 +246,137 @@ def test_overwrite_refuses_a_name_train_writes_holding_another_kind(trained, how
     assert tree_listing(folder) == before and tree_listing(elsewhere) == outside
 
 
+def _sealed(folder: Path, kind: str) -> None:
+    """A hand-written manifest that binds whatever ``folder`` holds, as export writes one."""
+    from assay.adapters.manifest import write_manifest
+
+    write_manifest(folder, kind)
+
+
+def _forge(folder: Path, how: str, export: Path) -> None:
+    """A folder that looks like an export by its manifest but is not one assay wrote."""
+    folder.mkdir()
+    if how == "lists_nothing":
+        _sealed(folder, "peft")
+    elif how == "lists_a_users_file":
+        (folder / "thesis.tex").write_bytes(b"\\documentclass{article}\n")
+        _sealed(folder, "peft")
+    elif how == "weights_are_a_link":  # the link's target has the export's very bytes
+        for entry in export.iterdir():
+            if entry.name == "adapter_model.safetensors":
+                (folder / entry.name).symlink_to(entry)
+            else:
+                shutil.copy(entry, folder / entry.name)
+    elif how == "other_kinds_files":  # a safetensors export's pair sealed as a PEFT export
+        (folder / "config.json").write_bytes(b"{}")
+        (folder / "model.safetensors").write_bytes(b"mine")
+        _sealed(folder, "peft")
+
+
+@pytest.mark.parametrize(
+    "how", ["lists_nothing", "lists_a_users_file", "weights_are_a_link", "other_kinds_files"]
+)
+def test_a_manifest_alone_does_not_make_a_folder_an_export(trained, how):
+    """Third adversary, rule 1 (cases 18 and 19): `export --force` took a hand-written
+    assay_manifest.json that listed nothing, or listed a user's file, as proof of an earlier
+    export, and replaced a symlink standing in for the adapter's weights. An export is a folder
+    holding exactly the regular files its kind writes, bound by the manifest: anything else is
+    refused in one line, and nothing here or where a link points changes."""
+    root, _keys, run = trained
+    export = root / f"export-{how}"
+    assert _cli(["export", str(run), "--format", "peft", "--out", str(export)])[0] == 0
+    folder = Path(tempfile.mkdtemp(dir=root)) / "out"
+    _forge(folder, how, export)
+    before, source = tree_listing(folder), tree_listing(export)
+    for fmt in ("peft", "safetensors"):
+        argv = ["export", str(run), "--format", fmt, "--out", str(folder), "--force"]
+        code, err = _cli(argv)
+        assert code == 2 and err.count("\n") == 1 and str(folder) in err, (fmt, err)
+    assert tree_listing(folder) == before and tree_listing(export) == source
+
+
+@pytest.mark.parametrize("how", ["users_folder", "file_added", "link", "metrics_link"])
+def test_resume_refuses_a_run_whose_next_names_hold_what_train_did_not_write(trained, how):
+    """Third adversary, rule 1: `train --resume` replaced a user's folder standing at the next
+    checkpoint's name (step-000002/user.bin was deleted). A resume rewrites the run's own names
+    (later checkpoints, metrics, latest), so each must hold what train wrote there: refused in
+    one line, nothing here or where a link points changes."""
+    root, keys, _run = trained
+    folder = Path(tempfile.mkdtemp(dir=root)) / "run"
+    elsewhere = Path(tempfile.mkdtemp(dir=root))
+    (elsewhere / "notes.md").write_bytes(b"the user's notes")
+    config = _config_into(root, keys, folder)
+    body = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**body, "steps": 2}))
+    assert _cli(["train", str(config), "--stop-at", "1", "--no-progress"])[0] == 0
+    if how == "users_folder":
+        (folder / "step-000002").mkdir()
+        (folder / "step-000002" / "user.bin").write_bytes(b"mine")
+    elif how == "file_added":
+        (folder / "step-000001" / "user.bin").write_bytes(b"mine")
+    elif how == "link":
+        (folder / "step-000002").symlink_to(elsewhere)
+    else:
+        (folder / "metrics.jsonl").unlink()
+        (folder / "metrics.jsonl").symlink_to(elsewhere / "notes.md")
+    before, outside = tree_listing(folder), tree_listing(elsewhere)
+    code, err = _cli(["train", str(config), "--resume", str(folder), "--no-progress"])
+    assert code == 2 and err.count("\n") == 1 and "did not write" in err, err
+    assert tree_listing(folder) == before and tree_listing(elsewhere) == outside
+
+
+def test_control_resume_replaces_a_checkpoint_it_wrote(trained):
+    """A checkpoint at the next step's name that train itself wrote (a save whose `latest`
+    never moved) is replaced by the resumed run, which then finishes."""
+    root, keys, _run = trained
+    folder = Path(tempfile.mkdtemp(dir=root)) / "run"
+    config = _config_into(root, keys, folder)
+    body = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**body, "steps": 2}))
+    assert _cli(["train", str(config), "--no-progress"])[0] == 0
+    (folder / "latest").write_text("step-000001\n")  # as if killed before latest moved
+    code, err = _cli(["train", str(config), "--resume", str(folder), "--no-progress"])
+    assert code == 0, err
+    assert (folder / "latest").read_text() == "step-000002\n"
+
+
+def test_a_checkpoint_save_replaces_only_a_checkpoint(tmp_path):
+    """The Python API has no claim step: save_checkpoint itself refuses a folder at its name
+    that holds what a save does not write, and replaces one it wrote."""
+    import torch
+
+    from assay.train.checkpoint import CheckpointError, save_checkpoint
+
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    prints = {"config": "c", "dataset": "d", "model": "m"}
+
+    def save() -> Path:
+        return save_checkpoint(tmp_path, 1, {"w": weight}, optimizer, {}, {"row": 0}, prints)
+
+    save()
+    (tmp_path / "latest").unlink()
+    save()  # the control: a checkpoint this writer wrote is replaced
+    (tmp_path / "latest").unlink()
+    (tmp_path / "step-000001" / "user.bin").write_bytes(b"mine")
+    with pytest.raises(CheckpointError, match=r"user\.bin"):
+        save()
+    assert (tmp_path / "step-000001" / "user.bin").read_bytes() == b"mine"
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="known hole (issue 52, third adversary, case 18): a folder holding only a "
-    "hand-written assay_manifest.json that lists nothing verifies as an export, so export "
-    "--force replaces it; an export must also hold the files its format writes. Strict: this "
-    "mark goes when it is fixed",
+    reason="known hole (issue 52, third adversary): a run whose own files were edited since "
+    "train wrote them (metrics.jsonl appended, a checkpoint's cursor.json edited) is still "
+    "replaced by --overwrite; train keeps no record of what it wrote to compare against. "
+    "Strict: this mark goes when it is fixed",
 )
-def test_a_folder_holding_only_a_lookalike_export_manifest_is_not_an_export(trained):
-    root, _keys, run = trained
-    folder = Path(tempfile.mkdtemp(dir=root)) / "out"
-    _write(folder, {"assay_manifest.json": b""})
-    before = _snapshot(folder)
-    code, err = _cli(["export", str(run), "--format", "peft", "--out", str(folder), "--force"])
-    assert code == 2 and _snapshot(folder) == before, err
+def test_overwrite_refuses_a_run_whose_files_were_edited_since_train_wrote_them(trained):
+    root, keys, run = trained
+    folder = Path(tempfile.mkdtemp(dir=root)) / "run"
+    shutil.copytree(run, folder)
+    with open(folder / "metrics.jsonl", "ab") as handle:
+        handle.write(b'{"my": "annotation"}\n')
+    before = tree_listing(folder)
+    code, err = _cli(["train", str(_config_into(root, keys, folder)), "--overwrite"])
+    assert code == 2 and tree_listing(folder) == before, err

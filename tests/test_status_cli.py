@@ -23,8 +23,11 @@ def test_status_follows_a_run_from_stopped_to_finished_and_spots_a_dead_process(
     capsys.readouterr()
     status = _status(capsys, run)
     assert (status["state"], status["reason"], status["step"], status["steps"]) == (
-        "stopped", "stop_at", 2, 6
-    )  # fmt: skip
+        "stopped",
+        "stop_at",
+        2,
+        6,
+    )
     assert status["checkpoint"] == str(run / "step-000002") and status["loss"] > 0
     assert status["tokens_per_s"] > 0 and status["eta_s"] is None
     assert main(["train", str(config), "--no-progress", "--resume", str(run)]) == 0
@@ -85,8 +88,9 @@ def test_a_metrics_line_split_by_a_line_separator_still_counts(tmp_path, capsys)
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("steps: 4\n")
-    line = json.dumps({"step": 3, "loss": 1.5, "seconds": 0.5, "note": "a\u2028b"},
-                      ensure_ascii=False)  # fmt: skip
+    line = json.dumps(
+        {"step": 3, "loss": 1.5, "seconds": 0.5, "note": "a\u2028b"}, ensure_ascii=False
+    )
     (run / "metrics.jsonl").write_text(line + "\n", "utf-8")
     status = _status(capsys, run)
     assert (status["step"], status["loss"]) == (3, 1.5)

@@ -61,14 +61,27 @@ def _model_path(gate):
     return path
 
 
-def _claim(gate, claim_id: str, statement: str, threshold: Threshold, unit: str,
-           code: tuple[str, ...], device: str, value: float, stalled: float) -> None:  # fmt: skip
+def _claim(
+    gate,
+    claim_id: str,
+    statement: str,
+    threshold: Threshold,
+    unit: str,
+    code: tuple[str, ...],
+    device: str,
+    value: float,
+    stalled: float,
+) -> None:
     """One timed claim: measured on ``device``, its control the same figure with every layer
     stalled on the GPU."""
     claim = gate.claim(
-        claim_id, statement, kind="performance", threshold=threshold, unit=unit,
+        claim_id,
+        statement,
+        kind="performance",
+        threshold=threshold,
+        unit=unit,
         code=(*code, "support.cuda_helpers"),
-    )  # fmt: skip
+    )
     claim.measure(value)
     claim.ran_on(device)
     claim.control(f"every layer stalled {STALL_CYCLES} GPU cycles", stalled)
@@ -99,23 +112,41 @@ def bf16_lora_steps(gate, code: tuple[str, ...]) -> None:
     )
     fraction = lambda seconds: flops / seconds / 1e12 / ceiling  # noqa: E731
     _claim(
-        gate, "throughput.gemm_fraction",
+        gate,
+        "throughput.gemm_fraction",
         "assay bf16 LoRA step reaches >= 15% of the same-session bf16 GEMM ceiling",
-        Threshold(">=", 0.15, tolerance=0.2), "fraction of ceiling", code, ids.device.type,
-        fraction(median["assay"]), fraction(slow),
-    )  # fmt: skip
+        Threshold(">=", 0.15, tolerance=0.2),
+        "fraction of ceiling",
+        code,
+        ids.device.type,
+        fraction(median["assay"]),
+        fraction(slow),
+    )
     _claim(
-        gate, "throughput.vs_peft",
+        gate,
+        "throughput.vs_peft",
         "assay bf16 LoRA step is >= 1.25x as fast as transformers+PEFT's, same session",
-        Threshold(">=", 1.25, tolerance=0.2), "peft / assay step time", code, ids.device.type,
-        median["peft"] / median["assay"], median["peft"] / slow,
-    )  # fmt: skip
+        Threshold(">=", 1.25, tolerance=0.2),
+        "peft / assay step time",
+        code,
+        ids.device.type,
+        median["peft"] / median["assay"],
+        median["peft"] / slow,
+    )
 
 
 def _step_ratio(
-    gate, subjects: dict, ours: str, peer: str, claim_id: str, statement: str, *, speedup: bool,
-    threshold: Threshold, code: tuple[str, ...],
-) -> None:  # fmt: skip
+    gate,
+    subjects: dict,
+    ours: str,
+    peer: str,
+    claim_id: str,
+    statement: str,
+    *,
+    speedup: bool,
+    threshold: Threshold,
+    code: tuple[str, ...],
+) -> None:
     """Time ``ours`` against ``peer`` interleaved and claim their ratio: peer / ours when
     ``speedup`` (higher is better), else ours / peer; the control stalls ``ours``."""
     ids, median, slow = _timed(subjects, ours)
@@ -123,9 +154,16 @@ def _step_ratio(
     ratio = (lambda t: median[peer] / t) if speedup else (lambda t: t / median[peer])
     unit = f"{peer} / {ours} step time" if speedup else f"{ours} / {peer} step time"
     _claim(
-        gate, claim_id, statement, threshold, unit, code, ids.device.type,
-        ratio(median[ours]), ratio(slow),
-    )  # fmt: skip
+        gate,
+        claim_id,
+        statement,
+        threshold,
+        unit,
+        code,
+        ids.device.type,
+        ratio(median[ours]),
+        ratio(slow),
+    )
 
 
 def streamed_steps(gate, code: tuple[str, ...]) -> None:
@@ -138,12 +176,17 @@ def streamed_steps(gate, code: tuple[str, ...]) -> None:
     )
     subjects["assay"].model.to("cuda")
     _step_ratio(
-        gate, subjects, "stream-ram", "assay", "throughput.stream_vs_resident",
+        gate,
+        subjects,
+        "stream-ram",
+        "assay",
+        "throughput.stream_vs_resident",
         "assay streamed from RAM (2 slots, copy stream) takes <= 1.10x the step time of the "
         "same model resident on the GPU (fp32)",
-        speedup=False, threshold=Threshold("<=", 1.10, tolerance=0.2),
+        speedup=False,
+        threshold=Threshold("<=", 1.10, tolerance=0.2),
         code=(*code, "assay.stream.engine", "assay.stream.pool"),
-    )  # fmt: skip
+    )
 
 
 def nf4_steps(gate, code: tuple[str, ...]) -> None:
@@ -154,9 +197,14 @@ def nf4_steps(gate, code: tuple[str, ...]) -> None:
     for subject in subjects.values():
         subject.model.to("cuda")
     _step_ratio(
-        gate, subjects, "assay-nf4", "bnb-nf4", "throughput.nf4_vs_bnb",
+        gate,
+        subjects,
+        "assay-nf4",
+        "bnb-nf4",
+        "throughput.nf4_vs_bnb",
         "assay NF4 LoRA step is >= 1.25x as fast as transformers + bitsandbytes NF4 double "
         "quant + PEFT's (fp32 compute), same session",
-        speedup=True, threshold=Threshold(">=", 1.25, tolerance=0.2),
+        speedup=True,
+        threshold=Threshold(">=", 1.25, tolerance=0.2),
         code=(*code, "assay.storage.nf4"),
-    )  # fmt: skip
+    )

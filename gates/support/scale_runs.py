@@ -22,15 +22,24 @@ def models(cache: Path | None = None) -> dict[int, Path]:
     return {depth: random_model(SHAPE, depth, cache=cache) for depth in DEPTHS}
 
 
-def child(module: str, *args: str, env: dict[str, str] | None = None,
-          timeout: float = 3600) -> dict[str, Any]:  # fmt: skip
+def child(
+    module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 3600
+) -> dict[str, Any]:
     """``python -m module args`` in a fresh process; its last stdout line as JSON."""
-    return json_child(module, list(args), what=f"{module} {' '.join(args)}", timeout=timeout,
-                      env=env)  # fmt: skip
+    return json_child(
+        module, list(args), what=f"{module} {' '.join(args)}", timeout=timeout, env=env
+    )
 
 
-def step_run(subject: str, model: Path, *, cache: Path, storage: str = "float32",
-             steps: int = 2, extra: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+def step_run(
+    subject: str,
+    model: Path,
+    *,
+    cache: Path,
+    storage: str = "float32",
+    steps: int = 2,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """One subject's load and steps (assay_bench.scale_step) with the stream cache ``cache``."""
     args = (subject, str(model), "--storage", storage, "--seq", str(SEQ), "--steps", str(steps))
     return child("assay_bench.scale_step", *args, *extra, env={"ASSAY_CACHE": str(cache)})
@@ -52,8 +61,9 @@ def ratio_claim(
     with the ratio of a run that must miss it (``control``: label, value)."""
     from assay.qualify import Threshold
 
-    claim = gate.claim(claim_id, statement, kind="memory", threshold=Threshold("<=", bound),
-                       unit=unit, code=code)  # fmt: skip
+    claim = gate.claim(
+        claim_id, statement, kind="memory", threshold=Threshold("<=", bound), unit=unit, code=code
+    )
     claim.measure(round(measured, 4))
     claim.ran_on(device)
     claim.control(control[0], round(control[1], 4))
@@ -86,14 +96,19 @@ def plot(rows: dict[str, dict[int, dict[str, Any]]]) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"resident-ckpt": "assay resident (checkpointed)", "stream-ram": "assay streamed, RAM",
-              "stream-disk": "assay streamed, disk", "peft": "transformers + PEFT"}  # fmt: skip
+    labels = {
+        "resident-ckpt": "assay resident (checkpointed)",
+        "stream-ram": "assay streamed, RAM",
+        "stream-disk": "assay streamed, disk",
+        "peft": "transformers + PEFT",
+    }
     fig, (memory, time) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=120)
     for subject, by_depth in rows.items():
         depths = sorted(by_depth)
         label = labels.get(subject, subject)
-        memory.plot(depths, [by_depth[d]["step_peak_bytes"] / GIB for d in depths], "o-",
-                    label=label)  # fmt: skip
+        memory.plot(
+            depths, [by_depth[d]["step_peak_bytes"] / GIB for d in depths], "o-", label=label
+        )
         time.plot(depths, [by_depth[d]["median_step_s"] for d in depths], "o-", label=label)
     memory.set_ylabel("peak RSS of the step (GiB)")
     time.set_ylabel("seconds per optimizer step")

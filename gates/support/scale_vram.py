@@ -74,9 +74,17 @@ def claim_vram(gate, runs: dict[str, dict[str, Any]]) -> None:
             ("assay resident", ("resident-deep", "resident-shallow")),
         ),
     ):
-        ratio_claim(gate, claim_id, statement, bound=bound, unit="x device peak",
-                    measured=peak[num] / peak[den], control=(label, peak[control[0]] /
-                    peak[control[1]]), code=VRAM_CODE, device="cuda")  # fmt: skip
+        ratio_claim(
+            gate,
+            claim_id,
+            statement,
+            bound=bound,
+            unit="x device peak",
+            measured=peak[num] / peak[den],
+            control=(label, peak[control[0]] / peak[control[1]]),
+            code=VRAM_CODE,
+            device="cuda",
+        )
     gate.note(
         "VRAM runs (device peaks of the steps, load peaks, steps, out of memory): "
         + "; ".join(

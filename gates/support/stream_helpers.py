@@ -150,10 +150,21 @@ PROFILES = {
 }
 
 
-def delayed_mismatches(path, method: str, storage: str, reference, ids, *, buffers: int = 2,
-                       engine_seed: int = 0, profile: str = "late", fault: str | None = None,
-                       delaying: bool = True, refused: list | None = None,
-                       wrong_forward: list | None = None) -> int:  # fmt: skip
+def delayed_mismatches(
+    path,
+    method: str,
+    storage: str,
+    reference,
+    ids,
+    *,
+    buffers: int = 2,
+    engine_seed: int = 0,
+    profile: str = "late",
+    fault: str | None = None,
+    delaying: bool = True,
+    refused: list | None = None,
+    wrong_forward: list | None = None,
+) -> int:
     """Unequal tensors (logits + gradients) of a streamed run against ``reference``.
 
     A no-grad forward runs first, and whether its logits are wrong is appended to

@@ -30,9 +30,14 @@ def _gradients(model: Path, storage: str, ids, streamed: bool):
     from assay_bench.step import step_loss
 
     stream = StreamConfig(tier="disk", buffers=2, recompute=True) if streamed else None
-    runner, base = build_runner(model, storage=storage, method="lora", seed=0,
-                                adapter_options={"rank": 8, "alpha": 16, "targets": ATTENTION},
-                                stream=stream)  # fmt: skip
+    runner, base = build_runner(
+        model,
+        storage=storage,
+        method="lora",
+        seed=0,
+        adapter_options={"rank": 8, "alpha": 16, "targets": ATTENTION},
+        stream=stream,
+    )
     randomize_adapters(base, seed=3)
     loss = step_loss(runner, ids, "chunked_ce")
     loss.backward()

@@ -92,8 +92,16 @@ class DelayByLayer:
         return self.copies.submit(store, layer, buffer, delayed)
 
 
-def measure(subject: str, model: Path, *, storage: str, seq: int, steps: int,
-            copy_delay: float = 0.0, drop_caches: bool = False) -> dict[str, Any]:  # fmt: skip
+def measure(
+    subject: str,
+    model: Path,
+    *,
+    storage: str,
+    seq: int,
+    steps: int,
+    copy_delay: float = 0.0,
+    drop_caches: bool = False,
+) -> dict[str, Any]:
     """Load, then ``steps`` optimizer steps, timed and peak-measured (see the module doc)."""
     import torch
 
@@ -143,8 +151,9 @@ def measure(subject: str, model: Path, *, storage: str, seq: int, steps: int,
     }
 
 
-def measure_vram(subject: str, model: Path, *, storage: str, seq: int, steps: int,
-                 limit: int | None) -> dict[str, Any]:  # fmt: skip
+def measure_vram(
+    subject: str, model: Path, *, storage: str, seq: int, steps: int, limit: int | None
+) -> dict[str, Any]:
     """On CUDA, this process held to ``limit`` bytes of device memory
     (``torch.cuda.set_per_process_memory_fraction``): the load's and the steps' device peaks
     (the allocator's high-water marks, the mark reset after the load), the steps completed and
@@ -158,17 +167,30 @@ def measure_vram(subject: str, model: Path, *, storage: str, seq: int, steps: in
     if limit is not None:
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
     config = open_source(model).config
-    out: dict[str, Any] = {"subject": subject, "storage": storage, "seq": seq, "device": "cuda",
-                           "layers": config.num_layers, "vram_limit_bytes": limit,
-                           "device_total_bytes": total, "steps_done": 0, "oom": None}  # fmt: skip
+    out: dict[str, Any] = {
+        "subject": subject,
+        "storage": storage,
+        "seq": seq,
+        "device": "cuda",
+        "layers": config.num_layers,
+        "vram_limit_bytes": limit,
+        "device_total_bytes": total,
+        "steps_done": 0,
+        "oom": None,
+    }
     times: list[float] = []
     try:
         runner, optimizer, loss_kind = build(subject, model, storage, device="cuda")
         out["vram_load_peak_bytes"] = torch.cuda.max_memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         forward = (lambda ids: runner(input_ids=ids).logits) if subject == "peft" else None
-        ids = torch.randint(0, config.vocab_size, (1, seq), device="cuda",
-                            generator=torch.Generator("cuda").manual_seed(0))  # fmt: skip
+        ids = torch.randint(
+            0,
+            config.vocab_size,
+            (1, seq),
+            device="cuda",
+            generator=torch.Generator("cuda").manual_seed(0),
+        )
         for _ in range(steps):
             torch.cuda.synchronize()
             began = time.perf_counter()
@@ -196,20 +218,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copy-delay-per-layer", type=float, default=0.0)
     parser.add_argument("--drop-caches", action="store_true")
     parser.add_argument("--cuda", action="store_true", help="compute on CUDA; measure VRAM")
-    parser.add_argument("--vram-limit", type=int, default=None, metavar="BYTES",
-                        help="with --cuda: the process's device-memory limit")  # fmt: skip
+    parser.add_argument(
+        "--vram-limit",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="with --cuda: the process's device-memory limit",
+    )
     args = parser.parse_args(argv)
     if args.copy_delay_per_layer and not args.subject.startswith("stream-"):
         parser.error("--copy-delay-per-layer needs a stream-* subject")
     if args.vram_limit is not None and not args.cuda:
         parser.error("--vram-limit needs --cuda")
     if args.cuda:
-        result = measure_vram(args.subject, args.model, storage=args.storage, seq=args.seq,
-                              steps=args.steps, limit=args.vram_limit)  # fmt: skip
+        result = measure_vram(
+            args.subject,
+            args.model,
+            storage=args.storage,
+            seq=args.seq,
+            steps=args.steps,
+            limit=args.vram_limit,
+        )
     else:
-        result = measure(args.subject, args.model, storage=args.storage, seq=args.seq,
-                         steps=args.steps, copy_delay=args.copy_delay_per_layer,
-                         drop_caches=args.drop_caches)  # fmt: skip
+        result = measure(
+            args.subject,
+            args.model,
+            storage=args.storage,
+            seq=args.seq,
+            steps=args.steps,
+            copy_delay=args.copy_delay_per_layer,
+            drop_caches=args.drop_caches,
+        )
     print(json.dumps(result))
     return 0
 

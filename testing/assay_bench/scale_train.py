@@ -27,8 +27,9 @@ def workspace(root: Path) -> dict[str, Path]:
     return {"tokenizer": root / "bytes.gguf", "train": root / "train.jsonl", "root": root}
 
 
-def train_config(space: dict[str, Path], model: Path, name: str, *, storage: str,
-                 streamed: bool, steps: int = 2) -> Path:  # fmt: skip
+def train_config(
+    space: dict[str, Path], model: Path, name: str, *, storage: str, streamed: bool, steps: int = 2
+) -> Path:
     """A user's config: LoRA r8 on attention, seq 256, micro-batch 1, chunked CE, ``steps``
     optimizer steps, and (``streamed``) the disk tier with 2 buffers, whose backward recomputes
     each layer from its input: the activation checkpointing the predictor asks for."""
@@ -68,8 +69,9 @@ def drop_page_cache() -> str | None:
     return None
 
 
-def limited_train(config: Path, limit_bytes: int, *, cache: Path, force: bool = False,
-                  timeout: float = 7200) -> dict[str, Any]:  # fmt: skip
+def limited_train(
+    config: Path, limit_bytes: int, *, cache: Path, force: bool = False, timeout: float = 7200
+) -> dict[str, Any]:
     """`assay train CONFIG --json` inside a memory cgroup of ``limit_bytes``: how it ended
     (``run``, assay_testing.memory_limit.LimitedRun), the steps it completed (0 unless it
     exited 0) and, from its metrics, the seconds of each step.
@@ -89,7 +91,13 @@ def limited_train(config: Path, limit_bytes: int, *, cache: Path, force: bool = 
         summary = json.loads(run.stdout)
         steps = summary["steps"]
         metrics = Path(summary["checkpoint"]).parent / "metrics.jsonl"
-        seconds = [json.loads(line)["seconds"] for line in metrics.read_text().splitlines()
-                   if line.strip()]  # fmt: skip
-    return {"run": run, "steps": steps, "step_seconds": seconds, "config": config,
-            "page_cache": page_cache}  # fmt: skip
+        seconds = [
+            json.loads(line)["seconds"] for line in metrics.read_text().splitlines() if line.strip()
+        ]
+    return {
+        "run": run,
+        "steps": steps,
+        "step_seconds": seconds,
+        "config": config,
+        "page_cache": page_cache,
+    }

@@ -83,8 +83,7 @@ def step_loss(
     bf16 autocast; the loss itself is fp32."""
     from torch.profiler import record_function
 
-    autocast = torch.autocast(ids.device.type, dtype=torch.bfloat16,
-                              enabled=precision == "bf16")  # fmt: skip
+    autocast = torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     if kind == "ce":
         with autocast:
             logits = model(ids) if forward is None else forward(ids)

@@ -46,8 +46,9 @@ class DelayingCopies:
         """Copy ``layer`` into ``buffer`` late and in pieces, then call ``done``."""
         with self.lock:
             delay = self.rng.uniform(self.min_delay_s, self.max_delay_s)
-            pauses = [self.rng.uniform(0.0, self.max_delay_s / self.chunks)
-                      for _ in range(self.chunks)]  # fmt: skip
+            pauses = [
+                self.rng.uniform(0.0, self.max_delay_s / self.chunks) for _ in range(self.chunks)
+            ]
             self.copies += 1
 
         def copy() -> None:

@@ -93,8 +93,14 @@ def _kill_all(procs: Path) -> None:
                 os.kill(int(pid), signal.SIGKILL)
 
 
-def run_limited(argv: list[str], limit_bytes: int, *, env: dict[str, str] | None = None,
-                timeout: float = 3600, cwd: Path | None = None) -> LimitedRun:  # fmt: skip
+def run_limited(
+    argv: list[str],
+    limit_bytes: int,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 3600,
+    cwd: Path | None = None,
+) -> LimitedRun:
     """``argv`` run to the end inside a fresh memory cgroup of ``limit_bytes``; the group is
     removed afterwards. LimitUnavailable where no group can be made."""
     folder, controller = _group_folder()
@@ -124,10 +130,15 @@ def run_limited(argv: list[str], limit_bytes: int, *, env: dict[str, str] | None
         peak_file = Path(name)
         started = time.perf_counter()
         try:
-            launcher = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, str(peak_file),
-                                         *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env={**os.environ, **(env or {})}, cwd=cwd,
-                                        preexec_fn=join)  # fmt: skip
+            launcher = subprocess.Popen(
+                [sys.executable, "-S", "-c", _LAUNCHER, str(peak_file), *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, **(env or {})},
+                cwd=cwd,
+                preexec_fn=join,
+            )
         except subprocess.SubprocessError as error:  # the child could not join the group
             peak_file.unlink(missing_ok=True)
             raise LimitUnavailable(f"cannot move a process into {folder}: {error}") from None

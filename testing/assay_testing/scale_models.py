@@ -102,8 +102,11 @@ def write_random_model(config: ModelConfig, folder: Path, *, seed: int = 0) -> P
         size = 4
         for n in shape:
             size *= n
-        entries[name] = {"dtype": "F32", "shape": list(shape),
-                         "data_offsets": [offset, offset + size]}  # fmt: skip
+        entries[name] = {
+            "dtype": "F32",
+            "shape": list(shape),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     header = json.dumps({"__metadata__": {"format": "pt"}, **entries}).encode()
     header += b" " * (-len(header) % 8)
@@ -120,8 +123,9 @@ def write_random_model(config: ModelConfig, folder: Path, *, seed: int = 0) -> P
     return folder
 
 
-def random_model(name: str, layers: int | None = None, *, seed: int = 0,
-                 cache: Path | None = None) -> Path:  # fmt: skip
+def random_model(
+    name: str, layers: int | None = None, *, seed: int = 0, cache: Path | None = None
+) -> Path:
     """The cached random model of published shape ``name`` at ``layers`` depth."""
     config = named_shape(name, layers)
     root = cache or default_cache()

@@ -24,11 +24,15 @@ LR, RATIO = 1e-3, 16.0
 def _config(tmp_path, **adapter):
     (tmp_path / "train.jsonl").write_text('{"text": "x"}\n')
     return train_config_from_dict(
-        {"model": "m.gguf", "data": {"train": "train.jsonl"}, "steps": 1,
-         "adapter": {"method": "loraplus", **adapter},
-         "optim": {"lr": LR, "weight_decay": 0.1}},
+        {
+            "model": "m.gguf",
+            "data": {"train": "train.jsonl"},
+            "steps": 1,
+            "adapter": {"method": "loraplus", **adapter},
+            "optim": {"lr": LR, "weight_decay": 0.1},
+        },
         tmp_path / "run.yaml",
-    )  # fmt: skip
+    )
 
 
 def _step(model, optimizer, ids):
@@ -50,11 +54,12 @@ def test_a_step_equals_peft_loraplus_optimizer(fresh, ids, tmp_path):
         torch.nn.init.normal_(adapter.lora_B, generator=torch.Generator().manual_seed(5))
     theirs = copy.deepcopy(ours)
     params = trainable_parameters(ours)
-    optimizer = build_optimizer(_config(tmp_path, lr_ratio=RATIO), params,
-                                learning_rate_scales(ours))  # fmt: skip
-    reference = create_loraplus_optimizer(theirs, torch.optim.AdamW, lr=LR,
-                                          loraplus_lr_ratio=RATIO,
-                                          loraplus_weight_decay=0.1)  # fmt: skip
+    optimizer = build_optimizer(
+        _config(tmp_path, lr_ratio=RATIO), params, learning_rate_scales(ours)
+    )
+    reference = create_loraplus_optimizer(
+        theirs, torch.optim.AdamW, lr=LR, loraplus_lr_ratio=RATIO, loraplus_weight_decay=0.1
+    )
     for _ in range(2):
         _step(ours, optimizer, ids)
         _step(theirs, reference, ids)

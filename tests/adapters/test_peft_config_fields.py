@@ -118,6 +118,11 @@ REFUSED = {
     "rank bool": ({"r": True}, r"r: expected int, got True"),
     "alpha bool": ({"lora_alpha": True}, r"lora_alpha: expected int or float, got True"),
     "rank zero": ({"r": 0}, r"r: must be >= 1, got 0"),
+    # third adversary, rule 6: a layer the model lacks was refused without file or field
+    "layer past the model": (
+        {"layers_to_transform": [1, 7]},
+        r"layers_to_transform: 7 is not a layer of the model \(valid 0\.\.1, it has 2 layers\)",
+    ),
 }
 
 

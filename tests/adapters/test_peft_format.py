@@ -23,8 +23,9 @@ def _loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)
-def test_peft_loads_our_adapter_with_equal_logits_and_gradients(fresh, qwen2_dir, ids, tmp_path,
-                                                                 method):  # fmt: skip
+def test_peft_loads_our_adapter_with_equal_logits_and_gradients(
+    fresh, qwen2_dir, ids, tmp_path, method
+):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -42,8 +43,9 @@ def test_peft_loads_our_adapter_with_equal_logits_and_gradients(fresh, qwen2_dir
     reference = theirs(input_ids=ids).logits
     assert (reference - logits).abs().max() <= TOLERANCE
     _loss(reference, ids).backward()
-    grads = {n.replace(".default", ""): p.grad for n, p in theirs.named_parameters()
-             if p.requires_grad}  # fmt: skip
+    grads = {
+        n.replace(".default", ""): p.grad for n, p in theirs.named_parameters() if p.requires_grad
+    }
     compared = 0
     for name, adapter in adapter_modules(ours):
         for tensor, param in adapter.named_parameters(recurse=False):
@@ -62,8 +64,13 @@ def test_a_peft_saved_adapter_loads_into_assay(fresh, qwen2_dir, ids, tmp_path, 
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(qwen2_dir, dtype=torch.float32)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"],
-                        use_dora=method == "dora", lora_dropout=0.0)  # fmt: skip
+    config = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "down_proj"],
+        use_dora=method == "dora",
+        lora_dropout=0.0,
+    )
     theirs = get_peft_model(hf, config)
     with torch.no_grad():
         for name, param in theirs.named_parameters():

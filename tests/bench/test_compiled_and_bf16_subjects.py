@@ -17,8 +17,9 @@ from assay_bench.subjects import build_subjects
 
 def first_losses(path: Path, names: list[str]) -> dict[str, float]:
     subjects = build_subjects(names, path)
-    ids = torch.randint(0, subjects[names[0]].config.vocab_size, (1, 8),
-                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    ids = torch.randint(
+        0, subjects[names[0]].config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         return {n: float(s.loss_of(ids)) for n, s in subjects.items()}
 

@@ -18,8 +18,9 @@ HARNESS = Path(__file__).parents[2] / "harness" / "bench_step.py"
 
 def first_losses(path: Path, names: list[str]) -> dict[str, torch.Tensor]:
     subjects = build_subjects(names, path, assay_loss="ce")
-    ids = torch.randint(0, subjects[names[0]].config.vocab_size, (1, 8),
-                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    ids = torch.randint(
+        0, subjects[names[0]].config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         return {n: step_loss(s.model, ids, s.loss, s.forward) for n, s in subjects.items()}
 

@@ -113,8 +113,9 @@ def resealed_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> li
         reseal(step)
         config = write_config(folder / f"{name}.yaml", base_config(model, train, copy))
         argv = ("train", str(config), "--resume", str(copy), "--json")
-        cases.append(Case(f"resealed.{name}", "resealed", argv, step / spec["file"],
-                          spec["where"], copy))  # fmt: skip
+        cases.append(
+            Case(f"resealed.{name}", "resealed", argv, step / spec["file"], spec["where"], copy)
+        )
     return cases
 
 
@@ -254,6 +255,41 @@ def replace_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> lis
         train_case("overwrite_step_link", "replace", config, "output.dir", folder, "--overwrite")
     )
     cases.append(_edited_site_case(folder))
+    cases.extend(_third_adversary_cases(folder, model, train, run))
+    return cases
+
+
+def _third_adversary_cases(folder: Path, model: Path, train: Path, run: Path) -> list[Case]:
+    """Issue 52, third adversary: a symlinked lock file (the holder record went where it
+    pointed), a user's folder at the next checkpoint's name of a resumed run, a hand-written
+    export manifest that lists a user's file."""
+    from assay.adapters.manifest import write_manifest
+
+    kept = folder / "kept-by-the-lock-link.txt"
+    kept.write_text("the user's file a lock link names\n")
+    locked = folder / "lock_link_run"
+    shutil.copytree(run, locked)
+    (locked / ".assay-run.lock").symlink_to(kept)
+    config = write_config(folder / "overwrite_lock_link.yaml", base_config(model, train, locked))
+    cases = [
+        train_case("overwrite_lock_link", "replace", config, "output.dir", folder, "--overwrite")
+    ]
+    resumed = folder / "resume_next_step_run"
+    shutil.copytree(run, resumed)
+    (resumed / "step-000002").mkdir()  # the step the resumed run saves next
+    (resumed / "step-000002" / "user.bin").write_bytes(b"the user's data\n")
+    config = write_config(folder / "resume_next_step.yaml", base_config(model, train, resumed))
+    cases.append(
+        train_case(
+            "resume_next_step", "replace", config, "--resume", folder, "--resume", str(resumed)
+        )
+    )
+    forged = folder / "forged_export"
+    forged.mkdir()
+    (forged / "thesis.tex").write_text("\\documentclass{article}\n")
+    write_manifest(forged, "peft")  # binds the user's file as an export would bind its own
+    argv = ("export", str(run), "--format", "peft", "--out", str(forged), "--force")
+    cases.append(Case("replace.export_forged_manifest", "replace", argv, forged, "--force", folder))
     return cases
 
 

@@ -60,8 +60,9 @@ def config_cases(root: Path, model: Path, good_text: str, train: Path) -> list[C
             text += _fill(spec["append"]) + "\n"
         path = folder / "config.yaml"
         path.write_text(text)
-        cases.append(Case(name, _kind(name), ("train", str(path), "--json"), path, spec["where"],
-                          folder))  # fmt: skip
+        cases.append(
+            Case(name, _kind(name), ("train", str(path), "--json"), path, spec["where"], folder)
+        )
     return cases
 
 
@@ -74,8 +75,9 @@ def row_cases(root: Path, model: Path) -> list[Case]:
         rows = folder / "train.jsonl"
         rows.write_text(_fill(spec["row"]) + "\n")
         path = write_config(folder / "config.yaml", base_config(model, rows, folder / "run"))
-        cases.append(Case(name, _kind(name), ("train", str(path), "--json"), rows,
-                          spec["where"], folder))  # fmt: skip
+        cases.append(
+            Case(name, _kind(name), ("train", str(path), "--json"), rows, spec["where"], folder)
+        )
     return cases
 
 
@@ -106,18 +108,47 @@ def lost_run_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> lis
     other = write_config(folder / "other.yaml", base_config(model, train, copy))
     export = ("export", str(copy), "--format", "peft", "--force", "--out")
     return [
-        Case("lost_runs.resume_without_checkpoint", "lost_runs",
-             ("train", str(other), "--resume", str(empty), "--json"), empty, "--resume", folder),
-        Case("lost_runs.resume_other_run_into_occupied", "lost_runs",
-             ("train", str(other), "--resume", str(run_dir), "--json"), copy, "output.dir",
-             folder),
-        Case("lost_runs.export_onto_the_run", "lost_runs", (*export, str(copy)), copy, "--out",
-             folder),
-        Case("lost_runs.export_inside_the_run", "lost_runs", (*export, str(copy / "peft")),
-             copy / "peft", "--out", folder),
-        Case("lost_runs.export_around_the_run", "lost_runs", (*export, str(folder)), folder,
-             "--out", folder),
-    ]  # fmt: skip
+        Case(
+            "lost_runs.resume_without_checkpoint",
+            "lost_runs",
+            ("train", str(other), "--resume", str(empty), "--json"),
+            empty,
+            "--resume",
+            folder,
+        ),
+        Case(
+            "lost_runs.resume_other_run_into_occupied",
+            "lost_runs",
+            ("train", str(other), "--resume", str(run_dir), "--json"),
+            copy,
+            "output.dir",
+            folder,
+        ),
+        Case(
+            "lost_runs.export_onto_the_run",
+            "lost_runs",
+            (*export, str(copy)),
+            copy,
+            "--out",
+            folder,
+        ),
+        Case(
+            "lost_runs.export_inside_the_run",
+            "lost_runs",
+            (*export, str(copy / "peft")),
+            copy / "peft",
+            "--out",
+            folder,
+        ),
+        Case(
+            "lost_runs.export_around_the_run",
+            "lost_runs",
+            (*export, str(folder)),
+            folder,
+            "--out",
+            folder,
+        ),
+    ]
 
 
 def wrong_answer_cases(root: Path, run: tuple[Path, Path, Path], other_model: Path) -> list[Case]:
@@ -125,20 +156,38 @@ def wrong_answer_cases(root: Path, run: tuple[Path, Path, Path], other_model: Pa
     train, _config, run_dir = run
     folder = root / "wrong_answers"
     folder.mkdir(parents=True)
-    config = write_config(folder / "other-model.yaml",
-                          base_config(other_model, train, folder / "run"))  # fmt: skip
+    config = write_config(
+        folder / "other-model.yaml", base_config(other_model, train, folder / "run")
+    )
     empty = folder / "receipts-empty"
     (empty / "some-gate").mkdir(parents=True)
     missing = folder / "receipts-missing"
     return [
-        Case("wrong_answers.eval_other_model", "wrong_answers",
-             ("eval", str(config), "--checkpoint", str(run_dir), "--data", str(train)),
-             run_dir, "another model", folder),
-        Case("wrong_answers.verify_missing_folder", "wrong_answers",
-             ("verify", "--receipts", str(missing)), missing, "no such receipts folder", folder),
-        Case("wrong_answers.verify_empty_folder", "wrong_answers",
-             ("verify", "--receipts", str(empty)), empty, "holds no receipts", folder),
-    ]  # fmt: skip
+        Case(
+            "wrong_answers.eval_other_model",
+            "wrong_answers",
+            ("eval", str(config), "--checkpoint", str(run_dir), "--data", str(train)),
+            run_dir,
+            "another model",
+            folder,
+        ),
+        Case(
+            "wrong_answers.verify_missing_folder",
+            "wrong_answers",
+            ("verify", "--receipts", str(missing)),
+            missing,
+            "no such receipts folder",
+            folder,
+        ),
+        Case(
+            "wrong_answers.verify_empty_folder",
+            "wrong_answers",
+            ("verify", "--receipts", str(empty)),
+            empty,
+            "holds no receipts",
+            folder,
+        ),
+    ]
 
 
 def _receipt_case(root: Path, name: str, edit) -> Case:
@@ -157,15 +206,25 @@ def _append_field(path: Path, text: str) -> None:
 def file_cases(root: Path, model: Path) -> list[Case]:
     """Receipts and a safetensors header past the readers' bounds."""
     cases = [
-        _receipt_case(root, "receipt_files.nested_100000",
-                      lambda p: _append_field(p, "[" * 100_000 + "]" * 100_000) or "nested deeper"),
-        _receipt_case(root, "receipt_files.nested_900",
-                      lambda p: _append_field(p, "[" * 900 + "]" * 900) or "nested deeper"),
-        _receipt_case(root, "receipt_files.over_16_mib",
-                      lambda p: _append_field(p, '"' + "a" * (17 << 20) + '"') or "limit is"),
-        _receipt_case(root, "numbers.receipt_integer",
-                      lambda p: _append_field(p, HUGE) or "4,301 digits"),
-    ]  # fmt: skip
+        _receipt_case(
+            root,
+            "receipt_files.nested_100000",
+            lambda p: _append_field(p, "[" * 100_000 + "]" * 100_000) or "nested deeper",
+        ),
+        _receipt_case(
+            root,
+            "receipt_files.nested_900",
+            lambda p: _append_field(p, "[" * 900 + "]" * 900) or "nested deeper",
+        ),
+        _receipt_case(
+            root,
+            "receipt_files.over_16_mib",
+            lambda p: _append_field(p, '"' + "a" * (17 << 20) + '"') or "limit is",
+        ),
+        _receipt_case(
+            root, "numbers.receipt_integer", lambda p: _append_field(p, HUGE) or "4,301 digits"
+        ),
+    ]
     folder = root / "numbers.safetensors_header"
     shutil.copytree(model, folder)
     weights = next(folder.glob("*.safetensors"))
@@ -175,8 +234,16 @@ def file_cases(root: Path, model: Path) -> list[Case]:
     header["__metadata__"] = {"format": "pt"}
     text = json.dumps(header).replace('"format": "pt"', f'"format": {HUGE}').encode()
     weights.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + size :])
-    cases.append(Case("numbers.safetensors_header", "numbers", ("info", str(folder)), weights,
-                      "4,301 digits", folder))  # fmt: skip
+    cases.append(
+        Case(
+            "numbers.safetensors_header",
+            "numbers",
+            ("info", str(folder)),
+            weights,
+            "4,301 digits",
+            folder,
+        )
+    )
     return cases
 
 
@@ -187,12 +254,17 @@ def legal_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> list[C
     folder.mkdir(parents=True)
     body = base_config(model, train, folder / "merge-run")
     adapter = body.pop("adapter")
-    text = ("x-lora: &lora\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in adapter.items())
-            + "adapter:\n  <<: *lora\n  rank: 2\n" + yaml.safe_dump(body))  # fmt: skip
+    text = (
+        "x-lora: &lora\n"
+        + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in adapter.items())
+        + "adapter:\n  <<: *lora\n  rank: 2\n"
+        + yaml.safe_dump(body)
+    )
     merge = folder / "merge.yaml"
     merge.write_text(text)
-    largest = write_config(folder / "seed.yaml", {**base_config(model, train, folder / "seed-run"),
-                                                  "seed": 2**63 - 1})  # fmt: skip
+    largest = write_config(
+        folder / "seed.yaml", {**base_config(model, train, folder / "seed-run"), "seed": 2**63 - 1}
+    )
     finished = folder / "finished"
     shutil.copytree(run_dir, finished)
     done = write_config(folder / "done.yaml", base_config(model, train, finished))
@@ -202,16 +274,43 @@ def legal_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> list[C
         raise RuntimeError("finishing the run behind legal.resume_finished_run failed")
     zero = write_config(folder / "zero.yaml", base_config(model, train, folder / "zero-run"))
     return [
-        Case("legal.merge_keys", "legal", ("train", str(merge), "--no-progress"), merge, "",
-             folder, accept=True),
-        Case("legal.largest_seed", "legal", ("train", str(largest), "--no-progress"), largest,
-             "", folder, accept=True),
-        Case("legal.resume_finished_run", "legal",
-             ("train", str(done), "--resume", str(finished), "--no-progress"), done, "", folder,
-             accept=True),
-        Case("legal.stop_at_zero", "legal", ("train", str(zero), "--stop-at", "0",
-             "--no-progress"), zero, "", folder, accept=True),
-    ]  # fmt: skip
+        Case(
+            "legal.merge_keys",
+            "legal",
+            ("train", str(merge), "--no-progress"),
+            merge,
+            "",
+            folder,
+            accept=True,
+        ),
+        Case(
+            "legal.largest_seed",
+            "legal",
+            ("train", str(largest), "--no-progress"),
+            largest,
+            "",
+            folder,
+            accept=True,
+        ),
+        Case(
+            "legal.resume_finished_run",
+            "legal",
+            ("train", str(done), "--resume", str(finished), "--no-progress"),
+            done,
+            "",
+            folder,
+            accept=True,
+        ),
+        Case(
+            "legal.stop_at_zero",
+            "legal",
+            ("train", str(zero), "--stop-at", "0", "--no-progress"),
+            zero,
+            "",
+            folder,
+            accept=True,
+        ),
+    ]
 
 
 def round3_cases(root: Path, model: Path) -> list[Case]:

@@ -142,8 +142,14 @@ def _tar_header(name: str, kind: bytes, size: int, fmt: int = tarfile.GNU_FORMAT
 
 
 def _import(name: str, archive: Path, home: Path, where: str, **more) -> Case:
-    argv = ("import-gpu", str(archive), "--receipts", str(home / "receipts"), "--records",
-            str(home))  # fmt: skip
+    argv = (
+        "import-gpu",
+        str(archive),
+        "--receipts",
+        str(home / "receipts"),
+        "--records",
+        str(home),
+    )
     return Case(name, _kind(name), argv, archive, where, home, **more)
 
 
@@ -173,14 +179,18 @@ def archive_cases(root: Path) -> list[Case]:
     home, archive = _home_and_archive(folder)
     declared = 8 << 20
     made = {
-        "long_name_8mib": (_tar_header("x", tarfile.GNUTYPE_LONGNAME, declared)
-                           + bytes(declared), "a long name declares 8,388,608 bytes"),
-        "pax_header_8mib": (_tar_header("x", tarfile.XHDTYPE, declared) + bytes(declared),
-                            "a pax header declares"),
+        "long_name_8mib": (
+            _tar_header("x", tarfile.GNUTYPE_LONGNAME, declared) + bytes(declared),
+            "a long name declares 8,388,608 bytes",
+        ),
+        "pax_header_8mib": (
+            _tar_header("x", tarfile.XHDTYPE, declared) + bytes(declared),
+            "a pax header declares",
+        ),
         "member_100mib": (_tar_header("big", tarfile.REGTYPE, 100 << 20), "member 'big' declares"),
         "symlink_member": (_tar_header("link", tarfile.SYMTYPE, 0), "is not a plain, safe"),
         "truncated": (_tar_header("cut", tarfile.REGTYPE, 4096) + bytes(100), "truncated"),
-    }  # fmt: skip
+    }
     cases = []
     for name, (blocks, where) in made.items():
         path = folder / f"{name}.tar.gz"
@@ -189,8 +199,11 @@ def archive_cases(root: Path) -> list[Case]:
     bad_sum = bytearray(_tar_header("x", tarfile.REGTYPE, 0))
     bad_sum[150] ^= 0x01
     (folder / "checksum.tar.gz").write_bytes(gzip.compress(bytes(bad_sum)))
-    cases.append(_import("archive_caps.header_checksum", folder / "checksum.tar.gz", home,
-                         "corrupt tar header"))  # fmt: skip
+    cases.append(
+        _import(
+            "archive_caps.header_checksum", folder / "checksum.tar.gz", home, "corrupt tar header"
+        )
+    )
     for name, files, where in (
         ("manifest_path_number", [{"path": 7, "bytes": 1, "sha256": "0" * 64}], "files[0]"),
         ("manifest_files_object", {"path": "x"}, "files: expected a list"),
@@ -198,8 +211,9 @@ def archive_cases(root: Path) -> list[Case]:
         path = _rewritten(archive, folder / f"{name}.tar.gz", _manifest_edit(files))
         cases.append(_import(f"archive_caps.{name}", path, home, where))
     noise = random.Random(0).randbytes(100_000)  # a large member, so damage lands inside it
-    noisy = _rewritten(archive, folder / "noisy.tar.gz",
-                       lambda m: m.update({"logs/noise.bin": noise}))  # fmt: skip
+    noisy = _rewritten(
+        archive, folder / "noisy.tar.gz", lambda m: m.update({"logs/noise.bin": noise})
+    )
     raw = noisy.read_bytes()
     for at in range(len(raw) // 2, len(raw) - 32):
         broken = raw[:at] + b"\x55" * 16 + raw[at + 16 :]
@@ -209,8 +223,14 @@ def archive_cases(root: Path) -> list[Case]:
             if "invalid" in str(err):
                 break
     (folder / "deflate.tar.gz").write_bytes(broken)
-    cases.append(_import("archive_caps.corrupt_deflate", folder / "deflate.tar.gz", home,
-                         "not a readable .tar.gz"))  # fmt: skip
+    cases.append(
+        _import(
+            "archive_caps.corrupt_deflate",
+            folder / "deflate.tar.gz",
+            home,
+            "not a readable .tar.gz",
+        )
+    )
     cases.append(_import("archive_caps.archive_is_dev_zero", ZERO, home, "not a file"))
     return cases
 
@@ -235,15 +255,25 @@ def import_cases(root: Path) -> list[Case]:
     for name, n in (("first_write", first_write), ("ledger_rename", ledger_rename)):
         records = folder / name
         shutil.copytree(home, records)
-        cases.append(_import(f"interrupted_imports.enospc_{name}", archive, records,
-                             "No space left on device", around=FailWrite(n)))  # fmt: skip
+        cases.append(
+            _import(
+                f"interrupted_imports.enospc_{name}",
+                archive,
+                records,
+                "No space left on device",
+                around=FailWrite(n),
+            )
+        )
     left = folder / "left_behind"
     shutil.copytree(home, left)
     _, members = read_archive(archive)
     member = next(m for m in members if m.startswith("receipts/corpus/"))
     (left / "receipts" / "corpus" / Path(member).name).write_bytes(members[member])
-    cases.append(_import("interrupted_imports.rerun_completes", archive, left, "",
-                         accept=True, expect="imported"))  # fmt: skip
+    cases.append(
+        _import(
+            "interrupted_imports.rerun_completes", archive, left, "", accept=True, expect="imported"
+        )
+    )
     return cases
 
 
@@ -258,23 +288,43 @@ def concurrent_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> l
     fresh = write_config(folder / "fresh.yaml", base_config(model, train, folder / "fresh-run"))
     where = "is in use by another assay process (pid"
     cases = [
-        Case(f"concurrent_writers.{name}", "concurrent_writers", argv, cfg, where, folder,
-             around=HoldLock(out))
+        Case(
+            f"concurrent_writers.{name}",
+            "concurrent_writers",
+            argv,
+            cfg,
+            where,
+            folder,
+            around=HoldLock(out),
+        )
         for name, argv, cfg, out in (
             ("fresh_run", ("train", str(fresh), "--no-progress"), fresh, folder / "fresh-run"),
-            ("resume", ("train", str(config), "--resume", str(held), "--no-progress"), config,
-             held),
+            (
+                "resume",
+                ("train", str(config), "--resume", str(held), "--no-progress"),
+                config,
+                held,
+            ),
             ("overwrite", ("train", str(config), "--overwrite", "--no-progress"), config, held),
         )
-    ]  # fmt: skip
+    ]
     stale = folder / "stale"
     stale.mkdir()
     stale_config = write_config(folder / "stale.yaml", base_config(model, train, stale / "run"))
     (stale / "run").mkdir()
     (stale / "run" / ".assay-run.lock").write_text('{"pid": 1, "started": "long ago"}')
-    cases.append(Case("concurrent_writers.stale_lock_of_a_killed_writer", "concurrent_writers",
-                      ("train", str(stale_config), "--no-progress"), stale_config, "", folder,
-                      accept=True, expect="trained"))  # fmt: skip
+    cases.append(
+        Case(
+            "concurrent_writers.stale_lock_of_a_killed_writer",
+            "concurrent_writers",
+            ("train", str(stale_config), "--no-progress"),
+            stale_config,
+            "",
+            folder,
+            accept=True,
+            expect="trained",
+        )
+    )
     return cases
 
 
@@ -303,8 +353,11 @@ def status_cases(root: Path) -> list[Case]:
         (run / "config.yaml").write_text("steps: 4\n")
         (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0, "seconds": 0.5}\n')
         (run / file).write_bytes(body)
-        cases.append(Case(f"status_files.{name}", "status_files", ("status", str(run)),
-                          run / file, where, run))  # fmt: skip
+        cases.append(
+            Case(
+                f"status_files.{name}", "status_files", ("status", str(run)), run / file, where, run
+            )
+        )
     # a run file that is not a file is refused by name, never read as "absent" nor blocked on
     for file in ("metrics.jsonl", "run-state.json", "latest", "config.yaml"):
         run = folder / f"fifo_{file}"
@@ -313,16 +366,33 @@ def status_cases(root: Path) -> list[Case]:
             if other != file:
                 (run / other).write_text("steps: 4\n" if other == "config.yaml" else "")
         os.mkfifo(run / file)
-        cases.append(Case(f"status_files.{file}_is_a_fifo", "status_files",
-                          ("status", str(run)), run / file, "not a regular file", run))  # fmt: skip
+        cases.append(
+            Case(
+                f"status_files.{file}_is_a_fifo",
+                "status_files",
+                ("status", str(run)),
+                run / file,
+                "not a regular file",
+                run,
+            )
+        )
     reused = folder / "pid_reused"
     reused.mkdir(parents=True)
     (reused / "config.yaml").write_text("steps: 4\n")
     state = {"state": "running", "pid": os.getpid(), "start_ticks": 1, "updated": "x"}
     (reused / "run-state.json").write_text(json.dumps(state))
-    cases.append(Case("status_files.pid_reused_by_a_live_process", "status_files",
-                      ("status", str(reused)), reused, "", reused, accept=True,
-                      expect=f"failed (process {os.getpid()} is gone"))  # fmt: skip
+    cases.append(
+        Case(
+            "status_files.pid_reused_by_a_live_process",
+            "status_files",
+            ("status", str(reused)),
+            reused,
+            "",
+            reused,
+            accept=True,
+            expect=f"failed (process {os.getpid()} is gone",
+        )
+    )
     return cases
 
 
@@ -340,16 +410,33 @@ def tensorboard_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> 
     quiet = folder / "nothing-to-watch"  # the full-disk run trains and saves; judged by its line
     quiet.mkdir()
     return [
-        Case("tensorboard_writer.events_path_is_a_file", "tensorboard_writer",
-             ("train", str(config), "--resume", str(blocked), *report),
-             blocked / "tensorboard", "exists and is not a folder", folder),
-        Case("tensorboard_writer.installed_but_broken", "tensorboard_writer",
-             ("train", str(broken), *report), Path("--report-to tensorboard"),
-             "installed but does not import", folder, around=BrokenTensorboard()),
-        Case("tensorboard_writer.disk_full_in_writer_thread", "tensorboard_writer",
-             ("train", str(full), *report), folder / "f-run" / "tensorboard",
-             "No space left on device", quiet, around=FullDiskUnderWriter()),
-    ]  # fmt: skip
+        Case(
+            "tensorboard_writer.events_path_is_a_file",
+            "tensorboard_writer",
+            ("train", str(config), "--resume", str(blocked), *report),
+            blocked / "tensorboard",
+            "exists and is not a folder",
+            folder,
+        ),
+        Case(
+            "tensorboard_writer.installed_but_broken",
+            "tensorboard_writer",
+            ("train", str(broken), *report),
+            Path("--report-to tensorboard"),
+            "installed but does not import",
+            folder,
+            around=BrokenTensorboard(),
+        ),
+        Case(
+            "tensorboard_writer.disk_full_in_writer_thread",
+            "tensorboard_writer",
+            ("train", str(full), *report),
+            folder / "f-run" / "tensorboard",
+            "No space left on device",
+            quiet,
+            around=FullDiskUnderWriter(),
+        ),
+    ]
 
 
 YAML11 = {
@@ -375,16 +462,33 @@ def yaml_cases(root: Path, model: Path, train: Path) -> list[Case]:
         assert old in good, (name, old)
         path = folder / f"{name}.yaml"
         path.write_text(good.replace(old, new, 1))
-        cases.append(Case(f"yaml11_scalars.{name}", "yaml11_scalars", ("train", str(path)),
-                          path, where, folder))  # fmt: skip
+        cases.append(
+            Case(
+                f"yaml11_scalars.{name}",
+                "yaml11_scalars",
+                ("train", str(path)),
+                path,
+                where,
+                folder,
+            )
+        )
     legal = folder / "legal"
     legal.mkdir()
     body = base_config(model, train, legal / "run")
     path = write_config(legal / "truncate_yes.yaml", body)
     path.write_text(path.read_text().replace("format: text", "format: text\n  truncate: yes"))
-    cases.append(Case("yaml11_scalars.yes_on_a_boolean_setting", "yaml11_scalars",
-                      ("train", str(path), "--no-progress"), path, "", legal, accept=True,
-                      expect="trained"))  # fmt: skip
+    cases.append(
+        Case(
+            "yaml11_scalars.yes_on_a_boolean_setting",
+            "yaml11_scalars",
+            ("train", str(path), "--no-progress"),
+            path,
+            "",
+            legal,
+            accept=True,
+            expect="trained",
+        )
+    )
     return cases
 
 
@@ -395,8 +499,10 @@ def separator_cases(root: Path, model: Path) -> list[Case]:
     folder = root / "line_separators"
     folder.mkdir(parents=True)
     rows = folder / "train.jsonl"
-    text = [json.dumps({"text": f"line\u2028sep {r['text']}\u2029"}, ensure_ascii=False)
-            for r in GOOD_ROWS]  # fmt: skip
+    text = [
+        json.dumps({"text": f"line\u2028sep {r['text']}\u2029"}, ensure_ascii=False)
+        for r in GOOD_ROWS
+    ]
     rows.write_text("".join(f"{t}\n" for t in text), "utf-8")
     body = base_config(model, rows, folder / "run")
     body["data"]["truncate"] = True  # the separators add bytes; the rows must still fit
@@ -413,14 +519,37 @@ def separator_cases(root: Path, model: Path) -> list[Case]:
     with contextlib.redirect_stdout(io.StringIO()):
         main(["render", "--receipts", str(receipts / "receipts"), "--records", str(receipts)])
     return [
-        Case("line_separators.data_rows", "line_separators", ("train", str(config),
-             "--no-progress"), config, "", folder, accept=True, expect="trained"),
-        Case("line_separators.metrics_line", "line_separators", ("status", str(run)), run, "",
-             run, accept=True, expect="at step 3 of 4"),
-        Case("line_separators.ledger_comment", "line_separators", ("verify", "--receipts",
-             str(receipts / "receipts"), "--records", str(receipts)), ledger, "", receipts,
-             accept=True, expect="ok: receipts"),
-    ]  # fmt: skip
+        Case(
+            "line_separators.data_rows",
+            "line_separators",
+            ("train", str(config), "--no-progress"),
+            config,
+            "",
+            folder,
+            accept=True,
+            expect="trained",
+        ),
+        Case(
+            "line_separators.metrics_line",
+            "line_separators",
+            ("status", str(run)),
+            run,
+            "",
+            run,
+            accept=True,
+            expect="at step 3 of 4",
+        ),
+        Case(
+            "line_separators.ledger_comment",
+            "line_separators",
+            ("verify", "--receipts", str(receipts / "receipts"), "--records", str(receipts)),
+            ledger,
+            "",
+            receipts,
+            accept=True,
+            expect="ok: receipts",
+        ),
+    ]
 
 
 def reader_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> list[Case]:
@@ -442,21 +571,55 @@ def reader_cases(root: Path, model: Path, run: tuple[Path, Path, Path]) -> list[
         handle.write(bytes(1024))
     resume = write_config(folder / "grown.yaml", base_config(model, train, grown))
     return [
-        Case("reader_caps.config_is_dev_zero", "reader_caps", ("train", str(linked)), linked,
-             "over the limit", folder),
-        Case("reader_caps.data_is_dev_zero", "reader_caps", ("train", str(data)), ZERO,
-             "not a regular file", folder),
-        Case("reader_caps.eval_data_is_dev_zero", "reader_caps", ("eval", str(data), "--data",
-             str(ZERO)), ZERO, "not a regular file", folder),
-        Case("reader_caps.run_state_is_dev_zero", "reader_caps", ("status", str(state)),
-             state / "run-state.json", "not a regular file", folder),
-        Case("reader_caps.checkpoint_file_grew", "reader_caps", ("train", str(resume),
-             "--resume", str(grown), "--no-progress"), step / "trainables.safetensors",
-             "the manifest's size", folder),
-        Case("reader_caps.allowed_signers_dev_zero", "reader_caps", ("attest", "--verify",
-             str(linked), "--allowed-signers", str(ZERO)), ZERO, "not a regular file",
-             folder),
-    ]  # fmt: skip
+        Case(
+            "reader_caps.config_is_dev_zero",
+            "reader_caps",
+            ("train", str(linked)),
+            linked,
+            "over the limit",
+            folder,
+        ),
+        Case(
+            "reader_caps.data_is_dev_zero",
+            "reader_caps",
+            ("train", str(data)),
+            ZERO,
+            "not a regular file",
+            folder,
+        ),
+        Case(
+            "reader_caps.eval_data_is_dev_zero",
+            "reader_caps",
+            ("eval", str(data), "--data", str(ZERO)),
+            ZERO,
+            "not a regular file",
+            folder,
+        ),
+        Case(
+            "reader_caps.run_state_is_dev_zero",
+            "reader_caps",
+            ("status", str(state)),
+            state / "run-state.json",
+            "not a regular file",
+            folder,
+        ),
+        Case(
+            "reader_caps.checkpoint_file_grew",
+            "reader_caps",
+            ("train", str(resume), "--resume", str(grown), "--no-progress"),
+            step / "trainables.safetensors",
+            "the manifest's size",
+            folder,
+        ),
+        Case(
+            "reader_caps.allowed_signers_dev_zero",
+            "reader_caps",
+            ("attest", "--verify", str(linked), "--allowed-signers", str(ZERO)),
+            ZERO,
+            "not a regular file",
+            folder,
+        ),
+    ]
 
 
 def round4_cases(root: Path, model: Path) -> list[Case]:

@@ -173,8 +173,14 @@ def test_bad_torchrun_environment_is_a_one_line_error(monkeypatch):
 def test_an_incomplete_or_impossible_torchrun_environment_is_refused_by_name(
     monkeypatch, changes, message
 ):
-    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": "29500", "ASSAY_DIST_TIMEOUT_S": None}  # fmt: skip
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "ASSAY_DIST_TIMEOUT_S": None,
+    }
     for name, value in {**env, **changes}.items():
         if value is None:
             monkeypatch.delenv(name, raising=False)

@@ -49,18 +49,37 @@ def _workers(parent: int) -> dict[str, int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds worker processes through /proc")
 def test_one_signalled_rank_stops_every_rank_after_the_same_step(tmp_path):
     run = tmp_path / "run"
-    body = {**save_text_run(tmp_path, seed=4), "storage": "float32", "steps": STEPS, "seed": 3,
-            "adapter": {"method": "lora", "rank": 2, "alpha": 4, "targets": ["q_proj"]},
-            "batch": {"micro_batch": 2}, "distributed": {"strategy": "ddp"},
-            "output": {"dir": str(run), "save_every": 1000}}  # fmt: skip
+    body = {
+        **save_text_run(tmp_path, seed=4),
+        "storage": "float32",
+        "steps": STEPS,
+        "seed": 3,
+        "adapter": {"method": "lora", "rank": 2, "alpha": 4, "targets": ["q_proj"]},
+        "batch": {"micro_batch": 2},
+        "distributed": {"strategy": "ddp"},
+        "output": {"dir": str(run), "save_every": 1000},
+    }
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(body))
     env = {**os.environ, "ASSAY_DIST_TIMEOUT_S": "120", "OMP_NUM_THREADS": "1"}
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         "-m", "assay.cli", "train", str(config), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "assay.cli",
+            "train",
+            str(config),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     metrics, deadline = run / "metrics.jsonl", time.monotonic() + 300
     while launcher.poll() is None and time.monotonic() < deadline:
         if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
@@ -77,9 +96,20 @@ def test_one_signalled_rank_stops_every_rank_after_the_same_step(tmp_path):
     plain = {**body, "distributed": None}
     config.write_text(yaml.safe_dump(plain))
     done = subprocess.run(
-        [sys.executable, "-m", "assay.cli", "train", str(config), "--resume", str(run),
-         "--no-progress", "--json"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "assay.cli",
+            "train",
+            str(config),
+            "--resume",
+            str(run),
+            "--no-progress",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["steps"] == STEPS

@@ -24,10 +24,18 @@ def test_v1_takes_the_tightest_ancestor_and_counts_cache_as_free(tmp_path):
     root = tmp_path / "fs"
     unlimited = str(9223372036854771712)
     _write(root / "memory", memory_limit_in_bytes=unlimited, memory_usage_in_bytes="100")
-    _write(root / "memory/a", memory_limit_in_bytes=str(3 << 30),
-           memory_usage_in_bytes=str(2 << 30), memory_stat="total_cache 1073741824\n")  # fmt: skip
-    _write(root / "memory/a/b", memory_limit_in_bytes=str(4 << 30),
-           memory_usage_in_bytes=str(1 << 30), memory_stat="total_cache 0\n")  # fmt: skip
+    _write(
+        root / "memory/a",
+        memory_limit_in_bytes=str(3 << 30),
+        memory_usage_in_bytes=str(2 << 30),
+        memory_stat="total_cache 1073741824\n",
+    )
+    _write(
+        root / "memory/a/b",
+        memory_limit_in_bytes=str(4 << 30),
+        memory_usage_in_bytes=str(1 << 30),
+        memory_stat="total_cache 0\n",
+    )
     found = group_memory(_proc(tmp_path, "4:memory:/a/b\n1:cpu:/\n"), root)
     assert found is not None
     assert (found.limit, found.used, found.free) == (3 << 30, 1 << 30, 2 << 30)
@@ -38,8 +46,12 @@ def test_v2_max_means_no_limit(tmp_path):
     root = tmp_path / "fs"
     _write(root / "g", memory_max="max\n", memory_current="5\n")
     assert group_memory(_proc(tmp_path, "0::/g\n"), root) is None
-    _write(root / "g", memory_max=str(2 << 30), memory_current=str(1 << 30),
-           memory_stat="anon 1\nfile 536870912\n")  # fmt: skip
+    _write(
+        root / "g",
+        memory_max=str(2 << 30),
+        memory_current=str(1 << 30),
+        memory_stat="anon 1\nfile 536870912\n",
+    )
     found = group_memory(_proc(tmp_path, "0::/g\n"), root)
     assert found is not None and found.free == (2 << 30) - (1 << 29)
 

@@ -13,9 +13,14 @@ from assay.adapters.registry import NAMES
 from assay.memory.predict import Plan, predict, shape
 
 TINY = shape(
-    vocab_size=2048, hidden_size=128, intermediate_size=384, num_layers=2, num_heads=4,
-    num_kv_heads=2, head_dim=32,
-)  # fmt: skip
+    vocab_size=2048,
+    hidden_size=128,
+    intermediate_size=384,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+)
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SCHEMA = Path(__file__).parents[2] / "src" / "assay" / "schemas" / "cohort.schema.json"
 
@@ -41,13 +46,20 @@ def test_tinylora_trains_u_scalars_and_stores_its_basis():
 @pytest.mark.parametrize(
     "plan",
     [
-        Plan(model=TINY, method="tinylora", rank=4, tiny_u=16, tiny_sharing="per_target",
-             targets=ALL, seq_len=256),
+        Plan(
+            model=TINY,
+            method="tinylora",
+            rank=4,
+            tiny_u=16,
+            tiny_sharing="per_target",
+            targets=ALL,
+            seq_len=256,
+        ),
         Plan(model=TINY, method="lora_fa", rank=8, targets=ALL, seq_len=256),
         Plan(model=TINY, method="dora", rank=8, targets=ALL, seq_len=256),
     ],
     ids=["tinylora", "lora_fa", "dora"],
-)  # fmt: skip
+)
 def test_prediction_meets_the_measured_peak(plan):
     pytest.importorskip("torch")
     from assay.memory.measure import measure_in_subprocess
@@ -65,10 +77,14 @@ def test_estimate_models_tinylora_with_its_own_options():
         method="tinylora", rank=None, targets=ALL, u=7, r=3, sharing="per_target"
     )
     config = SimpleNamespace(
-        adapter=adapter, storage="float32", stream=None, gradient_checkpointing=False,
-        data=SimpleNamespace(seq_len=128), batch=SimpleNamespace(micro_batch=1, grad_accum=1),
+        adapter=adapter,
+        storage="float32",
+        stream=None,
+        gradient_checkpointing=False,
+        data=SimpleNamespace(seq_len=128),
+        batch=SimpleNamespace(micro_batch=1, grad_accum=1),
         loss=SimpleNamespace(type="ce", chunk_size=None),
-    )  # fmt: skip
+    )
     plan = plan_from_config(config, TINY)
     assert (plan.method, plan.rank, plan.tiny_u, plan.tiny_sharing) == (
         "tinylora",

@@ -7,8 +7,16 @@ from assay.memory.predict import Plan, predict, shape, with_changes
 
 
 def _plan(**changes) -> Plan:
-    model = shape(vocab_size=1000, hidden_size=64, intermediate_size=128, num_layers=2,
-                 num_heads=4, num_kv_heads=2, head_dim=16, tie_word_embeddings=True)  # fmt: skip
+    model = shape(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )
     base = Plan(model=model, method="lora", rank=4, targets=("q_proj", "v_proj"))
     return with_changes(base, **changes)
 

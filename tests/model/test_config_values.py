@@ -28,10 +28,21 @@ GOOD = {
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
 }
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 128}  # fmt: skip
-INTEGERS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-            "num_attention_heads", "max_position_embeddings")  # fmt: skip
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 128,
+}
+INTEGERS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "max_position_embeddings",
+)
 POSITIVE_REALS = ("rms_norm_eps", "rope_theta")
 FRACTIONAL = lambda v: not float(v).is_integer()  # noqa: E731  (NaN and inf too)
 SCALING = ("factor", "low_freq_factor", "high_freq_factor")
@@ -57,8 +68,10 @@ def test_the_good_config_loads():
 
 
 @settings(max_examples=60, deadline=None)
-@given(field=st.sampled_from(INTEGERS), value=st.one_of(NOT_A_NUMBER, st.integers(max_value=0),
-                                                       st.floats().filter(FRACTIONAL)))  # fmt: skip
+@given(
+    field=st.sampled_from(INTEGERS),
+    value=st.one_of(NOT_A_NUMBER, st.integers(max_value=0), st.floats().filter(FRACTIONAL)),
+)
 def test_a_size_that_is_no_positive_integer_is_refused(field, value):
     _refused({**GOOD, field: value}, field)
 

@@ -36,8 +36,14 @@ def _hf_generate(hf, prompts, new: int = NEW, eos: int | None = None) -> list[li
     """transformers' greedy generate on the same left-padded batch, cut at the first eos."""
     ids, mask, width = _left_padded(prompts)
     with torch.no_grad():
-        out = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
-                          pad_token_id=0, eos_token_id=eos)  # fmt: skip
+        out = hf.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=eos,
+        )
     rows = []
     for row in out[:, width:].tolist():
         rows.append(row[: row.index(eos)] if eos is not None and eos in row else row)
@@ -102,8 +108,9 @@ def test_sliding_window_applies_to_the_cache(tmp_path):
     prompts = _prompts(lengths=(9, 4))
     got = generate(ours, prompts, max_new_tokens=20, eos_id=None)
     assert [list(g.tokens) for g in got] == _hf_generate(hf.eval(), prompts, new=20)
-    unwindowed = generate(assay.load(tmp_path), prompts, max_new_tokens=20, eos_id=None,
-                          use_cache=False)  # fmt: skip
+    unwindowed = generate(
+        assay.load(tmp_path), prompts, max_new_tokens=20, eos_id=None, use_cache=False
+    )
     assert [g.tokens for g in got] == [g.tokens for g in unwindowed]
 
 
@@ -162,9 +169,16 @@ def test_kept_logits_are_transformers_output_logits(tiny_models):
     got = generate(assay.load(path), prompts, max_new_tokens=NEW, eos_id=None, keep_logits=True)
     ids, mask, _ = _left_padded(prompts)
     with torch.no_grad():
-        out = _hf(path).generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW,
-                                 do_sample=False, pad_token_id=0, eos_token_id=None,
-                                 output_logits=True, return_dict_in_generate=True)  # fmt: skip
+        out = _hf(path).generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=NEW,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     want = torch.stack(out.logits, dim=1)
     for row, g in enumerate(got):
         assert g.logits.shape == (NEW, want.shape[-1]) and g.logits.dtype == torch.float32

@@ -35,11 +35,17 @@ def _refused(capsys, argv, tokenizer) -> None:
 def test_train_refuses_a_tokenizer_larger_than_the_model(small_model, capsys):
     root, model, tokenizer = small_model
     config = root / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": str(model), "tokenizer": str(tokenizer), "steps": 1,
-        "data": {"train": str(root / "train.jsonl"), "format": "text", "seq_len": 16},
-        "output": {"dir": str(root / "run")},
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": str(model),
+                "tokenizer": str(tokenizer),
+                "steps": 1,
+                "data": {"train": str(root / "train.jsonl"), "format": "text", "seq_len": 16},
+                "output": {"dir": str(root / "run")},
+            }
+        )
+    )
     _refused(capsys, ["train", str(config), "--no-progress"], tokenizer)
     assert not (root / "run").exists()
 

@@ -204,9 +204,11 @@ def _rerun_on_box(gates, box: Path, base: str, archive: Path) -> Path:
     holds every receipt the box made since ``base``."""
     gates.pytester.makeconftest(SEES_CUDA)
     gates.run(
-        "--gate-no-render", "--gate-device=cuda", f"--gate-records={box / 'records'}",
+        "--gate-no-render",
+        "--gate-device=cuda",
+        f"--gate-records={box / 'records'}",
         receipts=box / "receipts",
-    ).assert_outcomes(passed=1)  # fmt: skip
+    ).assert_outcomes(passed=1)
     pack(archive, box / "receipts", box / "records", {"alpha": base}, {"commit": COMMIT})
     return archive
 

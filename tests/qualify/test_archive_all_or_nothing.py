@@ -223,8 +223,10 @@ def test_a_kill_at_any_write_leaves_the_records_whole_or_completable(home, tmp_p
         shutil.copytree(pristine, records)
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(archive), str(records), str(n)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = child.stdout.readline()
         if line.startswith("DONE"):
             child.wait()

@@ -385,10 +385,18 @@ def test_an_attested_partial_run_says_so_and_counts_as_shown_when_nothing_is_com
     from types import SimpleNamespace
 
     result = {
-        "ok": True, "file": "a.intoto.json", "gate": "demo", "receipt_sha256": "ab" * 32,
-        "status": "pass", "partial": True, "subject": {"name": "src"}, "signer": "me",
-        "keyid": "SHA256:x", "standing": "no complete run", "shown": True,
-    }  # fmt: skip
+        "ok": True,
+        "file": "a.intoto.json",
+        "gate": "demo",
+        "receipt_sha256": "ab" * 32,
+        "status": "pass",
+        "partial": True,
+        "subject": {"name": "src"},
+        "signer": "me",
+        "keyid": "SHA256:x",
+        "standing": "no complete run",
+        "shown": True,
+    }
     assert ", status pass (a partial run), about src," in attest.attest_line(result)
     assert "(a partial run)" not in attest.attest_line({**result, "partial": False})
     partial_only = SimpleNamespace(

@@ -29,8 +29,15 @@ def test_the_table_shows_each_claim_failures_first(gates):
     result = gates.run()
     assert result.ret != 0
     table = _table(result.stdout.str())
-    assert table[0].split() == ["gate", "claim", "measured", "bound", "margin", "verdict",
-                                "controls"]  # fmt: skip
+    assert table[0].split() == [
+        "gate",
+        "claim",
+        "measured",
+        "bound",
+        "margin",
+        "verdict",
+        "controls",
+    ]
     assert table[2].split()[:2] == ["beta", "bad"] and " fail " in table[2]
     assert table[3].split()[:2] == ["alpha", "diff"] and " pass " in table[3]
     assert "0.25 max abs" in table[2] and "<= 0.001" in table[2] and "1/1 caught" in table[2]

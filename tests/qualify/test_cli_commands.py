@@ -47,8 +47,16 @@ def test_verify_into_a_closed_pipe_ends_quietly(published):
     import subprocess
     import sys
 
-    argv = [sys.executable, "-m", "assay.cli", "verify", "--receipts", str(published.receipts),
-            "--records", str(published.records)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "assay.cli",
+        "verify",
+        "--receipts",
+        str(published.receipts),
+        "--records",
+        str(published.records),
+    ]
     reader = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     reader.stdout.close()  # gone before a byte arrives
     err = reader.stderr.read().decode()

@@ -96,8 +96,18 @@ LEAVE_OUT = {
 }
 
 
-def _project(pytester: pytest.Pytester, bad: str, *, mark=False, ini="", conftest="",
-             plugin="", bad_first=False, exit="", ids=False) -> None:  # fmt: skip
+def _project(
+    pytester: pytest.Pytester,
+    bad: str,
+    *,
+    mark=False,
+    ini="",
+    conftest="",
+    plugin="",
+    bad_first=False,
+    exit="",
+    ids=False,
+) -> None:
     source = GATE.format(bad=bad)
     if mark:
         parametrize = '@pytest.mark.parametrize("size"'

@@ -132,8 +132,10 @@ def test_the_executed_sets_do_not_depend_on_test_order_or_workers(toy, monkeypat
     assert runs["forward"] == runs["reverse"] == runs["xdist"]
     # import-time and the module fixture count for both claims, whichever test set it up
     shared = ["toypkg/__init__.py", "toypkg/_fixture.py"]
-    assert runs["forward"] == {"a": [*shared[:1], "toypkg/_core.py", shared[1]],
-                               "b": [*shared, "toypkg/_other.py"]}  # fmt: skip
+    assert runs["forward"] == {
+        "a": [*shared[:1], "toypkg/_core.py", shared[1]],
+        "b": [*shared, "toypkg/_other.py"],
+    }
 
 
 UNMEASURED = """

@@ -122,9 +122,13 @@ def test_erasing_every_receipt_of_a_failing_gate_still_shows_its_failure(
     with (folder / "CORRECTIONS").open("w", encoding="utf-8") as handle:
         for name, text in files.items():
             entry = {
-                "date": "2026-12-04", "commit": commit, "reason": "withdrawn", "file": name,
-                "change": "deleted", "sha256": hashlib.sha256(text.encode()).hexdigest(),
-            }  # fmt: skip
+                "date": "2026-12-04",
+                "commit": commit,
+                "reason": "withdrawn",
+                "file": name,
+                "change": "deleted",
+                "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            }
             if name != "LEDGER":
                 entry["content"] = text
             handle.write(json.dumps(entry) + "\n")

@@ -273,3 +273,33 @@ def test_a_file_an_earlier_publish_left_in_place_stays_replaceable(tmp_path):
     kept.write_bytes(b"edited by the user\n")  # no longer what a publish wrote: dropped
     build_site(receipts, receipts.parent, site, root=tmp_path)
     assert kept.name not in json.loads((site / SITE_MANIFEST).read_text())["files"]
+
+
+@pytest.mark.parametrize("how", ["linked_folder", "forged_manifest"])
+def test_publish_never_writes_through_a_linked_folder_or_over_an_untagged_page(tmp_path, how):
+    """Third adversary, rule 1: publish wrote figures through a symlinked figures/ folder into
+    the folder it named, and a hand-written .assay-site.json listing a user's page (no
+    generator tag) let publish replace it. Folders of the site must be real, and a page is
+    replaced only when it carries the generator tag: refused, nothing here or there changes."""
+    from assay.errors import AssayError
+    from assay.qualify.publishing.site import SITE_MANIFEST
+
+    receipts = tmp_path / "records" / "receipts"
+    write_receipt(tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64), receipts)
+    site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    build_site(receipts, receipts.parent, site, root=tmp_path)
+    elsewhere.mkdir()
+    (elsewhere / "mine.txt").write_bytes(b"mine\n")
+    if how == "linked_folder":
+        shutil.rmtree(site / "receipts")
+        (site / "receipts").symlink_to(elsewhere)
+    else:
+        page = b"<html>my own page of this gate's name</html>\n"
+        (site / "demo.html").write_bytes(page)
+        manifest = json.loads((site / SITE_MANIFEST).read_text())
+        manifest["files"]["demo.html"] = hashlib.sha256(page).hexdigest()
+        (site / SITE_MANIFEST).write_text(json.dumps(manifest))
+    before, outside = tree_listing(site), tree_listing(elsewhere)
+    with pytest.raises(AssayError, match="nothing was changed"):
+        build_site(receipts, receipts.parent, site, root=tmp_path)
+    assert tree_listing(site) == before and tree_listing(elsewhere) == outside

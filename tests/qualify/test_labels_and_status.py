@@ -31,9 +31,12 @@ def test_two_files_claiming_one_gate_name_are_refused(pytester, workers):
     pytester.makepyfile(**{"gates/extra/gate_parse": PARSE.format(claim="b")})
     receipts = pytester.path / "records" / "receipts"
     result = pytester.runpytest_subprocess(
-        "gates", "--import-mode=importlib", "--gate-device=cpu", f"--gate-receipts={receipts}",
+        "gates",
+        "--import-mode=importlib",
+        "--gate-device=cpu",
+        f"--gate-receipts={receipts}",
         *workers,
-    )  # fmt: skip
+    )
     assert result.ret != 0
     result.stdout.fnmatch_lines(
         ["*gate 'parse' is claimed by 2 files (gates/extra/gate_parse.py, gates/gate_parse.py)*"]

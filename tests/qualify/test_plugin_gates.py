@@ -76,8 +76,15 @@ def test_measurement_outside_threshold_fails_the_declaring_test_only(gates):
     assert receipt["status"] == "fail"
     by_id = {c["id"]: c for c in receipt["claims"]}
     assert by_id["good"]["measurement"]["samples"] == {
-        "n": 3, "min": 11, "median": 12, "max": 13, "q1": 11, "q3": 13, "iqr": 2, "outliers": 0
-    }  # fmt: skip
+        "n": 3,
+        "min": 11,
+        "median": 12,
+        "max": 13,
+        "q1": 11,
+        "q3": 13,
+        "iqr": 2,
+        "outliers": 0,
+    }
     assert (by_id["bad"]["verdict"], by_id["bad"]["margin"]) == ("fail", -7)
 
 

@@ -29,28 +29,53 @@ def _bad(gate):
 
 # how the failing test is kept from its verdict -> (gate source added, conftest, the standing)
 NEVER_RAN = {
-    "skipif mark": ('@pytest.mark.skipif(True, reason="flaky")\ndef test_bad(gate):\n'
-                    "    _bad(gate)\n", "", "inconclusive"),
-    "fixture skips": ("@pytest.fixture\ndef needs_gpu():\n    pytest.skip('no GPU')\n\n\n"
-                      "def test_bad(needs_gpu, gate):\n    _bad(gate)\n", "", "inconclusive"),
-    "runslow recipe": ("@pytest.mark.slow\ndef test_bad(gate):\n    _bad(gate)\n",
-                       "import pytest\n\ndef pytest_collection_modifyitems(config, items):\n"
-                       "    for item in items:\n        if 'slow' in item.keywords:\n"
-                       "            item.add_marker(pytest.mark.skip(reason='need --runslow'))\n",
-                       "inconclusive"),
-    "xfail run=False": ('@pytest.mark.xfail(run=False, reason="later")\ndef test_bad(gate):\n'
-                        "    _bad(gate)\n", "", "inconclusive"),
-    "empty parametrize": ('@pytest.mark.parametrize("n", [])\ndef test_bad(gate, n):\n'
-                          "    _bad(gate)\n", "", "inconclusive"),
-    "xfail, fixture raised": ("@pytest.fixture\ndef data():\n    raise RuntimeError('corrupt')\n"
-                              "\n\n@pytest.mark.xfail(reason='tracked')\n"
-                              "def test_bad(data, gate):\n    _bad(gate)\n", "", "fail"),
-    "shadowed by a later test": ("def test_good(gate):\n    _bad(gate)\n\n\n"
-                                 "def test_good(gate):\n    pass\n", "", "no complete run"),
-    "class with a constructor": ("class TestMore:\n    def __init__(self):\n        pass\n\n"
-                                 "    def test_bad(self, gate):\n        _bad(gate)\n", "",
-                                 "no complete run"),
-}  # fmt: skip
+    "skipif mark": (
+        '@pytest.mark.skipif(True, reason="flaky")\ndef test_bad(gate):\n    _bad(gate)\n',
+        "",
+        "inconclusive",
+    ),
+    "fixture skips": (
+        "@pytest.fixture\ndef needs_gpu():\n    pytest.skip('no GPU')\n\n\n"
+        "def test_bad(needs_gpu, gate):\n    _bad(gate)\n",
+        "",
+        "inconclusive",
+    ),
+    "runslow recipe": (
+        "@pytest.mark.slow\ndef test_bad(gate):\n    _bad(gate)\n",
+        "import pytest\n\ndef pytest_collection_modifyitems(config, items):\n"
+        "    for item in items:\n        if 'slow' in item.keywords:\n"
+        "            item.add_marker(pytest.mark.skip(reason='need --runslow'))\n",
+        "inconclusive",
+    ),
+    "xfail run=False": (
+        '@pytest.mark.xfail(run=False, reason="later")\ndef test_bad(gate):\n    _bad(gate)\n',
+        "",
+        "inconclusive",
+    ),
+    "empty parametrize": (
+        '@pytest.mark.parametrize("n", [])\ndef test_bad(gate, n):\n    _bad(gate)\n',
+        "",
+        "inconclusive",
+    ),
+    "xfail, fixture raised": (
+        "@pytest.fixture\ndef data():\n    raise RuntimeError('corrupt')\n"
+        "\n\n@pytest.mark.xfail(reason='tracked')\n"
+        "def test_bad(data, gate):\n    _bad(gate)\n",
+        "",
+        "fail",
+    ),
+    "shadowed by a later test": (
+        "def test_good(gate):\n    _bad(gate)\n\n\ndef test_good(gate):\n    pass\n",
+        "",
+        "no complete run",
+    ),
+    "class with a constructor": (
+        "class TestMore:\n    def __init__(self):\n        pass\n\n"
+        "    def test_bad(self, gate):\n        _bad(gate)\n",
+        "",
+        "no complete run",
+    ),
+}
 
 
 @pytest.mark.parametrize("how", sorted(NEVER_RAN))

@@ -132,9 +132,15 @@ def test_a_control_timed_in_another_unit_is_read_in_the_claims_unit(gates):
 
 @pytest.mark.parametrize(
     ("measure", "unit"),
-    [("samples=[0.1, 0.2, 0.3]", "ms"), ("0.2", "ms"), ("0.2", "msec"), ("0.2", "Seconds"),
-     ("0.2", "\u03bcs"), ("0.2", "min")],
-)  # fmt: skip
+    [
+        ("samples=[0.1, 0.2, 0.3]", "ms"),
+        ("0.2", "ms"),
+        ("0.2", "msec"),
+        ("0.2", "Seconds"),
+        ("0.2", "\u03bcs"),
+        ("0.2", "min"),
+    ],
+)
 def test_a_performance_claim_in_a_time_unit_refuses_a_typed_control(gates, measure, unit):
     gates.write(
         "clock",

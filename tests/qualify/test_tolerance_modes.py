@@ -42,8 +42,12 @@ def test_a_bare_number_takes_the_kind_default_and_the_receipt_names_it():
 
 def test_change_and_tolerance_columns_share_the_tolerance_base():
     now = _claim(100, Threshold(">=", 10, Tolerance.relative(0.5)).to_dict("performance"))
-    baseline = {"gate": "g", "receipt_sha256": "0" * 64, "created": "x",
-                "claims": [_claim(1200, now["threshold"])]}  # fmt: skip
+    baseline = {
+        "gate": "g",
+        "receipt_sha256": "0" * 64,
+        "created": "x",
+        "claims": [_claim(1200, now["threshold"])],
+    }
     (row,) = compare([now], baseline, "b")["comparisons"]
     assert row["tolerance_mode"] == "relative" and row["regressed"]
     assert row["change"] == pytest.approx((100 - 1200) / 1200) and row["tolerance"] == 0.5

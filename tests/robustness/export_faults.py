@@ -95,8 +95,11 @@ def kill_trials(out: Path, kills: int, seed: int, *, in_place: bool = False) -> 
         kill_at = rng.randint(1, EVENTS)
         process = subprocess.Popen(
             [sys.executable, str(CHILD), str(out), str(step), str(kill_at)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith("SAVED"):

@@ -158,8 +158,9 @@ def fuzz_config_loader(root: Path, examples: int, seed: int) -> FuzzReport:
     load_train_config(path)  # imports and the schema compile are not a load's cost
 
     @fixed_seed(seed)
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(config_texts(str(root / "model.gguf"), str(train)))
     def run(text: str) -> None:
         path.write_text(text, encoding="utf-8")
@@ -180,8 +181,9 @@ def fuzz_jsonl_reader(root: Path, examples: int, seed: int) -> FuzzReport:
     path = root / "fuzz.jsonl"
 
     @fixed_seed(seed)
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(jsonl_texts())
     def run(data: bytes) -> None:
         path.write_bytes(data)

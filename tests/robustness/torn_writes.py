@@ -123,16 +123,37 @@ def kinds(root: Path, model_dir: Path) -> list[Kind]:
         return _version_of(layouts[1].views(out)["w"][0, 0].item())
 
     return [
-        Kind("stream disk store", write_store, read_store, "layer-0001.safetensors",
-             lambda: sorted((cache / key[:32]).glob("layer-*")), False),
-        Kind("checkpoint", write_checkpoint, read_checkpoint, "latest",
-             lambda: sorted(p for p in run.rglob("*") if p.is_file())),
-        Kind("peft adapter", lambda v: save_adapter(adapted(v), adapter), read_adapter,
-             "adapter_model.safetensors", lambda: sorted(adapter.glob("*"))),
-        Kind("merged safetensors", write_merged, read_merged, "model.safetensors",
-             lambda: sorted(merged.glob("*"))),
+        Kind(
+            "stream disk store",
+            write_store,
+            read_store,
+            "layer-0001.safetensors",
+            lambda: sorted((cache / key[:32]).glob("layer-*")),
+            False,
+        ),
+        Kind(
+            "checkpoint",
+            write_checkpoint,
+            read_checkpoint,
+            "latest",
+            lambda: sorted(p for p in run.rglob("*") if p.is_file()),
+        ),
+        Kind(
+            "peft adapter",
+            lambda v: save_adapter(adapted(v), adapter),
+            read_adapter,
+            "adapter_model.safetensors",
+            lambda: sorted(adapter.glob("*")),
+        ),
+        Kind(
+            "merged safetensors",
+            write_merged,
+            read_merged,
+            "model.safetensors",
+            lambda: sorted(merged.glob("*")),
+        ),
         Kind("merged gguf", write_gguf, read_gguf, "model.gguf", lambda: [gguf_path], False),
-    ]  # fmt: skip
+    ]
 
 
 def read_outcome(kind: Kind) -> tuple[int | None, str | None]:

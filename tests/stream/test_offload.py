@@ -33,17 +33,20 @@ def _grads(model: torch.nn.Module, base: torch.nn.Module, ids: torch.Tensor):
 
 
 @pytest.mark.parametrize(("method", "storage", "options"), CASES)
-def test_loaded_into_disk_equals_resident_built_disk_store(tiny_models, tmp_path, method,
-                                                           storage, options):  # fmt: skip
+def test_loaded_into_disk_equals_resident_built_disk_store(
+    tiny_models, tmp_path, method, storage, options
+):
     path = tiny_models["llama3"]["hf"]
     ids = torch.randint(0, 320, (1, 24), generator=torch.Generator().manual_seed(0))
     base = assay.load(path, storage=storage)
     attach(base, method, seed=3, targets="all-linear", **options)
-    reference = StreamedModel(randomize_adapters(base, seed=1), tier="disk",
-                              cache_dir=tmp_path / "built")  # fmt: skip
+    reference = StreamedModel(
+        randomize_adapters(base, seed=1), tier="disk", cache_dir=tmp_path / "built"
+    )
     adapt = layerwise_attach(len(base.layers), method, seed=3, targets="all-linear", **options)
-    streamed, store, _ = load_into_disk_tier(path, storage=storage, adapt=adapt,
-                                             cache_dir=tmp_path / "loaded")  # fmt: skip
+    streamed, store, _ = load_into_disk_tier(
+        path, storage=storage, adapt=adapt, cache_dir=tmp_path / "loaded"
+    )
     adapt.finish(streamed)
     assert streamed.assay_adapter_spec == base.assay_adapter_spec
     assert all(t.is_meta for layer in streamed.layers for t in base_tensors(layer).values())
@@ -86,8 +89,7 @@ def test_layerwise_attach_refuses_full_and_out_of_order_layers():
 def test_the_load_holds_one_layer_at_a_time(tmp_path):
     """The rule: when layer i is being adapted, every earlier layer's base is already on disk
     (meta placeholders), whatever the depth, so the load's peak is one layer."""
-    folder = save_tiny("llama3", tmp_path / "L6", seed=0, gguf=False,
-                       num_hidden_layers=6)["hf"]  # fmt: skip
+    folder = save_tiny("llama3", tmp_path / "L6", seed=0, gguf=False, num_hidden_layers=6)["hf"]
     seen: list[torch.nn.Module] = []
     dense_at_each_layer: list[int] = []
 
@@ -109,8 +111,7 @@ def test_the_load_holds_one_layer_at_a_time(tmp_path):
 def test_disk_reads_never_map_a_shard(tiny_models, tmp_path):
     """Reads go through the page cache into the slot: no shard is mapped into the process, so
     layers read do not stay in its resident set."""
-    model = StreamedModel(assay.load(tiny_models["llama3"]["hf"]), tier="disk",
-                          cache_dir=tmp_path)  # fmt: skip
+    model = StreamedModel(assay.load(tiny_models["llama3"]["hf"]), tier="disk", cache_dir=tmp_path)
     with torch.no_grad():
         model(torch.tensor([[1, 2, 3]]))
     maps = Path("/proc/self/maps")

@@ -54,8 +54,15 @@ def _bad_offsets(store, data) -> None:
     length = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8 : 8 + length])
     start, end = header["block"]["data_offsets"]
-    bad = [[float(start), float(end)], [str(start), end], [end, start], [-1, end - start - 1],
-           [start, True], [start], None]  # fmt: skip
+    bad = [
+        [float(start), float(end)],
+        [str(start), end],
+        [end, start],
+        [-1, end - start - 1],
+        [start, True],
+        [start],
+        None,
+    ]
     header["block"]["data_offsets"] = data.draw(st.sampled_from(bad), label="offsets")
     encoded = json.dumps(header).encode()
     path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + raw[8 + length :])
@@ -69,8 +76,13 @@ def _bad_length(store, data) -> None:
     path.write_bytes(length.to_bytes(8, "little") + raw[8:])
 
 
-DAMAGE = {"flip": _flip, "swap": _swap, "truncate": _truncate, "offsets": _bad_offsets,
-          "length": _bad_length}  # fmt: skip
+DAMAGE = {
+    "flip": _flip,
+    "swap": _swap,
+    "truncate": _truncate,
+    "offsets": _bad_offsets,
+    "length": _bad_length,
+}
 
 
 def _fresh_logits(path) -> torch.Tensor:

@@ -40,10 +40,13 @@ def subject(tmp_path: Path) -> Path:
 
 
 def test_killed_survived_invalid_and_error_from_one_clean_run(subject):
-    nodes = [f"test_subject.py::{n}" for n in ("test_sees_no_defect", "test_always_passes",
-                                               "test_always_fails")]  # fmt: skip
-    clean = run_pytest(nodes, faults="", root=subject, scratch=subject, timeout_s=120,
-                       first_failure=False)  # fmt: skip
+    nodes = [
+        f"test_subject.py::{n}"
+        for n in ("test_sees_no_defect", "test_always_passes", "test_always_fails")
+    ]
+    clean = run_pytest(
+        nodes, faults="", root=subject, scratch=subject, timeout_s=120, first_failure=False
+    )
     assert clean.outcomes[nodes[0]] == "PASSED" and clean.outcomes[nodes[2]] == "FAILED"
     results = run_mutants(
         [
@@ -73,8 +76,13 @@ def test_killed_survived_invalid_and_error_from_one_clean_run(subject):
 
 
 def test_a_run_past_its_budget_is_a_timeout_not_a_kill(subject):
-    run = run_pytest(["test_subject.py::test_hangs"], faults="qualify.judging.stale.ignore",
-                     root=subject, scratch=subject, timeout_s=3)  # fmt: skip
+    run = run_pytest(
+        ["test_subject.py::test_hangs"],
+        faults="qualify.judging.stale.ignore",
+        root=subject,
+        scratch=subject,
+        timeout_s=3,
+    )
     assert run.returncode is None
     assert classify(run, True) == "timeout"
 

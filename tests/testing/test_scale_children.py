@@ -13,8 +13,14 @@ from assay_bench.scale_step import measure
 
 def test_step_run_reports_load_and_step(tiny_models, tmp_path, monkeypatch):
     monkeypatch.setenv("ASSAY_CACHE", str(tmp_path))
-    found = measure("stream-disk", tiny_models["llama3"]["hf"], storage="float32", seq=16,
-                    steps=2, copy_delay=0.001)  # fmt: skip
+    found = measure(
+        "stream-disk",
+        tiny_models["llama3"]["hf"],
+        storage="float32",
+        seq=16,
+        steps=2,
+        copy_delay=0.001,
+    )
     assert found["layers"] == 2 and len(found["step_s"]) == 2
     assert found["step_peak_bytes"] >= found["loaded_bytes"] > 0
     assert all(math.isfinite(x) for x in found["losses"])
@@ -40,8 +46,9 @@ def test_limited_train_reports_steps_and_their_seconds(tiny_models, tmp_path):
     from assay_testing.memory_limit import LimitUnavailable
 
     space = workspace(tmp_path / "ws")
-    config = train_config(space, tiny_models["llama3"]["hf"], "tiny", storage="float32",
-                          streamed=True, steps=2)  # fmt: skip
+    config = train_config(
+        space, tiny_models["llama3"]["hf"], "tiny", storage="float32", streamed=True, steps=2
+    )
     try:
         found = limited_train(config, 4 << 30, cache=tmp_path / "cache", timeout=600)
     except LimitUnavailable as why:

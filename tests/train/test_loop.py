@@ -65,14 +65,18 @@ def trainables(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 
 def test_accumulating_four_micro_batches_equals_a_batch_of_four(tiny_run):
-    one = Trainer(make_config(tiny_run, "accum", **{"batch.micro_batch": 1,
-                                                     "batch.grad_accum": 4,
-                                                     "neftune_alpha": 0}),
-                  progress=False)  # fmt: skip
-    four = Trainer(make_config(tiny_run, "batch", **{"batch.micro_batch": 4,
-                                                      "batch.grad_accum": 1,
-                                                      "neftune_alpha": 0}),
-                   progress=False)  # fmt: skip
+    one = Trainer(
+        make_config(
+            tiny_run, "accum", **{"batch.micro_batch": 1, "batch.grad_accum": 4, "neftune_alpha": 0}
+        ),
+        progress=False,
+    )
+    four = Trainer(
+        make_config(
+            tiny_run, "batch", **{"batch.micro_batch": 4, "batch.grad_accum": 1, "neftune_alpha": 0}
+        ),
+        progress=False,
+    )
     for trainer in (one, four):
         trainer.optimizer.step = lambda: None  # keep the gradients to compare them
         trainer.optimizer.zero_grad = lambda set_to_none=True: None
@@ -122,8 +126,9 @@ def test_resume_refuses_a_different_config_and_names_it(tiny_run):
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_run):
     plain = Trainer(make_config(tiny_run, "gc0", neftune_alpha=0), progress=False)
-    ckpt = Trainer(make_config(tiny_run, "gc1", neftune_alpha=0, gradient_checkpointing=True),
-                   progress=False)  # fmt: skip
+    ckpt = Trainer(
+        make_config(tiny_run, "gc1", neftune_alpha=0, gradient_checkpointing=True), progress=False
+    )
     assert ckpt.base.gradient_checkpointing
     assert plain.train_step().loss == ckpt.train_step().loss
     pairs = zip(trainables(plain).values(), trainables(ckpt).values(), strict=True)

@@ -17,8 +17,13 @@ from assay_testing.text_run import save_text_run
 @pytest.fixture
 def workspace(tmp_path):
     keys = save_text_run(tmp_path / "ws", seed=0)
-    config = {**keys, "adapter": {"rank": 2, "targets": ["q_proj"]}, "steps": 2, "seed": 1,
-              "output": {"dir": str(tmp_path / "run"), "save_every": 1}}  # fmt: skip
+    config = {
+        **keys,
+        "adapter": {"rank": 2, "targets": ["q_proj"]},
+        "steps": 2,
+        "seed": 1,
+        "output": {"dir": str(tmp_path / "run"), "save_every": 1},
+    }
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, tmp_path / "run"

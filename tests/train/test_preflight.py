@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -38,6 +40,26 @@ def test_seq_len_past_the_context_length_is_refused(config_with):
     with pytest.raises(ConfigError, match=r"data\.seq_len: 4096 exceeds .* context length 512"):
         check_against_model(config_with(data={"seq_len": 4096}))
     check_against_model(config_with(data={"seq_len": 512}))
+
+
+def test_a_tinylora_rank_past_the_targets_bound_is_refused_before_loading(config_with):
+    """Third adversary, rule 3: TinyLoRA r=1e6 was refused only after the model loaded, in a
+    line naming no file or field. The bound is formed from the header: the smaller dimension
+    of each target's weight. The control: r at the bound passes."""
+    from assay.train.preflight import model_config
+
+    def tiny(r: int):
+        config = config_with()
+        body = yaml.safe_load(Path(config.source).read_text())
+        body["adapter"] = {"method": "tinylora", "u": 2, "r": r, "targets": ["q_proj", "v_proj"]}
+        Path(config.source).write_text(yaml.safe_dump(body))
+        return load_train_config(config.source)
+
+    model = model_config(tiny(1))
+    bound = min(model.kv_size, model.hidden_size)  # v_proj is (kv, h): the tighter one
+    with pytest.raises(ConfigError, match=rf"c\.yaml: adapter\.r: 1000000 .*valid 1\.\.{bound}\b"):
+        check_against_model(tiny(1_000_000))
+    check_against_model(tiny(bound))
 
 
 def test_rows_are_read_before_the_model(config_with, tmp_path):

@@ -124,14 +124,22 @@ def test_an_edited_scheduler_field_is_refused_naming_it(run, data):
 @pytest.mark.parametrize(
     ("name", "file", "field", "edit"),
     [
-        ("unknown_setting", "optimizer.json", "param_groups[0].momentum",
-         lambda d: d["param_groups"][0].update(momentum=0.9)),
-        ("lr_tampered_consistently", "scheduler.json", "_last_lr",
-         lambda d: d.update(_last_lr=[0.5])),
+        (
+            "unknown_setting",
+            "optimizer.json",
+            "param_groups[0].momentum",
+            lambda d: d["param_groups"][0].update(momentum=0.9),
+        ),
+        (
+            "lr_tampered_consistently",
+            "scheduler.json",
+            "_last_lr",
+            lambda d: d.update(_last_lr=[0.5]),
+        ),
         ("unknown_scheduler_field", "scheduler.json", "gamma", lambda d: d.update(gamma=0.1)),
         ("cursor_unshuffled", "cursor.json", "shuffle", lambda d: d.update(shuffle=False)),
     ],
-)  # fmt: skip
+)
 def test_named_forgeries_are_refused(run, name, file, field, edit):
     _refused(_forged(run, name, file, edit), run[0] / "forged" / name, file, field)
 

@@ -5,6 +5,8 @@ pid."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -27,9 +29,14 @@ def _config(tmp_path: Path, name: str, lr: float) -> Path:
     from assay_testing.text_run import save_text_run
 
     keys = save_text_run(tmp_path / "ws", seed=0)
-    body = {**keys, "adapter": {"rank": 2, "targets": ["q_proj"]}, "steps": 4, "seed": 1,
-            "optim": {"lr": lr},
-            "output": {"dir": str(tmp_path / "run"), "save_every": 2}}  # fmt: skip
+    body = {
+        **keys,
+        "adapter": {"rank": 2, "targets": ["q_proj"]},
+        "steps": 4,
+        "seed": 1,
+        "optim": {"lr": lr},
+        "output": {"dir": str(tmp_path / "run"), "save_every": 2},
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
@@ -49,8 +56,10 @@ def test_a_second_writer_is_refused_naming_the_first_while_it_trains(tmp_path, c
     gate.mkdir()
     holder = subprocess.Popen(
         [sys.executable, str(CHILD), str(gate), "train", str(first), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run = tmp_path / "run"
     try:
         _wait_for(gate / "holding", holder)  # trained step 1, now inside its first save
@@ -81,17 +90,23 @@ def test_a_second_writer_is_refused_naming_the_first_while_it_trains(tmp_path, c
 def test_two_runs_started_together_into_one_folder_exactly_one_trains(tmp_path):
     configs = [_config(tmp_path, "a", 1e-3), _config(tmp_path, "b", 2e-3)]
     runs = [
-        subprocess.Popen([sys.executable, "-m", "assay.cli", "train", str(c), "--no-progress"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "assay.cli", "train", str(c), "--no-progress"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for c in configs
-    ]  # fmt: skip
+    ]
     done = [(p.wait(timeout=300), p.communicate()[1]) for p in runs]
     assert sorted(code for code, _ in done) == [0, 2], done
     err = next(e for code, e in done if code == 2)
-    assert err.count("\n") == 1 and ("is in use by another assay process" in err
-                                     or "already holds a run" in err)  # fmt: skip
-    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n")
-             if x]  # fmt: skip
+    assert err.count("\n") == 1 and (
+        "is in use by another assay process" in err or "already holds a run" in err
+    )
+    lines = [
+        json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n") if x
+    ]
     winner = configs[[code for code, _ in done].index(0)]
     assert [r["step"] for r in lines] == [1, 2, 3, 4]
     assert {r["lr"] for r in lines} == {yaml.safe_load(winner.read_text())["optim"]["lr"]}
@@ -161,3 +176,59 @@ def test_an_output_dir_that_is_not_a_folder_is_refused_and_kept(tmp_path, capsys
     assert len(err.splitlines()) == 1 and "output.dir" in err, err
     assert ("is a file, not a folder" if what == "a file" else "expected a folder") in err
     assert out.is_symlink() if what != "a file" else out.read_text() == "precious\n"
+
+
+def _stand_at_lock(folder: Path, kind: str, outside: Path) -> None:
+    """Put something that is not a lock file at ``folder``'s lock name."""
+    lock = folder / LOCK_NAME
+    if kind == "link_to_file":
+        lock.symlink_to(outside / "thesis.tex")
+    elif kind == "link_to_missing":
+        lock.symlink_to(outside / "not-yet")
+    elif kind == "folder":
+        lock.mkdir()
+        (lock / "mine.txt").write_bytes(b"kept")
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "users_file":
+        lock.write_bytes(b"a user's notes under the lock's name\n")
+
+
+@pytest.mark.parametrize(
+    "kind", ["link_to_file", "link_to_missing", "folder", "fifo", "users_file"]
+)
+@pytest.mark.parametrize("how", ["fresh", "overwrite", "resume"])
+def test_the_lock_is_never_written_through_a_link_or_over_a_users_file(tmp_path, kind, how):
+    """Third adversary, rule 1: a symlinked lock file made train --overwrite and --resume write
+    the holder record into the file the link named. Whatever stands at the lock's name and is
+    not a lock file is refused in one line naming it, and nothing here or outside changes."""
+    from assay_testing.tree_listing import tree_listing
+
+    config = _config(tmp_path, "c", 1e-3)
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "thesis.tex").write_bytes(b"\\documentclass{article}\n")
+    if how == "fresh":
+        run.mkdir()
+        (run / ".assay-run").write_text('{"format": "assay.run/1"}')
+    else:
+        assert main(["train", str(config), "--no-progress", "--stop-at", "2"]) == 0
+    _stand_at_lock(run, kind, outside)
+    before, beside = tree_listing(run), tree_listing(outside)
+    extra = {"fresh": [], "overwrite": ["--overwrite"], "resume": ["--resume", str(run)]}[how]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["train", str(config), "--no-progress", *extra])
+    assert code == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+    assert str(run / LOCK_NAME) in err.getvalue(), err.getvalue()
+    assert tree_listing(run) == before and tree_listing(outside) == beside
+
+
+def test_control_a_lock_left_by_a_killed_writer_or_an_empty_one_is_taken(tmp_path):
+    """The refusals above are not refusals of every lock file: an empty file and a killed
+    writer's holder record are taken over."""
+    for body in (b"", b'{"pid": 1, "started": "long ago"}'):
+        (tmp_path / LOCK_NAME).write_bytes(body)
+        lock = acquire(tmp_path, "c.yaml", retry_s=0)
+        assert json.loads((tmp_path / LOCK_NAME).read_bytes())["pid"] == os.getpid()
+        lock.release()

@@ -42,8 +42,9 @@ def test_decay_applies_to_matrices_only(workspace, method, vectors):
         if method == "full"
         else {"method": method, "targets": ["q_proj", "v_proj"]}
     )
-    config = _config(root, base, f"decay-{method}", adapter=adapter,
-                     optim={"lr": 0.1, "weight_decay": 0.5})  # fmt: skip
+    config = _config(
+        root, base, f"decay-{method}", adapter=adapter, optim={"lr": 0.1, "weight_decay": 0.5}
+    )
     trainer = Trainer(config, progress=False)
     decay, plain = decay_groups(trainer.params)
     assert all(trainer.params[n].dim() >= 2 for n in decay)
@@ -65,8 +66,13 @@ def test_decay_applies_to_matrices_only(workspace, method, vectors):
 
 def test_run_config_copy_lists_decay_groups_and_loads_back(workspace):
     root, base = workspace
-    config = _config(root, base, "listed", adapter={"method": "dora", "targets": ["q_proj"]},
-                     optim={"weight_decay": 0.1})  # fmt: skip
+    config = _config(
+        root,
+        base,
+        "listed",
+        adapter={"method": "dora", "targets": ["q_proj"]},
+        optim={"weight_decay": 0.1},
+    )
     trainer = Trainer(config, progress=False)
     trainer.out_dir.mkdir(parents=True, exist_ok=True)
     text = trainer.write_run_config().read_text()

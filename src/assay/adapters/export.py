@@ -138,10 +138,45 @@ def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return save_adapter(model, out)
 
 
+def _folder_exports() -> dict[str, tuple[frozenset[str], ...]]:
+    """The files a folder export of each kind writes besides its manifest, exactly (a PEFT
+    folder's sidecar is written for every assay method; TinyLoRA has its own pair)."""
+    from assay.adapters import peft_io, tinylora_io
+
+    return {
+        "peft": (
+            frozenset({peft_io.CONFIG, peft_io.WEIGHTS, peft_io.SIDECAR}),
+            frozenset({tinylora_io.CONFIG, tinylora_io.WEIGHTS}),
+        ),
+        "safetensors": (frozenset({"config.json", "model.safetensors"}),),
+    }
+
+
+def _not_an_export(target: Path) -> str | None:
+    """None when folder ``target`` holds exactly what one folder export writes, as regular
+    files bound by its manifest; otherwise what was found instead, in a few words. A manifest
+    is a claim anyone can write: the files it lists must also be the ones its kind writes."""
+    odd = sorted(p.name for p in target.iterdir() if p.is_symlink() or not p.is_file())
+    if odd:
+        return f"a folder holding {odd[0]}, a link or folder assay export never writes"
+    try:
+        manifest = verify_manifest(target)
+    except ConfigError as exc:
+        return f"an export that no longer matches its manifest ({exc})"
+    if manifest is None:
+        return f"a folder without {MANIFEST}"
+    kind = manifest.get("kind")
+    written = _folder_exports().get(kind, ()) if isinstance(kind, str) else ()
+    if frozenset(manifest["files"]) not in written:
+        return f"a folder whose {MANIFEST} lists files no {FORMAT} export writes together"
+    return None
+
+
 def _replaceable(target: Path, format: str) -> str | None:
     """None when ``target`` is an earlier assay export of the same shape as ``format`` (a
-    folder that verifies against its manifest, or a GGUF file carrying the export's format
-    key); otherwise what was found there instead, in a few words."""
+    folder holding exactly one folder export's files, verified against its manifest, or a
+    GGUF file carrying the export's format key); otherwise what was found there instead, in a
+    few words."""
     if target.is_symlink():
         return "a symlink"
     if format == "gguf":
@@ -150,11 +185,7 @@ def _replaceable(target: Path, format: str) -> str | None:
         return None if _assay_gguf(target) else "a file assay export did not write"
     if not target.is_dir():
         return "a file, and a folder export is a folder"
-    try:
-        manifest = verify_manifest(target)
-    except ConfigError as exc:
-        return f"an export that no longer matches its manifest ({exc})"
-    return None if manifest is not None else f"a folder without {MANIFEST}"
+    return _not_an_export(target)
 
 
 def _assay_gguf(path: Path) -> bool:

@@ -204,6 +204,12 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     layers = cfg.get("layers_to_transform")
     layers = list(range(num_layers)) if layers is None else layers
     layers = [layers] if isinstance(layers, int) else layers
+    outside = [i for i in layers if i >= num_layers]
+    if outside:
+        raise ConfigError(
+            f"{where}: layers_to_transform: {outside[0]} is not a layer of the model (valid "
+            f"0..{num_layers - 1}, it has {num_layers} layers)"
+        )
     if cfg.get("use_dora") and cfg.get("use_rslora"):
         # Found by the PEFT round trip now in gate-exports: this used to load with alpha/r.
         raise ConfigError(

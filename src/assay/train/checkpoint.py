@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,14 @@ from assay.atomic import (
     write_synced,
 )
 from assay.bounded import JSON_BYTES, InputTooLarge, parse_json, read_capped
+from assay.train.checkpoint_layout import (
+    CHECKPOINT_FILES,
+    LATEST,
+    MANIFEST,
+    STEP_FOLDER,
+    not_in_a_checkpoint,
+    step_dirname,
+)
 from assay.train.checkpoint_state import (
     CheckpointError,
     capture_rng,
@@ -55,23 +62,6 @@ __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"
 FORMAT = "assay.checkpoint/1"
 POINTER_BYTES = 4096  # ``latest`` holds one step folder's name
 FINGERPRINTS = ("config", "dataset", "model")
-LATEST = "latest"
-MANIFEST = "manifest.json"
-_FILES = (
-    "trainables.safetensors",
-    "optimizer.safetensors",
-    "optimizer.json",
-    "rng.safetensors",
-    "rng.json",
-    "scheduler.json",
-    "cursor.json",
-)
-_STEP_DIR = re.compile(r"step-[0-9]{6,}")
-
-
-def step_dirname(step: int) -> str:
-    """``step-000010`` for step 10 (at least six digits, so names sort by step)."""
-    return f"step-{step:06d}"
 
 
 def _to_dict(value: Any) -> Any:
@@ -97,7 +87,7 @@ def read_latest(run_dir: Path) -> Path:
         name = read_capped(pointer, POINTER_BYTES, "checkpoint pointer").decode("utf-8").strip()
     except (OSError, UnicodeDecodeError, InputTooLarge) as exc:
         raise CheckpointError(f"{pointer}: cannot read the latest-checkpoint pointer") from exc
-    if not _STEP_DIR.fullmatch(name):
+    if not STEP_FOLDER.fullmatch(name):
         raise CheckpointError(f"{pointer}: {name!r} is not a checkpoint name like step-000010")
     return run_dir / name
 
@@ -139,6 +129,12 @@ def save_checkpoint(
     final = root / step_dirname(step)
     if (root / LATEST).is_file() and read_latest(root) == final and final.exists():
         raise CheckpointError(f"{final}: is the latest checkpoint; refusing to overwrite it")
+    foreign = not_in_a_checkpoint(final) if final.exists() or final.is_symlink() else []
+    if foreign:  # a save replaces only a checkpoint an earlier save wrote
+        raise CheckpointError(
+            f"{final}: holds what a checkpoint save does not write ({', '.join(foreign[:3])}); "
+            "it would be replaced; move it away"
+        )
     remove_stale_temporaries(root)
     names = {id(t): name for name, t in model_trainables.items()}
     opt_tensors, opt_meta = optimizer_to_files(optimizer, names)
@@ -220,7 +216,7 @@ class Checkpoint:
 
 def _verified(directory: Path, manifest: Mapping[str, Any]) -> dict[str, bytes]:
     contents: dict[str, bytes] = {}
-    for name in _FILES:
+    for name in CHECKPOINT_FILES:
         entry = manifest["files"].get(name)
         if entry is None:
             raise CheckpointError(f"{directory / MANIFEST}: lists no {name}")
@@ -294,8 +290,8 @@ def load_checkpoint(
             raise CheckpointError(f"{directory}: {detail}; refusing to resume")
     files = _verified(directory, manifest)
     try:
-        tensors = {n: st_load(files[n]) for n in _FILES if n.endswith(".safetensors")}
-        meta = {n: parse_json(files[n]) for n in _FILES if n.endswith(".json")}
+        tensors = {n: st_load(files[n]) for n in CHECKPOINT_FILES if n.endswith(".safetensors")}
+        meta = {n: parse_json(files[n]) for n in CHECKPOINT_FILES if n.endswith(".json")}
     except Exception as exc:  # verified bytes that still fail to parse: a bad writer
         raise CheckpointError(f"{directory}: cannot parse checkpoint files ({exc})") from exc
     return Checkpoint(

@@ -29,7 +29,9 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
     - ``adapter.layers`` entries outside 0..num_layers-1;
     - ``stream.buffers`` beyond the number of layers;
     - ``data.seq_len`` beyond the model's context length (``max_position_embeddings``);
-      positions past it were never trained and RoPE scaling does not cover them.
+      positions past it were never trained and RoPE scaling does not cover them;
+    - TinyLoRA's ``adapter.r`` beyond a target's rank bound (the smaller of its weight's two
+      dimensions: the SVD it keeps r singular directions of has no more).
     """
     model = model if model is not None else model_config(config)
     source = Path(config.source)
@@ -47,11 +49,30 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
             f"{source}: stream.buffers: {stream.buffers} exceeds the model's {model.num_layers} "
             f"layers (valid 2..{model.num_layers}; more buffers than layers is the resident run)"
         )
+    _check_tinylora_rank(config, model, source)
     context = model.max_position_embeddings
     if config.data.seq_len > context:
         raise ConfigError(
             f"{source}: data.seq_len: {config.data.seq_len} exceeds the model's context length "
             f"{context} (valid 2..{context})"
+        )
+
+
+def _check_tinylora_rank(config: TrainConfig, model: ModelConfig, source: Path) -> None:
+    adapter = config.adapter
+    if adapter.method != "tinylora" or adapter.r is None:
+        return
+    bounds = {
+        name.rsplit(".", 2)[-2]: min(shape)
+        for name, shape in model.expected_shapes().items()
+        if name.startswith("layers.0.") and name.endswith("_proj.weight")
+    }
+    tightest = min(((bounds[t], t) for t in adapter.targets if t in bounds), default=None)
+    if tightest is not None and adapter.r > tightest[0]:
+        bound, target = tightest
+        raise ConfigError(
+            f"{source}: adapter.r: {adapter.r} exceeds the rank bound of {target} (the smaller "
+            f"of its weight's dimensions; valid 1..{bound})"
         )
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import read_json_file
 from assay.errors import ConfigError
+from assay.train.checkpoint_layout import LATEST, MANIFEST, STEP_FOLDER, not_in_a_checkpoint
 from assay.train.run_lock import LOCK_NAME, RunLock, acquire, is_lock_record, refuse_if_held
 
-LATEST = "latest"
 RUN_MARKER = ".assay-run"
 RUN_FORMAT = "assay.run/1"  # an on-disk format id: never renamed
 # What ``assay train`` writes into a run folder (the loop's config.yaml and metrics.jsonl, the
@@ -41,7 +41,6 @@ RUN_FORMAT = "assay.run/1"  # an on-disk format id: never renamed
 RUN_ENTRIES = frozenset(
     {RUN_MARKER, LOCK_NAME, LATEST, "config.yaml", "metrics.jsonl", "run-state.json", "tensorboard"}
 )
-_STEP = re.compile(r"step-[0-9]{6,}")
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp-[^/]*")
 
 
@@ -59,17 +58,20 @@ def _written_name(name: str) -> str:
 def written_by_train(name: str) -> bool:
     """True when a run folder's entry ``name`` is one ``assay train`` writes."""
     name = _written_name(name)
-    return name in RUN_ENTRIES or _STEP.fullmatch(name) is not None
+    return name in RUN_ENTRIES or STEP_FOLDER.fullmatch(name) is not None
 
 
 def _written_as(entry: Path) -> bool:
     """True when ``entry`` (a top-level entry of a run folder) has a name ``assay train``
-    writes and is of the kind it writes there: a real folder for a checkpoint or the events
-    folder (holding only real folders and regular files), a regular file for the rest."""
+    writes and is of the kind it writes there: a checkpoint (a real folder of the checkpoint's
+    own files), the events folder (holding only real folders and regular files), a regular
+    file for the rest."""
     if not written_by_train(entry.name) or entry.is_symlink():
         return False
     name = _written_name(entry.name)
-    folder = name in RUN_FOLDERS or _STEP.fullmatch(name) is not None
+    if STEP_FOLDER.fullmatch(name) and name == entry.name:
+        return not not_in_a_checkpoint(entry)
+    folder = name in RUN_FOLDERS or STEP_FOLDER.fullmatch(name) is not None
     if not folder:
         return entry.is_file()
     if not entry.is_dir():
@@ -80,6 +82,21 @@ def _written_as(entry: Path) -> bool:
             if inner.is_symlink() or not (inner.is_dir() or inner.is_file()):
                 return False
     return True
+
+
+def _kind_found(entry: Path) -> str:
+    """What stands at run-folder entry ``entry`` instead of what ``assay train`` writes there,
+    in a few words."""
+    name = _written_name(entry.name)
+    if entry.is_symlink():
+        return "is a symlink"
+    if name in RUN_FOLDERS or STEP_FOLDER.fullmatch(name):
+        if not entry.is_dir():
+            return "exists and is not a folder"
+        if STEP_FOLDER.fullmatch(name) and name == entry.name:
+            return f"holds {_shown(not_in_a_checkpoint(entry))}, not a checkpoint's files"
+        return "holds a link or a special file"
+    return "exists and is not a regular file"
 
 
 def not_written_by_train(run: Path) -> list[str]:
@@ -134,7 +151,7 @@ def not_started(path: str | os.PathLike[str]) -> bool:
     yet (no ``latest``, no ``step-*``, no ``manifest.json``): a run killed before its first
     save."""
     root = Path(path)
-    if not root.is_dir() or (root / LATEST).exists() or (root / "manifest.json").exists():
+    if not root.is_dir() or (root / LATEST).exists() or (root / MANIFEST).exists():
         return False
     if not is_marked_run(root):
         return False
@@ -142,11 +159,13 @@ def not_started(path: str | os.PathLike[str]) -> bool:
 
 
 def _entries(path: Path, *, locked: bool = False) -> list[str]:
-    """The entries of folder ``path`` besides its run marker and its lock file, when the lock
-    is ours: the folder is a run, this process holds the lock, or the file is a holder record
-    a killed writer left. A user's file with the lock's name is an entry."""
-    ours = locked or is_marked_run(path) or is_lock_record(path / LOCK_NAME)
-    own = {RUN_MARKER} | ({LOCK_NAME} if ours else set())
+    """The entries of folder ``path`` besides its run marker, when it is one of this format,
+    and its lock file, when the lock is ours: the folder is a run, this process holds the
+    lock, or the file is a holder record a killed writer left. A user's file with the
+    marker's or the lock's name is an entry."""
+    marked = is_marked_run(path)
+    ours = locked or marked or is_lock_record(path / LOCK_NAME)
+    own = ({RUN_MARKER} if marked else set()) | ({LOCK_NAME} if ours else set())
     return sorted(p.name for p in path.iterdir() if p.name not in own)
 
 
@@ -191,7 +210,7 @@ def _check_replaceable(out: Path, source: str) -> None:
 
 def run_of(path: Path) -> Path:
     """The run directory a ``--resume`` path names: the path, or the run holding a step dir."""
-    return path.parent if (path / "manifest.json").is_file() else path
+    return path.parent if (path / MANIFEST).is_file() else path
 
 
 def _check_resume(out: Path, source: str, resume: Path, locked: bool) -> None:
@@ -218,6 +237,15 @@ def _check_resume(out: Path, source: str, resume: Path, locked: bool) -> None:
             f"{source}: output.dir: {out} holds another run, and the run resumed from "
             f"{run} would write into it; set output.dir to {run} or choose an empty folder"
         )
+    if same:  # resuming rewrites the run's own names (later checkpoints, metrics, latest)
+        swapped = [n for n in not_written_by_train(run) if written_by_train(n)]
+        if swapped:
+            entry = run / swapped[0]
+            raise ConfigError(
+                f"{source}: --resume {resume}: {entry} {_kind_found(entry)}, which assay train "
+                "did not write there; resuming would replace it; nothing was changed; move it "
+                "away"
+            )
 
 
 def _check(

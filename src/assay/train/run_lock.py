@@ -10,6 +10,10 @@ holder's pid and start time, read from the lock file. Guarantees:
 - a writer that took the lock checks that the path still names the file it locked (the
   holder may have removed it meanwhile) and otherwise tries again, so two processes never
   both believe they hold it;
+- the lock file is never opened through a symlink and the holder record is written only over
+  an empty file or an earlier holder record: a link, a folder or a user's file standing at the
+  lock's name is refused in one line and left as it was (the record would otherwise land in
+  whatever the link names);
 - :func:`lock_held` tells a reader (``assay status``) whether a live process holds the lock
   without ever blocking a writer for longer than the probe itself; writers retry for
   :data:`RETRY_S` before concluding that the lock is taken.
@@ -26,6 +30,7 @@ import datetime
 import errno
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -88,8 +93,16 @@ def is_lock_record(path: Path) -> bool:
     if path.is_symlink() or not path.is_file() or path.stat().st_size > HOLDER_BYTES:
         return False
     try:
-        holder = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        return _is_holder(path.read_bytes())
+    except OSError:
+        return False
+
+
+def _is_holder(raw: bytes) -> bool:
+    """True when ``raw`` is a holder record: a JSON object with an integer ``pid``."""
+    try:
+        holder = json.loads(raw)
+    except ValueError:
         return False
     return isinstance(holder, dict) and type(holder.get("pid")) is int
 
@@ -160,6 +173,46 @@ def _missing_ancestors(folder: Path) -> list[Path]:
     return out
 
 
+def _not_ours(path: Path, source: str, what: str) -> ConfigError:
+    return ConfigError(
+        f"{source}: output.dir: {path} {what}, not the lock file assay train writes; nothing "
+        "was changed; move it away"
+    )
+
+
+def _open_lock(path: Path, source: str) -> int:
+    """Open (creating) the lock file itself: never through a symlink, since writing the holder
+    record through one would overwrite a file outside the run; ConfigError for a link, a folder,
+    a pipe or a device standing at the lock's name."""
+    try:
+        fd = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644
+        )
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _not_ours(path, source, "is a symlink") from None
+        if err.errno in (errno.EISDIR, errno.ENXIO):
+            raise _not_ours(path, source, "is not a regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_ours(path, source, "is not a regular file")
+    return fd
+
+
+def _refuse_foreign_content(fd: int, path: Path, source: str) -> None:
+    """Under the lock, before the holder record is written over it: the file is empty (just
+    created, or created by a writer that has not yet written) or holds a holder record (one a
+    killed writer left); anything else is a user's file with the lock's name, kept."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return
+    if size <= HOLDER_BYTES and _is_holder(os.pread(fd, HOLDER_BYTES, 0)):
+        return
+    os.close(fd)
+    raise _not_ours(path, source, "holds something else")
+
+
 def acquire(folder: Path, source: str, *, retry_s: float = RETRY_S) -> RunLock:
     """Create ``folder`` if needed and hold its lock; ConfigError naming ``source``, the
     folder and the holder (pid, start time) when another process holds it."""
@@ -171,7 +224,7 @@ def acquire(folder: Path, source: str, *, retry_s: float = RETRY_S) -> RunLock:
     path = folder / LOCK_NAME
     deadline = time.monotonic() + retry_s
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_lock(path, source)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -189,6 +242,7 @@ def acquire(folder: Path, source: str, *, retry_s: float = RETRY_S) -> RunLock:
         if not same:  # the holder removed the file between our open and our lock
             os.close(fd)
             continue
+        _refuse_foreign_content(fd, path, source)
         os.pwrite(fd, _holder_record(), 0)
         os.ftruncate(fd, HOLDER_BYTES)
         return RunLock(folder, fd, created)
@@ -196,12 +250,21 @@ def acquire(folder: Path, source: str, *, retry_s: float = RETRY_S) -> RunLock:
 
 def lock_held(folder: Path) -> bool | None:
     """Whether a live process holds the lock of ``folder``: True or False, or None when the
-    folder has no lock file (no writer since it was last released, or an older run)."""
+    folder has no lock file (no writer since it was last released, or an older run) or what
+    stands at its name is not one (a link is not followed, a pipe never waited on)."""
     import fcntl
 
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(Path(folder) / LOCK_NAME, flags)
     except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -30,6 +30,7 @@ CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collec
 MEASURE = pytest.StashKey[Any]()  # this process's executed.Measure, once it saw a gate module
 CLASHES = pytest.StashKey[dict]()  # gate name -> its files, where more than one claims it
 JUDGED = pytest.StashKey[dict]()  # claim id -> the verdict the test was already failed on
+SELECTION = pytest.StashKey[Any]()  # --gate-select=stale: the gates judged current or not
 DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
 
 
@@ -86,6 +87,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(ini: gate_device; default auto)",
     )
     parser.addini("gate_device", "device gates measure on: cpu, cuda or auto", default="auto")
+    group.addoption(
+        "--gate-select",
+        dest="gate_select",
+        choices=("all", "stale"),
+        default=None,
+        help="which gate modules run: all, or stale (only gates whose record on this device is "
+        "not current for this tree and environment; the others are listed with the receipt "
+        "that keeps them current). Ini: gate_select; default all",
+    )
+    parser.addini("gate_select", "which gate modules run: all or stale", default="all")
     group.addoption(
         "--gate-provenance",
         dest="gate_provenance",
@@ -175,6 +186,22 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--gate-provenance: {err}") from None
     if not _is_worker(config):
         config.pluginmanager.register(_Reports(config), "assay_gate_reports")
+        selection = _selection(config)
+        if selection is not None:  # judged before this run writes any receipt
+            selection.decide_named()
+
+
+def _selection(config: pytest.Config) -> Any:
+    """This process's :class:`assay.qualify.plugin.select.Selection` under
+    ``--gate-select=stale``; None when every gate runs."""
+    if SELECTION not in config.stash:
+        choice = config.getoption("gate_select", None) or config.getini("gate_select") or "all"
+        if choice not in ("all", "stale"):
+            raise pytest.UsageError(f"gate_select = {choice!r}: expected all or stale")
+        from assay.qualify.plugin.select import Selection
+
+        config.stash[SELECTION] = Selection(config) if choice == "stale" else None
+    return config.stash[SELECTION]
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -341,11 +368,24 @@ def _start_child_imports(config: pytest.Config) -> None:
         config.stash[CHILDREN].start()
 
 
-def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> None:
-    """Before a gate module is imported: measure what it and its tests execute (once per
-    process; :mod:`assay.qualify.plugin.executed` and coverage load only here)."""
+class _CurrentGate(pytest.File):
+    """A gate module ``--gate-select=stale`` leaves out: collected as nothing, never imported,
+    so it has no tests to count as left out and writes no receipt."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> Any:
+    """Before a gate module is imported: a gate ``--gate-select=stale`` finds current is
+    collected as nothing; otherwise measure what it and its tests execute (once per process;
+    :mod:`assay.qualify.plugin.executed` and coverage load only here)."""
     config = parent.config
-    if GATE_MODULE.match(module_path.name) and MEASURE not in config.stash:
+    match = GATE_MODULE.match(module_path.name)
+    selection = _selection(config)
+    if match and selection is not None and not selection.decide(match.group(1)).runs:
+        return _CurrentGate.from_parent(parent, path=module_path)
+    if match and MEASURE not in config.stash:
         from assay.qualify.plugin.executed import Measure
 
         config.stash[MEASURE] = Measure(config)
@@ -400,6 +440,13 @@ class _Reports:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    selection = config.stash.get(SELECTION, None)
+    if (
+        selection is not None
+        and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
+        and selection.all_current()
+    ):  # every named gate is current: selecting none of them is the run's success
+        session.exitstatus = pytest.ExitCode.OK
     if _is_worker(config) or STATE not in config.stash:
         return
     state = config.stash[STATE]
@@ -411,6 +458,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    selection = config.stash.get(SELECTION, None)
+    if selection is not None and not _is_worker(config):
+        terminalreporter.section("assay gates: --gate-select=stale")
+        for decision in selection.decided():
+            terminalreporter.line(decision.describe())
     state = config.stash.get(STATE, None)
     if state is None or (not state.written and not state.problems):
         return

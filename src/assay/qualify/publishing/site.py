@@ -171,10 +171,26 @@ def _holds(target: Path, sha: str) -> bool:
     return False
 
 
-def _ours(target: Path, new: bytes, before: dict[str, str], rel: str) -> bool:
-    """True when publish may replace ``target``: absent, or a regular file holding what an
-    earlier publish wrote there (its manifest's sha256), or already ``new``, or (a page of a
-    site from before the manifest) a page carrying :data:`GENERATOR`."""
+def _real_folders(out: Path, rel: str) -> bool:
+    """True when every folder between ``out`` and ``out / rel`` is a real folder or absent:
+    publish writes into the site's own folders, never through a link to a folder elsewhere."""
+    folder = out
+    for part in Path(rel).parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            return False
+    return True
+
+
+def _ours(out: Path, rel: str, new: bytes, before: dict[str, str]) -> bool:
+    """True when publish may write ``out / rel`` (its folders real, not links): absent, or a
+    regular file holding what an earlier publish wrote there (its manifest's sha256), or
+    already ``new``. A page must also carry :data:`GENERATOR`, so a manifest written by hand
+    never makes a user's page replaceable; a page of a site from before the manifest needs
+    only the tag."""
+    if not _real_folders(out, rel):
+        return False
+    target = out / rel
     if not (target.exists() or target.is_symlink()):
         return True
     if target.is_symlink() or not target.is_file():
@@ -183,9 +199,11 @@ def _ours(target: Path, new: bytes, before: dict[str, str], rel: str) -> bool:
         data = target.read_bytes()
     except OSError:
         return False
+    if rel.endswith(".html") and GENERATOR not in data[:4096]:
+        return data == new
     if data == new or before.get(rel) == hashlib.sha256(data).hexdigest():
         return True
-    return rel.endswith(".html") and rel not in before and GENERATOR in data[:4096]
+    return rel.endswith(".html") and rel not in before
 
 
 def _refuse_what_is_not_ours(out: Path, planned: dict[str, bytes]) -> None:
@@ -193,7 +211,7 @@ def _refuse_what_is_not_ours(out: Path, planned: dict[str, bytes]) -> None:
     since: else AssayError naming the first such file, before anything is written."""
     before = _written_before(out)
     for rel, data in planned.items():
-        if not _ours(out / rel, data, before, rel):
+        if not _ours(out, rel, data, before):
             raise AssayError(
                 f"{out / rel}: exists and was not written by assay publish, or was edited since; "
                 "nothing was changed; move it away or choose another --html folder"
