@@ -73,13 +73,15 @@ class _Hang(BaseException):
 
 @contextlib.contextmanager
 def hang_guard(seconds: float) -> Iterator[None]:
-    """Interrupt the block after ``seconds`` of wall time (main thread, POSIX only)."""
+    """Interrupt the block after ``seconds`` of wall time (main thread, POSIX only), and again
+    every second after that: a run that swallows the first interruption (a broad ``except`` in
+    the code under test) is interrupted again rather than left to run for hours."""
 
     def fire(_signum: int, _frame: object) -> None:
         raise _Hang
 
     previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
         yield
     finally:

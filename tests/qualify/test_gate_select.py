@@ -212,3 +212,16 @@ def test_selection_is_exactly_the_gates_whose_recorded_reads_changed(
     change(root, changed)
     decisions = {g: why_run(receipts, receipts.parent, root, g, "cpu") for g in reads}
     assert {g for g, d in decisions.items() if d.runs} == expected(reads, changed), decisions
+
+
+def test_a_gate_named_by_path_is_judged_alone(project):
+    """pytest shows the collection hook every gate module beside one named by path; only the
+    named gate is judged, listed and counted, so a current one exits 0 with nothing run."""
+    argv = ("-p", "no:cacheprovider", "--gate-device=cpu", "--gate-select=stale", "--gate-no-write")
+    result = project.pytester.runpytest(*argv, "gates/gate_alpha.py")
+    assert result.ret == 0, result.stdout.str()
+    assert "gate-alpha: current" in result.stdout.str()
+    assert "gate-beta" not in result.stdout.str()
+    (project.root / "lib/beta_impl.py").write_text("VALUE = 0.5  # changed\n")  # the control
+    result = project.pytester.runpytest(*argv, "gates/gate_beta.py")
+    assert result.parseoutcomes().get("passed") == 1 and "gate-alpha" not in result.stdout.str()

@@ -383,7 +383,7 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
     config = parent.config
     match = GATE_MODULE.match(module_path.name)
     selection = _selection(config)
-    if match and selection is not None and not selection.decide(match.group(1)).runs:
+    if match and selection is not None and selection.leaves_out(match.group(1)):
         return _CurrentGate.from_parent(parent, path=module_path)
     if match and MEASURE not in config.stash:
         from assay.qualify.plugin.executed import Measure

@@ -29,6 +29,11 @@ class Selection:
         self.records = setting_dir(config, "gate_records") or self.receipts.parent
         choice = config.getoption("gate_device", None) or config.getini("gate_device") or "auto"
         self.device = resolve_device(choice)
+        # the gates the command line names: pytest also shows this hook the siblings of a file
+        # named by path, which are not this session's to judge
+        self.named = {
+            m.group(1) for p in named_gate_modules(config) if (m := GATE_MODULE.match(p.name))
+        }
         self._decisions: dict[str, Decision] = {}
 
     def decide(self, gate: str) -> Decision:
@@ -39,21 +44,23 @@ class Selection:
             )
         return self._decisions[gate]
 
+    def leaves_out(self, gate: str) -> bool:
+        """True when ``gate`` is named by the command line and current (not run)."""
+        return gate in self.named and not self.decide(gate).runs
+
     def decide_named(self) -> None:
         """Judge every gate module the command line names (folders searched, ``--ignore``
         paths left out)."""
-        for path in named_gate_modules(self.config):
-            match = GATE_MODULE.match(path.name)
-            if match:
-                self.decide(match.group(1))
+        for gate in self.named:
+            self.decide(gate)
 
     def decided(self) -> list[Decision]:
-        """The decisions made so far, by gate name."""
-        return [self._decisions[g] for g in sorted(self._decisions)]
+        """The decisions on the named gates, by gate name."""
+        return [self.decide(g) for g in sorted(self.named)]
 
     def all_current(self) -> bool:
-        """True when gates were judged and none of them runs."""
-        return bool(self._decisions) and not any(d.runs for d in self._decisions.values())
+        """True when the command line names gates and none of them runs."""
+        return bool(self.named) and not any(d.runs for d in self.decided())
 
 
 def named_gate_modules(config: pytest.Config) -> list[Path]:
