@@ -542,31 +542,35 @@ def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
 def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_path, monkeypatch):
     """Issue 57: `--gate-select=stale` leaves a gate out only when its record is current. Over
     seeded generated ledgers (three gates, each recorded reading up to three code or data
-    files; up to three files changed in the committed tree), the gates selected are exactly
-    those that recorded reading a changed file."""
+    files; up to three files changed in the committed tree; in some, one gate's receipt edited
+    so it no longer verifies), the gates selected are exactly those that recorded reading a
+    changed file or whose ledger no longer verifies."""
     from assay.qualify.judging import stale
     from assay.qualify.judging.select import why_run
-    from support.selection_cases import change, drawn, expected, write_ledger
+    from support.selection_cases import change, drawn, expected, spoil, write_ledger
 
     gate.seed(11)
     cases = drawn(11, 30)
 
     def wrong_selections(folder: Path) -> int:
         wrong = 0
-        for index, (reads, changed) in enumerate(cases):
+        for index, (reads, changed, spoiled) in enumerate(cases):
             root = folder / str(index)
             root.mkdir(parents=True)
             receipts = write_ledger(root, reads)
             change(root, changed)
-            chosen = {g for g in reads if why_run(receipts, receipts.parent, root, g, "cpu").runs}
-            wrong += chosen != expected(reads, changed)
+            spoil(receipts, spoiled)
+            chosen = {g for g in reads if why_run(receipts, root, g, "cpu").runs}
+            wrong += chosen != expected(reads, changed, spoiled)
         return wrong
 
+    spoiled = sum(s is not None for _, _, s in cases)
     claim = gate.claim(
         "select.stale_exactly",
         f"{len(cases)} generated committed ledgers of three gates with recorded code and data "
-        "reads, files then changed: --gate-select=stale selects exactly the gates that "
-        "recorded reading a changed file (the rule verify --stale applies to records)",
+        f"reads, files then changed, one receipt spoiled in {spoiled}: --gate-select=stale "
+        "selects exactly the gates that recorded reading a changed file or whose ledger no "
+        "longer verifies (the rule verify --stale applies to records)",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="cases selected wrongly",
@@ -578,8 +582,9 @@ def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_pat
     )
     claim.measure(wrong_selections(tmp_path / "cases"))
     blind = tuple(k for k in stale._LISTS if k != "read_files")
-    monkeypatch.setattr(stale, "_LISTS", blind)  # a selection blind to the data a claim read
-    claim.control(
-        "the same cases with the files a claim opened left out of the check",
-        wrong_selections(tmp_path / "control"),
-    )
+    with monkeypatch.context() as patch:  # a selection blind to the data a claim read
+        patch.setattr(stale, "_LISTS", blind)
+        claim.control(
+            "the same cases with the files a claim opened left out of the check",
+            wrong_selections(tmp_path / "blind"),
+        )

@@ -1,10 +1,11 @@
 """Generated ledgers for ``--gate-select=stale`` (issue 57): gates whose receipts recorded
-reading some files, a change to some files, and the selection the rule calls for.
+reading some files, a change to some files, perhaps a receipt edited so it no longer verifies,
+and the selection the rule calls for.
 
 Each case is a throwaway, committed git project: one passing receipt per gate, recording the
 code files and data files it read (with their sha256 at the time), and then a set of those
 files changed in the working tree. The oracle is independent of the selection code: a gate
-must run exactly when a file it recorded reading changed.
+must run exactly when a file it recorded reading changed or its ledger no longer verifies.
 """
 
 from __future__ import annotations
@@ -67,18 +68,28 @@ def change(root: Path, changed: list[str]) -> None:
         (root / rel).write_text("changed\n")
 
 
-def expected(reads: dict[str, list[str]], changed: list[str]) -> set[str]:
-    """The oracle: the gates that recorded reading a changed file."""
-    return {g for g, files in reads.items() if set(files) & set(changed)}
+def spoil(receipts: Path, gate: str | None) -> None:
+    """Edit ``gate``'s receipt so it no longer matches its seal (nothing when None)."""
+    if gate is not None:
+        receipt = next((receipts / gate).glob("*.json"))
+        receipt.write_bytes(receipt.read_bytes().replace(b'"pass"', b'"PASS"', 1))
 
 
-def drawn(seed: int, count: int) -> list[tuple[dict[str, list[str]], list[str]]]:
-    """``count`` seeded cases: each gate reads up to three files, up to three files change."""
+def expected(reads: dict[str, list[str]], changed: list[str], spoiled: str | None) -> set[str]:
+    """The oracle: the gates that recorded reading a changed file, and the spoiled one."""
+    chosen = {g for g, files in reads.items() if set(files) & set(changed)}
+    return chosen | ({spoiled} if spoiled else set())
+
+
+def drawn(seed: int, count: int) -> list[tuple[dict[str, list[str]], list[str], str | None]]:
+    """``count`` seeded cases: each gate reads up to three files, up to three files change,
+    and in about one case of four one gate's receipt is spoiled."""
     rng = random.Random(seed)
     return [
         (
             {g: rng.sample(FILES, rng.randint(0, 3)) for g in GATES},
             rng.sample(FILES, rng.randint(0, 3)),
+            rng.choice(GATES) if rng.random() < 0.25 else None,
         )
         for _ in range(count)
     ]

@@ -26,7 +26,7 @@ from assay.qualify.judging.select import environment_changes, why_run
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-from support.selection_cases import FILES, GATES, change, expected, write_ledger  # noqa: E402
+from support.selection_cases import FILES, GATES, change, expected, spoil, write_ledger  # noqa: E402
 
 GATE = """
 import json
@@ -203,25 +203,31 @@ def test_under_xdist_the_workers_and_the_summary_agree(project):
         {g: st.lists(st.sampled_from(FILES), unique=True, max_size=3) for g in GATES}
     ),
     changed=st.lists(st.sampled_from(FILES), unique=True, max_size=3),
+    spoiled=st.one_of(st.none(), st.sampled_from(GATES)),
 )
 def test_selection_is_exactly_the_gates_whose_recorded_reads_changed(
-    tmp_path_factory, reads, changed
+    tmp_path_factory, reads, changed, spoiled
 ):
     root = tmp_path_factory.mktemp("select")
     receipts = write_ledger(root, reads)
     change(root, changed)
-    decisions = {g: why_run(receipts, receipts.parent, root, g, "cpu") for g in reads}
-    assert {g for g, d in decisions.items() if d.runs} == expected(reads, changed), decisions
+    spoil(receipts, spoiled)
+    decisions = {g: why_run(receipts, root, g, "cpu") for g in reads}
+    assert {g for g, d in decisions.items() if d.runs} == expected(reads, changed, spoiled)
 
 
-def test_a_gate_named_by_path_is_judged_alone(project):
-    """pytest shows the collection hook every gate module beside one named by path; only the
-    named gate is judged, listed and counted, so a current one exits 0 with nothing run."""
-    argv = ("-p", "no:cacheprovider", "--gate-device=cpu", "--gate-select=stale", "--gate-no-write")
-    result = project.pytester.runpytest(*argv, "gates/gate_alpha.py")
-    assert result.ret == 0, result.stdout.str()
-    assert "gate-alpha: current" in result.stdout.str()
-    assert "gate-beta" not in result.stdout.str()
-    (project.root / "lib/beta_impl.py").write_text("VALUE = 0.5  # changed\n")  # the control
-    result = project.pytester.runpytest(*argv, "gates/gate_beta.py")
-    assert result.parseoutcomes().get("passed") == 1 and "gate-alpha" not in result.stdout.str()
+def test_a_copy_of_the_receipts_alone_is_judged_as_the_ledger_it_copies(tmp_path):
+    """CI copies records/receipts without the records or their figures. The selection reads
+    receipts and the tree, never figures: this project's gate-stream, whose receipts name
+    figures, judged from such a copy is what it is judged from records/ (the control: the copy
+    spoiled selects it)."""
+    import shutil
+
+    copy = tmp_path / "receipts"
+    shutil.copytree(ROOT / "records" / "receipts" / "stream", copy / "stream")
+    receipt = json.loads(next((copy / "stream").glob("*.json")).read_text())
+    assert receipt["figures"], "gate-stream's receipts name figures"
+    here = why_run(ROOT / "records" / "receipts", ROOT, "stream", "cpu")
+    assert why_run(copy, ROOT, "stream", "cpu") == here
+    spoil(copy, "stream")
+    assert why_run(copy, ROOT, "stream", "cpu").runs

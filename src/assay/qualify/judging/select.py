@@ -95,19 +95,18 @@ def history_undecidable(root: Path) -> str | None:
     return None
 
 
-def why_run(
-    receipts_dir: Path, records_dir: Path | None, root: Path, gate: str, device: str
-) -> Decision:
+def why_run(receipts_dir: Path, root: Path, gate: str, device: str) -> Decision:
     """Whether ``gate`` must run on ``device`` against the ledger in ``receipts_dir`` and the
     tree at ``root`` (see the module docstring for the rule); never raises for a bad ledger,
-    which selects the gate."""
+    which selects the gate. Records and figures are not read: a run draws them afresh, so a
+    copy of the receipts alone (CI's) is judged as the ledger it copies."""
     from assay.qualify.judging.standing import gate_standing
 
     undecidable = history_undecidable(root)
     if undecidable:
         return Decision(gate, undecidable)
     try:
-        standing = gate_standing(receipts_dir, gate, records_dir, root)
+        standing = gate_standing(receipts_dir, gate, None, root)
     except Exception as exc:  # a ledger that cannot even be read selects its gate
         return Decision(gate, f"its ledger cannot be read ({exc})")
     if standing.problems:

@@ -26,7 +26,6 @@ class Selection:
 
         self.config = config
         self.receipts = setting_dir(config, "gate_receipts") or config.rootpath / RECEIPTS_FOLDER
-        self.records = setting_dir(config, "gate_records") or self.receipts.parent
         choice = config.getoption("gate_device", None) or config.getini("gate_device") or "auto"
         self.device = resolve_device(choice)
         # the gates the command line names: pytest also shows this hook the siblings of a file
@@ -39,9 +38,7 @@ class Selection:
     def decide(self, gate: str) -> Decision:
         """Whether ``gate`` runs in this session (judged once, then remembered)."""
         if gate not in self._decisions:
-            self._decisions[gate] = why_run(
-                self.receipts, self.records, self.config.rootpath, gate, self.device
-            )
+            self._decisions[gate] = why_run(self.receipts, self.config.rootpath, gate, self.device)
         return self._decisions[gate]
 
     def leaves_out(self, gate: str) -> bool:
