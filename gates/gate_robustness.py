@@ -256,6 +256,13 @@ PRODUCT_CONTROLS = {
     "claim_ids": ("qualify.core.identifier.lookalikes_accepted", "claim_ids."),
     "ledger_files": ("qualify.ledger.chain.refused_ledger_listed", "ledger_dev_zero"),
 }
+# class -> more (fault point, case-name filter) pairs: guards the first control leaves in place
+EXTRA_CONTROLS = {
+    "replace": (
+        ("train.run_dir.edits_unchecked", "_edited_"),
+        ("adapters.export.gguf_seal_unchecked", "gguf_edited"),
+    )
+}
 # class -> (what the claim's statement says it covers, the code it names)
 CLASSES = {
     **{
@@ -302,8 +309,8 @@ def test_corpus_classes_refused_per_class(gate, corpus, corpus_runs):
                 "the same error lines with the file and the field or offset removed",
                 sum(bool(p) for p in stripped),
             )
-        if kind in PRODUCT_CONTROLS:
-            fault, pick = PRODUCT_CONTROLS[kind]
+        armed = [PRODUCT_CONTROLS[kind]] if kind in PRODUCT_CONTROLS else []
+        for fault, pick in [*armed, *EXTRA_CONTROLS.get(kind, ())]:
             broken = _control_run([o.case for o in mine if pick in o.case.name], fault, 4.0)
             claim.control(
                 f"the {pick} cases with fault {fault} armed (guard removed)",
@@ -543,34 +550,35 @@ def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_pat
     """Issue 57: `--gate-select=stale` leaves a gate out only when its record is current. Over
     seeded generated ledgers (three gates, each recorded reading up to three code or data
     files; up to three files changed in the committed tree; in some, one gate's receipt edited
-    so it no longer verifies), the gates selected are exactly those that recorded reading a
-    changed file or whose ledger no longer verifies."""
-    from assay.qualify.judging import stale
-    from assay.qualify.judging.select import why_run
-    from support.selection_cases import change, drawn, expected, spoil, write_ledger
+    so it no longer verifies, one gate's run failing, one gate's recorded torch not the
+    installed one, or the history unreadable: no .git, a shallow clone), the gates selected
+    are exactly those the rule names, and all of them when the history cannot be read."""
+    from assay.qualify.judging import select, stale
+    from support.selection_cases import build, drawn, expected
 
     gate.seed(11)
-    cases = drawn(11, 30)
+    cases = drawn(11, 40)
 
     def wrong_selections(folder: Path) -> int:
         wrong = 0
-        for index, (reads, changed, spoiled) in enumerate(cases):
-            root = folder / str(index)
-            root.mkdir(parents=True)
-            receipts = write_ledger(root, reads)
-            change(root, changed)
-            spoil(receipts, spoiled)
-            chosen = {g for g in reads if why_run(receipts, root, g, "cpu").runs}
-            wrong += chosen != expected(reads, changed, spoiled)
+        for index, case in enumerate(cases):
+            root, receipts = build(folder / str(index), case)
+            chosen = {g for g in case.reads if select.why_run(receipts, root, g, "cpu").runs}
+            wrong += chosen != expected(case)
         return wrong
 
-    spoiled = sum(s is not None for _, _, s in cases)
+    def count(attribute: str) -> int:
+        return sum(getattr(c, attribute) not in (None, "git") for c in cases)
+
     claim = gate.claim(
         "select.stale_exactly",
         f"{len(cases)} generated committed ledgers of three gates with recorded code and data "
-        f"reads, files then changed, one receipt spoiled in {spoiled}: --gate-select=stale "
-        "selects exactly the gates that recorded reading a changed file or whose ledger no "
-        "longer verifies (the rule verify --stale applies to records)",
+        f"reads and files then changed; a receipt spoiled in {count('spoiled')}, a failing run "
+        f"in {count('failing')}, another recorded torch in {count('moved')}, no readable "
+        f"history in {count('history')}: --gate-select=stale selects exactly the gates that "
+        "recorded reading a changed file, whose ledger no longer verifies, whose record does "
+        "not stand at pass or whose recorded torch differs, and every gate when the history "
+        "cannot be read (the rule verify --stale applies to records)",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="cases selected wrongly",
@@ -581,10 +589,18 @@ def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_pat
         ),
     )
     claim.measure(wrong_selections(tmp_path / "cases"))
-    blind = tuple(k for k in stale._LISTS if k != "read_files")
-    with monkeypatch.context() as patch:  # a selection blind to the data a claim read
-        patch.setattr(stale, "_LISTS", blind)
-        claim.control(
-            "the same cases with the files a claim opened left out of the check",
-            wrong_selections(tmp_path / "blind"),
-        )
+    controls = {
+        "the files a claim opened left out of the check": (
+            stale,
+            "_LISTS",
+            tuple(k for k in stale._LISTS if k != "read_files"),
+        ),
+        "the recorded environment not compared": (select, "environment_changes", lambda _: []),
+        "an unreadable history taken as readable": (select, "history_undecidable", lambda _: None),
+    }
+    for index, (described, (module, name, blind)) in enumerate(controls.items()):
+        with monkeypatch.context() as patch:
+            patch.setattr(module, name, blind)
+            claim.control(
+                f"the same cases with {described}", wrong_selections(tmp_path / f"blind{index}")
+            )

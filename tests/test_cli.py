@@ -125,3 +125,24 @@ def test_a_device_this_torch_cannot_use_is_one_line_before_loading(
 
 def _never_built(*_args, **_kwargs):
     raise AssertionError("the model was loaded before --device was checked")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "{folder}", "--format", "peft", "--out", "{out}"],
+        ["generate", "{model}", "--checkpoint", "{folder}", "--prompt", "hi"],
+    ],
+    ids=["export", "generate"],
+)
+def test_a_checkpoint_argument_that_is_no_run_names_itself(argv, tmp_path, capsys):
+    """A folder that is neither a run nor a checkpoint is named in the one-line refusal, never
+    a config.yaml beside it that the user did not name (found by the issue-52 adversary)."""
+    (tmp_path / "config.yaml").write_text("steps: 1\n")  # the parent's file, not the user's pick
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    model = tmp_path / "config.yaml"
+    filled = [a.format(folder=folder, out=tmp_path / "out", model=model) for a in argv]
+    assert main(filled) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{folder}: not a run folder" in err, err

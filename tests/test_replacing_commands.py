@@ -271,10 +271,22 @@ def _forge(folder: Path, how: str, export: Path) -> None:
         (folder / "config.json").write_bytes(b"{}")
         (folder / "model.safetensors").write_bytes(b"mine")
         _sealed(folder, "peft")
+    elif how == "users_files_under_the_exports_names":  # the issue-52 adversaries' case
+        for entry in export.iterdir():
+            if entry.name != "assay_manifest.json":
+                (folder / entry.name).write_bytes(b"my thesis draft\n")
+        _sealed(folder, "peft")
 
 
 @pytest.mark.parametrize(
-    "how", ["lists_nothing", "lists_a_users_file", "weights_are_a_link", "other_kinds_files"]
+    "how",
+    [
+        "lists_nothing",
+        "lists_a_users_file",
+        "weights_are_a_link",
+        "other_kinds_files",
+        "users_files_under_the_exports_names",
+    ],
 )
 def test_a_manifest_alone_does_not_make_a_folder_an_export(trained, how):
     """Third adversary, rule 1 (cases 18 and 19): `export --force` took a hand-written
@@ -364,19 +376,162 @@ def test_a_checkpoint_save_replaces_only_a_checkpoint(tmp_path):
     assert (tmp_path / "step-000001" / "user.bin").read_bytes() == b"mine"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known hole (issue 52, third adversary): a run whose own files were edited since "
-    "train wrote them (metrics.jsonl appended, a checkpoint's cursor.json edited) is still "
-    "replaced by --overwrite; train keeps no record of what it wrote to compare against. "
-    "Strict: this mark goes when it is fixed",
-)
-def test_overwrite_refuses_a_run_whose_files_were_edited_since_train_wrote_them(trained):
-    root, keys, run = trained
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _append(text: bytes):
+    def edit(path: Path) -> None:
+        with open(path, "ab") as handle:
+            handle.write(text)
+
+    return edit
+
+
+# (entry named in the refusal, file edited, edit): each a file train wrote into the run and
+# records (run-state.json and latest, pointers it rewrites, are checked by kind only)
+EDITS = {
+    "metrics_annotated": ("metrics.jsonl", "metrics.jsonl", _append(b'{"my": "annotation"}\n')),
+    "metrics_value_edited": ("metrics.jsonl", "metrics.jsonl", _flip_last_byte),
+    "config_commented": ("config.yaml", "config.yaml", _append(b"# my note\n")),
+    "cursor_edited": ("step-000001", "step-000001/cursor.json", _flip_last_byte),
+    "weights_edited": ("step-000001", "step-000001/trainables.safetensors", _flip_last_byte),
+    "manifest_edited": ("step-000001", "step-000001/manifest.json", _append(b" ")),
+}
+
+
+def _copy_of(run: Path, root: Path) -> Path:
     folder = Path(tempfile.mkdtemp(dir=root)) / "run"
     shutil.copytree(run, folder)
-    with open(folder / "metrics.jsonl", "ab") as handle:
-        handle.write(b'{"my": "annotation"}\n')
+    return folder
+
+
+def _unrecorded(folder: Path) -> None:
+    """The marker as train wrote it before it recorded what it wrote."""
+    (folder / RUN_MARKER).write_text(json.dumps({"format": "assay.run/1"}))
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "marker_without_record"])
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_overwrite_and_resume_refuse_a_run_whose_files_changed_since_train_wrote_them(
+    trained, edit, recorded
+):
+    """A run's own file edited after train wrote it (a row appended to the metrics, a value
+    changed, a comment added to the config, a checkpoint file changed) is the user's edit:
+    --overwrite would delete it, so it refuses naming the entry and changes nothing; --resume
+    refuses what it would rewrite (metrics, config) and leaves the checkpoint it loads to the
+    load's own checks. A marker from before the record still has its checkpoints checked against
+    their manifests and its metrics read as rows."""
+    root, keys, run = trained
+    named, path, change = EDITS[edit]
+    if not recorded and path in (
+        "config.yaml",
+        "run-state.json",
+        "latest",
+        "step-000001/manifest.json",
+    ):
+        pytest.skip("a file written whole is checked against the record alone")
+    folder = _copy_of(run, root)
+    if not recorded:
+        _unrecorded(folder)
+    change(folder / path)
     before = tree_listing(folder)
-    code, err = _cli(["train", str(_config_into(root, keys, folder)), "--overwrite"])
+    config = str(_config_into(root, keys, folder))
+    code, err = _cli(["train", config, "--no-progress", "--overwrite"])
     assert code == 2 and tree_listing(folder) == before, err
+    assert "changed since assay train wrote them" in err and named in err, err
+    assert err.count("\n") == 1, err
+    # --resume rewrites the metrics and the config, never the checkpoint it loads: that one's
+    # own checks refuse an edit they can see, naming the file, and pass one they cannot (this
+    # finished run then ends as "already finished"); either way nothing changes
+    code, err = _cli(["train", config, "--no-progress", "--resume", str(folder)])
+    assert tree_listing(folder) == before, err
+    if not path.startswith("step-"):
+        assert code == 2 and "changed since assay train wrote them" in err, err
+    assert code == 0 or (code == 2 and err.count("\n") == 1 and named in err), err
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "marker_without_record"])
+def test_overwrite_replaces_a_run_as_train_left_it_even_when_killed_mid_row(trained, recorded):
+    """The control: a run as train wrote it is replaced, also one a kill left with metrics
+    rows after its last checkpoint and a row cut short (rows train writes, not edits)."""
+    root, keys, run = trained
+    folder = _copy_of(run, root)
+    if not recorded:
+        _unrecorded(folder)
+    assert _cli(["train", str(_config_into(root, keys, folder)), "--overwrite"])[0] == 0
+    _append(b'{"step": 2, "loss": 1.5}\n{"step": 3, "lo')(folder / "metrics.jsonl")
+    code, err = _cli(["train", str(_config_into(root, keys, folder)), "--overwrite"])
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("edit", ["metadata_byte", "tensor_byte", "appended"])
+def test_export_force_refuses_a_gguf_export_changed_since_it_was_written(trained, edit):
+    """A GGUF export carries its own sha256 (the seal): one the user changed since (a metadata
+    value, a weight, bytes appended) is refused by --force and left as it was; the control, the
+    same export unchanged, is replaced."""
+    root, _keys, run = trained
+    path = Path(tempfile.mkdtemp(dir=root)) / "model.gguf"
+    argv = ["export", str(run), "--format", "gguf", "--out", str(path)]
+    assert _cli(argv)[0] == 0
+    assert _cli([*argv, "--force"])[0] == 0  # the control
+    data = bytearray(path.read_bytes())
+    if edit == "appended":
+        data += b"\n"
+    else:
+        at = data.find(b"general.architecture") if edit == "metadata_byte" else len(data) - 8
+        data[at + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    code, err = _cli([*argv, "--force"])
+    assert code == 2 and path.read_bytes() == bytes(data), err
+    assert "changed since assay export wrote it" in err and str(path) in err, err
+
+
+def test_resume_refuses_another_runs_checkpoint_at_its_next_name(trained):
+    """A checkpoint of another run (other fingerprints) copied to the name a resumed run saves
+    next would be replaced by that save: --resume refuses it and --overwrite keeps it (found
+    by the issue-52 adversary); the control, the run without the copy, resumes."""
+    root, keys, _run = trained
+    config = _config_into(root, keys, Path(tempfile.mkdtemp(dir=root)) / "run")
+    body = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**body, "steps": 2}))
+    folder = Path(body["output"]["dir"])
+    assert _cli(["train", str(config), "--stop-at", "1", "--no-progress"])[0] == 0
+    other = _config_into(root, keys, Path(tempfile.mkdtemp(dir=root)) / "other")
+    other_body = yaml.safe_load(other.read_text())
+    other.write_text(yaml.safe_dump({**other_body, "steps": 2, "seed": 7}))
+    assert _cli(["train", str(other), "--no-progress"])[0] == 0
+    control = _copy_of(folder, root)
+    shutil.copytree(Path(other_body["output"]["dir"]) / "step-000002", folder / "step-000002")
+    before = tree_listing(folder)
+    for argv in (["--resume", str(folder)], ["--overwrite"]):
+        code, err = _cli(["train", str(config), "--no-progress", *argv])
+        assert code == 2 and tree_listing(folder) == before, (argv, err)
+        assert "step-000002" in err, err
+    control_config = _config_into(root, keys, control)
+    control_config.write_text(
+        yaml.safe_dump({**body, "steps": 2, "output": {"dir": str(control), "save_every": 1}})
+    )
+    assert _cli(["train", str(control_config), "--resume", str(control), "--no-progress"])[0] == 0
+
+
+def test_overwrite_keeps_a_users_file_in_the_events_folder(trained):
+    """The events folder holds TensorBoard's event files alone: a user's note put there is not
+    deleted by --overwrite (found by the issue-52 adversary); the control, a run whose events
+    folder holds only what the writer wrote, is replaced."""
+    root, keys, _run = trained
+    folder = Path(tempfile.mkdtemp(dir=root)) / "run"
+    config = str(_config_into(root, keys, folder))
+    assert _cli(["train", config, "--no-progress", "--report-to", "tensorboard"])[0] == 0
+    events = sorted((folder / "tensorboard").iterdir())
+    assert events and all(p.name.startswith("events.out.tfevents.") for p in events)
+    control = _copy_of(folder, root)
+    (folder / "tensorboard" / "notes.txt").write_text("my notes on this run\n")
+    before = tree_listing(folder)
+    code, err = _cli(["train", config, "--overwrite", "--no-progress"])
+    assert code == 2 and tree_listing(folder) == before, err
+    assert "tensorboard" in err and err.count("\n") == 1, err
+    control_config = str(_config_into(root, keys, control))
+    assert _cli(["train", control_config, "--overwrite", "--no-progress"])[0] == 0

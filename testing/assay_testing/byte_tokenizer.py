@@ -16,14 +16,18 @@ EOS_ID = 257
 BOS_ID = 258
 
 
-def save_byte_tokenizer(path: Path) -> Path:
-    """Write the tokenizer-only GGUF to ``path`` and return it."""
+def save_byte_tokenizer(path: Path, swapped: str = "") -> Path:
+    """Write the tokenizer-only GGUF to ``path`` and return it. ``swapped``: two characters
+    whose tokens trade ids (another tokenizer that cuts every text into as many tokens)."""
     import gguf
 
     from assay.model.tokenizer import _byte_alphabet
 
     alphabet = _byte_alphabet()
     byte_tokens = [alphabet[b] for b in range(256)]
+    if swapped:
+        one, two = (ord(c) for c in swapped)
+        byte_tokens[one], byte_tokens[two] = byte_tokens[two], byte_tokens[one]
     merged = alphabet[ord(" ")] + "t"
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     writer = gguf.GGUFWriter(str(path), "llama")

@@ -228,6 +228,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_replacing_commands.py::test_no_command_replaces_a_folder_it_did_not_write",),
     ),
     Mutant(
+        "train.run_dir.edits_unchecked",
+        (
+            "tests/test_replacing_commands.py::"
+            "test_overwrite_and_resume_refuse_a_run_whose_files_changed_since_train_wrote_them"
+            "[metrics_annotated-recorded]",
+        ),
+    ),
+    Mutant(
         "atomic.flush_unnamed",
         ("tests/test_atomic.py::test_a_full_disk_while_flushing_names_the_file",),
     ),
@@ -248,6 +256,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "adapters.export.force_replaces_anything",
         ("tests/test_replacing_commands.py::test_no_command_replaces_a_folder_it_did_not_write",),
+    ),
+    Mutant(
+        "adapters.export.gguf_seal_unchecked",
+        (
+            "tests/test_replacing_commands.py::"
+            "test_export_force_refuses_a_gguf_export_changed_since_it_was_written[tensor_byte]",
+        ),
     ),
     Mutant(
         "train.loop.divergence_unchecked",

@@ -122,6 +122,11 @@ def gguf_cases(root: Path, valid: Path) -> list[Case]:
             parts.build(**{f"{arch}.block_count": n_layers + 1}),
             f"layers.{n_layers}.",
         ),
+        # issue 52, rule 3: compared with the tensors held before the shape table is built
+        "block_count_past_tensors": (
+            parts.build(**{f"{arch}.block_count": 10**9}),
+            "declares 1000000000 layers",
+        ),
     }
     tensors = parts.tensors
     far = [(tensors[0][0], tensors[0][1], tensors[0][2], 2**40), *tensors[1:]]

@@ -256,7 +256,104 @@ def replace_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> lis
     )
     cases.append(_edited_site_case(folder))
     cases.extend(_third_adversary_cases(folder, model, train, run))
+    cases.extend(_edited_run_cases(folder, model, train, run))
     return cases
+
+
+def _edited_run_cases(folder: Path, model: Path, train: Path, run: Path) -> list[Case]:
+    """A run whose own files the user changed after train wrote them: a note appended to the
+    metrics (--overwrite would delete it), a checkpoint's cursor edited (the same), a comment
+    added to the run's config (--resume would rewrite it); and a GGUF export changed since."""
+    from assay.adapters.manifest import write_manifest
+
+    def append_note(path: Path) -> None:
+        path.write_bytes(path.read_bytes() + b'{"my": "annotation"}\n')
+
+    def edit_cursor(path: Path) -> None:
+        path.write_bytes(path.read_bytes().replace(b"0", b"1", 1))
+
+    def comment(path: Path) -> None:
+        path.write_bytes(path.read_bytes() + b"# my note on this run\n")
+
+    cases = []
+    for name, edited, edit, flag in (
+        ("overwrite_edited_metrics", "metrics.jsonl", append_note, "--overwrite"),
+        ("overwrite_edited_cursor", "step-000001/cursor.json", edit_cursor, "--overwrite"),
+        ("resume_edited_config", "config.yaml", comment, "--resume"),
+    ):
+        copy = folder / f"{name}_run"
+        shutil.copytree(run, copy)
+        before = (copy / edited).read_bytes()
+        edit(copy / edited)
+        assert (copy / edited).read_bytes() != before, f"{name}: the edit changed nothing"
+        config = write_config(folder / f"{name}.yaml", base_config(model, train, copy))
+        extra = ("--resume", str(copy)) if flag == "--resume" else (flag,)
+        where = "--resume" if flag == "--resume" else "output.dir"
+        cases.append(train_case(name, "replace", config, where, folder, *extra))
+    cases.append(_foreign_checkpoint_case(folder, model, train, run))
+    noted = folder / "overwrite_events_note_run"  # a note of the user's in the events folder
+    shutil.copytree(run, noted)
+    (noted / "tensorboard").mkdir(exist_ok=True)
+    (noted / "tensorboard" / "notes.txt").write_text("my notes on this run\n")
+    config = write_config(folder / "overwrite_events_note.yaml", base_config(model, train, noted))
+    cases.append(
+        train_case("overwrite_events_note", "replace", config, "output.dir", folder, "--overwrite")
+    )
+    mine = folder / "users_files_under_export_names"  # bound by a hand-written manifest
+    mine.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors", "assay_adapter.json"):
+        (mine / name).write_text("my thesis draft\n")
+    write_manifest(mine, "peft")
+    argv = ("export", str(run), "--format", "peft", "--out", str(mine), "--force")
+    cases.append(
+        Case(
+            "replace.export_users_files_under_export_names",
+            "replace",
+            argv,
+            mine,
+            "--force",
+            folder,
+        )
+    )
+    cases.append(_edited_gguf_case(folder, run))
+    return cases
+
+
+def _foreign_checkpoint_case(folder: Path, model: Path, train: Path, run: Path) -> Case:
+    """Another run's checkpoint (another seed, so other fingerprints) copied to the name the
+    resumed run saves next: resuming would replace it."""
+    from assay.cli import main
+
+    other = folder / "other_seed_run"
+    other_config = write_config(
+        folder / "other_seed.yaml", {**base_config(model, train, other), "seed": 99}
+    )
+    if main(["train", str(other_config), "--json", "--no-progress"]) != 0:
+        raise RuntimeError("the other run behind the foreign-checkpoint case failed")
+    copy = folder / "resume_edited_with_another_runs_checkpoint_run"
+    shutil.copytree(run, copy)
+    shutil.copytree(other / "step-000002", copy / "step-000002")
+    config = write_config(
+        folder / "resume_edited_with_another_runs_checkpoint.yaml", base_config(model, train, copy)
+    )
+    name = "resume_edited_with_another_runs_checkpoint"
+    return train_case(name, "replace", config, "--resume", folder, "--resume", str(copy))
+
+
+def _edited_gguf_case(folder: Path, run: Path) -> Case:
+    """A GGUF export the user changed since (a byte of its last weight): --force keeps it."""
+    from assay.cli import main
+
+    gguf = folder / "edited_export.gguf"
+    argv = ("export", str(run), "--format", "gguf", "--out", str(gguf))
+    if main([*argv, "--json"]) != 0:
+        raise RuntimeError("the GGUF export behind the edited-export case failed")
+    data = bytearray(gguf.read_bytes())
+    data[-2] ^= 0x01
+    gguf.write_bytes(bytes(data))
+    return Case(
+        "replace.export_gguf_edited", "replace", (*argv, "--force"), gguf, "--force", folder
+    )
 
 
 def _third_adversary_cases(folder: Path, model: Path, train: Path, run: Path) -> list[Case]:

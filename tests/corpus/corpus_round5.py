@@ -20,9 +20,10 @@ CLASSES = {
     "shortcuts": "rule 2: a finished run resumed under another model, data or a damaged "
     "checkpoint is refused before the 'already finished' exit",
     "derived": "rule 3: products of settings in range (learning rate x decay, LoRA+'s ratio, "
-    "the adapter's scale alpha / rank, rows per step and per run) checked where they are "
-    "formed, by train and estimate",
-    "claim_ids": "rule 4: claim ids with surrounding whitespace or not NFKC-normal refused",
+    "the adapter's scale alpha / rank, rows per step and per run) and TinyLoRA's rank against "
+    "the model's weights checked where they are formed, by train and estimate",
+    "claim_ids": "rule 4: claim ids (and a HEADLINE naming one) with surrounding whitespace or "
+    "not NFKC-normal refused",
     "ledger_files": "rule 6: a LEDGER, CORRECTIONS or receipt that is a device or links out of "
     "its folder is bad input to verify, render and publish",
 }
@@ -65,7 +66,34 @@ def shortcut_cases(root: Path, model: Path, other_model: Path) -> list[Case]:
         handle.seek(-8, 2)
         handle.write(bytes(8))
     resumed("damaged_checkpoint", base_config(model, train, copy), copy, step, "sha256")
+    cases.append(_another_tokenizer_case(folder, model, train))
     return cases
+
+
+def _another_tokenizer_case(folder: Path, model: Path, train: Path) -> Case:
+    """A finished run resumed under a tokenizer of the same size with two ids traded: every
+    row cuts into as many tokens, other ids; the token ids' fingerprint refuses it."""
+    from assay.cli import main
+    from assay_testing.byte_tokenizer import save_byte_tokenizer
+
+    run = folder / "run-byte-tokenizer"
+    config = base_config(model, train, run)
+    config = {
+        **config,
+        "tokenizer": str(folder / "bytes.gguf"),
+        "data": {**config["data"], "seq_len": 64},  # bytes cut a row into more tokens
+    }
+    save_byte_tokenizer(folder / "bytes.gguf")
+    path = write_config(folder / "byte_tokenizer.yaml", config)
+    if main(["train", str(path), "--json", "--no-progress"]) != 0:
+        raise RuntimeError("the byte-tokenizer run behind the issue-52 corpus failed")
+    swapped = save_byte_tokenizer(folder / "swapped.gguf", swapped="ae")
+    resumed = write_config(folder / "another_tokenizer.yaml", {**config, "tokenizer": str(swapped)})
+    step = run / (run / "latest").read_text().strip()
+    case = train_case(
+        "another_tokenizer", "shortcuts", resumed, "tokens", folder, "--resume", str(run)
+    )
+    return Case(case.name, case.kind, case.argv, step, "tokens", folder)
 
 
 def derived_cases(root: Path, model: Path) -> list[Case]:
@@ -91,6 +119,11 @@ def derived_cases(root: Path, model: Path) -> list[Case]:
         ),
         "rows_per_step": ({"batch": {"micro_batch": 2, "grad_accum": 2**53}}, "batch.grad_accum"),
         "rows_per_run": ({"steps": 2**52, "batch": {"micro_batch": 4}}, "steps"),
+        # in range alone, not against the model: a rank past the smaller side of the weight
+        "tinylora_rank_past_the_weight": (
+            {"adapter": {"method": "tinylora", "r": 10**6, "targets": ["q_proj"]}},
+            "adapter.r",
+        ),
     }
     cases = []
     for name, (change, where) in edits.items():
@@ -120,18 +153,23 @@ def claim_id_cases(root: Path) -> list[Case]:
         ("trailing_space", "x "),
         ("fullwidth_letter", "\uff58"),  # FULLWIDTH LATIN SMALL LETTER X: NFKC makes it "x"
         ("non_breaking_space_inside", "x\u00a0y"),
+        ("headline_trailing_space", None),  # the claim plain, the HEADLINE naming it spaced
     ):
         folder = root / "claim_ids" / name
         path = make_receipt(folder / "receipts", "a plain note")
         data = json.loads(path.read_text("utf-8"))
         old_seal = data["receipt_sha256"]
-        data["claims"][0]["id"] = claim_id
+        if claim_id is None:
+            data["headline_claim"] = data["claims"][0]["id"] + " "
+        else:
+            data["claims"][0]["id"] = claim_id
         data = seal(data)
         path.write_text(json.dumps(data, indent=2), "utf-8")
         ledger = ledger_path(folder / "receipts", data["gate"])
         ledger.write_text(ledger.read_text("utf-8").replace(old_seal, data["receipt_sha256"]))
         argv = ("render", "--receipts", str(folder / "receipts"), "--records", str(folder))
-        cases.append(Case(f"claim_ids.{name}", "claim_ids", argv, path, "claims[0].id", folder))
+        where = "claims[0].id" if claim_id is not None else "headline_claim"
+        cases.append(Case(f"claim_ids.{name}", "claim_ids", argv, path, where, folder))
     return cases
 
 

@@ -194,3 +194,43 @@ def test_cli_missing_file_exit_2(tmp_path):
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "no such file" in run.stderr
+
+
+@pytest.mark.parametrize("layers", [10**9, 3])
+@pytest.mark.parametrize("form", ["hf", "gguf"])
+def test_a_declared_layer_count_past_the_tensors_held_is_refused_before_allocating(
+    tiny_models, tmp_path, capsys, form, layers
+):
+    """Issue 52, rule 3 (found by its adversary): a config declaring a billion layers over a
+    two-layer file built the table of expected shapes (and `estimate` its plan) first and ran
+    out of memory. The declared count is compared with the layers the tensors hold first,
+    for info, load and estimate alike; the control, the true count, loads."""
+    from assay.cli import main
+
+    hf = tiny_models["mistral"]["hf"]
+    source = SafetensorsSource(hf)
+    if form == "hf":
+        bad = tmp_path / "model"
+        bad.mkdir()
+        for file in hf.iterdir():
+            (bad / file.name).write_bytes(file.read_bytes())
+        config = json.loads((bad / "config.json").read_text())
+        config["num_hidden_layers"] = layers
+        (bad / "config.json").write_text(json.dumps(config))
+    else:
+        good = write_gguf(tmp_path / "good.gguf", source.config, _tensors(hf))
+        assay.load(good)  # the control
+        data = bytearray(good.read_bytes())
+        key = _gguf_string("llama.block_count")
+        at = data.index(key) + len(key) + 4  # past the key and its uint32 type tag
+        struct.pack_into("<I", data, at, layers)
+        bad = tmp_path / "bad.gguf"
+        bad.write_bytes(bytes(data))
+    from assay.memory.plan import header_config
+
+    assert f"declares {layers} layers" in _load_error(bad)
+    with pytest.raises(ModelFileError, match=f"declares {layers} layers"):
+        header_config(bad)  # what estimate plans from
+    assert main(["info", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"declares {layers} layers" in err, err

@@ -42,3 +42,14 @@ def test_the_issues_twins_are_refused_and_the_plain_id_kept():
     assert problems_in(_receipt_with_id("b-roundtrip-small")) == []  # the control
     for twin in ("b-roundtrip-small ", "ｂ-roundtrip-small", "b-roundtrip-small\u200b"):
         assert any(p.startswith("claims[0].id") for p in problems_in(_receipt_with_id(twin)))
+
+
+def test_a_headline_that_only_looks_like_a_claim_id_is_refused():
+    """A gate's HEADLINE names a claim id, so it follows the same rule: a headline with a
+    trailing space or a ligature is a problem of the receipt (found by the issue-52
+    adversary; a record used to call the plain claim's twin "absent")."""
+    for headline, refused in (("diff", False), ("diff ", True), ("\ufb01.ok", True)):
+        receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64)
+        receipt["headline_claim"] = headline
+        found = [p for p in problems_in(seal(receipt)) if p.startswith("headline_claim")]
+        assert bool(found) == refused, (headline, found)

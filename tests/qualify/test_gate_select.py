@@ -26,7 +26,7 @@ from assay.qualify.judging.select import environment_changes, why_run
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-from support.selection_cases import FILES, GATES, change, expected, spoil, write_ledger  # noqa: E402
+from support.selection_cases import FILES, GATES, HISTORIES, Case, build, expected, spoil  # noqa: E402
 
 GATE = """
 import json
@@ -204,16 +204,17 @@ def test_under_xdist_the_workers_and_the_summary_agree(project):
     ),
     changed=st.lists(st.sampled_from(FILES), unique=True, max_size=3),
     spoiled=st.one_of(st.none(), st.sampled_from(GATES)),
+    failing=st.one_of(st.none(), st.sampled_from(GATES)),
+    moved=st.one_of(st.none(), st.sampled_from(GATES)),
+    history=st.sampled_from(HISTORIES),
 )
-def test_selection_is_exactly_the_gates_whose_recorded_reads_changed(
-    tmp_path_factory, reads, changed, spoiled
+def test_selection_is_exactly_the_gates_the_rule_names(
+    tmp_path_factory, reads, changed, spoiled, failing, moved, history
 ):
-    root = tmp_path_factory.mktemp("select")
-    receipts = write_ledger(root, reads)
-    change(root, changed)
-    spoil(receipts, spoiled)
+    case = Case(reads, changed, spoiled, failing, moved, history)
+    root, receipts = build(tmp_path_factory.mktemp("select"), case)
     decisions = {g: why_run(receipts, root, g, "cpu") for g in reads}
-    assert {g for g, d in decisions.items() if d.runs} == expected(reads, changed, spoiled)
+    assert {g for g, d in decisions.items() if d.runs} == expected(case)
 
 
 def test_a_copy_of_the_receipts_alone_is_judged_as_the_ledger_it_copies(tmp_path):

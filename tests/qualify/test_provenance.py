@@ -235,3 +235,33 @@ def test_add(gate):
     assert gates.run().ret == 0
     (claim,) = gates.only_receipt("lib")["claims"]
     assert "src/toylib/__init__.py" in _paths(claim, "executed_files")
+
+
+INSIDE = """
+def test_{name}(gate):
+    import toylib.core  # imported by whichever test runs first; the other finds it loaded
+
+    c = gate.claim("{name}", "clamps", kind="correctness", threshold=Threshold("==", 0))
+    c.measure(toylib.core.clamp(5) - 3)
+    c.control("broken", 1)
+"""
+
+
+def test_a_claims_import_files_do_not_depend_on_which_gate_ran_first(toy):
+    """Issue 52, rule 5 (found by its adversary): a package's __init__ ran under the test that
+    imported the package first, so only that claim listed it. Every module a claim ran or
+    loaded brings its packages' __init__ along, in either order."""
+    for name in ("alpha", "beta"):
+        toy.write(name, INSIDE.format(name=name))
+    found = []
+    for order, receipts in ((1, toy.pytester.path / "one"), (-1, toy.pytester.path / "two")):
+        toy.modules = toy.modules[::order]
+        assert toy.run(receipts=receipts, subprocess=True).ret == 0
+        found.append(
+            {
+                gate: _paths(toy.only_receipt(gate, receipts)["claims"][0], "import_files")
+                for gate in ("alpha", "beta")
+            }
+        )
+    assert found[0] == found[1]
+    assert all("toylib/__init__.py" in paths for paths in found[0].values()), found

@@ -232,13 +232,17 @@ def test_a_finished_run_of_another_model_is_refused_before_the_shortcut(
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
 
 
-def test_a_stop_signal_while_loading_leaves_no_run_folder(workspace, capsys, monkeypatch):
+@pytest.mark.parametrize("phase", ["config_load", "model_load"])
+def test_a_stop_signal_while_loading_leaves_no_run_folder(workspace, capsys, monkeypatch, phase):
     """Issue 52, rule 6: SIGTERM during model load used to end the process by the signal,
-    with no line, leaving a run folder. The signal is sent for real, from inside the load."""
+    with no line, leaving a run folder; so did one while torch imported and the config loaded
+    (the adversary's case, the same window earlier). The signal is sent for real, from inside
+    the phase."""
     import os
     import signal
     import time
 
+    from assay.settings import loader
     from assay.train import loop
 
     config, run = workspace
@@ -248,7 +252,10 @@ def test_a_stop_signal_while_loading_leaves_no_run_folder(workspace, capsys, mon
         time.sleep(5)  # the handler raises before this returns
         raise AssertionError("SIGTERM did not stop the load")
 
-    monkeypatch.setattr(loop.Trainer, "__init__", signalled)
+    if phase == "model_load":
+        monkeypatch.setattr(loop.Trainer, "__init__", signalled)
+    else:
+        monkeypatch.setattr(loader, "load_train_config", signalled)
     assert main(["train", str(config), "--json", "--no-progress"]) == 128 + signal.SIGTERM
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "stopped by SIGTERM before training started" in err
@@ -289,3 +296,25 @@ def test_a_run_resumes_into_a_new_output_folder(workspace, tmp_path):
     path.write_text(yaml.safe_dump(moved))
     assert main(["train", str(path), "--json", "--no-progress", "--resume", str(run)]) == 0
     assert _steps(tmp_path / "elsewhere") == [2]
+
+
+def test_resume_under_another_tokenizer_is_refused(workspace, tmp_path, capsys):
+    """Issue 52, rule 2 (found by its adversary): the same data file under a tokenizer of the
+    same size but two ids traded gives other token ids, and --resume trained on them. The
+    checkpoint now holds a fingerprint of the token ids; the control, the same tokenizer
+    again, resumes."""
+    from assay_testing.byte_tokenizer import save_byte_tokenizer
+
+    config, run = workspace
+    assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
+    other = yaml.safe_load(config.read_text())
+    other["tokenizer"] = str(save_byte_tokenizer(tmp_path / "other.gguf", swapped="ae"))
+    path = tmp_path / "other.yaml"
+    path.write_text(yaml.safe_dump(other))
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    capsys.readouterr()
+    assert main(["train", str(path), "--no-progress", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tokens fingerprint differs" in err, err
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0

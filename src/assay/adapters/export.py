@@ -23,9 +23,11 @@ from assay.adapters.io import save_adapter
 from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_manifest
 from assay.atomic import staged_directory
 from assay.errors import ConfigError
+from assay.model.gguf_seal import seal_holds
 
 FORMATS = ("peft", "safetensors", "gguf")
 GGUF_EXPORT_KEY = "assay.export.format"  # marks a GGUF file as one ``assay export`` wrote
+GGUF_SEAL_KEY = "assay.export.sha256"  # and seals it: a file edited since no longer matches
 _HF_CLASSES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
@@ -122,7 +124,14 @@ def export_merged(
         from assay.model.gguf_export import write_gguf
 
         marker = {GGUF_EXPORT_KEY: (FORMAT, GGUFValueType.STRING)}
-        return write_gguf(target, config, tensors, tensor_type=gguf_type, extra_metadata=marker)
+        return write_gguf(
+            target,
+            config,
+            tensors,
+            tensor_type=gguf_type,
+            extra_metadata=marker,
+            seal_key=GGUF_SEAL_KEY,
+        )
     hf_names = {
         name if name == "lm_head.weight" else f"model.{name}": tensor
         for name, tensor in tensors.items()
@@ -169,6 +178,26 @@ def _not_an_export(target: Path) -> str | None:
     written = _folder_exports().get(kind, ()) if isinstance(kind, str) else ()
     if frozenset(manifest["files"]) not in written:
         return f"a folder whose {MANIFEST} lists files no {FORMAT} export writes together"
+    return _not_export_content(target, sorted(manifest["files"]))
+
+
+def _not_export_content(target: Path, names: list[str]) -> str | None:
+    """None when each file reads as what an export writes under its name (a safetensors file,
+    a JSON object); otherwise which does not. A manifest written by hand can bind any bytes."""
+    from assay.bounded import read_json_file
+    from assay.errors import ModelFileError
+    from assay.model.safetensors import check_safetensors_header
+
+    for name in names:
+        path = target / name
+        try:
+            if name.endswith(".safetensors"):
+                check_safetensors_header(path)
+            elif not isinstance(read_json_file(path, ConfigError), dict):
+                return f"a folder whose {name} is not a JSON object, as an export writes it"
+        except (ModelFileError, ConfigError):
+            kind = "safetensors file" if name.endswith(".safetensors") else "JSON object"
+            return f"a folder whose {name} is not a {kind}, as an export writes it"
     return None
 
 
@@ -182,7 +211,11 @@ def _replaceable(target: Path, format: str) -> str | None:
     if format == "gguf":
         if not target.is_file():
             return "a folder, and a gguf export is one file"
-        return None if _assay_gguf(target) else "a file assay export did not write"
+        if not _assay_gguf(target):
+            return "a file assay export did not write"
+        if not seal_holds(target, GGUF_SEAL_KEY):
+            return f"a GGUF export changed since assay export wrote it (its {GGUF_SEAL_KEY} seal)"
+        return None
     if not target.is_dir():
         return "a file, and a folder export is a folder"
     return _not_an_export(target)

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from assay.cli.checkpoint_arg import checkpoint_run
 from assay.cli.load_progress import load_progress
 from assay.cli.train import preflight
 from assay.errors import AssayError
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from assay.train.loop import RUN_CONFIG
 
     checkpoint_dir = Path(args.checkpoint)
-    run_dir = checkpoint_dir if (checkpoint_dir / "latest").exists() else checkpoint_dir.parent
+    run_dir = checkpoint_run(checkpoint_dir)
     config_path = Path(args.config) if args.config else run_dir / RUN_CONFIG
     if not config_path.is_file():
         raise AssayError(f"{config_path}: no run config; pass --config CONFIG.yaml")

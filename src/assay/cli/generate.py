@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from assay.cli.checkpoint_arg import checkpoint_run
 from assay.errors import AssayError
 from assay.settings import STORAGES
 
@@ -47,8 +48,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     if not source.exists():
         raise AssayError(f"{source}: no such model, directory or config")
     if args.checkpoint is not None:
-        run = Path(args.checkpoint)
-        run_dir = run if (run / "latest").exists() else run.parent
+        run_dir = checkpoint_run(Path(args.checkpoint))
         config = source if _is_config(source) else run_dir / RUN_CONFIG
         if not config.is_file():
             raise AssayError(f"{config}: no run config for --checkpoint; pass a config YAML")

@@ -274,10 +274,23 @@ def require_device(device: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from assay.distributed.context import launched
-    from assay.settings.loader import load_train_config
     from assay.train.graceful import stop_at_once
-    from assay.train.loop import Trainer
+
+    # from the first step: a stop signal while torch imports or the config loads ends in one
+    # line, as one during the model's load does (a torchrun rank trains outside this guard)
+    with stop_at_once():
+        from assay.distributed.context import launched
+
+        config = _checked_config(args)
+        if not launched():
+            return _train_here(config, args)
+    return _train_distributed(config, args)
+
+
+def _checked_config(args: argparse.Namespace):
+    """The config, with every check that needs no weights made (device, reporter, header,
+    rows)."""
+    from assay.settings.loader import load_train_config
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
     require_device(args.device)
@@ -286,10 +299,15 @@ def run(args: argparse.Namespace) -> int:
 
         check_tensorboard()
     preflight(config)
-    if launched():
-        return _train_distributed(config, args)
+    return config
+
+
+def _train_here(config, args: argparse.Namespace) -> int:
+    """Train in this one process: claim the run folder, load, resume, train, report."""
+    from assay.train.loop import Trainer
+
     _check_fit(config, args)
-    with stop_at_once(), _claimed(_claim_output(config, args)) as on_checkpoint:
+    with _claimed(_claim_output(config, args)) as on_checkpoint:
         _check_events_folder(config, args)
         with load_progress("model and data", enabled=not args.no_progress):
             trainer = Trainer(

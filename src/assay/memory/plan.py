@@ -14,7 +14,7 @@ from typing import Any
 
 from assay.adapters.registry import method
 from assay.memory.predict import SHAPE_FIELDS, Plan, Prediction, predict, shape, with_changes
-from assay.model.config import ModelConfig, config_from_gguf, config_from_hf
+from assay.model.config import ModelConfig, check_layers_held, config_from_gguf
 from assay.settings import default
 from assay.storage.registry import storage
 
@@ -27,11 +27,10 @@ def header_config(path: Path) -> ModelConfig:
     """The model's config from a GGUF header or a safetensors directory's config.json: no
     weight is read."""
     if path.is_dir():
-        from assay.bounded import read_json_file
-        from assay.errors import ModelFileError
+        from assay.model.safetensors import SafetensorsSource
 
-        hf = read_json_file(path / "config.json", ModelFileError)
-        config = config_from_hf(hf, str(path / "config.json"))
+        source = SafetensorsSource(path)  # config.json and the tensors' headers
+        config, names = source.config, source.names
     else:
         from assay.model.gguf_header import read_header
 
@@ -43,6 +42,8 @@ def header_config(path: Path) -> ModelConfig:
             has_qkv_bias="blk.0.attn_q.bias" in header.tensors,
             rope_freq_divisors=None,  # rotary scaling does not change any tensor's size
         )
+        names = list(header.tensors)
+    check_layers_held(config, names, str(path))  # before a plan sized by the layer count
     return config
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,3 +289,21 @@ def config_from_gguf(
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
         pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
     )
+
+
+# a decoder layer's tensors, by canonical name (layers.N.) or GGUF name (blk.N.)
+_LAYER_TENSOR = re.compile(r"(?:layers|blk)\.(\d+)\.")
+
+
+def check_layers_held(config: ModelConfig, names: Iterable[str], where: str) -> None:
+    """ModelFileError naming ``where`` when the config declares more decoder layers than the
+    file's tensor names hold. Checked before anything sized by the layer count is built (the
+    table of expected shapes, a memory plan), so a header that declares a billion layers is
+    refused in one line rather than allocated."""
+    held = {int(m.group(1)) for name in names if (m := _LAYER_TENSOR.match(name))}
+    if config.num_layers > len(held):
+        first = next(i for i in range(config.num_layers) if i not in held)
+        raise ModelFileError(
+            f"{where}: the config declares {config.num_layers} layers but the file holds the "
+            f"tensors of {len(held)} (no tensor of layers.{first}.)"
+        )

@@ -16,6 +16,7 @@ from assay.atomic import TMP_MARK, fsync_dir, fsync_file
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.model.gguf import gguf_name, permute_qk
+from assay.model.gguf_seal import placeholder_metadata, seal
 
 _TYPES = {
     "F32": (GGMLQuantizationType.F32, np.float32),
@@ -50,13 +51,16 @@ def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
             writer.add_uint32(f"tokenizer.ggml.{key}", int(value))
 
 
-def finish_gguf(writer: Any, tmp: Path, target: Path) -> None:
-    """Write what ``writer`` (a ``gguf.GGUFWriter`` on ``tmp``) has queued, fsync ``tmp`` and
-    rename it to ``target``: a reader sees the old file or the whole new one."""
+def finish_gguf(writer: Any, tmp: Path, target: Path, *, seal_key: str | None = None) -> None:
+    """Write what ``writer`` (a ``gguf.GGUFWriter`` on ``tmp``) has queued, seal it under
+    ``seal_key`` (when given; see :mod:`assay.model.gguf_seal`), fsync ``tmp`` and rename it
+    to ``target``: a reader sees the old file or the whole new, sealed one."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    if seal_key is not None:
+        seal(tmp, seal_key)
     fsync_file(tmp)
     os.replace(tmp, target)
     fsync_dir(target.parent)
@@ -69,12 +73,14 @@ def write_gguf(
     *,
     tensor_type: str = "F32",
     extra_metadata: Mapping[str, Any] | None = None,
+    seal_key: str | None = None,
 ) -> Path:
     """Write ``tensors`` (our canonical names, HF layout) to ``path`` as GGUF.
 
     Q/K rows are permuted into llama.cpp's interleaved order for ``llama`` files, Llama-3 rope
     scaling becomes a ``rope_freqs`` tensor, and norms stay F32. The file is written to a temp
-    name, fsynced and renamed, so a failed write never leaves a partial file at ``path``.
+    name, fsynced and renamed, so a failed write never leaves a partial file at ``path``. With
+    ``seal_key``, the file carries its own sha256 under that key (:mod:`assay.model.gguf_seal`).
     """
     if tensor_type not in _TYPES:
         raise ConfigError(f"GGUF tensor type {tensor_type!r} is not supported; use F32 or F16")
@@ -91,7 +97,8 @@ def write_gguf(
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the export owner-only
         writer = GGUFWriter(str(tmp), arch)
         _metadata(writer, config, arch)
-        for key, value in (extra_metadata or {}).items():
+        extra = {**(extra_metadata or {}), **(placeholder_metadata(seal_key) if seal_key else {})}
+        for key, value in extra.items():
             writer.add_key_value(key, value[0], value[1])
         if config.rope_scaling is not None:
             from assay.model.decoder import rope_inverse_frequencies
@@ -114,7 +121,7 @@ def write_gguf(
                 writer.add_tensor(gguf_name(name), values.astype(np.float32))
             else:
                 writer.add_tensor(gguf_name(name), values.astype(np_dtype), raw_dtype=qtype)
-        finish_gguf(writer, tmp, target)
+        finish_gguf(writer, tmp, target, seal_key=seal_key)
     except OSError as exc:  # numpy's short write carries no file name: name the export
         if exc.filename is not None:
             raise

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from assay.errors import ModelFileError
-from assay.model.config import ModelConfig
+from assay.model.config import ModelConfig, check_layers_held
 from assay.model.decoder import Decoder
 from assay.model.gguf import GGUFSource
 from assay.model.safetensors import SafetensorsSource
@@ -64,8 +64,9 @@ def open_source(path: str | os.PathLike[str]) -> ModelSource:
         source = SafetensorsSource(p.parent)
     else:
         source = GGUFSource(p)
-    expected = source.config.expected_shapes()
     present = set(source.names)
+    check_layers_held(source.config, present, str(p))
+    expected = source.config.expected_shapes()
     for name, shape in expected.items():
         if name not in present:
             raise ModelFileError(f"{p}: missing tensor {name!r}")

@@ -61,7 +61,10 @@ __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"
 
 FORMAT = "assay.checkpoint/1"
 POINTER_BYTES = 4096  # ``latest`` holds one step folder's name
-FINGERPRINTS = ("config", "dataset", "model")
+FINGERPRINTS = ("config", "dataset", "model")  # every checkpoint's manifest names these
+# and a newer one these too, compared when both the checkpoint and the run have them (a
+# checkpoint written before they existed still resumes)
+LATER_FINGERPRINTS = ("tokens",)
 
 
 def _to_dict(value: Any) -> Any:
@@ -73,10 +76,14 @@ def _tensors_bytes(tensors: Mapping[str, Tensor]) -> bytes:
 
 
 def _check_fingerprints(fingerprints: Mapping[str, str]) -> dict[str, str]:
-    if set(fingerprints) != set(FINGERPRINTS) or not all(
+    keys = set(fingerprints)
+    if not set(FINGERPRINTS) <= keys <= {*FINGERPRINTS, *LATER_FINGERPRINTS} or not all(
         isinstance(v, str) and v for v in fingerprints.values()
     ):
-        raise ValueError(f"fingerprints must map exactly {FINGERPRINTS} to non-empty strings")
+        raise ValueError(
+            f"fingerprints must map {FINGERPRINTS} (and perhaps {LATER_FINGERPRINTS}) to "
+            "non-empty strings"
+        )
     return dict(fingerprints)
 
 
@@ -280,7 +287,8 @@ def load_checkpoint(
     saved = manifest["fingerprints"]
     if fingerprints is not None:
         wanted = _check_fingerprints(fingerprints)
-        differ = [k for k in FINGERPRINTS if saved.get(k) != wanted[k]]
+        compared = [*FINGERPRINTS, *(k for k in LATER_FINGERPRINTS if k in saved and k in wanted)]
+        differ = [k for k in compared if saved.get(k) != wanted[k]]
         if differ:
             detail = "; ".join(
                 f"{k} fingerprint differs (checkpoint {str(saved.get(k))[:12]}, "

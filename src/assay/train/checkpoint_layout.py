@@ -43,3 +43,14 @@ def not_in_a_checkpoint(folder: Path) -> list[str]:
         for entry in folder.iterdir()
         if entry.name not in written or entry.is_symlink() or not entry.is_file()
     )
+
+
+def run_holding(path: Path) -> Path | None:
+    """The run folder a checkpoint argument names: ``path`` itself when it holds ``latest`` (a
+    run), its parent when ``path`` holds a checkpoint's manifest (a ``step-*`` folder); None
+    when it is neither."""
+    if (path / LATEST).is_file():
+        return path
+    if (path / MANIFEST).is_file():
+        return path.parent
+    return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -101,6 +102,19 @@ def dataset_fingerprint(dataset: Dataset) -> str:
     }
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tokens_fingerprint(dataset: Dataset) -> str:
+    """sha256 over every example's token ids, which of them are scored, and its label: what
+    the model is trained on, so the same file under another tokenizer differs (the file's
+    fingerprint alone cannot tell)."""
+    digest = hashlib.sha256()
+    for example in dataset.examples:
+        digest.update(json.dumps([example.label, len(example.seqs)]).encode())
+        for seq in example.seqs:
+            digest.update(array("q", seq.ids).tobytes())
+            digest.update(bytes(seq.scored))
+    return digest.hexdigest()
 
 
 def load_dataset(

@@ -47,9 +47,17 @@ from assay.train.build import (
 )
 from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from assay.train.checkpoint_check import check_restorable
-from assay.train.data import Batch, BatchIterator, Cursor, Dataset, collate, dataset_fingerprint
+from assay.train.data import (
+    Batch,
+    BatchIterator,
+    Cursor,
+    Dataset,
+    collate,
+    dataset_fingerprint,
+    tokens_fingerprint,
+)
 from assay.train.objective import Objective
-from assay.train.run_dir import mark_new_run, not_started
+from assay.train.run_dir import mark_new_run, not_started, record_written
 from assay.train.run_state import recorded_state
 
 METRICS = "metrics.jsonl"
@@ -97,6 +105,7 @@ class Trainer:
             "config": config_fingerprint(config),
             "dataset": dataset_fingerprint(self.train_data),
             "model": self.base.fingerprint.canonical_sha256,
+            "tokens": tokens_fingerprint(self.train_data),
         }
         self.step = 0
         self.out_dir = Path(config.output.dir)
@@ -318,9 +327,13 @@ class Trainer:
             dynamic_ncols=True,
         )
         with contextlib.ExitStack() as stack:
+            if self.is_main:  # last out: what the run wrote, state included, is recorded
+                stack.callback(record_written, self.out_dir)
             outcome = stack.enter_context(
                 recorded_state(self.out_dir, self.is_main, config.steps, lambda: self.step)
             )
+            if self.is_main:
+                record_written(self.out_dir)
             stack.enter_context(bar)
             log = None
             if self.is_main:
@@ -377,8 +390,10 @@ class Trainer:
 
     def _save_and_tell(self, on_checkpoint: Callable[[], None] | None) -> None:
         self.save()
-        if on_checkpoint is not None and self.is_main:
-            on_checkpoint()
+        if self.is_main:
+            record_written(self.out_dir)
+            if on_checkpoint is not None:
+                on_checkpoint()
 
     def save(self) -> Path:
         return save_checkpoint(

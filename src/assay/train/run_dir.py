@@ -6,9 +6,12 @@ into every run folder it claims. ``assay train`` into a directory that already h
 refuses unless ``--resume`` (continue it) or ``--overwrite`` (replace it); a non-empty folder
 without the marker (a user's files, another run's ``step-*`` folder) is never a run, and is
 refused with or without ``--overwrite``, so no flag deletes what assay did not write.
-:func:`claim_run_dir` checks, then takes the folder's lock (:mod:`assay.train.run_lock`) and
-checks again under it, so of two processes started together exactly one trains and the other
-is refused naming it.
+The marker also records what train wrote (:func:`record_written`, at the start, after every
+checkpoint and at the end of a run): ``--overwrite`` and ``--resume`` refuse a run whose files
+were changed since (:func:`changed_since_written`), so neither deletes or rewrites a user's
+edit of a run's own files. :func:`claim_run_dir` checks, then takes the folder's lock
+(:mod:`assay.train.run_lock`) and checks again under it, so of two processes started together
+exactly one trains and the other is refused naming it.
 
 ``--overwrite`` is whole or nothing: the old run is renamed aside in one step
 (onto a fresh ``.<name>.replaced-*`` name) and stays there until the new run's first checkpoint
@@ -21,16 +24,24 @@ emptied (:func:`not_started`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from assay.atomic import atomic_write_bytes, json_bytes
-from assay.bounded import read_json_file
+from assay.bounded import JSONL_BYTES, InputTooLarge, parse_json, read_capped, read_json_file
 from assay.errors import ConfigError
-from assay.train.checkpoint_layout import LATEST, MANIFEST, STEP_FOLDER, not_in_a_checkpoint
+from assay.train.checkpoint_layout import (
+    CHECKPOINT_FILES,
+    LATEST,
+    MANIFEST,
+    STEP_FOLDER,
+    not_in_a_checkpoint,
+)
 from assay.train.run_lock import LOCK_NAME, RunLock, acquire, is_lock_record, refuse_if_held
 
 RUN_MARKER = ".assay-run"
@@ -47,6 +58,15 @@ _TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp-[^/]*")
 # The entries of a run folder that ``assay train`` writes as folders; every other entry it
 # writes is a regular file. It never writes a symlink, a device or a pipe, at any depth.
 RUN_FOLDERS = frozenset({"tensorboard"})
+# What train's TensorBoard writer puts in the events folder: event files, nothing else.
+EVENT_FILE = re.compile(r"events\.out\.tfevents\.[^/]+")
+# The file train writes whole and the one it appends rows to, as the marker's record lists
+# them. Checked by kind only: run-state.json and latest, pointers every process and every save
+# rewrites (a kill between such a write and the record must not make a run unreplaceable), and
+# TensorBoard's events, a view of the metrics.
+WRITTEN_WHOLE = ("config.yaml",)
+METRICS_ROWS = "metrics.jsonl"
+_CHUNK = 1 << 20
 
 
 def _written_name(name: str) -> str:
@@ -64,8 +84,8 @@ def written_by_train(name: str) -> bool:
 def _written_as(entry: Path) -> bool:
     """True when ``entry`` (a top-level entry of a run folder) has a name ``assay train``
     writes and is of the kind it writes there: a checkpoint (a real folder of the checkpoint's
-    own files), the events folder (holding only real folders and regular files), a regular
-    file for the rest."""
+    own files), the events folder (holding only TensorBoard's event files, as regular files),
+    a regular file for the rest."""
     if not written_by_train(entry.name) or entry.is_symlink():
         return False
     name = _written_name(entry.name)
@@ -76,6 +96,10 @@ def _written_as(entry: Path) -> bool:
         return entry.is_file()
     if not entry.is_dir():
         return False
+    if name in RUN_FOLDERS:  # the events folder: only the writer's event files, flat
+        return all(
+            EVENT_FILE.fullmatch(inner.name) and _regular(inner) for inner in entry.iterdir()
+        )
     for parent, dirs, files in os.walk(entry):
         for child in dirs + files:
             inner = Path(parent) / child
@@ -95,6 +119,8 @@ def _kind_found(entry: Path) -> str:
             return "exists and is not a folder"
         if STEP_FOLDER.fullmatch(name) and name == entry.name:
             return f"holds {_shown(not_in_a_checkpoint(entry))}, not a checkpoint's files"
+        if name in RUN_FOLDERS:
+            return "holds files other than TensorBoard's event files"
         return "holds a link or a special file"
     return "exists and is not a regular file"
 
@@ -122,6 +148,162 @@ def is_marked_run(path: Path) -> bool:
 def _mark(folder: Path) -> None:
     if not is_marked_run(folder):
         atomic_write_bytes(folder / RUN_MARKER, json_bytes({"format": RUN_FORMAT}))
+
+
+def _digest(path: Path, length: int | None = None) -> dict[str, Any]:
+    """Size and sha256 of ``path``'s first ``length`` bytes (all of it when None)."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while length is None or size < length:
+            block = handle.read(_CHUNK if length is None else min(_CHUNK, length - size))
+            if not block:
+                break
+            digest.update(block)
+            size += len(block)
+    return {"bytes": size, "sha256": digest.hexdigest()}
+
+
+def _regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def record_written(run: Path) -> None:
+    """Record in ``run``'s marker the size and sha256 of what train has written there so far:
+    its copy of the config, the metrics rows, and every checkpoint's manifest (which holds the
+    sha256 of the checkpoint's files). Nothing happens in a folder that is not a marked
+    run. Train calls this after each write that ends a phase (start, checkpoint, end), so a
+    later check tells its files from a user's edits."""
+    run = Path(run)
+    if not is_marked_run(run):
+        return
+    written = {
+        name: _digest(run / name) for name in (*WRITTEN_WHOLE, METRICS_ROWS) if _regular(run / name)
+    }
+    for step in sorted(run.iterdir()):
+        manifest = step / MANIFEST
+        if STEP_FOLDER.fullmatch(step.name) and not step.is_symlink() and _regular(manifest):
+            written[f"{step.name}/{MANIFEST}"] = _digest(manifest)
+    body = {"format": RUN_FORMAT, "written": written}
+    atomic_write_bytes(run / RUN_MARKER, json_bytes(body))
+
+
+def _recorded(run: Path) -> dict[str, Any]:
+    """The marker's record of what train wrote (empty for a marker from before the record)."""
+    try:
+        written = read_json_file(run / RUN_MARKER, ConfigError).get("written")
+    except (ConfigError, AttributeError):
+        return {}
+    if not isinstance(written, dict):
+        return {}
+    return {
+        k: v
+        for k, v in written.items()
+        if isinstance(v, dict) and type(v.get("bytes")) is int and isinstance(v.get("sha256"), str)
+    }
+
+
+def _metrics_changed(path: Path, recorded: dict[str, Any] | None) -> bool:
+    """True when ``path`` does not begin with the rows the record names, or goes on with a
+    line that is not a metrics row (a JSON object with an integer ``step``); a last line
+    without its newline is a row a kill cut short."""
+    start = 0
+    if recorded is not None:
+        if _digest(path, recorded["bytes"]) != recorded:
+            return True
+        start = recorded["bytes"]
+    try:
+        lines = read_capped(path, JSONL_BYTES, "metrics file")[start:].split(b"\n")
+    except InputTooLarge:
+        return True
+    for line in lines[:-1]:  # the piece after the last newline: empty, or a torn row
+        try:
+            row = parse_json(line)
+        except ValueError:
+            return True
+        if not isinstance(row, dict) or type(row.get("step")) is not int:
+            return True
+    return False
+
+
+def _fingerprints(step: Path) -> Any:
+    """The fingerprints checkpoint folder ``step``'s manifest names (None when unreadable)."""
+    try:
+        return read_json_file(step / MANIFEST, ConfigError).get("fingerprints")
+    except (ConfigError, AttributeError):
+        return None
+
+
+def _checkpoint_changed(step: Path, recorded: dict[str, Any] | None, run_prints: Any) -> bool:
+    """True when checkpoint folder ``step``'s manifest is not the one recorded, names other
+    fingerprints (config, data, model) than the run's checkpoint ``latest`` names (another
+    run's checkpoint copied in), or a file of it differs in size or sha256 from what its
+    manifest lists."""
+    manifest = step / MANIFEST
+    if recorded is not None and _digest(manifest) != recorded:
+        return True
+    try:
+        body = read_json_file(manifest, ConfigError)
+        files = body.get("files")
+    except (ConfigError, AttributeError):
+        return True
+    if run_prints is not None and body.get("fingerprints") != run_prints:
+        return True
+    if not isinstance(files, dict) or set(files) != set(CHECKPOINT_FILES):
+        return True
+    for name, entry in files.items():
+        if not isinstance(entry, dict) or {"bytes", "sha256"} - set(entry):
+            return True
+        listed = {"bytes": entry["bytes"], "sha256": entry["sha256"]}
+        path = step / name
+        if not _regular(path) or path.stat().st_size != listed["bytes"]:
+            return True
+        if _digest(path) != listed:
+            return True
+    return False
+
+
+def _latest_name(run: Path) -> str | None:
+    """The checkpoint name ``run``'s ``latest`` holds (``step-NNNNNN``), else None."""
+    try:
+        name = read_capped(run / LATEST, 256, "latest").decode("utf-8").strip()
+    except (OSError, InputTooLarge, UnicodeDecodeError):
+        return None
+    return name if STEP_FOLDER.fullmatch(name) else None
+
+
+def _latest_named(run: Path) -> str | None:
+    """The checkpoint folder ``run``'s ``latest`` names, when it is one there."""
+    name = _latest_name(run)
+    return name if name is not None and not not_in_a_checkpoint(run / name) else None
+
+
+def changed_since_written(run: Path, *, read_later: str | None = None) -> list[str]:
+    """The entries of run folder ``run`` whose content is not what train wrote there: its copy
+    of the config when its sha256 differs from the marker's record, metrics rows edited or
+    followed by a line that is no metrics row, a checkpoint whose manifest differs from the
+    record, whose files differ from its manifest, or that is another run's (other
+    fingerprints than the checkpoint ``latest`` names). Only entries of the kind train writes
+    are read (see :func:`not_written_by_train` for the others). ``read_later`` names a
+    checkpoint left out: the one a resume loads, whose own checks name the file and field."""
+    recorded = _recorded(run)
+    latest = _latest_named(run)
+    run_prints = _fingerprints(run / latest) if latest else None
+    changed = []
+    for name in _entries(run):
+        entry = run / name
+        if not _written_as(entry) or name != _written_name(name) or name == read_later:
+            continue
+        if name in WRITTEN_WHOLE:
+            differs = name in recorded and _digest(entry) != recorded[name]
+        elif name == METRICS_ROWS:
+            differs = _metrics_changed(entry, recorded.get(name))
+        elif STEP_FOLDER.fullmatch(name):
+            differs = _checkpoint_changed(entry, recorded.get(f"{name}/{MANIFEST}"), run_prints)
+        else:
+            differs = False
+        if differs:
+            changed.append(name)
+    return changed
 
 
 def mark_new_run(folder: Path) -> None:
@@ -189,11 +371,12 @@ def _foreign(out: Path, source: str, locked: bool) -> ConfigError:
     )
 
 
-def _check_replaceable(out: Path, source: str) -> None:
+def _check_replaceable(out: Path, source: str, locked: bool) -> None:
     """--overwrite deletes the old run whole: refuse a run folder that also holds what
     ``assay train`` does not write (a user's notes, a config kept beside the run under
     another name than ``config.yaml``, a symlink standing in for a checkpoint), or is a
-    symlink."""
+    symlink; under the lock (the files read once, by the check that counts), also one whose
+    files changed since train wrote them."""
     if out.is_symlink():
         raise ConfigError(
             f"{source}: output.dir: {out} is a symlink; --overwrite replaces only a run folder "
@@ -204,6 +387,22 @@ def _check_replaceable(out: Path, source: str) -> None:
         raise ConfigError(
             f"{source}: output.dir: {out} holds a run and files assay train did not write "
             f"({_shown(extra)}); --overwrite would delete them; nothing was changed; move them "
+            "out first"
+        )
+    if locked:
+        _refuse_changed(out, source, "output.dir", "--overwrite would delete")
+
+
+def _refuse_changed(
+    run: Path, source: str, where: str, outcome: str, read_later: str | None = None
+) -> None:
+    """ConfigError naming the entries of ``run`` changed since train wrote them (leaving out
+    checkpoint ``read_later``)."""
+    changed = changed_since_written(run, read_later=read_later)
+    if changed:
+        raise ConfigError(
+            f"{source}: {where}: {run} holds a run whose files changed since assay train wrote "
+            f"them ({_shown(changed)}); {outcome} the changes; nothing was changed; copy them "
             "out first"
         )
 
@@ -246,6 +445,10 @@ def _check_resume(out: Path, source: str, resume: Path, locked: bool) -> None:
                 "did not write there; resuming would replace it; nothing was changed; move it "
                 "away"
             )
+        if locked:  # the checkpoint resumed from is checked file by file when it loads
+            loaded = resume.name if resume != run else _latest_name(run)
+            where = f"--resume {resume}"
+            _refuse_changed(run, source, where, "resuming would rewrite", loaded)
 
 
 def _check(
@@ -271,7 +474,7 @@ def _check(
     elif not is_marked_run(out):
         raise _foreign(out, source, locked)
     elif overwrite:
-        _check_replaceable(out, source)
+        _check_replaceable(out, source, locked)
     else:
         raise ConfigError(
             f"{source}: output.dir: {out} already holds a run; pass --resume {out} to "

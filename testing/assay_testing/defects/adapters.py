@@ -19,6 +19,18 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "adapters.export.gguf_seal_unchecked",
+        "export --force replaces a GGUF export the user changed since it was written (its seal "
+        "is not read)",
+        (
+            Edit(
+                "assay.adapters.export:_replaceable",
+                "if not seal_holds(target, GGUF_SEAL_KEY):",
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
         "adapters.base.merge_sign",
         "merge subtracts the update instead of adding it",
         (

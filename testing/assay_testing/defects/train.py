@@ -21,13 +21,25 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "train.run_dir.edits_unchecked",
+        "a run whose own files the user changed since train wrote them (a note appended to the "
+        "metrics, a checkpoint file edited) is replaced by --overwrite and rewritten by --resume",
+        (
+            Edit(
+                "assay.train.run_dir:_refuse_changed",
+                "changed = changed_since_written(run, read_later=read_later)",
+                "changed = []",
+            ),
+        ),
+    ),
+    Defect(
         "cli.train.finished_before_checks",
         "train --resume of a run that reached its last step exits 0 ('already finished') before "
         "the resume's checks, so a run of another model, other data or a damaged checkpoint "
         "passes for finished",
         (
             Edit(
-                "assay.cli.train:run",
+                "assay.cli.train:_train_here",
                 "            checkpoint = trainer.checked_checkpoint(args.resume)\n"
                 "            if _finished(config, args):\n"
                 "                return 0\n",

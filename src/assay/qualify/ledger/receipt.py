@@ -109,6 +109,10 @@ def _consistency(receipt: dict[str, Any]) -> list[str]:
         why = id_problem(cid) if isinstance(cid, str) else None
         if why is not None:
             problems.append(f"claims[{i}].id: {cid!r} {why}")
+    headline = receipt.get("headline_claim")  # names a claim id: the same rule
+    why = id_problem(headline) if isinstance(headline, str) else None
+    if why is not None:
+        problems.append(f"headline_claim: {headline!r} {why}")
     for i, claim in enumerate(receipt.get("claims", [])):
         judged = judge(claim)
         if judged["verdict"] != claim["verdict"]:

@@ -77,6 +77,16 @@ class ProjectModules:
                 self.by_name[".".join(names)] = shown
                 self.by_path[shown] = ".".join(names)
 
+    def packages_holding(self, shown: str) -> list[str]:
+        """Display paths of the ``__init__`` of every package holding module ``shown`` (each
+        runs before the module's own top level)."""
+        module = self.by_path.get(shown)
+        if module is None:
+            return []
+        parts = module.split(".")
+        names = [".".join(parts[:i]) for i in range(1, len(parts))]
+        return [self.by_name[n] for n in names if n in self.by_name and self.by_name[n] != shown]
+
     def targets(self, shown: str, entries: tuple[str, ...]) -> set[str]:
         """Display paths of the project modules the import ``entries`` of file ``shown`` name,
         with the packages on the way."""
@@ -108,11 +118,15 @@ def _script(root: Path, shown: str) -> bool:
 
 def import_closure(root: Path, files: list[str], packages: list[str]) -> list[str]:
     """Display paths of the project modules whose import-time code ``files`` (display paths of
-    what ran) rely on, not counting ``files`` themselves; sorted."""
+    what ran or was loaded) rely on: every module their imports reach, and the packages that
+    hold them; sorted. A module in ``files`` counts when an import reaches it, so a module whose
+    top level ran under this test (it imported it first) counts as it does for a test that
+    found it loaded."""
     project = ProjectModules(root, packages, files)
     executed = [f for f in files if f in project.by_path or _script(root, f)]
-    seen = set(executed)
-    queue = [(f, True) for f in executed]
+    reached = {p for f in executed for p in project.packages_holding(f)}
+    expanded = set(executed) | reached
+    queue = [(f, True) for f in executed] + [(p, False) for p in sorted(reached)]
     while queue:
         shown, ran = queue.pop()
         path = project.root / shown
@@ -122,7 +136,8 @@ def import_closure(root: Path, files: list[str], packages: list[str]) -> list[st
             continue
         top, anywhere = _imports(path, version)
         for target in project.targets(shown, anywhere if ran else top):
-            if target not in seen:
-                seen.add(target)
+            reached.add(target)
+            if target not in expanded:
+                expanded.add(target)
                 queue.append((target, False))
-    return sorted(seen - set(files))
+    return sorted(reached)

@@ -97,7 +97,7 @@ def _relied_on(
     from assay.qualify.plugin.imports import import_closure
     from assay.qualify.plugin.reads import project_files
 
-    closure = sorted(set(import_closure(root, ran, packages)) | imported)
+    closure = sorted(set(import_closure(root, sorted({*ran, *imported}), packages)) | imported)
     if closure:
         claim["import_files"] = [{"path": p, "sha256": file_sha256(root / p)} for p in closure]
     # what a module it relies on read at import time counts, whichever test imported it first
