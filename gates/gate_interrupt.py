@@ -253,3 +253,79 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_good_checkpoint(gate, 
         "a handler that ignores the second signal",
         len(twice("twice-control", 12, 0, faults="train.graceful.second_signal_ignored")),
     )
+
+
+EARLY_LINE = re.compile(
+    r"^assay: stopped by (SIGINT|SIGTERM) before training started; nothing trained$"
+)
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder``: its bytes and modification time."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_signal_before_the_first_step_ends_in_one_line_and_leaves_nothing(gate, setup):
+    """Issue 52, rule 6: a stop signal while torch imported and the config loaded used to end
+    the process by the signal, with no line. The window runs from the config's load to the
+    first step: each phase gets each signal from inside it (the child chooses the moment,
+    the signal is real)."""
+    from support.interrupt_early_child import PHASES
+
+    child = Path(__file__).parent / "support" / "interrupt_early_child.py"
+    stopped = config(setup, "early-stopped")
+    assert train(stopped, "--stop-at", "3").returncode == 0
+
+    def early(phase: str, sig: signal.Signals, faults: str = "") -> list[str]:
+        """How one signalled start broke the contract: exit, the one line, what it left."""
+        if phase == "resume":
+            path, extra = stopped, ("--resume", str(run_dir(stopped)))
+            before = _snapshot(run_dir(stopped))
+        else:
+            path, extra = config(setup, f"early-{phase}-{sig.name}-{faults or 'product'}"), ()
+        done = subprocess.run(
+            [sys.executable, str(child), phase, sig.name, str(path), *extra],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=defects.child_env(faults),
+        )
+        breaks = []
+        if done.returncode != 128 + sig:
+            breaks.append(f"exit {done.returncode}, expected {128 + sig}")
+        match = EARLY_LINE.match(done.stderr.rstrip("\n"))
+        if done.stderr.count("\n") != 1 or match is None or match.group(1) != sig.name:
+            breaks.append(f"stderr {done.stderr[-200:]!r}")
+        if done.stdout:
+            breaks.append(f"stdout {done.stdout[:100]!r}")
+        if phase == "resume" and _snapshot(run_dir(path)) != before:
+            breaks.append("the resumed run's files changed")
+        if phase != "resume" and run_dir(path).exists():
+            breaks.append("a run folder was left")
+        return [f"{phase} {sig.name}: {b}" for b in breaks]
+
+    trials = [(phase, sig) for phase in PHASES for sig in SIGNALS]
+    breaks = [b for phase, sig in trials for b in early(phase, sig)]
+    claim = gate.claim(
+        "interrupt.before_training",
+        f"{len(trials)} `assay train` starts, each sent SIGINT or SIGTERM from inside one of "
+        f"{len(PHASES)} phases before the first step ({', '.join(PHASES)}): each exits 128 + "
+        "the signal with the one line 'stopped by ... before training started; nothing "
+        "trained' and nothing on stdout, a new run leaves no folder, a resumed run no changed "
+        "file",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="breaks",
+        code=(*CODE, "assay.cli.dispatch", "assay.train.run_dir"),
+    )
+    claim.measure(len(breaks))
+    gate.note(f"before-training trials: {len(trials)}; breaks: {breaks or 'none'}")
+    unguarded = "cli.train.stop_signals_unguarded"
+    claim.control(
+        f"SIGTERM in the config and model phases with the guard removed ({unguarded})",
+        len(early("config", signal.SIGTERM, unguarded) + early("model", signal.SIGTERM, unguarded)),
+    )

@@ -17,7 +17,7 @@ import torch
 
 import assay
 from assay.model import gguf as gguf_module
-from assay.qualify import Threshold
+from assay.qualify import Threshold, Tolerance
 from assay_testing.placement import device_of
 from assay_testing.real_model import override, smollm2_path
 
@@ -320,7 +320,10 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         f"tiny {family} in bf16: every layer's attention output is within 1 bf16 ulp of a "
         "float64 attention over the same bf16 q, k, v (scores and softmax run in fp32)",
         kind="correctness",
-        threshold=Threshold("<=", 1.0),
+        # the value follows the CPU's fp32 kernels (qwen2 measured 0.62996583 on the machines
+        # before 2026-12-06 and 0.62996583294 on that day's), so a regression is a rise by more
+        # than a tenth of the bound, as for the bf16 logits, not any rise
+        threshold=Threshold("<=", 1.0, tolerance=Tolerance.threshold_scaled(0.1)),
         unit="bf16 ulps",
         code=UPCAST_CODE,
     )

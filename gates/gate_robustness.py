@@ -179,6 +179,7 @@ ISSUE16_READERS = (
     "assay.adapters.manifest",
     "assay.adapters.export",
     "assay.adapters.peft_io",
+    "assay.cli.checkpoint_arg",
     "assay.train.data_rows",
 )
 
@@ -250,6 +251,7 @@ PRODUCT_CONTROLS = {
     "numbers": ("bounded.long_integers_read", "jsonl"),
     "legal": ("settings.yaml_reader.merge_keys_refused", "merge_keys"),
     "line_separators": ("bounded.split_lines_at_every_break", "ledger_comment"),
+    "export": ("cli.checkpoint_arg.parent_taken", "_not_a_run"),
     "replace": ("train.run_dir.any_folder_is_a_run", "overwrite_"),
     "shortcuts": ("cli.train.finished_before_checks", "shortcuts."),
     "derived": ("settings.derived.unchecked", "derived."),
@@ -507,11 +509,17 @@ def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
     "never imported by its test") while the same gate passed among all gates, because the check
     read the process's imports. Real pytest runs of a throwaway project whose gates would leak
     into each other under such a check: each alone, all in order, reversed and shuffled, on 1
-    and 2 workers."""
+    and 2 workers. The same runs' receipts show whether a claim's import_files depend on which
+    test imported a package first (found by the issue-52 adversary)."""
     from support.robustness_verdict_cases import (
         CONTROLS,
+        IMPORT_CONTROLS,
+        IMPORTERS,
+        PACKAGE_INITS,
         differing,
         fault_env,
+        import_lists,
+        imports_differing,
         outcomes,
         runs,
         unexpected,
@@ -544,6 +552,30 @@ def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
         pair = [p for p in planned if p[0] in labels]
         broken = outcomes(tmp_path / fault, pair, fault_env(fault))
         claim.control(f"{DESCRIBED[fault]} ({fault})", len(differing(broken)))
+
+    lists = gate.claim(
+        "provenance.order_independent",
+        f"the same {len(planned)} runs: each of the {len(IMPORTERS)} gates that import two "
+        "packages inside their test (the project under test, and a helper package beside the "
+        "gate modules) records the same import_files in every run it is in, listing "
+        f"{' and '.join(PACKAGE_INITS)} whether its test imported them first or found them "
+        "loaded",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="gates whose import_files differ by run",
+        code=("assay.qualify.plugin.imports", "support.robustness_verdict_cases"),
+    )
+    wrong = imports_differing(import_lists(tmp_path / "runs", planned))
+    lists.measure(len(wrong))
+    if wrong:
+        gate.note("import_files: " + "; ".join(wrong))
+    pair = [p for p in planned if p[0] in ("all, -n 1", "all reversed, -n 1")]
+    for fault, described in IMPORT_CONTROLS.items():
+        outcomes(tmp_path / fault, pair, fault_env(fault))
+        lists.control(
+            f"{described} ({fault}), in order and reversed",
+            len(imports_differing(import_lists(tmp_path / fault, pair))),
+        )
 
 
 def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_path, monkeypatch):

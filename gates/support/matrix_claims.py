@@ -23,7 +23,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from assay.adapters.registry import METHODS
-from assay.qualify import Threshold
+from assay.qualify import Threshold, Tolerance
 from assay_testing.matrix import AXES, Cell, cell_label, uncovered, witness
 from support.matrix_runs import (
     Outcome,
@@ -107,7 +107,10 @@ def distributed_claim(cells: int) -> dict:
         "bf16 1e-2) of the one-process run of the same numerics (the ranks' sums add in "
         "another order)",
         kind="correctness",
-        threshold=Threshold("<=", 1.0),
+        # the bound is the claim; the value moves from run to run (the FSDP bf16 cell measured
+        # 0.731 in 13 published runs and 0.787 in a regression run on 2026-12-06), so a
+        # regression is a rise by more than a quarter of the bound, not any rise
+        threshold=Threshold("<=", 1.0, tolerance=Tolerance.threshold_scaled(0.25)),
         unit="x its precision's bound (largest absolute difference)",
         code=(*CODE, "assay.distributed.trainer"),
     )

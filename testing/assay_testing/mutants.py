@@ -240,6 +240,17 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_atomic.py::test_a_full_disk_while_flushing_names_the_file",),
     ),
     Mutant(
+        "cli.train.stop_signals_unguarded",
+        (
+            "tests/train/test_output_protection.py::"
+            "test_a_stop_signal_while_loading_leaves_no_run_folder",
+        ),
+    ),
+    Mutant(
+        "cli.checkpoint_arg.parent_taken",
+        ("tests/test_cli.py::test_a_checkpoint_argument_that_is_no_run_names_itself",),
+    ),
+    Mutant(
         "cli.train.finished_before_checks",
         (
             "tests/train/test_output_protection.py::"
@@ -315,6 +326,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/qualify/test_verdict_independence.py::"
             "test_each_gate_gets_one_verdict_alone_together_and_shuffled",
+        ),
+    ),
+    Mutant(
+        "qualify.plugin.imports.loaded_first_left_out",
+        ("gates/gate_robustness.py::test_a_gates_verdict_does_not_depend_on_what_else_ran",),
+    ),
+    Mutant(
+        "qualify.plugin.imports.beside_scripts_unresolved",
+        (
+            "tests/qualify/test_provenance.py::"
+            "test_a_helper_package_beside_a_gate_module_counts_for_every_importer",
         ),
     ),
     Mutant(

@@ -211,7 +211,35 @@ def export_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list
         "assay_manifest.json",
         "format",
     )
+    cases += _not_a_run_cases(folder, model)
     return cases
+
+
+def _not_a_run_cases(folder: Path, model: Path) -> list[Case]:
+    """A folder that is neither a run nor a checkpoint, named as export's source and as
+    generate's checkpoint, beside a config.yaml the user did not name: the refusal names the
+    folder itself (found by the issue-52 adversary)."""
+    beside = folder / "beside"
+    beside.mkdir()
+    (beside / "config.yaml").write_text("steps: 1\n")
+    empty = beside / "empty"
+    empty.mkdir()
+    out = str(folder / "from-empty")
+    argvs = {
+        "export_source_not_a_run": ("export", str(empty), "--format", "peft", "--out", out),
+        "generate_checkpoint_not_a_run": (
+            "generate",
+            str(model),
+            "--prompt",
+            "hi",
+            "--checkpoint",
+            str(empty),
+        ),
+    }
+    return [
+        Case(f"export.{name}", "export", argv, empty, "not a run folder", beside)
+        for name, argv in argvs.items()
+    ]
 
 
 def replace_cases(root: Path, model: Path, good: tuple[Path, Path, Path]) -> list[Case]:

@@ -265,3 +265,29 @@ def test_a_claims_import_files_do_not_depend_on_which_gate_ran_first(toy):
         )
     assert found[0] == found[1]
     assert all("toylib/__init__.py" in paths for paths in found[0].values()), found
+
+
+def test_a_helper_package_beside_a_gate_module_counts_for_every_importer(tmp_path):
+    """Issue 52, rule 5: a helper package beside the gate modules (on their import path, not
+    the project under test) was listed only for the test that loaded it first. Its files are
+    now resolved from the gate module's imports, so every importer lists them; a module in a
+    package folder does not resolve its siblings by absolute name (Python 3 has no implicit
+    relative imports)."""
+    from assay.qualify.plugin.imports import import_closure
+
+    support = tmp_path / "gates" / "support"
+    support.mkdir(parents=True)
+    (support / "__init__.py").write_text("")
+    (support / "tables.py").write_text("from support.base import X\n")
+    (support / "base.py").write_text("X = 1\n")
+    (support / "lonely.py").write_text("import base\n")
+    (tmp_path / "gates" / "gate_x.py").write_text(
+        "def test_x():\n    from support.tables import X\n"
+    )
+    found = import_closure(tmp_path, ["gates/gate_x.py"], [])
+    assert found == [
+        "gates/support/__init__.py",
+        "gates/support/base.py",
+        "gates/support/tables.py",
+    ]
+    assert import_closure(tmp_path, ["gates/support/lonely.py"], []) == []

@@ -171,8 +171,7 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
     try:
         args.device = context.device
         _check_fit(config, args)
-        claim = _claim_output(config, args) if context.is_main else None
-        with _claimed(claim) as on_checkpoint:
+        with _claimed(config, args, context.is_main) as on_checkpoint:
             if context.is_main:
                 _check_events_folder(config, args)
             progress = not (args.json or args.no_progress)
@@ -207,25 +206,32 @@ def _claim_output(config, args: argparse.Namespace):
 
 
 @contextlib.contextmanager
-def _claimed(claim) -> Iterator[Callable[[], None] | None]:
-    """Hold ``claim`` (a RunClaim, or None on a rank that writes nothing) for the block; yield
-    what the run calls after each checkpoint. A block that fails before the first checkpoint
-    gives an overwritten run back; one that cannot delete the old run says so on one line."""
-    if claim is None:
+def _claimed(
+    config, args: argparse.Namespace, main: bool = True
+) -> Iterator[Callable[[], None] | None]:
+    """Claim the run folder (main process only; a rank that writes nothing claims none) and
+    hold it for the block; yield what the run calls after each checkpoint. The claim is taken
+    inside the block's guard, so a stop signal the moment it is taken still gives it back: a
+    block that fails before the first checkpoint removes a folder it created and gives an
+    overwritten run back; one that cannot delete the old run says so on one line."""
+    if not main:
         yield None
         return
-
-    def after_checkpoint() -> None:
-        trouble = claim.checkpointed()
-        if trouble:
-            print(f"assay: warning: {trouble}", file=sys.stderr)
-
+    claim = None
     failed = True
     try:
+        claim = _claim_output(config, args)
+
+        def after_checkpoint() -> None:
+            trouble = claim.checkpointed()
+            if trouble:
+                print(f"assay: warning: {trouble}", file=sys.stderr)
+
         yield after_checkpoint
         failed = False
     finally:
-        claim.release(failed=failed)
+        if claim is not None:
+            claim.release(failed=failed)
 
 
 def _check_events_folder(config, args: argparse.Namespace) -> None:
@@ -307,7 +313,7 @@ def _train_here(config, args: argparse.Namespace) -> int:
     from assay.train.loop import Trainer
 
     _check_fit(config, args)
-    with _claimed(_claim_output(config, args)) as on_checkpoint:
+    with _claimed(config, args) as on_checkpoint:
         _check_events_folder(config, args)
         with load_progress("model and data", enabled=not args.no_progress):
             trainer = Trainer(

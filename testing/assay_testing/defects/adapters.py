@@ -218,4 +218,17 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
+    # assay.cli.checkpoint_arg: the run an export or a generation reads
+    Defect(
+        "cli.checkpoint_arg.parent_taken",
+        "export and generate take a folder that is neither a run nor a checkpoint as a "
+        "checkpoint of its parent, so the refusal names a file beside it the user never named",
+        (
+            Edit(
+                "assay.cli.checkpoint_arg:checkpoint_run",
+                "run = run_holding(path)",
+                "run = run_holding(path) or path.parent",
+            ),
+        ),
+    ),
 )

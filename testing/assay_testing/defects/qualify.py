@@ -31,6 +31,30 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "qualify.plugin.imports.loaded_first_left_out",
+        "a module whose top level ran under a test is left out of that claim's import_files, so "
+        "a claim's imports depend on which gate imported a package first",
+        (
+            Edit(
+                "assay.qualify.plugin.imports:import_closure",
+                "return sorted(reached)",
+                "return sorted(reached - set(files))",
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.plugin.imports.beside_scripts_unresolved",
+        "the imports a gate module makes from its own folder (a helper package beside it) are "
+        "not resolved, so a claim lists the helper only when its test imported it first",
+        (
+            Edit(
+                "assay.qualify.plugin.imports:import_closure",
+                "ProjectModules(root, packages, files, _beside_scripts(root, files))",
+                "ProjectModules(root, packages, files)",
+            ),
+        ),
+    ),
+    Defect(
         "qualify.publishing.compare.flip_unseen",
         "compare never reports a claim as flipped to fail (it shows as regressed at most)",
         (

@@ -33,6 +33,13 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "cli.train.stop_signals_unguarded",
+        "no stop signal is turned into the one-line stop before the first step: SIGTERM while "
+        "the config or the model loads ends the process by the signal, with no line, leaving "
+        "the run folder it claimed",
+        (Edit("assay.cli.train:run", "with stop_at_once():", "with contextlib.nullcontext():"),),
+    ),
+    Defect(
         "cli.train.finished_before_checks",
         "train --resume of a run that reached its last step exits 0 ('already finished') before "
         "the resume's checks, so a run of another model, other data or a damaged checkpoint "

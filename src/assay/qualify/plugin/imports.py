@@ -6,7 +6,9 @@ none of them. So a claim's provenance also holds the closure of what its execute
 every import statement in an executed file (a function's too: it ran or may run), then, for a
 module pulled in that way, the imports at its own top level, and the ``__init__`` of every
 package on the way. Computed from the project's source files alone (``ast``), so it is the same
-in every process, test order and xdist split. Only modules of the project under test count.
+in every process, test order and xdist split. Only modules of the project under test count, and
+the tree's modules that a script (a gate module) imports from its own folder, which is on its
+import path (``support.helpers`` beside ``gates/gate_x.py``).
 """
 
 from __future__ import annotations
@@ -50,11 +52,17 @@ def _imports(path: Path, mtime_ns: int) -> tuple[tuple[str, ...], tuple[str, ...
 class ProjectModules:
     """The modules of the project under test found under ``root``: name <-> display path."""
 
-    def __init__(self, root: Path, packages: list[str], paths: list[str]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        packages: list[str],
+        paths: list[str],
+        beside: set[tuple[Path, str]] = frozenset(),  # type: ignore[assignment]
+    ) -> None:
         self.root = Path(root)
         self.by_name: dict[str, str] = {}
         self.by_path: dict[str, str] = {}
-        bases = set()
+        bases = set(beside)
         for path in paths:
             parts = Path(path).parts
             for package in packages:
@@ -66,7 +74,11 @@ class ProjectModules:
                     bases.add((base, package))
         for base, package in sorted(bases):
             folder = self.root / base / package
-            for file in folder.rglob("*.py") if folder.is_dir() else []:
+            single = folder.with_suffix(".py")
+            found = (
+                folder.rglob("*.py") if folder.is_dir() else [single] if single.is_file() else []
+            )
+            for file in found:
                 if "__pycache__" in file.parts:
                     continue
                 rel = file.relative_to(self.root / base).with_suffix("")
@@ -116,13 +128,33 @@ def _script(root: Path, shown: str) -> bool:
     return shown.endswith(".py") and not Path(shown).is_absolute() and (root / shown).is_file()
 
 
+def _beside_scripts(root: Path, files: list[str]) -> set[tuple[Path, str]]:
+    """(folder, top-level name) of each module or package under ``root`` that a script of
+    ``files`` (a file in a folder that is no package, such as a gate module) imports from its
+    own folder, which is on its import path when it runs."""
+    found = set()
+    for shown in files:
+        folder = Path(root) / Path(shown).parent
+        if not _script(root, shown) or (folder / "__init__.py").is_file():
+            continue
+        path = Path(root) / shown
+        for entry in _imports(path, path.stat().st_mtime_ns)[1]:
+            level, base, name = entry.split(":", 2)
+            top = (base or name).split(".")[0]
+            if int(level) == 0 and (
+                (folder / top / "__init__.py").is_file() or (folder / f"{top}.py").is_file()
+            ):
+                found.add((Path(shown).parent, top))
+    return found
+
+
 def import_closure(root: Path, files: list[str], packages: list[str]) -> list[str]:
     """Display paths of the project modules whose import-time code ``files`` (display paths of
     what ran or was loaded) rely on: every module their imports reach, and the packages that
     hold them; sorted. A module in ``files`` counts when an import reaches it, so a module whose
     top level ran under this test (it imported it first) counts as it does for a test that
     found it loaded."""
-    project = ProjectModules(root, packages, files)
+    project = ProjectModules(root, packages, files, _beside_scripts(root, files))
     executed = [f for f in files if f in project.by_path or _script(root, f)]
     reached = {p for f in executed for p in project.packages_holding(f)}
     expanded = set(executed) | reached
