@@ -271,9 +271,11 @@ def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
 
 def test_a_signal_before_the_first_step_ends_in_one_line_and_leaves_nothing(gate, setup):
     """Issue 52, rule 6: a stop signal while torch imported and the config loaded used to end
-    the process by the signal, with no line. The window runs from the config's load to the
-    first step: each phase gets each signal from inside it (the child chooses the moment,
-    the signal is real)."""
+    the process by the signal, with no line; one while the command's modules imported printed
+    a traceback, and one inside numpy's first import (made by torch's C code, which clears
+    what it raised) was lost, the run trained on. The window runs from the command's imports
+    to the first step: each phase gets each signal from inside it (the child chooses the
+    moment, the signal is real)."""
     from support.interrupt_early_child import PHASES
 
     child = Path(__file__).parent / "support" / "interrupt_early_child.py"
@@ -324,8 +326,16 @@ def test_a_signal_before_the_first_step_ends_in_one_line_and_leaves_nothing(gate
     )
     claim.measure(len(breaks))
     gate.note(f"before-training trials: {len(trials)}; breaks: {breaks or 'none'}")
-    unguarded = "cli.train.stop_signals_unguarded"
+    unguarded = "train.graceful.stop_signals_unguarded"
     claim.control(
         f"SIGTERM in the config and model phases with the guard removed ({unguarded})",
         len(early("config", signal.SIGTERM, unguarded) + early("model", signal.SIGTERM, unguarded)),
     )
+    for fault, phase in (
+        ("train.graceful.deferral_ignored", "numpy_import"),
+        ("cli.dispatch.early_stops_unguarded", "command_modules"),
+    ):
+        claim.control(
+            f"SIGTERM in the {phase} phase with {fault} armed",
+            len(early(phase, signal.SIGTERM, fault)),
+        )

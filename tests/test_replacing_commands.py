@@ -535,3 +535,36 @@ def test_overwrite_keeps_a_users_file_in_the_events_folder(trained):
     assert "tensorboard" in err and err.count("\n") == 1, err
     control_config = str(_config_into(root, keys, control))
     assert _cli(["train", control_config, "--overwrite", "--no-progress"])[0] == 0
+
+
+@pytest.mark.parametrize("name", ["step-000008", "step-000002"], ids=["later", "earlier"])
+def test_overwrite_keeps_a_same_config_runs_checkpoint_copied_in(trained, name):
+    """Another run of the same config (so the same fingerprints) stopped at step 2; its
+    checkpoint copied into a finished run under a name train never wrote there (step 8 of a
+    4-step run, or step 2 of a run that saved only its last) was deleted by --overwrite (found
+    by the third issue-52 adversary). A checkpoint the marker does not record is train's only
+    when a kill can have left it so: the newest, after every recorded one, named for the step
+    its manifest holds. The control: the run as train left it is replaced."""
+    root, keys, _run = trained
+    runs = {}
+    for label, stop in (("mine", None), ("other", "2")):
+        config = _config_into(root, keys, Path(tempfile.mkdtemp(dir=root)) / label)
+        body = yaml.safe_load(config.read_text())
+        out = {"dir": body["output"]["dir"], "save_every": 1000}  # the last step only
+        config.write_text(yaml.safe_dump({**body, "steps": 4, "output": out}))
+        extra = ["--stop-at", stop] if stop else []
+        assert _cli(["train", str(config), "--no-progress", *extra])[0] == 0
+        runs[label] = (config, Path(body["output"]["dir"]))
+    config, folder = runs["mine"]
+    control = _copy_of(folder, root)
+    shutil.copytree(runs["other"][1] / "step-000002", folder / name)
+    before = tree_listing(folder)
+    code, err = _cli(["train", str(config), "--no-progress", "--overwrite"])
+    assert code == 2 and tree_listing(folder) == before, err
+    assert name in err, err
+    control_config = _config_into(root, keys, control)
+    body = yaml.safe_load(config.read_text())
+    control_config.write_text(
+        yaml.safe_dump({**body, "output": {"dir": str(control), "save_every": 1000}})
+    )
+    assert _cli(["train", str(control_config), "--no-progress", "--overwrite"])[0] == 0

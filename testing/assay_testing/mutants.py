@@ -240,7 +240,21 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_atomic.py::test_a_full_disk_while_flushing_names_the_file",),
     ),
     Mutant(
-        "cli.train.stop_signals_unguarded",
+        "train.graceful.stop_signals_unguarded",
+        (
+            "tests/train/test_output_protection.py::"
+            "test_a_stop_signal_while_loading_leaves_no_run_folder",
+        ),
+    ),
+    Mutant(
+        "train.graceful.deferral_ignored",
+        (
+            "tests/train/test_graceful_stop.py::"
+            "test_a_stop_inside_a_deferred_block_is_raised_when_the_block_ends",
+        ),
+    ),
+    Mutant(
+        "cli.dispatch.early_stops_unguarded",
         (
             "tests/train/test_output_protection.py::"
             "test_a_stop_signal_while_loading_leaves_no_run_folder",

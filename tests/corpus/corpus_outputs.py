@@ -319,6 +319,7 @@ def _edited_run_cases(folder: Path, model: Path, train: Path, run: Path) -> list
         where = "--resume" if flag == "--resume" else "output.dir"
         cases.append(train_case(name, "replace", config, where, folder, *extra))
     cases.append(_foreign_checkpoint_case(folder, model, train, run))
+    cases.append(_twin_checkpoint_case(folder, model, train, run))
     noted = folder / "overwrite_events_note_run"  # a note of the user's in the events folder
     shutil.copytree(run, noted)
     (noted / "tensorboard").mkdir(exist_ok=True)
@@ -345,6 +346,25 @@ def _edited_run_cases(folder: Path, model: Path, train: Path, run: Path) -> list
     )
     cases.append(_edited_gguf_case(folder, run))
     return cases
+
+
+def _twin_checkpoint_case(folder: Path, model: Path, train: Path, run: Path) -> Case:
+    """A checkpoint of another run of the same config (so the same fingerprints) copied into
+    the run under a name train never wrote there: --overwrite deleted it (found by the third
+    issue-52 adversary); the marker's record does not hold it, and it is not the newest
+    checkpoint a kill could have left unrecorded under the step its manifest names."""
+    from assay.cli import main
+
+    twin = folder / "twin_run"
+    twin_config = write_config(folder / "twin.yaml", base_config(model, train, twin))
+    if main(["train", str(twin_config), "--json", "--no-progress"]) != 0:
+        raise RuntimeError("the twin run behind the twin-checkpoint case failed")
+    copy = folder / "overwrite_edited_with_a_twin_runs_checkpoint_run"
+    shutil.copytree(run, copy)
+    shutil.copytree(twin / "step-000001", copy / "step-000005")
+    name = "overwrite_edited_with_a_twin_runs_checkpoint"
+    config = write_config(folder / f"{name}.yaml", base_config(model, train, copy))
+    return train_case(name, "replace", config, "step-000005", folder, "--overwrite")
 
 
 def _foreign_checkpoint_case(folder: Path, model: Path, train: Path, run: Path) -> Case:

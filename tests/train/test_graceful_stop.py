@@ -43,3 +43,25 @@ def test_a_stop_saves_the_step_it_stopped_at(tmp_path, tiny_lora_config):
     resumed.resume(run)
     rest = resumed.train(stop_requested=lambda: False)
     assert rest["steps"] == 6 and rest["steps_this_run"] == 3 and not rest["stopped"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_inside_a_deferred_block_is_raised_when_the_block_ends(sig):
+    """Issue 52 (the third adversary's lost signals): torch's C code imports numpy and clears
+    any exception raised inside that import, a stop included, so the run went on with numpy
+    half imported. Inside ``deferred`` the signal waits for the block, then raises; the
+    control, the same signal outside it, raises at once."""
+    from assay.train.graceful import Stopped, stop_at_once
+
+    before, finished = signal.getsignal(sig), []
+    with pytest.raises(Stopped) as stopped, stop_at_once() as at_once:
+        with at_once.deferred():
+            os.kill(os.getpid(), sig)
+            finished.append("the block ran to its end")
+        finished.append("after the block")
+    assert finished == ["the block ran to its end"] and stopped.value.signum == sig
+    with pytest.raises(Stopped), stop_at_once():
+        os.kill(os.getpid(), sig)
+        finished.append("never")
+    assert "never" not in finished
+    assert signal.getsignal(sig) is before

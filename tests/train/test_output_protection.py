@@ -232,7 +232,7 @@ def test_a_finished_run_of_another_model_is_refused_before_the_shortcut(
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
 
 
-@pytest.mark.parametrize("phase", ["config_load", "model_load"])
+@pytest.mark.parametrize("phase", ["command_imports", "config_load", "model_load"])
 def test_a_stop_signal_while_loading_leaves_no_run_folder(workspace, capsys, monkeypatch, phase):
     """Issue 52, rule 6: SIGTERM during model load used to end the process by the signal,
     with no line, leaving a run folder; so did one while torch imported and the config loaded
@@ -242,6 +242,7 @@ def test_a_stop_signal_while_loading_leaves_no_run_folder(workspace, capsys, mon
     import signal
     import time
 
+    from assay.cli import dispatch
     from assay.settings import loader
     from assay.train import loop
 
@@ -254,8 +255,10 @@ def test_a_stop_signal_while_loading_leaves_no_run_folder(workspace, capsys, mon
 
     if phase == "model_load":
         monkeypatch.setattr(loop.Trainer, "__init__", signalled)
-    else:
+    elif phase == "config_load":
         monkeypatch.setattr(loader, "load_train_config", signalled)
+    else:  # the third adversary's case: a traceback, or the process ended by the signal
+        monkeypatch.setattr(dispatch, "build_parser", signalled)
     assert main(["train", str(config), "--json", "--no-progress"]) == 128 + signal.SIGTERM
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "stopped by SIGTERM before training started" in err

@@ -106,6 +106,17 @@ def _quiet_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _stops_at_once(command: str | None) -> contextlib.AbstractContextManager[object]:
+    """For ``train``, the stop guard while the command's modules import (its own run keeps it
+    from there): a stop signal that early ends in train's one line, never a traceback or a
+    death by the signal. Other commands keep Python's defaults (SIGINT: one line, exit 130)."""
+    if command != "train":
+        return contextlib.nullcontext()
+    from assay.train.graceful import stop_at_once
+
+    return stop_at_once()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code. AssayError and OSError become one line and exit 2;
     so does a trainer command without the ``train`` extra (before any argument is checked;
@@ -117,13 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command in TRAINER_COMMANDS and not asks_help and not trainer_installed():
         print(needs_trainer_line(command), file=sys.stderr)
         return EXIT_USAGE
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    chosen: Command = args.command_row
-    handler: Callable[[argparse.Namespace], int] = getattr(
-        importlib.import_module(chosen.module), chosen.run
-    )
     try:
+        with _stops_at_once(command):
+            args = build_parser().parse_args(argv)
+            chosen: Command = args.command_row
+            handler: Callable[[argparse.Namespace], int] = getattr(
+                importlib.import_module(chosen.module), chosen.run
+            )
         code = handler(args)
         sys.stdout.flush()  # a reader that closed the pipe shows here, not at exit
         return code
@@ -139,9 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"assay: error: {_rank_prefix()}{one_line(where)}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as err:  # torch found, another part of the extra missing
-        if args.command not in TRAINER_COMMANDS or not _from_train_extra(err):
+        if command not in TRAINER_COMMANDS or not _from_train_extra(err):
             raise
-        print(needs_trainer_line(args.command), file=sys.stderr)
+        print(needs_trainer_line(command), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as err:
         signum = getattr(err, "signum", None)  # assay.train.graceful.Stopped: before training

@@ -284,7 +284,11 @@ def run(args: argparse.Namespace) -> int:
 
     # from the first step: a stop signal while torch imports or the config loads ends in one
     # line, as one during the model's load does (a torchrun rank trains outside this guard)
-    with stop_at_once():
+    with stop_at_once() as at_once:
+        # torch's C code imports numpy and clears whatever that import raised, a stop too:
+        # a signal during torch's import waits for it, then stops
+        with at_once.deferred():
+            import torch  # noqa: F401
         from assay.distributed.context import launched
 
         config = _checked_config(args)

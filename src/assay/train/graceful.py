@@ -74,20 +74,47 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-@contextlib.contextmanager
-def stop_at_once() -> Iterator[None]:
-    """While active (main thread only), SIGINT and SIGTERM raise :class:`Stopped`: the work
-    in the block unwinds through its cleanup instead of the process ending by the signal."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class AtOnce:
+    """The handler :func:`stop_at_once` installs: a stop signal raises :class:`Stopped`, or,
+    inside :meth:`deferred`, is kept and raised when that block ends."""
 
-    def handle(signum: int, _frame: FrameType | None) -> None:
+    def __init__(self) -> None:
+        self._waiting = 0
+        self._pending: int | None = None
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if self._waiting:
+            self._pending = self._pending or signum
+            return
         raise Stopped(signum)
 
-    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A block no stop interrupts: a signal that arrives inside it raises :class:`Stopped`
+        once the block has ended. For imports of third-party code that swallows any exception
+        raised inside it (torch's C code importing numpy clears it), leaving a module half
+        imported and the stop lost."""
+        self._waiting += 1
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+        if not self._waiting and self._pending is not None:
+            raise Stopped(self._pending)
+
+
+@contextlib.contextmanager
+def stop_at_once() -> Iterator[AtOnce]:
+    """While active (main thread only), SIGINT and SIGTERM raise :class:`Stopped`: the work
+    in the block unwinds through its cleanup instead of the process ending by the signal.
+    Yields the handler, whose :meth:`AtOnce.deferred` holds a stop until a block ends."""
+    at_once = AtOnce()
+    if threading.current_thread() is not threading.main_thread():
+        yield at_once
+        return
+    previous = {sig: signal.signal(sig, at_once) for sig in STOP_SIGNALS}
     try:
-        yield
+        yield at_once
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]

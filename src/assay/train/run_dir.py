@@ -233,6 +233,23 @@ def _fingerprints(step: Path) -> Any:
         return None
 
 
+def _step_number(name: str) -> int:
+    return int(name.partition("-")[2])
+
+
+def _unrecorded_allowed(run: Path, recorded: dict[str, Any]) -> set[str]:
+    """The checkpoints of ``run`` that may be train's without being in the marker's record:
+    the newest, when it is newer than every recorded one (a kill after its save, before the
+    record); every one, for a marker from before the record (empty). Another run's
+    checkpoint copied in under any other name is not train's."""
+    steps = [n for n in _entries(run) if STEP_FOLDER.fullmatch(n)]
+    if not recorded or not steps:
+        return set(steps)
+    newest = max(steps, key=_step_number)
+    done = [_step_number(k.partition("/")[0]) for k in recorded if k.endswith(f"/{MANIFEST}")]
+    return {newest} if all(_step_number(newest) > step for step in done) else set()
+
+
 def _checkpoint_changed(step: Path, recorded: dict[str, Any] | None, run_prints: Any) -> bool:
     """True when checkpoint folder ``step``'s manifest is not the one recorded, names other
     fingerprints (config, data, model) than the run's checkpoint ``latest`` names (another
@@ -247,6 +264,8 @@ def _checkpoint_changed(step: Path, recorded: dict[str, Any] | None, run_prints:
     except (ConfigError, AttributeError):
         return True
     if run_prints is not None and body.get("fingerprints") != run_prints:
+        return True
+    if body.get("step") != _step_number(step.name):  # a checkpoint renamed to a later step
         return True
     if not isinstance(files, dict) or set(files) != set(CHECKPOINT_FILES):
         return True
@@ -288,6 +307,7 @@ def changed_since_written(run: Path, *, read_later: str | None = None) -> list[s
     recorded = _recorded(run)
     latest = _latest_named(run)
     run_prints = _fingerprints(run / latest) if latest else None
+    unrecorded_allowed = _unrecorded_allowed(run, recorded)
     changed = []
     for name in _entries(run):
         entry = run / name
@@ -298,7 +318,10 @@ def changed_since_written(run: Path, *, read_later: str | None = None) -> list[s
         elif name == METRICS_ROWS:
             differs = _metrics_changed(entry, recorded.get(name))
         elif STEP_FOLDER.fullmatch(name):
-            differs = _checkpoint_changed(entry, recorded.get(f"{name}/{MANIFEST}"), run_prints)
+            manifest = recorded.get(f"{name}/{MANIFEST}")
+            differs = (manifest is None and name not in unrecorded_allowed) or _checkpoint_changed(
+                entry, manifest, run_prints
+            )
         else:
             differs = False
         if differs:
