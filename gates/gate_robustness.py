@@ -244,26 +244,23 @@ ISSUE52_READERS = (
     "assay.qualify.ledger.corrections",
     "assay.qualify.judging.loading",
 )
-# class -> (fault point that removes its guard, case-name filter) for a product control.
+# class -> its product controls: (fault point that removes a guard, case-name filter) each
 PRODUCT_CONTROLS = {
-    "bounds": ("bounded.unbounded_aliases", "alias_bomb"),
-    "surrogate": ("train.data_rows.allow_surrogates", "text_value"),
-    "numbers": ("bounded.long_integers_read", "jsonl"),
-    "legal": ("settings.yaml_reader.merge_keys_refused", "merge_keys"),
-    "line_separators": ("bounded.split_lines_at_every_break", "ledger_comment"),
-    "export": ("cli.checkpoint_arg.parent_taken", "_not_a_run"),
-    "replace": ("train.run_dir.any_folder_is_a_run", "overwrite_"),
-    "shortcuts": ("cli.train.finished_before_checks", "shortcuts."),
-    "derived": ("settings.derived.unchecked", "derived."),
-    "claim_ids": ("qualify.core.identifier.lookalikes_accepted", "claim_ids."),
-    "ledger_files": ("qualify.ledger.chain.refused_ledger_listed", "ledger_dev_zero"),
-}
-# class -> more (fault point, case-name filter) pairs: guards the first control leaves in place
-EXTRA_CONTROLS = {
-    "replace": (
+    "bounds": [("bounded.unbounded_aliases", "alias_bomb")],
+    "surrogate": [("train.data_rows.allow_surrogates", "text_value")],
+    "numbers": [("bounded.long_integers_read", "jsonl")],
+    "legal": [("settings.yaml_reader.merge_keys_refused", "merge_keys")],
+    "line_separators": [("bounded.split_lines_at_every_break", "ledger_comment")],
+    "export": [("cli.checkpoint_arg.parent_taken", "_not_a_run")],
+    "replace": [
+        ("train.run_dir.any_folder_is_a_run", "overwrite_"),
         ("train.run_dir.edits_unchecked", "_edited_"),
         ("adapters.export.gguf_seal_unchecked", "gguf_edited"),
-    )
+    ],
+    "shortcuts": [("cli.train.finished_before_checks", "shortcuts.")],
+    "derived": [("settings.derived.unchecked", "derived.")],
+    "claim_ids": [("qualify.core.identifier.lookalikes_accepted", "claim_ids.")],
+    "ledger_files": [("qualify.ledger.chain.refused_ledger_listed", "ledger_dev_zero")],
 }
 # class -> (what the claim's statement says it covers, the code it names)
 CLASSES = {
@@ -311,8 +308,7 @@ def test_corpus_classes_refused_per_class(gate, corpus, corpus_runs):
                 "the same error lines with the file and the field or offset removed",
                 sum(bool(p) for p in stripped),
             )
-        armed = [PRODUCT_CONTROLS[kind]] if kind in PRODUCT_CONTROLS else []
-        for fault, pick in [*armed, *EXTRA_CONTROLS.get(kind, ())]:
+        for fault, pick in PRODUCT_CONTROLS.get(kind, []):
             broken = _control_run([o.case for o in mine if pick in o.case.name], fault, 4.0)
             claim.control(
                 f"the {pick} cases with fault {fault} armed (guard removed)",

@@ -28,7 +28,7 @@ PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
 # the trainer (it models and measures it), `cli` composes everything.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("assay", "atomic", "bounded", "lazy"),
+    ("assay", "atomic", "bounded", "digest", "lazy"),
     ("registries",),  # assay.adapters.registry, assay.storage.registry: no torch
     ("settings",),
     ("model",),
@@ -43,13 +43,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # packages) can read them: they are a layer of their own.
 REGISTRIES = ("assay.adapters.registry", "assay.storage.registry")
 # The framework stands apart: it may use the package root, the atomic writer, the bounded
-# readers and the lazy package attributes, nothing else.
-INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "bounded", "lazy", "qualify"}}
+# readers, the file digests and the lazy package attributes, nothing else.
+INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "bounded", "digest", "lazy", "qualify"}}
 # Inside the framework, bottom to top: a part may import itself and the parts below it, so no
 # sub-package of ``assay.qualify`` imports one that imports it back.
 QUALIFY_LAYERS = ("core", "ledger", "judging", "publishing", "plugin", "cli_commands")
 # At most this many modules directly in src/assay, none of them a command, a registry or a
-# schema: the root holds what both halves share (errors, atomic writes, bounded reads).
+# schema: the root holds what both halves share (errors, atomic writes, bounded reads, file
+# digests).
 ROOT_MODULES_AT_MOST = 8
 NOT_AT_ROOT = re.compile(r"(_cli|cli|_registry|registry|_schema|schema)$")
 # Test machinery and benchmarks (testing/, outside the wheel): nothing in the product imports them.

@@ -22,6 +22,7 @@ loaded under it would differ by order.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -191,8 +192,6 @@ def import_lists(root: Path, planned: list) -> dict[str, dict[str, tuple[str, ..
     """gate -> run label -> the ``import_files`` its claim recorded in that run (None when the
     run left no receipt of it), for the :data:`IMPORTERS` over the runs :func:`outcomes` made
     under ``root``."""
-    import json
-
     table: dict[str, dict[str, tuple[str, ...] | None]] = {g: {} for g in IMPORTERS}
     for label, gates, _workers, _seed in planned:
         for gate in set(gates) & set(IMPORTERS):

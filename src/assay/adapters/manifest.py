@@ -9,30 +9,22 @@ manifest (one PEFT wrote) loads as before.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from assay.atomic import json_bytes, write_synced
 from assay.bounded import read_json_file
+from assay.digest import file_sha256
 from assay.errors import ConfigError
 
 MANIFEST = "assay_manifest.json"
 FORMAT = "assay.export/1"  # an on-disk format id: never renamed
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifest(folder: Path, kind: str) -> Path:
     """Write the manifest of every regular file in ``folder`` (a staged, unpublished folder)."""
     files = {
-        p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size}
+        p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
         for p in sorted(folder.iterdir())
         if p.is_file() and p.name != MANIFEST
     }
@@ -64,7 +56,7 @@ def verify_manifest(folder: Path) -> dict[str, Any] | None:
         target = folder / name
         if "/" in name or name in ("", ".", "..") or not target.is_file():
             raise ConfigError(f"{target}: listed in {MANIFEST} but missing")
-        if target.stat().st_size != entry["bytes"] or _sha256(target) != entry["sha256"]:
+        if target.stat().st_size != entry["bytes"] or file_sha256(target) != entry["sha256"]:
             raise ConfigError(
                 f"{target}: sha256 differs from {MANIFEST} (changed or from another export)"
             )

@@ -17,8 +17,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from assay.digest import feed
+
 PLACEHOLDER = "0" * 64
-_CHUNK = 1 << 20
 _STRING = 8  # GGUF's value type of a string
 _SEARCHED = 64 << 20  # the metadata comes first: the key is found within this many bytes
 
@@ -52,11 +53,10 @@ def _digest(path: Path, offset: int) -> str:
     """sha256 of ``path`` with the 64 bytes at ``offset`` read as the placeholder."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        digest.update(handle.read(offset))
+        feed(digest, handle, offset)
         digest.update(PLACEHOLDER.encode())
         handle.seek(offset + len(PLACEHOLDER))
-        while block := handle.read(_CHUNK):
-            digest.update(block)
+        feed(digest, handle)
     return digest.hexdigest()
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import JSONL_BYTES, InputTooLarge, parse_json, read_capped, read_json_file
+from assay.digest import feed
 from assay.errors import ConfigError
 from assay.train.checkpoint_layout import (
     CHECKPOINT_FILES,
@@ -66,7 +67,6 @@ EVENT_FILE = re.compile(r"events\.out\.tfevents\.[^/]+")
 # TensorBoard's events, a view of the metrics.
 WRITTEN_WHOLE = ("config.yaml",)
 METRICS_ROWS = "metrics.jsonl"
-_CHUNK = 1 << 20
 
 
 def _written_name(name: str) -> str:
@@ -152,14 +152,9 @@ def _mark(folder: Path) -> None:
 
 def _digest(path: Path, length: int | None = None) -> dict[str, Any]:
     """Size and sha256 of ``path``'s first ``length`` bytes (all of it when None)."""
-    digest, size = hashlib.sha256(), 0
+    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while length is None or size < length:
-            block = handle.read(_CHUNK if length is None else min(_CHUNK, length - size))
-            if not block:
-                break
-            digest.update(block)
-            size += len(block)
+        size = feed(digest, handle, length)
     return {"bytes": size, "sha256": digest.hexdigest()}
 
 

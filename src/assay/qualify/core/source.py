@@ -4,21 +4,12 @@ literal module-level constants read with ``ast``."""
 from __future__ import annotations
 
 import ast
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from assay.digest import file_sha256  # noqa: F401  (re-exported: the framework's name)
 from assay.qualify.core.git import git_output
 from assay.qualify.core.portable import is_outside
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in chunks so large model files stay cheap."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def module_constant(path: Path, name: str) -> Any:
