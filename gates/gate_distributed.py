@@ -289,6 +289,43 @@ def test_fsdp_one_update_equals_one_process(gate, runs):
     )
 
 
+def test_fsdp_trains_a_preference_loss_like_one_process(gate, tmp_path):
+    """A preference loss reads the LM head's weight itself (chunked log-probs), outside any
+    module's forward: under FSDP2 it must read the gathered weight, and ORPO's NLL term must be
+    one token mean over both ranks' chosen completions."""
+    from support.matrix_claims import DISTRIBUTED_BOUNDS, DISTRIBUTED_CONTROL
+    from support.matrix_runs import build_workspace, largest_difference, reference_run, run_cell
+    from support.plain_cell import plain_cell
+
+    cell = plain_cell(loss="orpo", distributed="fsdp")
+    space = build_workspace(tmp_path)
+    reference = reference_run(cell, space, {})
+    bound = DISTRIBUTED_BOUNDS["float32"]
+    claim = gate.claim(
+        "fsdp.preference_orpo",
+        f"FSDP2, {WORLD} processes, ORPO (LoRA, tiny llama, 3 steps, one pair per rank a step, "
+        "chosen completions of unequal length): every step's loss and every trainable element "
+        f"within {bound:g} of one process over the union of the rows",
+        kind="correctness",
+        threshold=Threshold("<=", bound),
+        unit="largest absolute difference",
+        code=(
+            *IMPLEMENTATION,
+            "assay.train.objective",
+            "support.matrix_runs",
+            "support.plain_cell",
+        ),
+    )
+    claim.measure(largest_difference(run_cell(cell, space, "fsdp-orpo"), reference))
+    controls = {
+        DISTRIBUTED_CONTROL[0]: "each rank divides ORPO's NLL by its own chosen tokens",
+        "train.objective.orpo_nll_per_micro_batch": "ORPO's NLL a token mean per rank",
+    }
+    for index, (fault, what) in enumerate(controls.items()):
+        outcome = run_cell(cell, space, f"fsdp-orpo-control-{index}", fault)
+        claim.control(f"{fault} ({what})", largest_difference(outcome, reference))
+
+
 def test_checkpoint_from_two_ranks_resumes_on_one(gate, runs):
     _declare(gate, runs)
     rank0, single = runs["ranks"][0], runs["single"]

@@ -1,5 +1,15 @@
-"""gate-mutation: the curated semantic mutants are killed by the tests named for them, and the
-mutmut score per core package, as measured by ``nox -s mutants``.
+"""gate-mutation: the curated semantic mutants fail a gate claim, they are killed by the unit
+tests named for them, and the mutmut score per core package, as measured by ``nox -s mutants``.
+
+The gates are what a reader trusts, so the headline asks them: each curated mutant is armed in
+a child pytest run over the tests of the gates CI runs (``MEASURED_GATES``) whose claims read
+the mutant's module (the files each claim executed or declared in its gate's fullest newest
+receipt), cheapest gate first, stopped after the first test whose claim failed. It counts as
+killed only when a correctness or memory claim fails in the receipts that run writes and the
+failing tests pass with no mutant armed (run once each, in this session). A gate test that
+fails with no claim failing is reported as ``errored``, not killed. Control: the runner's
+verdicts on those clean runs (no mutant armed) hold no kill. A second claim checks the gate
+runner itself on a gate whose claim fails without any mutant.
 
 Each curated mutant is a named defect (``assay_testing.defects``: a patch on a scratch copy of
 the product function's source, never a flag in the product) armed in a child pytest run over its
@@ -15,14 +25,16 @@ the exit codes) and fails on a mismatch. A package missing there, whose run fail
 mutated modules changed since the run, or with fewer than 20 sampled mutants tested, is written
 as not tested. Control: the same sample with every exit code read as survived must fail.
 
-Long: about 60 child interpreters. ``nox -s gates`` leaves this gate out (like the timing gates);
-run it alone with ``nox -s gate-mutation``. ``ASSAY_MUTATION_JOBS`` sets how many run at once
-(default 2); ``ASSAY_MUTANTS`` (comma-separated names) limits the run to some mutants.
+Long: two child interpreters per mutant and more (about an hour and a half on 2 cores).
+``nox -s gates`` leaves this gate out (like the timing gates); run it alone with
+``nox -s gate-mutation``. ``ASSAY_MUTATION_JOBS`` sets how many run at once (default 2);
+``ASSAY_MUTANTS`` (comma-separated names) limits the run to some mutants.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import time
@@ -34,7 +46,9 @@ from assay.qualify import Threshold
 from assay_testing.mutants import MUTANTS, declared_fault_points
 from assay_testing.mutation import (
     classify,
+    covering_tests,
     mutmut_score,
+    run_gate_mutants,
     run_mutants,
     run_pytest,
     sample_order,
@@ -42,9 +56,33 @@ from assay_testing.mutation import (
 )
 
 # the claim a reader looks at first (the index and every record lead with it)
-HEADLINE = "curated.kill_rate"
+HEADLINE = "gates.kill_rate"
 
 ROOT = Path(__file__).resolve().parents[1]
+RECEIPTS = ROOT / "records/receipts"
+# The gates a mutant meets: the ones CI runs. The long and timing gates (dynamics, matrix,
+# quality, generation, throughput, scale: each an hour or more here, gate-mutation itself among
+# them) and gate-cuda (nothing to measure on CPU) are left out; a mutant only they cover is
+# reported as unreached and counts as not killed. Cheapest first (each gate's wall time alone
+# on 2 cores, fixtures included, as measured by hand on 2026-12-06), so a kill comes early.
+MEASURED_GATES = (
+    "exports",
+    "preference",
+    "logits",
+    "adapters",
+    "distributed",
+    "interrupt",
+    "axes",
+    "robustness",
+    "stream",
+    "faults",
+    "nf4",
+    "memory",
+    "resume",
+)
+# Seconds for one mutant's gate tests; a survivor runs them all (gate-resume alone takes ten
+# minutes), so a mutant still alive after this is reported as a timeout, not killed.
+GATE_BUDGET_S = 900.0
 SUMMARY = Path(
     os.environ.get("ASSAY_MUTMUT_SUMMARY", ROOT / "records/mutation/mutmut-summary.json")
 )
@@ -70,9 +108,13 @@ def _selected() -> list:
     return [m for m in MUTANTS if not wanted or m.name in wanted]
 
 
-def _progress(result) -> None:
+def _progress(result, tag: str = "mutant") -> None:
     # Seen with `pytest -s`: one line per mutant as it finishes.
-    print(f"[mutant] {result.verdict:8} {result.wall_s:6.1f}s {result.name}", flush=True)
+    print(f"[{tag}] {result.verdict:9} {result.wall_s:6.1f}s {result.name}", flush=True)
+
+
+def _jobs() -> int:
+    return int(os.environ.get("ASSAY_MUTATION_JOBS", "2"))
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +128,7 @@ def campaign(tmp_path_factory):
     clean = run_pytest(
         killers, faults="", root=ROOT, scratch=scratch, timeout_s=1200, first_failure=False
     )
-    jobs = int(os.environ.get("ASSAY_MUTATION_JOBS", "2"))
+    jobs = _jobs()
     results = run_mutants(
         [(m.name, m.killers, m.budget_s) for m in runnable],
         root=ROOT,
@@ -104,6 +146,124 @@ def campaign(tmp_path_factory):
     }
 
 
+def _module_path(mutant) -> str:
+    return str(Path(importlib.util.find_spec(mutant.module).origin).relative_to(ROOT))
+
+
+@pytest.fixture(scope="module")
+def gate_campaign(tmp_path_factory):
+    """Each countable mutant armed over the gate tests that cover its module."""
+    scratch = tmp_path_factory.mktemp("gate-mutation")
+    runnable = [m for m in _selected() if m.counted]
+    items = [(m.name, covering_tests(_module_path(m), RECEIPTS, MEASURED_GATES)) for m in runnable]
+    jobs = _jobs()
+    start = time.perf_counter()
+    results, clean = run_gate_mutants(
+        items,
+        root=ROOT,
+        scratch=scratch,
+        budget_s=GATE_BUDGET_S,
+        jobs=jobs,
+        on_result=lambda result: _progress(result, "gate-mutant"),
+    )
+    return {
+        "counted": runnable,
+        "results": results,
+        "clean": clean,
+        "wall_s": time.perf_counter() - start,
+        "jobs": jobs,
+    }
+
+
+def test_gates_kill_the_curated_mutants(gate, gate_campaign):
+    counted, results = gate_campaign["counted"], gate_campaign["results"]
+    catalog = declared_fault_points()
+    claim = gate.claim(
+        "gates.kill_rate",
+        f"At least {KILL_RATE:.0%} of the {len(counted)} non-equivalent curated mutants fail a "
+        "claim of a gate CI runs: the gate tests whose claims read the mutant's module, run "
+        "with the mutant armed, cheapest gate first, until one fails; a kill counts only when "
+        "a claim fails and the failing tests pass with no mutant armed",
+        kind="correctness",
+        threshold=Threshold(">=", KILL_RATE),
+        unit="killed by a gate claim / non-equivalent",
+        code=[*RUNNER, *sorted({m.module for m in counted})],
+    )
+    killed = [r for r in results if r.verdict == "killed"]
+    claim.measure(len(killed) / max(len(counted), 1))
+    # The no-mutant control: what the runner makes of each kill's failing gate tests run with
+    # nothing armed, read as if a mutant had been (a runner that calls every failure a kill, or
+    # a gate that fails without any mutant, would count here).
+    clean_kills = sum(v == "killed" for v in gate_campaign["clean"].values())
+    claim.control(
+        "the runner's verdicts on each kill's failing gate tests run with no mutant armed",
+        clean_kills / max(len(counted), 1),
+    )
+    verdicts = [r.verdict for r in results]
+    red = verdicts.count("killed") + verdicts.count("errored")
+    gate.note(
+        f"{len(counted)} mutants against the gates "
+        f"({', '.join(MEASURED_GATES)}): "
+        + ", ".join(f"{verdicts.count(v)} {v}" for v in sorted(set(verdicts)))
+        + f"; a gate red (a claim failed or a gate test raised) for {red} "
+        f"({red / max(len(counted), 1):.3f}); {gate_campaign['jobs']} at a time, "
+        f"{gate_campaign['wall_s']:.0f} s in all, {len(gate_campaign['clean'])} clean runs."
+    )
+    for r in results:
+        if r.verdict == "killed":
+            gate.note(
+                f"killed: {r.name} in {r.wall_s:.0f} s by {', '.join(r.failed_claims)} "
+                f"({len(r.selected)} covering tests)"
+            )
+        else:
+            gate.note(
+                f"not killed: {r.name} ({r.verdict}, {r.wall_s:.0f} s, {len(r.selected)} "
+                f"covering tests; failed: {', '.join(r.failed_tests) or 'none'}): "
+                f"{catalog.get(r.name, '?')}"
+            )
+
+
+def _failing_gate_subject(root: Path) -> str:
+    (root / "gates").mkdir()
+    (root / "gates/gate_subject.py").write_text(
+        "from assay.qualify import Threshold\n\n\n"
+        "def test_claim_always_fails(gate):\n"
+        '    claim = gate.claim("always.fails", "fails without any mutant", kind="correctness",'
+        ' threshold=Threshold("==", 0), unit="count", code=())\n'
+        "    claim.measure(1)\n"
+        '    claim.control("the same", 1)\n'
+    )
+    return "gates/gate_subject.py::test_claim_always_fails"
+
+
+def test_gate_runner_kills_only_against_a_clean_run(gate, tmp_path):
+    node = _failing_gate_subject(tmp_path)
+
+    def verdict(**blind) -> str:
+        results, _ = run_gate_mutants(
+            [("storage.nf4.nibble_order", [node])],
+            root=tmp_path,
+            scratch=tmp_path / str(len(blind)),
+            budget_s=120,
+            **blind,
+        )
+        return results[0].verdict
+
+    claim = gate.claim(
+        "runner.gate_false_kills",
+        "The gate mutant runner reports no kill for a gate whose claim fails without any fault",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="kills",
+        code=RUNNER,
+    )
+    claim.measure(int(verdict() == "killed"))
+    claim.control(
+        "the runner without its clean-run check",
+        int(verdict(confirm=lambda failed: True) == "killed"),
+    )
+
+
 def test_curated_mutants_are_killed(gate, campaign):
     chosen, results, clean = campaign["chosen"], campaign["results"], campaign["clean"]
     catalog = declared_fault_points()
@@ -114,7 +274,7 @@ def test_curated_mutants_are_killed(gate, campaign):
     claim = gate.claim(
         "curated.kill_rate",
         f"At least {KILL_RATE:.0%} of the {len(counted)} non-equivalent curated mutants "
-        "(named fault points) are killed by the tests named for them",
+        "(named fault points) are killed by the unit tests named for them",
         kind="correctness",
         threshold=Threshold(">=", KILL_RATE),
         unit="killed / non-equivalent",

@@ -1,5 +1,6 @@
 """gate-preference: DPO (sigmoid, hinge, robust), IPO, ORPO, SimPO and KTO equal their formulas,
-stream bit-exactly, cost no extra weights for the reference, and train in the right direction.
+stream bit-exactly, cost no extra weights for the reference, and train in the right direction;
+a step of pairs trains alike however gradient accumulation splits it.
 
 The formula checks are written here from SPEC's "Losses", in plain torch on full logits, with
 the reference taken from a SEPARATELY LOADED model without adapters; the product computes the
@@ -178,7 +179,7 @@ def test_dpo_peak_against_sft(gate):
         def run():
             for p in params:
                 p.grad = None
-            obj.loss(batch, int(batch.loss_mask.sum()), 1).backward()
+            obj.loss(batch, obj.normaliser(batch), 1.0).backward()
 
         return run
 
@@ -294,7 +295,8 @@ def test_dpo_training_raises_the_margin(gate, tmp_path):
 
     def margins(trainer: Trainer, examples) -> dict[str, float]:
         with torch.no_grad():
-            trainer.objective.loss(collate(list(examples), trainer.pad_id), 0, 1)
+            batch = collate(list(examples), trainer.pad_id)
+            trainer.objective.loss(batch, trainer.objective.normaliser(batch), 1.0)
         return trainer.objective.metrics()
 
     threads = torch.get_num_threads()
@@ -337,3 +339,76 @@ def test_dpo_training_raises_the_margin(gate, tmp_path):
         "margin is measured on the training pairs), any quality gain of a real model (the "
         "model is tiny and random; it memorises), or agreement with another trainer's numbers."
     )
+
+
+# Pair losses whose step is defined over its rows. KTO is left out by design: its KL reference
+# point is estimated within each micro-batch, as TRL's is (and train refuses it distributed).
+STEP_LOSSES = ("dpo", "ipo", "orpo", "simpo")
+# float32 sums in another order (the distributed cells' bound, gate-matrix)
+SPLIT_BOUND = 1e-5
+SPLIT_CODE = (
+    "assay.train.loop",
+    "assay.train.objective",
+    "assay.train.preference",
+    "support.matrix_runs",
+    "support.plain_cell",
+)
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory):
+    from support.matrix_runs import build_workspace
+
+    return build_workspace(tmp_path_factory.mktemp("split"))
+
+
+def _run_split(space, kind: str, micro_batch: int, faults: str = "") -> object:
+    """Three steps of ``kind`` on 4 pairs a step, ``micro_batch`` pairs per micro-batch, with
+    ``faults`` armed; returns the run's losses and trainables."""
+    import yaml
+
+    from assay.cli import main
+    from assay_testing.defects import arm
+    from assay_testing.matrix import train_config
+    from support.matrix_runs import read_outcome
+    from support.plain_cell import plain_cell
+
+    cell = plain_cell(loss=kind)
+    out = space.runs / f"{kind}-{micro_batch}-{faults or 'clean'}"
+    config = train_config(cell, space, out)
+    config["batch"] = {"micro_batch": micro_batch, "grad_accum": 4 // micro_batch}
+    path = out.parent / f"{out.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    with arm(faults):
+        assert main(["train", str(path), "--no-progress"]) == 0
+    return read_outcome(out)
+
+
+@pytest.mark.parametrize("kind", STEP_LOSSES)
+def test_a_step_trains_alike_however_its_pairs_are_split(gate, space, kind):
+    """Gradient accumulation (and data parallelism, which splits a step the same way) must not
+    change what a step trains: ORPO's NLL term is one token mean over the step's chosen
+    completions, every pair loss a mean over the step's pairs."""
+    from support.matrix_runs import largest_difference
+
+    whole = _run_split(space, kind, 4)
+    claim = gate.claim(
+        f"split.{kind}",
+        f"{kind}: 3 steps of 4 pairs as 2 micro-batches of 2 (grad_accum 2; the pairs' "
+        "completions of unequal length) end within float32 summation order of the same steps as "
+        "one micro-batch of 4: every step's loss and every trainable element (tiny llama, LoRA)",
+        kind="correctness",
+        threshold=Threshold("<=", SPLIT_BOUND),
+        unit="largest absolute difference",
+        code=SPLIT_CODE,
+    )
+    claim.measure(largest_difference(_run_split(space, kind, 2), whole))
+    faults = ["train.objective.accumulation_not_divided"]
+    if kind == "orpo":
+        faults.append("train.objective.orpo_nll_per_micro_batch")
+    for fault in faults:
+        claim.control(
+            f"{fault} on the split run",
+            largest_difference(_run_split(space, kind, 2, fault), whole),
+        )

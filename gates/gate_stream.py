@@ -209,6 +209,37 @@ def test_twenty_step_curves_and_invariance(gate, tiny_paths, tmp_path):
     gate.note(f"resident curve: first {resident[0]:.6f}, last {resident[-1]:.6f}")
 
 
+def test_full_fine_tuning_curve_reads_each_steps_weights(gate, tiny_paths):
+    """Method full writes the streamed base weights themselves: every step's forward must read
+    what the last optimizer step wrote to the store, however many slots still hold a layer."""
+    from assay_testing.defects import arm
+
+    path = tiny_paths["llama3"]
+    ids = torch.randint(0, 320, (4, 32), generator=torch.Generator().manual_seed(2))
+    resident = loss_curve(adapted(path, "full", "float32", {}), 20, ids)
+
+    def unequal(buffers: int) -> int:
+        curve = loss_curve(
+            StreamedModel(adapted(path, "full", "float32", {}), buffers=buffers), 20, ids
+        )
+        return sum(c != r for c, r in zip(curve, resident, strict=True))
+
+    claim = gate.claim(
+        "curve.20_steps.full",
+        "20 AdamW steps of full fine-tuning (tiny llama3, float32): the streamed loss curve "
+        "equals the resident one exactly, ram tier with 2 and 3 buffers (3: a slot per layer "
+        "and one more, so slots outlive steps)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="unequal losses",
+        code=IMPLEMENTATION,
+    )
+    claim.measure(unequal(2) + unequal(3))
+    fault = "stream.engine.trained_base_slots_kept"
+    with arm(fault):
+        claim.control(f"{fault} (slots kept across optimizer steps)", unequal(2) + unequal(3))
+
+
 def test_streaming_really_ran(gate, tmp_path):
     from assay_testing.tiny import save_tiny
 

@@ -42,8 +42,8 @@ from assay_testing import defects
 class LocalNormalisation(DistributedTrainer):
     """Broken on purpose: each rank divides by its OWN scored tokens, then DDP averages."""
 
-    def _step_scored(self, micro: list[Batch]) -> int:
-        return sum(int(b.loss_mask.sum()) for b in micro)
+    def _step_counts(self, micro: list[Batch]) -> tuple[int, int]:
+        return Trainer._step_counts(self, micro)
 
 
 class NoWorldScale(DistributedTrainer):

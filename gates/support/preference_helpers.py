@@ -71,7 +71,8 @@ def product(model, base, spec, batch, *, backward_ctx=contextlib.nullcontext, **
     """(loss, {name: grad or None}) from the product objective."""
     for p in trainables(base).values():
         p.grad = None
-    loss = objective(model, base, *spec[1:], **kwargs).loss(batch, 0, 1)
+    obj = objective(model, base, *spec[1:], **kwargs)
+    loss = obj.loss(batch, obj.normaliser(batch), 1.0)
     with backward_ctx():
         loss.backward()
     return loss.detach(), {n: p.grad for n, p in trainables(base).items()}

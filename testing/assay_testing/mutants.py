@@ -181,7 +181,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "train.objective.accumulation_not_divided",
-        (_PR + "test_accumulation_divides_by_micro_batches",),
+        (_PR + "test_a_micro_batch_weighs_by_its_share_of_the_steps_rows",),
+    ),
+    Mutant(
+        "train.objective.head_read_before_forward",
+        ("gates/gate_distributed.py::test_fsdp_trains_a_preference_loss_like_one_process",),
+        budget_s=300.0,
+    ),
+    Mutant(
+        "train.objective.orpo_nll_per_micro_batch",
+        ("tests/train/test_objective.py::test_a_steps_shares_sum_to_its_rows_as_one_batch",),
     ),
     Mutant(
         "train.objective.ce_micro_normalised",
@@ -311,6 +320,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("stream.engine.grads_assigned_not_accumulated", (_STREAM_ACCUMULATION,)),
     Mutant("stream.engine.recompute_without_autocast", (_STREAM_BF16,)),
     Mutant("stream.engine.resident_grads_dropped", (_STREAM_BITWISE,)),
+    Mutant(
+        "stream.engine.trained_base_slots_kept",
+        (_SE + "test_full_method_trains_like_resident_over_optimizer_steps",),
+    ),
     Mutant("stream.engine.backward_stale_input", (_STREAM_BITWISE,)),
     Mutant(
         "stream.engine.prefetch_wrong_layer",
@@ -538,6 +551,35 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "qualify.judging.stale.ignore",
         ("tests/qualify/test_stale.py::test_changed_gate_file_is_stale",),
+    ),
+    Mutant(
+        "qualify.judging.select.stale_code_current",
+        (
+            "tests/qualify/test_gate_select.py::test_a_change_selects_exactly_the_gates_that_read_it",
+        ),
+    ),
+    Mutant(
+        "qualify.judging.select.failing_record_current",
+        ("tests/qualify/test_gate_select.py::test_selection_is_exactly_the_gates_the_rule_names",),
+    ),
+    Mutant(
+        "qualify.judging.select.environment_ignored",
+        (
+            "tests/qualify/test_gate_select.py::"
+            "test_a_new_torch_version_selects_the_gates_that_recorded_torch",
+        ),
+    ),
+    Mutant(
+        "digest.length_ignored",
+        ("tests/test_digest.py::test_feed_hashes_exactly_the_bytes_asked_for",),
+    ),
+    Mutant(
+        "digest.tail_after_first_chunk_dropped",
+        ("tests/test_digest.py::test_feed_hashes_exactly_the_bytes_asked_for",),
+    ),
+    Mutant(
+        "digest.first_chunk_only",
+        ("tests/test_digest.py::test_file_sha256_is_the_sha256_of_the_whole_file",),
     ),
 )
 

@@ -6,23 +6,34 @@ clean run); a killer that fails without any fault makes the mutant ``invalid``, 
 a broken test cannot inflate the kill rate. ``survived``: the killers passed with the fault
 armed. ``timeout``: the budget ran out (not counted as killed). ``error``: pytest could not run
 the node ids (usage error, nothing collected), also not counted as killed.
+
+The same mutants are measured against the gates (:func:`run_gate_mutants`): the gate tests
+whose claims read the mutant's module (:func:`covering_tests`) run with the fault armed, and
+the mutant is ``killed`` only when a gate claim fails in the receipts they write and the failing
+tests pass without the fault. A gate test that fails with no claim failing (its own code raised)
+is ``errored``, reported apart and not counted as a kill.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from assay_testing.defects import child_env
+from assay_testing.defects import MUTANT_ENV, child_env
 
 # pytest exit codes: 0 all passed, 1 some failed; anything else means the run itself went wrong.
 _PASSED, _FAILED = 0, 1
@@ -57,13 +68,17 @@ def run_pytest(
     scratch: Path,
     timeout_s: float,
     first_failure: bool = True,
+    extra_env: Mapping[str, str] | None = None,
+    plugins: Sequence[str] = (),
 ) -> PytestRun:
-    """pytest on ``nodeids`` in a fresh interpreter with ``ASSAY_FAULTS=faults`` (empty: none).
+    """pytest on ``nodeids`` in a fresh interpreter with ``ASSAY_FAULTS=faults`` (empty: none)
+    and ``extra_env`` set (``ASSAY_MUTANT`` there arms a mutant in every child it starts too),
+    and ``plugins`` loaded.
 
     No xdist, no cache, the project's ``addopts`` cleared (killers may be marked slow), and gate
     receipts redirected to ``scratch``.
     """
-    env = child_env(faults)
+    env = child_env(faults, {**os.environ, **(extra_env or {})})
     env.setdefault("OMP_NUM_THREADS", "1")
     tree = [str(root / "src"), str(root / "testing")]  # this checkout's product and machinery
     env["PYTHONPATH"] = os.pathsep.join([*tree, *filter(None, [env.get("PYTHONPATH")])])
@@ -71,20 +86,49 @@ def run_pytest(
     command += ["-p", "no:xdist", "-o", "addopts="]
     if first_failure:
         command.append("-x")
+    for plugin in plugins:
+        command += ["-p", plugin]
     if any(n.startswith("gates/") for n in nodeids):
         command += gate_options(scratch)
     command += list(nodeids)
     start = time.perf_counter()
+    # a timeout stops what the tests started too (torchrun ranks, trainer children), which
+    # would otherwise take the cores from the next mutant
+    child = subprocess.Popen(
+        command,
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout if isinstance(exc.stdout, str) else ""
-        return PytestRun(None, time.perf_counter() - start, {}, out[-2000:])
-    output = done.stdout + done.stderr
-    outcomes = {m.group(2): m.group(1) for m in _OUTCOME.finditer(done.stdout)}
-    return PytestRun(done.returncode, time.perf_counter() - start, outcomes, output[-2000:])
+        stdout, stderr = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        for pid in [*_descendants(child.pid), child.pid]:  # torchrun starts its own sessions
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        stdout, _ = child.communicate()
+        return PytestRun(None, time.perf_counter() - start, {}, stdout[-2000:])
+    outcomes = {m.group(2): m.group(1) for m in _OUTCOME.finditer(stdout)}
+    tail = (stdout + stderr)[-2000:]
+    return PytestRun(child.returncode, time.perf_counter() - start, outcomes, tail)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), children before their own children."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        children = [c for p in frontier for c in parents.get(p, [])]
+        found += children
+        frontier = children
+    return found
 
 
 def covered(outcomes: dict[str, str], killer: str) -> list[str]:
@@ -152,6 +196,177 @@ def run_mutants(
 
     with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         return list(pool.map(one, mutants))
+
+
+def _fullest_receipt(folder: Path) -> dict | None:
+    """The gate's newest receipt among those that ran the most tests: a run narrowed to some
+    tests (``-k``) would narrow every selection made from it."""
+    receipts = [json.loads(p.read_text("utf-8")) for p in sorted(folder.glob("*.json"))]
+    if not receipts:
+        return None
+    return max(reversed(receipts), key=lambda r: len(r["run"].get("tests", [])))
+
+
+def covering_tests(path: str, receipts: Path, gates: Sequence[str]) -> list[str]:
+    """Node ids of the tests of ``gates`` whose claims, in each gate's newest fullest receipt
+    under ``receipts``, executed or declared ``path`` (relative to the repository): the gate
+    selection that covers a file. In the order of ``gates`` (cheapest first, so a kill usually comes
+    early; receipts time a test's call, not the fixtures that do most gates' work), each
+    gate's tests in the order its receipt ran them."""
+    chosen: list[str] = []
+    for gate in gates:
+        receipt = _fullest_receipt(receipts / gate)
+        if receipt is None:
+            continue
+        reading = {
+            claim["test"]
+            for claim in receipt["claims"]
+            if any(
+                f["path"] == path
+                for f in [*(claim.get("executed_files") or []), *claim.get("code_files", [])]
+            )
+        }
+        ran = [t["nodeid"] for t in receipt["run"].get("tests", [])]
+        chosen += sorted(reading, key=lambda node: ran.index(node) if node in ran else len(ran))
+    return chosen
+
+
+# Claims whose failure is evidence of a defect; a performance claim (seconds, throughput) also
+# fails on a loaded machine, and the mutants run two at a time.
+EVIDENCE_KINDS = ("correctness", "memory")
+
+
+def failing_claims(receipts: Path) -> list[str]:
+    """``gate: claim`` for every correctness or memory claim judged fail in a receipt under
+    ``receipts``."""
+    found = []
+    for path in sorted(receipts.glob("*/*.json")):
+        receipt = json.loads(path.read_text("utf-8"))
+        bad = [
+            c["id"]
+            for c in receipt["claims"]
+            if c.get("verdict") == "fail" and c.get("kind") in EVIDENCE_KINDS
+        ]
+        found += [f"{receipt['gate']}: {claim}" for claim in bad]
+    return found
+
+
+@dataclass(frozen=True)
+class GateKill:
+    """One mutant measured against the gates: its verdict, the gate tests that ran, and the
+    claims that failed (what killed it)."""
+
+    name: str
+    verdict: str  # killed | errored | survived | timeout | invalid | error | unreached
+    wall_s: float
+    selected: tuple[str, ...]
+    failed_tests: tuple[str, ...]
+    failed_claims: tuple[str, ...]
+    tail: str
+
+
+# Gates run as a regression, for speed: no per-claim coverage (what ran is not the question).
+GATE_RUN_ENV = {"ASSAY_GATE_COVERAGE": "0"}
+STOP_AT_CLAIM = "assay_testing.stop_at_claim"
+
+
+class _CleanRuns:
+    """Gate tests run with no fault armed, once per set; ``verdicts`` holds what the runner
+    makes of each such run as if a mutant had been armed (the control: never ``killed``)."""
+
+    def __init__(self, root: Path, scratch: Path, timeout_s: float) -> None:
+        self.root, self.scratch, self.timeout_s = root, scratch, timeout_s
+        self.verdicts: dict[tuple[str, ...], str] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, nodeids: Sequence[str]) -> bool:
+        """Whether ``nodeids`` pass with no fault armed."""
+        key = tuple(sorted(nodeids))
+        with self.lock:
+            if key in self.verdicts:
+                return self.verdicts[key] == "survived"
+        where = self.scratch / hashlib.sha256("\n".join(key).encode()).hexdigest()[:12]
+        run = run_pytest(
+            key,
+            faults="",
+            root=self.root,
+            scratch=where,
+            timeout_s=self.timeout_s,
+            first_failure=False,
+            extra_env=GATE_RUN_ENV,
+        )
+        failed = tuple(n for n, o in run.outcomes.items() if o in ("FAILED", "ERROR"))
+        verdict = gate_verdict(run, failed, failing_claims(where / "receipts"), lambda _: True)
+        with self.lock:
+            self.verdicts[key] = verdict
+        return verdict == "survived"
+
+
+def gate_verdict(
+    run: PytestRun,
+    failed: Sequence[str],
+    claims: Sequence[str],
+    clean: Callable[[Sequence[str]], bool],
+) -> str:
+    """killed | errored | survived | timeout | invalid | error for one mutant's gate run, whose
+    ``failed`` tests failed and ``claims`` failed; ``clean(failed)`` says whether those tests
+    pass without the fault (asked only when they failed)."""
+    if run.returncode is None:
+        return "timeout"
+    if run.returncode == _PASSED:
+        return "survived"
+    if run.returncode != _FAILED or not failed:
+        return "error"
+    if not clean(failed):
+        return "invalid"
+    return "killed" if claims else "errored"
+
+
+def run_gate_mutants(
+    mutants: Sequence[tuple[str, Sequence[str]]],
+    *,
+    root: Path,
+    scratch: Path,
+    budget_s: float,
+    jobs: int = 2,
+    on_result: Callable[[GateKill], None] | None = None,
+    confirm: Callable[[Sequence[str]], bool] | None = None,
+) -> tuple[list[GateKill], dict[tuple[str, ...], str]]:
+    """Run each ``(fault name, covering gate tests)`` with its fault armed, stopping after the
+    first test whose claim failed, ``jobs`` at a time. A kill is confirmed by
+    ``confirm(failing tests)``, by default those tests run once with no fault armed. Returns the
+    results and, for each set of failing tests, the runner's verdict on its clean run (the
+    control's data)."""
+    clean = _CleanRuns(root, scratch / "clean", budget_s)
+
+    def one(item: tuple[int, tuple[str, Sequence[str]]]) -> GateKill:
+        index, (name, selected) = item
+        if not selected:
+            result = GateKill(name, "unreached", 0.0, (), (), (), "no gate test covers it")
+        else:
+            where = scratch / f"{index:03d}-{name}"  # its own receipts: what it alone failed
+            # armed in every process the gates start, whatever faults they arm or clear there;
+            # stopped at the first failing claim, not at a gate test that raised
+            run = run_pytest(
+                selected,
+                faults="",
+                root=root,
+                scratch=where,
+                timeout_s=budget_s,
+                first_failure=False,
+                extra_env={**GATE_RUN_ENV, MUTANT_ENV: name},
+                plugins=(STOP_AT_CLAIM,),
+            )
+            failed = tuple(n for n, o in run.outcomes.items() if o in ("FAILED", "ERROR"))
+            claims = tuple(failing_claims(where / "receipts"))
+            verdict = gate_verdict(run, failed, claims, confirm or clean)
+            result = GateKill(name, verdict, run.wall_s, tuple(selected), failed, claims, run.tail)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        return list(pool.map(one, enumerate(mutants))), clean.verdicts
 
 
 # mutmut 3.8's exit-code meanings (mutmut.stats.status_by_exit_code), the ones counted here.

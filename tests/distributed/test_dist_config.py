@@ -59,10 +59,23 @@ def test_defaults_and_absent_section(tmp_path):
             "distributed: {strategy: fsdp}\nstorage: bf16\n",
             "use storage float32 or strategy ddp",
         ),
+        (
+            "distributed: {strategy: fsdp}\nadapter: {method: tinylora}\n",
+            "distributed.strategy: fsdp shards each layer's parameters as a group of its own",
+        ),
     ],
 )
 def test_impossible_or_misspelt_settings_are_one_line_errors(tmp_path, extra, expected):
     assert expected in _error(tmp_path, MINIMAL + extra)
+
+
+def test_fsdp_trains_tinylora_with_a_vector_per_target(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        MINIMAL
+        + "distributed: {strategy: fsdp}\nadapter: {method: tinylora, sharing: per_target}\n"
+    )
+    assert load_train_config(path).adapter.sharing == "per_target"
 
 
 def test_ddp_composes_with_streaming_and_nf4(tmp_path):

@@ -127,6 +127,33 @@ def test_full_method_trains_the_host_weights(tiny_models):
     assert torch.equal(block, weight.detach())  # the arena is what the next fetch reads
 
 
+@pytest.mark.parametrize("buffers", [2, 3])
+def test_full_method_trains_like_resident_over_optimizer_steps(tiny_models, buffers):
+    """Each step's forward reads the weights the last optimizer step wrote to the store, not a
+    slot copied before it (with as many slots as layers, every slot still holds one)."""
+    path = tiny_models["qwen2"]["hf"]
+    ids = torch.randint(0, 320, (2, 20), generator=torch.Generator().manual_seed(6))
+    runs = {}
+    for name, model in (
+        ("resident", _model(path, "full", "float32", {})),
+        ("streamed", StreamedModel(_model(path, "full", "float32", {}), buffers=buffers)),
+    ):
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        losses = []
+        for _ in range(3):
+            logits = model(ids)
+            loss = torch.nn.functional.cross_entropy(
+                logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+            )
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        runs[name] = losses
+    assert runs["streamed"] == runs["resident"]
+    assert runs["resident"][0] != runs["resident"][2]
+
+
 def test_full_method_refuses_kept_mode(tiny_models):
     model = _model(tiny_models["qwen2"]["hf"], "full", "float32", {})
     with pytest.raises(ConfigError, match="recompute"):

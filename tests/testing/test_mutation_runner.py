@@ -1,7 +1,9 @@
-"""The mutant runner on a fake subject: a kill needs a clean pass and a failure with the fault."""
+"""The mutant runners on fake subjects: a kill needs a clean pass and a failure with the fault
+(and, against gates, a failing claim)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,10 @@ from assay_testing.mutation import (
     classify,
     clean_killers,
     covered,
+    covering_tests,
+    gate_verdict,
     mutmut_score,
+    run_gate_mutants,
     run_mutants,
     run_pytest,
 )
@@ -114,3 +119,114 @@ def test_mutmut_score_counts_timeouts_as_killed_and_leaves_unchecked_out():
     assert (counts["not_checked"], counts["other"], counts["total"]) == (1, 1, 7)
     assert counts["score"] == 0.6
     assert mutmut_score({})["score"] == 0.0
+
+
+GATE_SUBJECT = """
+import os
+
+from assay.qualify import Threshold
+
+
+def _armed():
+    # the gate runner arms its mutant through ASSAY_MUTANT (in children too)
+    return os.environ.get("ASSAY_MUTANT") == "qualify.judging.stale.ignore"
+
+
+def _claim(gate, name, value):
+    claim = gate.claim(name, "counts", kind="correctness",
+                       threshold=Threshold("==", 0), unit="count", code=())
+    claim.measure(value)
+    claim.control("the same, broken", 1)
+
+
+def test_claim_fails_when_armed(gate):
+    _claim(gate, "subject.count", int(_armed()))
+
+
+def test_raises_when_armed(gate):
+    assert not _armed()
+    _claim(gate, "subject.raises", 0)
+
+
+def test_claim_always_fails(gate):
+    _claim(gate, "subject.always", 1)
+"""
+
+
+@pytest.fixture
+def gate_subject(tmp_path: Path) -> Path:
+    (tmp_path / "gates").mkdir()
+    (tmp_path / "gates/gate_subject.py").write_text(GATE_SUBJECT)
+    return tmp_path
+
+
+def test_gate_kills_need_a_failing_claim_and_a_clean_pass(gate_subject):
+    node = "gates/gate_subject.py::{}".format
+    results, clean = run_gate_mutants(
+        [
+            ("qualify.judging.stale.ignore", [node("test_claim_fails_when_armed")]),
+            ("qualify.judging.stale.ignore", [node("test_raises_when_armed")]),
+            ("qualify.ledger.chain.unchained", [node("test_claim_fails_when_armed")]),
+            ("qualify.judging.stale.ignore", [node("test_claim_always_fails")]),
+            ("qualify.judging.stale.ignore", []),
+            # a gate test that raised does not stop the run: the claim after it still fails
+            (
+                "qualify.judging.stale.ignore",
+                [node("test_raises_when_armed"), node("test_claim_fails_when_armed")],
+            ),
+        ],
+        root=gate_subject,
+        scratch=gate_subject / "scratch",
+        budget_s=120,
+        jobs=2,
+    )
+    verdicts = [r.verdict for r in results]
+    assert verdicts == ["killed", "errored", "survived", "invalid", "unreached", "killed"]
+    assert results[0].failed_claims == ("subject: subject.count",)
+    assert results[1].failed_tests == (node("test_raises_when_armed"),)
+    # one clean run per failing set; the always-failing claim reads as a kill there (the
+    # control's signal), the two that fail only with the mutant do not
+    assert sorted(clean.values()) == ["killed", "survived", "survived", "survived"]
+
+
+def test_a_gate_kill_is_confirmed_only_by_the_clean_check():
+    failed = PytestRun(1, 0.0, {"gates/g.py::t": "FAILED"}, "")
+    claims = ("g: c",)
+    assert gate_verdict(failed, ("gates/g.py::t",), claims, lambda _: True) == "killed"
+    assert gate_verdict(failed, ("gates/g.py::t",), claims, lambda _: False) == "invalid"
+    assert gate_verdict(failed, ("gates/g.py::t",), (), lambda _: True) == "errored"
+    assert gate_verdict(failed, (), claims, lambda _: True) == "error"  # nothing to confirm
+    assert gate_verdict(PytestRun(0, 0.0, {}, ""), (), (), lambda _: True) == "survived"
+    assert gate_verdict(PytestRun(None, 0.0, {}, ""), (), (), lambda _: True) == "timeout"
+
+
+def _receipt(folder: Path, name: str, claims: list[tuple[str, str, list[str]]], ran: list[str]):
+    folder.mkdir(parents=True, exist_ok=True)
+    receipt = {
+        "gate": folder.name,
+        "claims": [
+            {"id": i, "test": t, "executed_files": [{"path": p} for p in paths]}
+            for i, t, paths in claims
+        ],
+        "run": {"tests": [{"nodeid": n} for n in ran]},
+    }
+    (folder / name).write_text(json.dumps(receipt))
+
+
+def test_covering_tests_are_the_newest_receipts_readers_in_gate_order(tmp_path):
+    _receipt(tmp_path / "slow", "1.json", [("a", "s::t1", ["m.py"])], ["s::t1"])
+    _receipt(
+        tmp_path / "fast",
+        "1.json",
+        [("a", "f::old", ["m.py"])],
+        ["f::old"],
+    )
+    _receipt(  # the newest receipt of gate fast: f::t2 ran before f::t1, f::t3 reads no m.py
+        tmp_path / "fast",
+        "2.json",
+        [("a", "f::t1", ["m.py"]), ("b", "f::t2", ["x.py", "m.py"]), ("c", "f::t3", ["x.py"])],
+        ["f::t2", "f::t1", "f::t3"],
+    )
+    found = covering_tests("m.py", tmp_path, ["fast", "slow", "absent"])
+    assert found == ["f::t2", "f::t1", "s::t1"]
+    assert covering_tests("nothing.py", tmp_path, ["fast", "slow"]) == []

@@ -128,7 +128,8 @@ def test_orpo_loss_adds_the_chosen_token_nll(model):
     pairs = [Example(i, (_seq(draw(3), draw(3 + i)), _seq(draw(3), draw(4)))) for i in range(2)]
     batch = collate(pairs, 0)
     config = _config("orpo", beta=0.2)
-    got = Objective(config, model, model).loss(batch, 0, 1)
+    obj = Objective(config, model, model)
+    got = obj.loss(batch, obj.normaliser(batch), 1.0)
     with torch.no_grad():
         per_token = _token_logps(model, *_fields(batch))
     mask = batch.loss_mask
@@ -138,3 +139,47 @@ def test_orpo_loss_adds_the_chosen_token_nll(model):
     assert float(nll) > 0
     want = pair_losses(settings, policy, None, nll).losses.mean()
     torch.testing.assert_close(got.detach(), want, rtol=1e-5, atol=1e-6)
+
+
+def _step_rows(kind: str, lengths: list[int]) -> list[Example]:
+    """One step's rows for ``kind``: text rows for CE, pairs whose chosen completions have
+    ``lengths`` tokens (so a token mean and a mean of micro-batch means differ) otherwise."""
+    draw = _draw(sum(lengths))
+    if kind in ("ce", "chunked_ce"):
+        return [Example(i, (_seq(draw(2), draw(n)),)) for i, n in enumerate(lengths)]
+    return [
+        Example(i, (_seq(draw(3), draw(n)), _seq(draw(3), draw(5)))) for i, n in enumerate(lengths)
+    ]
+
+
+# KTO is left out by design: its KL reference point is estimated within each micro-batch (as
+# TRL's is), so its step is not one batch's loss however the rows are split.
+STEP_INVARIANT = ["ce", "chunked_ce", "dpo", "ipo", "orpo", "simpo"]
+
+
+@pytest.mark.parametrize("kind", STEP_INVARIANT)
+@pytest.mark.parametrize(
+    ("lengths", "split"),
+    [([1, 9, 2, 6], 2), ([1, 9, 2, 6], 1), ([7, 1, 1, 3], 3)],
+    ids=["halves", "one-and-three", "three-and-one"],
+)
+def test_a_steps_shares_sum_to_its_rows_as_one_batch(model, kind, lengths, split):
+    """The invariant accumulation and data parallelism rest on: however a step's rows are cut
+    into micro-batches (or ranks), the shares ``loss(batch, divisor, row_share)`` sum to the
+    loss of the rows as one batch, and so do their gradients."""
+    rows = _step_rows(kind, lengths)
+    obj = Objective(_config(kind, chunk_size=3, beta=0.2), model, model)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def shares(parts: list[list[Example]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        batches = [collate(part, 0) for part in parts]
+        divisor = sum(obj.normaliser(b) for b in batches)
+        total = sum(obj.loss(b, divisor, len(b.lines) / len(rows)) for b in batches)
+        grads = torch.autograd.grad(total, params)
+        return total.detach(), list(grads)
+
+    whole, whole_grads = shares([rows])
+    split_loss, split_grads = shares([rows[:split], rows[split:]])
+    torch.testing.assert_close(split_loss, whole, rtol=1e-5, atol=1e-6)
+    for got, want in zip(split_grads, whole_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

@@ -160,10 +160,10 @@ def test_chosen_and_rejected_run_as_one_batch(tiny_adapted, kind, forwards):
     assert {"logps/chosen", "logps/rejected"} <= set(metrics)
 
 
-def test_accumulation_divides_by_micro_batches(tiny_adapted):
+def test_a_micro_batch_weighs_by_its_share_of_the_steps_rows(tiny_adapted):
     obj = _objective(tiny_adapted, "dpo")
     batch = _pairs()
-    assert torch.equal(obj.loss(batch, 0, 2) * 2, obj.loss(batch, 0, 1))
+    assert torch.equal(obj.loss(batch, 0, 0.5) * 2, obj.loss(batch, 0, 1.0))
 
 
 def test_reference_is_the_model_with_adapters_disabled(tiny_adapted):

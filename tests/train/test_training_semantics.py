@@ -140,8 +140,8 @@ def test_the_logged_grad_norm_is_the_norm_of_the_logged_loss_gradient(workspace)
     micro = trainer._micro_batches()
     trainer._micro_batches = lambda: micro  # the step trains on exactly these micro-batches
     params = list(trainer.params.values())
-    scored = trainer._step_scored(micro)
-    shares = [trainer._share(batch, scored, len(micro)) for batch in micro]
+    divisor = trainer._step_counts(micro)[1]
+    shares = [trainer._share(batch, divisor) for batch in micro]
     grads = torch.autograd.grad(sum(shares), params)
     expected = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
     record = trainer.train_step()

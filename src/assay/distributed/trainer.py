@@ -7,7 +7,8 @@ What it guarantees, at any world size W (gloo on CPU, NCCL on CUDA):
 - Loss normalisation (why the gradients agree with one process over the union of the rows):
   a CE micro-batch contributes its summed token loss divided by the scored tokens of the
   WHOLE step, summed over ranks (one all-reduce before the first backward); a preference
-  micro-batch contributes its mean pair loss times its share of the step's rows. Each rank's
+  micro-batch contributes its mean pair loss times its share of the step's rows, and ORPO's
+  NLL term its summed chosen-token NLL divided by the chosen tokens of the whole step. Each rank's
   contributions therefore sum, over ranks, to the single-process step loss. Torch reduces
   gradients by their mean over ranks, so each rank back-propagates W times its share: the
   reduced gradient is the single-process gradient up to floating-point reduction order
@@ -40,7 +41,6 @@ from assay.train.build import build_model
 from assay.train.checkpoint import Checkpoint, save_checkpoint
 from assay.train.data import Batch, Cursor, collate
 from assay.train.loop import Trainer
-from assay.train.objective import CE_KINDS
 
 
 class DistributedTrainer(Trainer):
@@ -58,7 +58,6 @@ class DistributedTrainer(Trainer):
         self.strategy = config.distributed.strategy if config.distributed else "ddp"
         rows = config.batch.micro_batch * config.batch.grad_accum
         check_divisible(rows, context.world_size, f"{config.source}: batch")
-        self.rows_per_step = rows
         self.is_main = context.is_main
         super().__init__(config, device=context.device, progress=progress)
 
@@ -94,17 +93,10 @@ class DistributedTrainer(Trainer):
             for rows in self.batches.next_step()
         ]
 
-    def _step_scored(self, micro: list[Batch]) -> int:
-        local = sum(int(b.loss_mask.sum()) for b in micro)
-        return int(self.context.all_reduce_sum([local])[0])
-
-    def _share(self, batch: Batch, scored: int, micro_batches: int) -> torch.Tensor:
-        if self.objective.kind in CE_KINDS:
-            return self.objective.loss(batch, scored, micro_batches)
-        # Preference: mean over this micro-batch's rows, weighted by its share of the step's
-        # rows, so unequal micro-batches still sum to the mean over the whole step.
-        rows = len(batch.lines)
-        return self.objective.loss(batch, scored, 1) * (rows / self.rows_per_step)
+    def _step_counts(self, micro: list[Batch]) -> tuple[int, int]:
+        local = super()._step_counts(micro)
+        scored, divisor = self.context.all_reduce_sum(list(local))
+        return int(scored), int(divisor)
 
     def _backward(self, share: torch.Tensor) -> None:
         # DDP and FSDP average gradients over ranks; W x share makes the average the sum.

@@ -292,7 +292,8 @@ def check_distributed(config: TrainConfig, *, launched: bool = False) -> None:
     ranks it would train another objective than one process does: refused. FSDP2 shards
     parameters: a bf16/NF4 base is held in buffers, which it leaves whole, and a streamed base
     lives in a host store outside the module, so both are refused rather than silently left
-    unsharded.
+    unsharded; and it shards each layer as its own group, which no parameter shared by several
+    layers (TinyLoRA's global vector) can belong to.
     """
     dist = config.distributed
     source = Path(config.source)
@@ -318,6 +319,14 @@ def check_distributed(config: TrainConfig, *, launched: bool = False) -> None:
             "distributed.strategy",
             f"fsdp shards parameters, and storage {config.storage} holds the frozen base in "
             "buffers that FSDP2 does not shard; use storage float32 or strategy ddp",
+        )
+    if config.adapter.sharing == "global":
+        raise _fail(
+            source,
+            "distributed.strategy",
+            "fsdp shards each layer's parameters as a group of its own, and tinylora with "
+            "sharing: global trains one vector shared by every layer; use strategy ddp or "
+            "adapter.sharing: per_target",
         )
 
 

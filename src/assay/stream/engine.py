@@ -172,9 +172,10 @@ class StreamedModel(nn.Module):
         self.trainable_base_names = [
             [name for name, t in tensors.items() if t.requires_grad] for tensors in layers
         ]
-        if tier == "disk" and any(self.trainable_base_names):
+        self.base_trains = any(self.trainable_base_names)
+        if tier == "disk" and self.base_trains:
             raise ConfigError("method full streams from the RAM tier only (stream.tier: ram)")
-        if not recompute and any(self.trainable_base_names):
+        if not recompute and self.base_trains:
             raise ConfigError("stream.recompute: false needs a frozen base; method full recomputes")
         self.recompute = recompute
         if store is not None:
@@ -263,6 +264,10 @@ class StreamedModel(nn.Module):
             None if position_ids is None else position_ids.to(self.device),
         )
         self.kept.release()  # the previous backward's last slot
+        if self.base_trains:
+            # The optimizer writes trainable base weights into the store between steps: a slot
+            # still holding a layer copied before would run its old weights.
+            self.pool.forget()
         if not self.recompute and torch.is_grad_enabled():
             return self.model.norm(self._layers_keeping_activations(x, (rope, mask)))
         # Adapter switches (enable/disable) must not change between this call and backward:

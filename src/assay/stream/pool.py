@@ -121,6 +121,15 @@ class SlotPool:
         if self.cuda and slot.requested is not None:
             torch.cuda.current_stream(self.device).wait_event(slot.ready)
 
+    def forget(self) -> None:
+        """Drop what every slot holds, so each layer is copied afresh from the store: for a
+        store whose tensors changed since (base weights that train, after an optimizer step)."""
+        for slot in self.slots:
+            if slot.in_use:
+                raise StreamError(f"stream slot {slot.index} is in use and cannot be refilled")
+            self._wait(slot)
+            slot.requested = slot.loaded = None
+
     def buffer(self, layer: int) -> torch.Tensor:
         """The raw slot buffer that holds ``layer`` now; raises unless a slot holds it."""
         slot = self._holder(layer)

@@ -131,7 +131,7 @@ class Trainer:
             scheduler=self.scheduler,
             lr_factor=lr_factor(self.config),
             dataset_size=len(self.train_data),
-            rows_per_step=self.config.batch.micro_batch * self.config.batch.grad_accum,
+            rows_per_step=self.rows_per_step,
             seed=self.config.seed,
             shuffle=self.batches.cursor.shuffle,
             steps=self.config.steps,
@@ -213,13 +213,20 @@ class Trainer:
         }
         return dataclasses.replace(batch, **moved)
 
-    def _step_scored(self, micro: list[Batch]) -> int:
-        """Scored tokens of the whole step: every micro-batch's loss is divided by it."""
-        return sum(int(b.loss_mask.sum()) for b in micro)
+    @property
+    def rows_per_step(self) -> int:
+        """Rows (pairs for preference data) of one optimizer step, over every rank."""
+        return self.config.batch.micro_batch * self.config.batch.grad_accum
 
-    def _share(self, batch: Batch, scored: int, micro_batches: int) -> torch.Tensor:
+    def _step_counts(self, micro: list[Batch]) -> tuple[int, int]:
+        """The whole step's scored tokens (logged) and the tokens its loss is divided by (the
+        objective's normaliser), each summed over every micro-batch."""
+        scored = sum(int(b.loss_mask.sum()) for b in micro)
+        return scored, sum(self.objective.normaliser(b) for b in micro)
+
+    def _share(self, batch: Batch, divisor: int) -> torch.Tensor:
         """This micro-batch's share of the step loss (the shares sum to the step loss)."""
-        return self.objective.loss(batch, scored, micro_batches)
+        return self.objective.loss(batch, divisor, len(batch.lines) / self.rows_per_step)
 
     def _backward(self, share: torch.Tensor) -> None:
         share.backward()
@@ -238,12 +245,12 @@ class Trainer:
         """One optimizer step over ``grad_accum`` micro-batches."""
         started = time.perf_counter()
         micro = self._micro_batches()
-        scored = self._step_scored(micro)
+        scored, divisor = self._step_counts(micro)
         total_loss = 0.0
         collected: list[dict[str, float]] = []
         for index, batch in enumerate(micro):
             with self._gradient_sync(last=index == len(micro) - 1):
-                loss = self._share(batch, scored, len(micro))
+                loss = self._share(batch, divisor)
                 self._backward(loss)
             total_loss += loss.item()
             collected.append(self.objective.metrics())
@@ -422,7 +429,8 @@ class Trainer:
                     collate(list(data.examples[start : start + size]), self.pad_id)
                 )
                 n = int(batch.loss_mask.sum())
-                total += float(self.objective.loss(batch, n, 1)) * n
+                share = self.objective.loss(batch, self.objective.normaliser(batch), 1.0)
+                total += float(share) * n
                 count += n
             return total / count
         finally:

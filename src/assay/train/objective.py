@@ -138,11 +138,27 @@ class Objective:
             return contextlib.nullcontext()
         return torch.autocast(device.type, dtype=dtype)
 
-    def loss(self, batch: Batch, scored_total: int, micro_batches: int) -> torch.Tensor:
-        """CE: this micro-batch's summed token loss divided by the step's scored tokens.
-        Preference: the mean over this micro-batch's pairs (KTO: rows) / ``micro_batches``."""
+    def normaliser(self, batch: Batch) -> int:
+        """The tokens of ``batch`` that the step's loss is divided by, summed over the step's
+        micro-batches (and ranks): every scored token for CE, the chosen completions' tokens
+        for ORPO (its NLL term is one token mean over the step), none for the other
+        preference losses (means over pairs or rows)."""
+        if self.settings is None:
+            return int(batch.loss_mask.sum())
+        if self.settings.kind == "orpo":
+            return int(batch.loss_mask[: batch.loss_mask.shape[0] // 2].sum())
+        return 0
+
+    def loss(self, batch: Batch, divisor: int, row_share: float) -> torch.Tensor:
+        """This micro-batch's share of the step loss; the shares of a step's micro-batches (on
+        every rank) sum to the loss of the step's rows taken as one batch. ``divisor``: the
+        step's :meth:`normaliser` total. ``row_share``: this micro-batch's rows over the step's.
+
+        CE: the summed token loss / ``divisor``. Preference: the mean over this micro-batch's
+        pairs (KTO: rows) x ``row_share``, ORPO's NLL term being the chosen tokens' summed NLL
+        / ``divisor``."""
         if self.settings is not None:
-            return self.preference_loss(batch) / max(micro_batches, 1)
+            return self.preference_loss(batch, divisor, row_share) * row_share
         hidden = self.hidden(batch)
         weight = head_weight(self.base)
         if self.kind == "chunked_ce":
@@ -156,39 +172,37 @@ class Objective:
             )
         else:
             summed = cross_entropy(hidden, weight, batch.labels, batch.loss_mask, reduction="sum")
-        return summed / max(scored_total, 1)
+        return summed / max(divisor, 1)
 
     def metrics(self) -> dict[str, float]:
         """TRL-named metrics of the last preference batch (empty for CE)."""
         return {k: float(v) for k, v in self._metrics.items()}
 
-    def _logps(self, ids, attention, labels, mask, weight, *, grad: bool) -> torch.Tensor:
+    def _logps(self, ids, attention, labels, mask, *, grad: bool) -> torch.Tensor:
         context = contextlib.nullcontext() if grad else torch.no_grad()
         with context:
-            per_token = token_logps(
-                self._hidden(ids, attention), weight, labels, mask, self.chunk_size
-            )
+            hidden = self._hidden(ids, attention)
+            # the head's weight is read after the forward, which gathers it under FSDP2
+            per_token = token_logps(hidden, head_weight(self.base), labels, mask, self.chunk_size)
         return per_token
 
-    def preference_loss(self, batch: Batch) -> torch.Tensor:
-        """Mean preference loss of ``batch``; records :meth:`metrics`."""
+    def preference_loss(self, batch: Batch, divisor: int, row_share: float) -> torch.Tensor:
+        """Mean preference loss of ``batch`` (ORPO's NLL term scaled as :meth:`loss` says);
+        records :meth:`metrics`."""
         s = self.settings
         assert s is not None
-        weight = head_weight(self.base)
         fields = (batch.input_ids, batch.attention_mask, batch.labels, batch.loss_mask)
         mask = batch.loss_mask
         reference = policy_kl = reference_kl = None
         if s.needs_reference:
             with self.reference(self.base):
-                reference = sequence_logps(
-                    self._logps(*fields, weight, grad=False), mask, s.average
-                )
+                reference = sequence_logps(self._logps(*fields, grad=False), mask, s.average)
                 if s.kind == "kto":
                     kl_fields = mismatched(batch)
-                    reference_kl = self._logps(*kl_fields, weight, grad=False).sum(-1)
+                    reference_kl = self._logps(*kl_fields, grad=False).sum(-1)
             if s.kind == "kto":
-                policy_kl = self._logps(*kl_fields, weight, grad=False).sum(-1)
-        per_token = self._logps(*fields, weight, grad=True)
+                policy_kl = self._logps(*kl_fields, grad=False).sum(-1)
+        per_token = self._logps(*fields, grad=True)
         policy = sequence_logps(per_token, mask, s.average)
         if s.kind == "kto":
             if batch.kto_labels is None:
@@ -200,7 +214,8 @@ class Objective:
             nll = None
             if s.kind == "orpo":
                 b = mask.shape[0] // 2
-                nll = -per_token[:b].sum() / mask[:b].sum()
+                # a token mean over the whole step; / row_share undoes the pair mean's weight
+                nll = -per_token[:b].sum() / max(divisor, 1) / row_share
             out = pair_losses(s, policy, reference, nll)
             self._metrics = metrics(out, policy)
         return out.losses.mean()

@@ -22,6 +22,9 @@ from pathlib import Path
 from assay_testing.patching import Edit, patched
 
 ENV = "ASSAY_FAULTS"
+# A mutant under measurement (gate-mutation): armed in a process and in every Python child it
+# starts, whatever faults a gate arms or clears for its own children through ``child_env``.
+MUTANT_ENV = "ASSAY_MUTANT"
 BOOT = Path(__file__).resolve().parent.parent / "boot"
 AREAS = (
     "storage",
@@ -125,10 +128,14 @@ def reporting_children() -> Iterator[None]:
 
 
 def child_env(faults: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """An environment whose Python children start with ``faults`` armed (empty: none)."""
+    """An environment whose Python children start with ``faults`` armed (empty: none), and
+    with the mutant under measurement (``ASSAY_MUTANT``) still armed when ``base`` has one."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if k != ENV}
     if faults:
         parse(faults)
         env[ENV] = faults
+    if (faults or env.get(MUTANT_ENV)) and str(BOOT) not in env.get("PYTHONPATH", "").split(
+        os.pathsep
+    ):
         env["PYTHONPATH"] = os.pathsep.join([str(BOOT), *filter(None, [env.get("PYTHONPATH")])])
     return env

@@ -130,4 +130,34 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
+    # assay.digest
+    Defect(
+        "digest.length_ignored",
+        "feed reads to the end of the file when asked for a length, so a hash of a file's head "
+        "(a GGUF seal's, a manifest's) covers the bytes after it too",
+        (
+            Edit(
+                "assay.digest:feed",
+                "block = handle.read(CHUNK if length is None else min(CHUNK, length - read))",
+                "block = handle.read(CHUNK)",
+            ),
+        ),
+    ),
+    Defect(
+        "digest.tail_after_first_chunk_dropped",
+        "a short last block after the first chunk is not hashed, so a change in the tail of a "
+        "file over 1 MiB (a checkpoint's, a model's) leaves its sha256 unchanged",
+        (
+            Edit(
+                "assay.digest:feed",
+                "        digest.update(block)\n",
+                "        if len(block) == CHUNK or not read:\n            digest.update(block)\n",
+            ),
+        ),
+    ),
+    Defect(
+        "digest.first_chunk_only",
+        "file_sha256 hashes the first chunk of the file alone",
+        (Edit("assay.digest:file_sha256", "feed(digest, handle)", "feed(digest, handle, CHUNK)"),),
+    ),
 )

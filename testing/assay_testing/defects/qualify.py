@@ -219,4 +219,38 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
+    # assay.qualify.judging.select
+    Defect(
+        "qualify.judging.select.stale_code_current",
+        "--gate-select=stale takes a gate whose claims read a changed file as current",
+        (
+            Edit(
+                "assay.qualify.judging.select:why_run",
+                "if found.stale is not None:",
+                "if found.stale is not None and False:",
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.judging.select.failing_record_current",
+        "--gate-select=stale takes a gate whose record stands at fail as current",
+        (
+            Edit(
+                "assay.qualify.judging.select:why_run",
+                'if found.status != "pass":',
+                'if found.status not in ("pass", "fail"):',
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.judging.select.environment_ignored",
+        "--gate-select=stale does not compare the recorded torch and python with the installed",
+        (
+            Edit(
+                "assay.qualify.judging.select:why_run",
+                'changes = environment_changes(found.head["environment"])',
+                "changes = []",
+            ),
+        ),
+    ),
 )

@@ -46,6 +46,18 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "stream.engine.trained_base_slots_kept",
+        "a slot that still holds a layer copied before the last optimizer step is used again, "
+        "so a streamed full fine-tune runs some layers on their old weights",
+        (
+            Edit(
+                "assay.stream.engine:StreamedModel.hidden_states",
+                "if self.base_trains:",
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
         "stream.engine.resident_grads_dropped",
         "streamed backward drops the gradients of resident trainables (adapters)",
         (

@@ -128,9 +128,9 @@ DEFECTS: tuple[Defect, ...] = (
         "each rank normalises its loss by its own scored tokens, not the whole step's",
         (
             Edit(
-                "assay.distributed.trainer:DistributedTrainer._step_scored",
-                "return int(self.context.all_reduce_sum([local])[0])",
-                "return int(local)",
+                "assay.distributed.trainer:DistributedTrainer._step_counts",
+                "scored, divisor = self.context.all_reduce_sum(list(local))",
+                "scored, divisor = local",
             ),
         ),
     ),

@@ -167,12 +167,40 @@ DEFECTS: tuple[Defect, ...] = (
     ),
     Defect(
         "train.objective.accumulation_not_divided",
-        "preference loss not divided by the number of micro-batches",
+        "preference loss not weighted by the micro-batch's share of the step's rows",
         (
             Edit(
                 "assay.train.objective:Objective.loss",
-                "return self.preference_loss(batch) / max(micro_batches, 1)",
-                "return self.preference_loss(batch)",
+                "return self.preference_loss(batch, divisor, row_share) * row_share",
+                "return self.preference_loss(batch, divisor, row_share)",
+            ),
+        ),
+    ),
+    Defect(
+        "train.objective.head_read_before_forward",
+        "the preference log-probs read the LM head's weight before the forward, which under "
+        "FSDP2 is a shard (every preference loss then fails on a sharded run)",
+        (
+            Edit(
+                "assay.train.objective:Objective._logps",
+                "hidden = self._hidden(ids, attention)",
+                "weight, hidden = head_weight(self.base), self._hidden(ids, attention)",
+            ),
+            Edit(
+                "assay.train.objective:Objective._logps",
+                "token_logps(hidden, head_weight(self.base), labels",
+                "token_logps(hidden, weight, labels",
+            ),
+        ),
+    ),
+    Defect(
+        "train.objective.orpo_nll_per_micro_batch",
+        "ORPO's NLL term a token mean within each micro-batch (and rank), not over the step",
+        (
+            Edit(
+                "assay.train.objective:Objective.preference_loss",
+                "nll = -per_token[:b].sum() / max(divisor, 1) / row_share",
+                "nll = -per_token[:b].sum() / mask[:b].sum()",
             ),
         ),
     ),
@@ -182,7 +210,7 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.train.objective:Objective.loss",
-                "return summed / max(scored_total, 1)",
+                "return summed / max(divisor, 1)",
                 "return summed / max(int(batch.loss_mask.sum()), 1)",
             ),
         ),
