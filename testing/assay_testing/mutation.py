@@ -17,6 +17,7 @@ is ``errored``, reported apart and not counted as a kill.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -198,6 +199,7 @@ def run_mutants(
         return list(pool.map(one, mutants))
 
 
+@functools.cache  # read once per gate for all the mutants (the ledger does not change)
 def _fullest_receipt(folder: Path) -> dict | None:
     """The gate's newest receipt among those that ran the most tests: a run narrowed to some
     tests (``-k``) would narrow every selection made from it."""
