@@ -357,3 +357,41 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         "CPU; the attention claim measures it directly. transformers' eager attention rounds "
         "q k^T to bf16 before its fp32 softmax, so bf16 logits differ by bf16 noise, not bitwise."
     )
+
+
+def test_hf_folder_tokenizers_match_transformers(gate, tmp_path, monkeypatch):
+    """Issue 51: a Hugging Face folder's tokenizer.json, special tokens and chat template are
+    read as transformers reads the folders its save_pretrained writes."""
+    from transformers import AutoTokenizer
+
+    from assay.model import hf_tokenizer
+    from assay.model.tokenizer import load_tokenizer
+    from assay_testing.hf_tokenizers import CHATS, CORPUS, mismatches, save_folders
+
+    folders = save_folders(tmp_path, smollm2_path())
+    theirs = {name: AutoTokenizer.from_pretrained(folder) for name, folder in folders.items()}
+
+    def differences() -> int:
+        return sum(len(mismatches(load_tokenizer(f), theirs[n])) for n, f in folders.items())
+
+    claim = gate.claim(
+        "tokenizer.hf_folders",
+        f"{len(folders)} tokenizer folders written by transformers' save_pretrained (SmolLM2's "
+        "byte-level BPE; a byte-fallback BPE with added and special tokens, also saved again "
+        "through LlamaTokenizer, GPT2Tokenizer and Qwen2Tokenizer, and with its template in "
+        f"tokenizer_config.json): over {len(CORPUS)} texts (byte fallback, whitespace, "
+        f"non-Latin, special tokens) and {len(CHATS)} chats (system, multi-turn, generation "
+        "prompt), ids with and without special tokens, decoding and chat templates equal "
+        "AutoTokenizer's",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="differences",
+        code=["assay.model.hf_tokenizer", "assay.model.tokenizer", "assay_testing.hf_tokenizers"],
+    )
+    claim.measure(differences())
+    monkeypatch.setattr(hf_tokenizer, "_special_id", lambda *args: None)
+    claim.control(
+        "the same folders with tokenizer_config.json's special tokens not read (a template's "
+        "bos_token and eos_token render empty)",
+        differences(),
+    )

@@ -19,6 +19,7 @@ from assay.qualify.plugin.claim import MeasuredControl
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "corpus"), str(TESTS / "robustness")]
 
+import config_cases  # noqa: E402
 import fuzz  # noqa: E402
 import fuzz_loaders  # noqa: E402
 from corpus_harness import judge_message, run_case, run_case_subprocess  # noqa: E402
@@ -148,6 +149,113 @@ def test_header_parsers_survive_fuzzing(gate, tmp_path, monkeypatch):
         fuzz.unexpected(control),
     )
     gate.note(f"fuzz control outcomes: {control}")
+
+
+def test_config_fields_are_read_or_refused(gate, monkeypatch):
+    """Issue 51: a config.json field that changes the math is read or refused by name, and no
+    number past its range sizes anything (docs/models.md)."""
+    from assay.model import hf_fields
+
+    gate.seed(51)
+    n = 600
+    generated = config_cases.cases(51, n)
+    outside = sum(not case.should_load for case in generated)
+    claim = gate.claim(
+        "config.fields_read_or_refused",
+        f"{n} generated config.json files ({outside} with a value the field table refuses or a "
+        "number past its range, the rest inside): each loads exactly when the table says it "
+        "may (a GELU, a soft-cap, attention dropout, 1e30 layers: refused by key and value)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="cases misjudged",
+        code=["assay.model.config", "assay.model.hf_fields", "config_cases"],
+    )
+    wrong = config_cases.misjudged(generated)
+    claim.measure(len(wrong))
+    gate.note(f"config cases misjudged: {wrong[:5]}")
+    table = tuple(rule for rule in hf_fields.RULES if rule.key != "hidden_act")
+    monkeypatch.setattr(hf_fields, "RULES", table)
+    claim.control(
+        "the same cases with the hidden_act row taken out of the table (a GELU model loads)",
+        len(config_cases.misjudged(generated)),
+    )
+
+
+def _hub_outcomes(cache: Path, local: Path) -> list[str]:
+    """What a Hub-name lookup got wrong over five cases against ``cache`` (``org/cached`` at
+    main and at v1, v2 not cached, ``org/absent``) and a local folder named like a Hub name."""
+    import os
+
+    from assay.errors import ConfigError
+    from assay.settings.hub import cached_snapshot, hub_name
+
+    folder = cache / "models--org--cached"
+    wrong = []
+    for reference, expected in (
+        ("org/cached", folder / "snapshots" / ("a" * 40)),
+        ("org/cached@v1", folder / "snapshots" / ("b" * 40)),
+        ("org/cached@v2", "hf download org/cached --revision v2"),
+        ("org/absent", "hf download org/absent"),
+    ):
+        try:
+            got: object = cached_snapshot(reference, "run.yaml: model")
+        except ConfigError as error:
+            got = str(error) if "\n" not in str(error) else "several lines"
+        if (got != expected) if isinstance(expected, Path) else not str(got).endswith(expected):
+            wrong.append(reference)
+    here = Path.cwd()
+    os.chdir(local)
+    try:
+        if hub_name("org/cached") is not None:
+            wrong.append("local folder org/cached")
+    finally:
+        os.chdir(here)
+    return wrong
+
+
+def test_hub_names_resolve_from_the_local_cache_alone(gate, tmp_path, monkeypatch):
+    """Issue 51: ``model: org/name[@revision]`` is found in the local Hugging Face cache,
+    never downloaded; an uncached one is one line naming the fetch command."""
+    import socket
+
+    import huggingface_hub.constants
+
+    from assay.settings import hub
+
+    cache = tmp_path / "hf-cache"
+    folder = cache / "models--org--cached"
+    for revision, commit in (("main", "a" * 40), ("v1", "b" * 40)):
+        (folder / "refs").mkdir(parents=True, exist_ok=True)
+        (folder / "refs" / revision).write_text(commit)
+        (folder / "snapshots" / commit).mkdir(parents=True)
+        (folder / "snapshots" / commit / "config.json").write_text("{}")
+    (tmp_path / "cwd" / "org" / "cached").mkdir(parents=True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    def no_network(*args, **kwargs):
+        raise OSError("a Hub lookup tried the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    claim = gate.claim(
+        "hub.cache_only",
+        "Hub names resolve from the local Hugging Face cache with the network cut off: a "
+        "cached name and revision give their snapshot, an uncached revision or name is one "
+        "line naming `hf download`, and a local folder named like a Hub name wins (5 cases)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="cases wrong",
+        code=["assay.settings.hub", "assay.settings.loader"],
+    )
+    wrong = _hub_outcomes(cache, tmp_path / "cwd")
+    claim.measure(len(wrong))
+    gate.note(f"hub cases wrong: {wrong}")
+    named = hub.hub_name
+    monkeypatch.setattr(hub, "hub_name", lambda ref: (p := named(ref)) and (p[0], None))
+    claim.control(
+        "the same cases with the @revision dropped from the name",
+        len(_hub_outcomes(cache, tmp_path / "cwd")),
+    )
 
 
 def test_nothing_unpickles(gate):

@@ -34,6 +34,18 @@ def smollm2_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_hf_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled SmolLM2 as a Hugging Face folder, written by examples/write_smollm2_folder.py
+    (transformers' save_pretrained), once per session."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "write_smollm2_folder.py"
+    folder = tmp_path_factory.mktemp("smollm2") / "smollm2-hf"
+    runpy.run_path(str(script))["main"](folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
     """family -> {"hf": safetensors dir, "gguf": file}, built once per session."""
     from assay_testing.tiny import FAMILIES, save_tiny

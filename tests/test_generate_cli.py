@@ -86,8 +86,8 @@ def test_a_model_directory_with_a_tokenizer(workspace, capsys):
     ("argv", "message"),
     [
         (["/no/such/model", "--prompt", "x"], "no such model"),
-        (["MODEL", "--prompt", "x"], "has no GGUF tokenizer"),
-        (["MODEL", "--tokenizer", "MODEL", "--prompt", "x"], "MODEL: --tokenizer is a folder"),
+        (["MODEL", "--prompt", "x"], "MODEL: no tokenizer.json in the folder"),
+        (["MODEL", "--tokenizer", "MODEL", "--prompt", "x"], "MODEL: no tokenizer.json"),
         (["MODEL", "--prompt", "x", "--max-new-tokens", "-1"], "expected 0 or more"),
         (["MODEL", "--prompt", ""], "a prompt is empty"),
         (

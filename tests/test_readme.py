@@ -57,11 +57,20 @@ NOT_RUN = {
 # substrings.
 SHORTEN_COMMANDS = {
     "assay train examples/smollm2-lora.yaml": "assay train examples/smollm2-lora.yaml --stop-at 2",
+    "assay train examples/smollm2-hf-lora.yaml": "assay train examples/smollm2-hf-lora.yaml "
+    "--stop-at 2",
 }
 SHORTEN = {"--stop-at 4": "--stop-at 3"}
 
 # Blocks whose commands load the real model: slow.
-SLOW_MARKERS = ("assay info", "assay train", "assay eval", "assay export", "assay generate")
+SLOW_MARKERS = (
+    "assay info",
+    "assay train",
+    "assay eval",
+    "assay export",
+    "assay generate",
+    "python examples/write_smollm2_folder.py",
+)
 
 
 def shell_blocks(text: str) -> list[tuple[int, list[str]]]:
@@ -88,7 +97,9 @@ def skip_reason(command: str) -> str | None:
 def _workspace(tmp_path: Path) -> Path:
     """A scratch copy of examples/ with the LoRA example shortened to 4 steps of 64 tokens."""
     work = tmp_path / "work"
-    shutil.copytree(ROOT / "examples", work / "examples", ignore=shutil.ignore_patterns("runs"))
+    shutil.copytree(
+        ROOT / "examples", work / "examples", ignore=shutil.ignore_patterns("runs", "smollm2-hf")
+    )
     config = work / "examples" / "smollm2-lora.yaml"
     text = config.read_text()
     for old, new in (

@@ -15,6 +15,7 @@ Tensors go to OUT as safetensors, numbers to OUT/<mode>-rank<r>.json; the gate c
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -216,6 +217,8 @@ def main() -> None:
         context = init(spec["device"], spec["backend"])
         try:
             results = ranks(spec, out, context)
+            gc.collect()  # the wrappers ranks() built hold the group: free them before leaving it
+            context.finish()
         finally:
             context.close()
     elif mode == "single":

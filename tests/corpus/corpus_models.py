@@ -124,8 +124,13 @@ def gguf_cases(root: Path, valid: Path) -> list[Case]:
         ),
         # issue 52, rule 3: compared with the tensors held before the shape table is built
         "block_count_past_tensors": (
+            parts.build(**{f"{arch}.block_count": 1000}),
+            "declares 1000 layers",
+        ),
+        # issue 51: past any model's depth, refused by its range before anything else
+        "block_count_out_of_range": (
             parts.build(**{f"{arch}.block_count": 10**9}),
-            "declares 1000000000 layers",
+            "block_count must be a positive integer up to 1,024",
         ),
     }
     tensors = parts.tensors

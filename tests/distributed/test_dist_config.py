@@ -162,6 +162,19 @@ def test_a_plain_process_gets_an_inactive_context(monkeypatch):
     context.close()  # nothing to close
 
 
+def test_finishing_waits_for_every_rank_before_the_group_is_destroyed(monkeypatch):
+    import torch.distributed as dist
+
+    calls: list[str] = []
+    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(dist, "is_initialized", lambda: "destroy" not in calls)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append("destroy"))
+    context = DistContext(world_size=2, active=True, owns_group=True)
+    context.finish()
+    context.close()  # the error path's close after a finish is a no-op
+    assert calls == ["barrier", "destroy"]
+
+
 def test_bad_torchrun_environment_is_a_one_line_error(monkeypatch):
     monkeypatch.setenv("RANK", "zero")
     monkeypatch.setenv("WORLD_SIZE", "2")

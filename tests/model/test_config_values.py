@@ -90,3 +90,45 @@ def test_a_rope_scaling_factor_that_is_no_positive_number_is_refused(field, valu
 
 def test_an_integral_float_is_an_integer():
     assert config_from_hf({**GOOD, "num_hidden_layers": 2.0}, WHERE).num_layers == 2
+
+
+GGUF = {
+    "general.architecture": "llama",
+    "llama.embedding_length": 64,
+    "llama.attention.head_count": 4,
+    "llama.attention.head_count_kv": 2,
+    "llama.feed_forward_length": 128,
+    "llama.block_count": 2,
+    "llama.vocab_size": 320,
+}
+
+
+def _gguf(**meta):
+    from assay.model.config import config_from_gguf
+
+    return config_from_gguf(
+        {**GGUF, **meta}, "m.gguf", has_output=True, has_qkv_bias=False, rope_freq_divisors=None
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("llama.rope.scaling.type", "linear", "llama.rope.scaling.type 'linear'"),
+        ("llama.rope.scaling.type", "yarn", "llama.rope.scaling.type 'yarn'"),
+        ("llama.expert_count", 8, "llama.expert_count 8"),
+        ("llama.rope.dimension_count", 8, "llama.rope.dimension_count 8"),
+        ("llama.attention.layer_norm_epsilon", 1e-5, "llama.attention.layer_norm_epsilon"),
+        ("llama.block_count", 10**9, "llama.block_count must be a positive integer up to 1,024"),
+        ("llama.rope.freq_base", 1e30, "llama.rope.freq_base must be a positive number up to"),
+    ],
+)
+def test_gguf_metadata_that_changes_the_math_is_read_or_refused_by_key(key, value, expected):
+    """Issue 51 on the GGUF surface: rope scaling, experts, partial rotary and LayerNorm are
+    refused naming the key and value; the control, the same header without them, loads."""
+    assert _gguf().num_layers == 2
+    assert _gguf(**{"llama.rope.scaling.type": "none", "llama.rope.dimension_count": 16})
+    with pytest.raises(AssayError) as info:
+        _gguf(**{key: value})
+    message = str(info.value)
+    assert message.startswith("m.gguf: ") and expected in message and "\n" not in message

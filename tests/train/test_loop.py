@@ -162,18 +162,20 @@ def test_cli_train_bad_config_is_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
-def test_example_config_runs(example, tmp_path):
+def test_example_config_runs(example, tmp_path, request):
     from assay.settings.yaml_reader import read_yaml
 
     source = EXAMPLES / example
     data = read_yaml(source)  # reads 1e-4 as a number, as load_train_config does
+    if data["model"] == "smollm2-hf":  # the folder the README writes first, written here once
+        data["model"] = str(request.getfixturevalue("smollm2_hf_folder"))
     data["steps"] = min(int(data["steps"]), 2)
     data.setdefault("output", {})["dir"] = str(tmp_path / "run")
     data["output"]["save_every"] = 1
     if data.get("optim", {}).get("warmup_steps", 0) > data["steps"]:
         data["optim"]["warmup_steps"] = data["steps"]
     config = train_config_from_dict(data, source)
-    assert load_train_config(source).model == config.model
+    assert Path(load_train_config(source).model).name == Path(config.model).name
     summary = Trainer(config, progress=False).train()
     assert summary["steps"] == data["steps"]
     assert all(torch.isfinite(torch.tensor(summary["losses"])))

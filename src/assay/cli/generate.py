@@ -1,6 +1,7 @@
 """``assay generate``: greedy continuations of prompts from a model, a config, or a run.
 
-MODEL_OR_CONFIG is a GGUF file, an HF safetensors directory, or a train config (YAML). With
+MODEL_OR_CONFIG is a GGUF file, an HF folder (or a Hub name, org/name, found in the local
+Hugging Face cache), or a train config (YAML). With
 --checkpoint the run's trainables are restored onto the config's model (the config
 defaults to the run directory's config.yaml). Prompts are decoded together as one
 left-padded batch with a KV cache; each stops at eos or after --max-new-tokens.
@@ -29,22 +30,23 @@ def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
     from assay.train.checkpoint import load_checkpoint
 
     config = load_train_config(config_path)
+    tokenizer = build_tokenizer(config)  # before the weights: a bad one costs no decoding
     _, base = build_model(config)
+    check_fits(tokenizer, base.config.vocab_size, str(config.model))
     if checkpoint is not None:
         saved = load_checkpoint(checkpoint)
         if saved.fingerprints["model"] != base.fingerprint.canonical_sha256:
             raise AssayError(f"{saved.path}: was trained on another model than {config.model}")
         saved.restore(trainable_parameters(base), rng=False)
-    tokenizer = build_tokenizer(config)
-    check_fits(tokenizer, base.config.vocab_size, str(config.model))
     return base, tokenizer
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """(Decoder, Tokenizer) for the command line's source."""
+    from assay.settings.hub import model_argument
     from assay.train.loop import RUN_CONFIG
 
-    source = Path(args.model)
+    source = Path(model_argument(args.model))
     if not source.exists():
         raise AssayError(f"{source}: no such model, directory or config")
     if args.checkpoint is not None:
@@ -56,16 +58,14 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     if _is_config(source):
         return _from_config(source, None)
     import assay
+    from assay.model.loader import open_source
     from assay.model.tokenizer import check_fits, load_tokenizer
 
-    tokenizer_source = args.tokenizer or source
-    if Path(tokenizer_source).is_dir():
-        if args.tokenizer:  # name what is wrong: the flag's folder, not the model
-            raise AssayError(f"{args.tokenizer}: --tokenizer is a folder; expected a GGUF file")
-        raise AssayError(f"{source}: a safetensors directory has no GGUF tokenizer; --tokenizer")
-    model, tokenizer = assay.load(source, storage=args.storage), load_tokenizer(tokenizer_source)
-    check_fits(tokenizer, model.config.vocab_size, str(source))
-    return model, tokenizer
+    # the headers and the tokenizer first: a bad one is refused before any weight is decoded
+    header = open_source(source)
+    tokenizer = load_tokenizer(args.tokenizer or source)
+    check_fits(tokenizer, header.config.vocab_size, str(source))
+    return assay.load(source, storage=args.storage), tokenizer
 
 
 def _within_context(prompts: list[list[int]], new: int, context: int) -> None:
@@ -131,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
 def arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``assay generate``."""
     parser.description = __doc__.split("\n\n", 1)[1] if __doc__ else None
-    parser.add_argument("model", metavar="MODEL_OR_CONFIG", help="GGUF file, HF dir or config YAML")
+    parser.add_argument(
+        "model", metavar="MODEL_OR_CONFIG", help="GGUF file, HF dir, Hub name or config YAML"
+    )
     parser.add_argument(
         "--prompt", action="append", required=True, help="a prompt (repeat for a batch)"
     )
@@ -151,7 +153,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         default="float32",
         help="frozen storage for a model file (a config sets its own)",
     )
-    parser.add_argument("--tokenizer", metavar="GGUF", help="tokenizer GGUF (default: the model)")
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer: a GGUF, or an HF folder with tokenizer.json (default: the model)",
+    )
     parser.add_argument(
         "--chat", action="store_true", help="wrap each prompt as a user turn in the chat template"
     )

@@ -16,8 +16,10 @@ from assay.storage.registry import storage
 
 def _model_info(args: argparse.Namespace) -> dict[str, Any]:
     from assay.model.loader import open_source
+    from assay.settings.hub import model_argument
     from assay.storage.load import load_stored
 
+    args.model = model_argument(args.model)
     source = open_source(args.model)
     started = time.perf_counter()
     with load_progress(f"{args.model} ({args.storage})"):
@@ -35,9 +37,11 @@ def _model_info(args: argparse.Namespace) -> dict[str, Any]:
         "quantize_embeddings": args.quantize_embeddings,
         "tokenizer": None,
     }
-    if info["format"] == "gguf" and "tokenizer.ggml.model" in source.header.metadata:
-        from assay.model.tokenizer import load_tokenizer
+    from assay.model.hf_tokenizer import has_tokenizer
+    from assay.model.tokenizer import load_tokenizer
 
+    gguf_tokenizer = info["format"] == "gguf" and "tokenizer.ggml.model" in source.header.metadata
+    if gguf_tokenizer or (info["format"] != "gguf" and has_tokenizer(Path(args.model))):
         info["tokenizer"] = load_tokenizer(args.model).summary()
     if not storage(args.storage).keeps_parameters or args.quantize_embeddings:
         from assay.memory.accounting import owned_bytes
@@ -84,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``assay info``."""
-    parser.add_argument("model", help="a GGUF file or an HF safetensors directory")
+    parser.add_argument(
+        "model",
+        help="a GGUF file, an HF folder, or a Hub name (org/name[@revision]) in the local cache",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--storage",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -182,16 +183,25 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
         if context.is_main:
             _print_summary(summary, args.json)
             _say_stopped(summary, stop, args)
+        # The DDP/FSDP wrappers hold the process group, so destroying it alone leaves its
+        # threads to the interpreter's shutdown, where freeing them can abort the rank: free
+        # them here, while the interpreter is whole, then leave the group.
+        del trainer
+        gc.collect()
+        context.finish()
     finally:
         context.close()
     return stop.exit_code if summary["stopped"] else 0
 
 
 def preflight(config) -> None:
-    """Config checks against the model header and the data rows, before any weights load."""
-    from assay.train.preflight import check_against_model, check_rows
+    """Config checks against the model header, the tokenizer and the data rows, before any
+    weights load."""
+    from assay.train.preflight import check_against_model, check_rows, check_tokenizer, model_config
 
-    check_against_model(config)
+    model = model_config(config)
+    check_against_model(config, model)
+    check_tokenizer(config, model)
     check_rows(config)
 
 

@@ -122,6 +122,16 @@ class DistContext:
         if self.active and self.local_rank == 0:
             dist.barrier()
 
+    def finish(self) -> None:
+        """Leave after a run every rank completed: wait for the others, then :meth:`close`.
+
+        Without the wait a rank can tear down its gloo connections while a peer is still
+        finishing on them, and the peer aborts at exit (``terminate called without an active
+        exception``) after a run that succeeded.
+        """
+        self.barrier()
+        self.close()
+
     def close(self) -> None:
         """Destroy the process group if this context created it (idempotent); a group that
         was already there when :func:`init` ran belongs to whoever made it."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import ModelFileError, UnsupportedModelError
+from assay.model.hf_fields import check_refused_fields
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 # The positive integers that size a decoder (the memory predictor reads these alone).
@@ -23,6 +24,31 @@ SIZE_FIELDS = (
     "num_kv_heads",
     "head_dim",
 )
+# The largest value each number may take, checked before anything is sized by it: well past
+# every published model (Llama-3 405B has 126 layers and hidden 16,384; Gemma 3 a 262,144-token
+# vocabulary), far below what would exhaust memory building a shape table or a memory plan.
+LIMITS: dict[str, float] = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 1 << 17,
+    "intermediate_size": 1 << 19,
+    "num_layers": 1 << 10,
+    "num_heads": 1 << 10,
+    "num_kv_heads": 1 << 10,
+    "head_dim": 1 << 11,
+    "max_position_embeddings": 1 << 24,
+    "sliding_window": 1 << 24,
+    "original_max_position_embeddings": 1 << 24,
+    "rope_theta": 1e12,
+    "rms_norm_eps": 1.0,
+    "factor": 1024.0,
+    "low_freq_factor": 1024.0,
+    "high_freq_factor": 1024.0,
+    "rope_freq_divisors": 1e12,
+}
+# transformers' defaults where a family's config.json leaves a key out
+MISTRAL_WINDOW = 4096
+QWEN2_WINDOW = 4096
+QWEN2_WINDOW_LAYERS = 28
 
 
 @dataclass(frozen=True)
@@ -63,9 +89,10 @@ class ModelConfig:
             )
         for name in SIZE_FIELDS:
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not isinstance(value, int) or not 0 < value <= LIMITS[name]:
                 raise ModelFileError(
-                    f"config field {name} must be a positive integer, got {value!r}"
+                    f"config field {name} must be a positive integer up to "
+                    f"{LIMITS[name]:,.0f}, got {value!r}"
                 )
         if self.num_heads % self.num_kv_heads:
             raise ModelFileError(
@@ -85,10 +112,11 @@ class ModelConfig:
         for name, value in positive.items():
             if name == "sliding_window" and value is None:
                 continue
+            limit = LIMITS[name.split("[")[0].removeprefix("rope_scaling.")]
             real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            if not real or not math.isfinite(value) or value <= 0:
+            if not real or not math.isfinite(value) or not 0 < value <= limit:
                 raise ModelFileError(
-                    f"config field {name} must be a positive number, got {value!r}"
+                    f"config field {name} must be a positive number up to {limit:g}, got {value!r}"
                 )
 
     @property
@@ -139,23 +167,27 @@ def _require(source: Mapping[str, Any], key: str, where: str) -> Any:
     return source[key]
 
 
-def _integer(value: Any, key: str, where: str) -> int:
-    """``value`` as a positive int when it is one (2.0 counts; 2.5, "2", true and 0 do not);
-    refusals name the file's ``key``."""
+def _integer(value: Any, key: str, where: str, limit: str) -> int:
+    """``value`` as an int in 1..LIMITS[limit] when it is one (2.0 counts; 2.5, "2", true, 0
+    and 1e30 layers do not); refusals name the file's ``key``."""
     whole = isinstance(value, numbers.Integral) or (
         isinstance(value, float) and math.isfinite(value) and value.is_integer()
     )
-    if isinstance(value, bool) or not whole or value <= 0:
-        raise ModelFileError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if isinstance(value, bool) or not whole or not 0 < value <= LIMITS[limit]:
+        raise ModelFileError(
+            f"{where}: {key} must be a positive integer up to {LIMITS[limit]:,.0f}, got {value!r}"
+        )
     return int(value)
 
 
-def _real(value: Any, key: str, where: str) -> float:
-    """``value`` as a float when it is a positive finite number (true, "1e-5", 0 and NaN are
-    not); refusals name the file's ``key``."""
+def _real(value: Any, key: str, where: str, limit: str) -> float:
+    """``value`` as a float when it is a finite number in (0, LIMITS[limit]] (true, "1e-5", 0
+    and NaN are not); refusals name the file's ``key``."""
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value <= 0:
-        raise ModelFileError(f"{where}: {key} must be a positive number, got {value!r}")
+    if not number or not math.isfinite(value) or not 0 < value <= LIMITS[limit]:
+        raise ModelFileError(
+            f"{where}: {key} must be a positive number up to {LIMITS[limit]:g}, got {value!r}"
+        )
     return float(value)
 
 
@@ -168,66 +200,127 @@ def _built(where: str, **fields: Any) -> ModelConfig:
 
 
 def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
-    """Build a ModelConfig from a parsed HF ``config.json``; ``where`` names the file in errors."""
+    """Build a ModelConfig from a parsed HF ``config.json``; ``where`` names the file in errors.
+
+    Every field that changes the math is read or, for a value assay does not compute, refused
+    in one line naming the key and the value (:mod:`assay.model.hf_fields`); every number is
+    range-checked before it sizes anything.
+    """
     model_type = _require(hf, "model_type", where)
     if model_type not in SUPPORTED_ARCHITECTURES:
         raise UnsupportedModelError(
             f"{where}: model_type {model_type!r} is not supported; "
             f"expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+    check_refused_fields(hf, model_type, where)
 
-    def whole(key: str, default: Any = None) -> int:
-        return _integer(
-            _require(hf, key, where) if default is None else hf.get(key, default), key, where
-        )
+    def whole(key: str, limit: str, default: Any = None) -> int:
+        value = _require(hf, key, where) if default is None else hf.get(key, default)
+        return _integer(value, key, where, limit)
 
-    hidden = whole("hidden_size")
-    heads = whole("num_attention_heads")
+    hidden = whole("hidden_size", "hidden_size")
+    heads = whole("num_attention_heads", "num_heads")
+    layers = whole("num_hidden_layers", "num_layers")
     # transformers >= 5 folds rope_theta and rope_scaling into rope_parameters.
     rope = dict(hf.get("rope_parameters") or {})
     legacy_scaling = hf.get("rope_scaling")
     if legacy_scaling:
         rope.update(legacy_scaling)
-    theta = _real(rope.get("rope_theta", hf.get("rope_theta", 10000.0)), "rope_theta", where)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in ("default", "llama3"):
-        raise UnsupportedModelError(f"{where}: rope type {rope_type!r} is not supported")
+    theta_value = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
+    theta = _real(theta_value, "rope_theta", where, "rope_theta")
     scaling = None
-    if rope_type == "llama3":
+    if rope.get("rope_type", rope.get("type", "default")) == "llama3":
         scaling = {
             "rope_type": "llama3",
-            "factor": _real(_require(rope, "factor", where), "factor", where),
-            "low_freq_factor": _real(rope.get("low_freq_factor", 1.0), "low_freq_factor", where),
-            "high_freq_factor": _real(rope.get("high_freq_factor", 4.0), "high_freq_factor", where),
+            "factor": _real(_require(rope, "factor", where), "factor", where, "factor"),
+            **{
+                key: _real(rope.get(key, default), key, where, key)
+                for key, default in (("low_freq_factor", 1.0), ("high_freq_factor", 4.0))
+            },
             "original_max_position_embeddings": _integer(
                 rope.get("original_max_position_embeddings", 8192),
                 "original_max_position_embeddings",
                 where,
+                "original_max_position_embeddings",
             ),
         }
-    window = hf.get("sliding_window") if hf.get("use_sliding_window", True) else None
     eos = hf.get("eos_token_id")
+    head_dim = hf.get("head_dim") or hidden // heads
     return _built(
         where,
         architecture=model_type,
-        vocab_size=whole("vocab_size"),
+        vocab_size=whole("vocab_size", "vocab_size"),
         hidden_size=hidden,
-        intermediate_size=whole("intermediate_size"),
-        num_layers=whole("num_hidden_layers"),
+        intermediate_size=whole("intermediate_size", "intermediate_size"),
+        num_layers=layers,
         num_heads=heads,
-        num_kv_heads=_integer(hf.get("num_key_value_heads") or heads, "num_key_value_heads", where),
-        head_dim=_integer(hf.get("head_dim") or hidden // max(heads, 1), "head_dim", where),
+        num_kv_heads=_integer(
+            hf.get("num_key_value_heads") or heads, "num_key_value_heads", where, "num_kv_heads"
+        ),
+        head_dim=_integer(head_dim, "head_dim", where, "head_dim"),
         rope_theta=theta,
-        rms_norm_eps=_real(hf.get("rms_norm_eps", 1e-6), "rms_norm_eps", where),
-        max_position_embeddings=whole("max_position_embeddings", 2048),
+        rms_norm_eps=_real(hf.get("rms_norm_eps", 1e-6), "rms_norm_eps", where, "rms_norm_eps"),
+        max_position_embeddings=whole("max_position_embeddings", "max_position_embeddings", 2048),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        attention_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
-        sliding_window=_integer(window, "sliding_window", where) if window else None,
+        # Qwen2 always has a q, k, v bias; Llama's attention_bias (q, k, v and o) is refused
+        # in hf_fields, and Mistral has none whatever the file says.
+        attention_bias=model_type == "qwen2",
+        sliding_window=_sliding_window(hf, model_type, layers, where),
         rope_scaling=scaling,
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=eos[0] if isinstance(eos, list) else eos,
         pad_token_id=hf.get("pad_token_id"),
     )
+
+
+def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str) -> int | None:
+    """The window every layer attends within, or None for full causal attention, as
+    transformers reads ``family``'s keys; ModelFileError for layers that would mix the two
+    (assay applies one attention kind to every layer)."""
+    if family == "llama":
+        return None  # transformers' Llama never reads sliding_window
+    if family == "mistral":
+        window = hf.get("sliding_window", MISTRAL_WINDOW)
+        return (
+            None if window is None else _integer(window, "sliding_window", where, "sliding_window")
+        )
+    use = hf.get("use_sliding_window", False)
+    if not isinstance(use, bool):
+        raise ModelFileError(f"{where}: use_sliding_window must be true or false, got {use!r}")
+    window = hf.get("sliding_window", QWEN2_WINDOW) if use else None
+    kinds = hf.get("layer_types")
+    if kinds is None:
+        first = hf.get("max_window_layers", QWEN2_WINDOW_LAYERS)
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ModelFileError(
+                f"{where}: max_window_layers must be a whole number of layers, got {first!r}"
+            )
+        kinds = [
+            "sliding_attention" if window is not None and i >= first else "full_attention"
+            for i in range(layers)
+        ]
+    if (
+        not isinstance(kinds, list)
+        or len(kinds) != layers
+        or not all(isinstance(kind, str) for kind in kinds)
+    ):
+        raise ModelFileError(f"{where}: layer_types must list one kind per layer ({layers})")
+    unknown = set(kinds) - {"full_attention", "sliding_attention"}
+    if unknown:
+        raise UnsupportedModelError(
+            f"{where}: layer_types holds {sorted(map(str, unknown))[0]!r}; "
+            "expected full_attention or sliding_attention"
+        )
+    if window is None or set(kinds) == {"full_attention"}:
+        return None
+    if set(kinds) != {"sliding_attention"}:
+        sliding = kinds.count("sliding_attention")
+        raise UnsupportedModelError(
+            f"{where}: use_sliding_window with max_window_layers/layer_types gives {sliding} "
+            f"sliding and {layers - sliding} full-attention layers; assay applies one kind to "
+            "every layer"
+        )
+    return _integer(window, "sliding_window", where, "sliding_window")
 
 
 def config_from_gguf(
@@ -252,26 +345,41 @@ def config_from_gguf(
     def key(name: str) -> Any:
         return _require(meta, f"{arch}.{name}", where)
 
-    def whole(name: str, value: Any) -> int:
-        return _integer(value, f"{arch}.{name}", where)
+    def whole(name: str, value: Any, limit: str) -> int:
+        return _integer(value, f"{arch}.{name}", where, limit)
 
-    hidden = whole("embedding_length", key("embedding_length"))
-    heads = whole("attention.head_count", key("attention.head_count"))
-    kv_heads = whole("attention.head_count_kv", meta.get(f"{arch}.attention.head_count_kv", heads))
-    key_length = meta.get(f"{arch}.attention.key_length") or hidden // max(heads, 1)
-    head_dim = whole("attention.key_length", key_length)
+    _check_gguf_refusals(meta, arch, where)
+    hidden = whole("embedding_length", key("embedding_length"), "hidden_size")
+    heads = whole("attention.head_count", key("attention.head_count"), "num_heads")
+    kv_heads = whole(
+        "attention.head_count_kv",
+        meta.get(f"{arch}.attention.head_count_kv", heads),
+        "num_kv_heads",
+    )
+    key_length = meta.get(f"{arch}.attention.key_length") or hidden // heads
+    head_dim = whole("attention.key_length", key_length, "head_dim")
+    rotary = meta.get(f"{arch}.rope.dimension_count", head_dim)
+    if rotary != head_dim:
+        raise UnsupportedModelError(
+            f"{where}: {arch}.rope.dimension_count {rotary!r} is not supported; expected the "
+            f"head size {head_dim} (rotary embedding over the whole head)"
+        )
     tokens = meta.get("tokenizer.ggml.tokens")
     vocab = meta.get(f"{arch}.vocab_size") or (len(tokens) if tokens is not None else None)
     if vocab is None:
         raise ModelFileError(f"{where}: cannot tell the vocabulary size (no vocab_size, no tokens)")
-    theta = _real(meta.get(f"{arch}.rope.freq_base", 10000.0), f"{arch}.rope.freq_base", where)
+    theta = _real(
+        meta.get(f"{arch}.rope.freq_base", 10000.0), f"{arch}.rope.freq_base", where, "rope_theta"
+    )
     return _built(
         where,
         architecture=arch,
-        vocab_size=whole("vocab_size", vocab),
+        vocab_size=whole("vocab_size", vocab, "vocab_size"),
         hidden_size=hidden,
-        intermediate_size=whole("feed_forward_length", key("feed_forward_length")),
-        num_layers=whole("block_count", key("block_count")),
+        intermediate_size=whole(
+            "feed_forward_length", key("feed_forward_length"), "intermediate_size"
+        ),
+        num_layers=whole("block_count", key("block_count"), "num_layers"),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
@@ -280,8 +388,11 @@ def config_from_gguf(
             meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
             f"{arch}.attention.layer_norm_rms_epsilon",
             where,
+            "rms_norm_eps",
         ),
-        max_position_embeddings=whole("context_length", meta.get(f"{arch}.context_length", 2048)),
+        max_position_embeddings=whole(
+            "context_length", meta.get(f"{arch}.context_length", 2048), "max_position_embeddings"
+        ),
         tie_word_embeddings=not has_output,
         attention_bias=has_qkv_bias,
         rope_freq_divisors=rope_freq_divisors,
@@ -289,6 +400,28 @@ def config_from_gguf(
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
         pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
     )
+
+
+def _check_gguf_refusals(meta: Mapping[str, Any], arch: str, where: str) -> None:
+    """UnsupportedModelError naming the key and value for GGUF metadata that changes the math
+    in a way assay does not compute: rope scaling other than none (Llama 3's is a rope_freqs
+    tensor, which is read), mixture-of-experts layers, LayerNorm instead of RMSNorm."""
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise UnsupportedModelError(
+            f"{where}: {arch}.rope.scaling.type {scaling!r} is not supported; expected none"
+        )
+    experts = meta.get(f"{arch}.expert_count")
+    if experts not in (None, 0):
+        raise UnsupportedModelError(
+            f"{where}: {arch}.expert_count {experts!r} is not supported; expected no experts "
+            "(mixture-of-experts layers are not built)"
+        )
+    if f"{arch}.attention.layer_norm_epsilon" in meta:
+        raise UnsupportedModelError(
+            f"{where}: {arch}.attention.layer_norm_epsilon is set; expected RMSNorm "
+            "(layer_norm_rms_epsilon), LayerNorm is not built"
+        )
 
 
 # a decoder layer's tensors, by canonical name (layers.N.) or GGUF name (blk.N.)

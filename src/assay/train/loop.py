@@ -88,9 +88,10 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, device: str = "cpu", progress: bool = True) -> None:
         self.config, self.device, self.progress = config, device, progress
         seed_everything(config.seed)
+        # the tokenizer first: a bad one is refused before any weight is decoded or streamed
+        self.tokenizer = build_tokenizer(config)
         runner, self.base = self._build_model()
         self.base.train()  # adapter dropout (when configured) is on for training steps
-        self.tokenizer = build_tokenizer(config)
         check_fits(self.tokenizer, self.base.config.vocab_size, str(model_path(config)))
         self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
         self.model = self._wrap(runner)

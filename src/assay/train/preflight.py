@@ -13,7 +13,7 @@ from pathlib import Path
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.settings import TrainConfig
-from assay.settings.loader import model_path
+from assay.settings.loader import model_path, tokenizer_path
 
 
 def model_config(config: TrainConfig) -> ModelConfig:
@@ -74,6 +74,18 @@ def _check_tinylora_rank(config: TrainConfig, model: ModelConfig, source: Path) 
             f"{source}: adapter.r: {adapter.r} exceeds the rank bound of {target} (the smaller "
             f"of its weight's dimensions; valid 1..{bound})"
         )
+
+
+def check_tokenizer(config: TrainConfig, model: ModelConfig | None = None) -> None:
+    """Load the run's tokenizer and check that it fits the model's vocabulary, from the headers
+    alone: ModelFileError naming the tokenizer's file for one that cannot be read (a folder
+    without tokenizer.json, a GGUF without tokenizer metadata) or that has ids the model lacks.
+    """
+    from assay.model.tokenizer import check_fits, load_tokenizer
+
+    model = model if model is not None else model_config(config)
+    tokenizer = load_tokenizer(tokenizer_path(config))
+    check_fits(tokenizer, model.vocab_size, str(model_path(config)))
 
 
 def check_rows(config: TrainConfig) -> None:

@@ -1,0 +1,246 @@
+"""Which ``config.json`` fields change a model's math, family by family, and what assay does with
+each: reads it, refuses the values it does not compute, or leaves it because transformers' own
+model of that family ignores it too.
+
+The rule is that no field that changes the logits is silently dropped. A file that asks for
+something assay does not build (GELU, soft-capping, attention dropout, a bias on the MLP) is
+refused in one line naming the file, the key and the value, before any weight is decoded.
+``docs/models.md`` prints this table; a test keeps the two equal, and a generated test shows that
+no value outside a row's accepted set loads.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from assay.errors import UnsupportedModelError
+
+FAMILIES = ("llama", "mistral", "qwen2")
+# transformers' ACT2FN maps both names to SiLU
+SILU_NAMES = ("silu", "swish")
+ROPE_TYPES = ("default", "llama3")
+
+
+class _Absent:
+    """The key is not in the file (transformers then takes the family's default)."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+
+ABSENT = _Absent()
+
+
+def _rope_type(hf: Mapping[str, Any]) -> Any:
+    rope = dict(hf.get("rope_parameters") or {})
+    rope.update(hf.get("rope_scaling") or {})
+    if "rope_type" in rope:
+        return rope["rope_type"]
+    return rope.get("type", ABSENT)
+
+
+def _off(value: Any) -> bool:
+    """False, null or zero: the feature is not asked for."""
+    if value is None or value is False:
+        return True
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return number and value == 0
+
+
+def _one(value: Any) -> bool:
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return value is None or (number and math.isfinite(value) and value == 1)
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """One row of the table: ``key`` in the families named, and what assay does with it.
+
+    ``accepts`` is None for a field that is read (its range is checked where it is read) or
+    has no effect; otherwise a value it rejects is refused. ``value`` finds the field in the
+    parsed file (the key itself unless nested).
+    """
+
+    key: str
+    families: tuple[str, ...]
+    treatment: str
+    expected: str
+    accepts: Callable[[Any], bool] | None = None
+    value: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def read(self, hf: Mapping[str, Any]) -> Any:
+        """The field's value in ``hf``, or :data:`ABSENT`."""
+        return self.value(hf) if self.value else hf.get(self.key, ABSENT)
+
+
+READ = "read"
+REFUSED = "refused unless"
+NO_EFFECT = "no effect"
+
+ALL = FAMILIES
+RULES: tuple[FieldRule, ...] = (
+    FieldRule("model_type", ALL, READ, "llama, mistral or qwen2 (picks the family)"),
+    FieldRule("vocab_size", ALL, READ, "a positive integer up to 4,194,304"),
+    FieldRule("hidden_size", ALL, READ, "a positive integer up to 131,072"),
+    FieldRule("intermediate_size", ALL, READ, "a positive integer up to 524,288"),
+    FieldRule("num_hidden_layers", ALL, READ, "a positive integer up to 1,024"),
+    FieldRule("num_attention_heads", ALL, READ, "a positive integer up to 1,024"),
+    FieldRule(
+        "num_key_value_heads", ALL, READ, "a positive integer up to 1,024 dividing the heads"
+    ),
+    FieldRule("head_dim", ALL, READ, "a positive integer up to 2,048 (default hidden / heads)"),
+    FieldRule("rms_norm_eps", ALL, READ, "a positive number up to 1"),
+    FieldRule("rope_theta", ALL, READ, "a positive number up to 1e12 (or in rope_parameters)"),
+    FieldRule(
+        "max_position_embeddings", ALL, READ, "a positive integer up to 16,777,216 (default 2048)"
+    ),
+    FieldRule("tie_word_embeddings", ALL, READ, "true or false (default false)"),
+    FieldRule(
+        "rope_scaling.rope_type",
+        ALL,
+        REFUSED,
+        "default or llama3 (linear, dynamic, yarn and longrope are not built)",
+        accepts=lambda v: v is ABSENT or v in ROPE_TYPES,
+        value=_rope_type,
+    ),
+    FieldRule(
+        "hidden_act",
+        ALL,
+        REFUSED,
+        "silu or swish (both SiLU)",
+        accepts=lambda v: v is ABSENT or v in SILU_NAMES,
+    ),
+    FieldRule(
+        "partial_rotary_factor",
+        ALL,
+        REFUSED,
+        "1 or null (rotary embedding over the whole head)",
+        accepts=lambda v: v is ABSENT or _one(v),
+    ),
+    FieldRule(
+        "attention_dropout",
+        ALL,
+        REFUSED,
+        "0 or null (assay trains without attention dropout)",
+        accepts=lambda v: v is ABSENT or _off(v),
+    ),
+    FieldRule(
+        "attention_bias",
+        ("llama",),
+        REFUSED,
+        "false (Llama's bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
+        accepts=lambda v: v is ABSENT or _off(v),
+    ),
+    FieldRule(
+        "attention_bias",
+        ("mistral", "qwen2"),
+        NO_EFFECT,
+        "ignored as transformers ignores it (mistral: no bias; qwen2: always q, k, v bias)",
+    ),
+    FieldRule(
+        "mlp_bias",
+        ("llama",),
+        REFUSED,
+        "false (assay's MLP has no bias)",
+        accepts=lambda v: v is ABSENT or _off(v),
+    ),
+    FieldRule("mlp_bias", ("mistral", "qwen2"), NO_EFFECT, "ignored as transformers ignores it"),
+    FieldRule(
+        "sliding_window",
+        ("llama",),
+        NO_EFFECT,
+        "ignored as transformers' Llama ignores it (full causal attention)",
+    ),
+    FieldRule(
+        "sliding_window",
+        ("mistral",),
+        READ,
+        "a positive integer up to 16,777,216, or null for none (default 4096, as transformers)",
+    ),
+    FieldRule(
+        "layer_types",
+        ("mistral",),
+        REFUSED,
+        "absent (per-layer attention kinds are Ministral's, not built)",
+        accepts=lambda v: v is ABSENT,
+    ),
+    FieldRule(
+        "use_sliding_window, sliding_window, max_window_layers, layer_types",
+        ("qwen2",),
+        READ,
+        "every layer full attention, or every layer sliding (a mix is refused naming the keys)",
+    ),
+    FieldRule(
+        "attn_logit_softcapping",
+        ALL,
+        REFUSED,
+        "null (soft-capping is Gemma's, not built)",
+        accepts=lambda v: v is ABSENT or v is None,
+    ),
+    FieldRule(
+        "final_logit_softcapping",
+        ALL,
+        REFUSED,
+        "null (soft-capping is Gemma's, not built)",
+        accepts=lambda v: v is ABSENT or v is None,
+    ),
+    FieldRule(
+        "query_pre_attn_scalar",
+        ALL,
+        REFUSED,
+        "null (attention is scaled by head_dim^-0.5)",
+        accepts=lambda v: v is ABSENT or v is None,
+    ),
+    *(
+        FieldRule(
+            key,
+            ALL,
+            REFUSED,
+            "null (Granite's multipliers are not built)",
+            accepts=lambda v: v is ABSENT or v is None,
+        )
+        for key in (
+            "embedding_multiplier",
+            "residual_multiplier",
+            "attention_multiplier",
+            "logits_scaling",
+        )
+    ),
+    FieldRule(
+        "norm kind (no key)",
+        ALL,
+        NO_EFFECT,
+        "fixed by model_type: RMSNorm x * w (not Gemma's x * (1 + w)), before attention and MLP",
+    ),
+    FieldRule(
+        "embedding scale (no key)",
+        ALL,
+        NO_EFFECT,
+        "fixed by model_type: embeddings are not scaled (Gemma's sqrt(hidden) is not built)",
+    ),
+    FieldRule("pretraining_tp", ALL, NO_EFFECT, "ignored as transformers 5 ignores it"),
+    FieldRule("torch_dtype, dtype", ALL, NO_EFFECT, "storage is chosen by the run's settings"),
+)
+
+
+def rules_for(family: str) -> tuple[FieldRule, ...]:
+    """The rows that apply to ``family``."""
+    return tuple(rule for rule in RULES if family in rule.families)
+
+
+def check_refused_fields(hf: Mapping[str, Any], family: str, where: str) -> None:
+    """UnsupportedModelError naming ``where``, the key and the value for the first field of
+    ``hf`` whose value ``family``'s rows refuse; nothing for a file assay computes as written."""
+    for rule in rules_for(family):
+        if rule.accepts is None:
+            continue
+        value = rule.read(hf)
+        if not rule.accepts(value):
+            raise UnsupportedModelError(
+                f"{where}: {rule.key} {value!r} is not supported for {family}; "
+                f"expected {rule.expected}"
+            )

@@ -1,0 +1,219 @@
+"""The config.json field table (issue 51): every field that changes the math is read or refused
+in one line naming the file, the key and the value; no value outside a row's accepted set loads,
+no number past its range sizes anything, and docs/models.md prints the table as it is."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from assay.errors import AssayError
+from assay.model.config import LIMITS, config_from_hf
+from assay.model.hf_fields import ABSENT, FAMILIES, RULES, FieldRule, rules_for
+
+WHERE = "model/config.json"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "models.md"
+GOOD = {
+    "vocab_size": 320,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+}
+REFUSING = [(rule, family) for rule in RULES if rule.accepts for family in rule.families]
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.sampled_from(["silu", "swish", "gelu", "gelu_pytorch_tanh", "relu", "default", "llama3"]),
+    st.sampled_from(["linear", "dynamic", "yarn", "longrope", "su", ""]),
+    st.text(max_size=6),
+    st.lists(st.integers(0, 3), max_size=2),
+)
+
+
+def _config(family: str, **fields) -> dict:
+    return json.loads(json.dumps({"model_type": family, **GOOD, **fields}))
+
+
+def _with(family: str, rule: FieldRule, value) -> dict:
+    if rule.key == "rope_scaling.rope_type":
+        return _config(family, rope_scaling={"rope_type": value, "factor": 2.0})
+    return _config(family, **{rule.key: value})
+
+
+def _refusal(config: dict) -> str:
+    with pytest.raises(AssayError) as info:
+        config_from_hf(config, WHERE)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(WHERE), message
+    return message
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=st.sampled_from(REFUSING), value=ANY_VALUE)
+def test_no_value_a_row_refuses_loads(case, value):
+    rule, family = case
+    if rule.accepts(value):
+        config_from_hf(_with(family, rule, value), WHERE)  # inside the row: it loads
+        return
+    message = _refusal(_with(family, rule, value))
+    assert rule.key.split(".")[-1] in message and "not supported" in message, message
+
+
+@pytest.mark.parametrize(("rule", "family"), REFUSING, ids=lambda x: getattr(x, "key", x))
+def test_every_refusing_row_accepts_its_absence(rule, family):
+    assert rule.accepts(ABSENT)
+    config_from_hf(_config(family), WHERE)
+
+
+def test_a_gelu_model_is_refused_by_key_and_value():
+    message = _refusal(_config("llama", hidden_act="gelu"))
+    assert message == (
+        f"{WHERE}: hidden_act 'gelu' is not supported for llama; expected silu or swish (both SiLU)"
+    )
+
+
+NUMBERS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "intermediate_size": "intermediate_size",
+    "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads",
+    "num_key_value_heads": "num_kv_heads",
+    "head_dim": "head_dim",
+    "max_position_embeddings": "max_position_embeddings",
+    "rms_norm_eps": "rms_norm_eps",
+    "rope_theta": "rope_theta",
+}
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    key=st.sampled_from(sorted(NUMBERS)),
+    above=st.one_of(st.floats(1.0001, 1e40), st.integers(2, 10**30)),
+)
+def test_no_number_past_its_range_loads(key, above):
+    value = LIMITS[NUMBERS[key]] * above
+    value = int(value) if float(value).is_integer() and key not in ("rms_norm_eps",) else value
+    message = _refusal(_config("llama", **{key: value}))
+    assert key in message and "up to" in message, message
+
+
+def test_a_1e30_layer_count_is_refused_before_anything_is_sized():
+    assert "num_hidden_layers must be a positive integer up to 1,024" in _refusal(
+        _config("llama", num_hidden_layers=1e30)
+    )
+
+
+def test_the_largest_published_shapes_are_inside_the_ranges():
+    # Llama-3 405B's dimensions and Gemma 3's vocabulary (as a llama-shaped header)
+    big = _config(
+        "llama",
+        vocab_size=262_144,
+        hidden_size=16_384,
+        intermediate_size=53_248,
+        num_hidden_layers=126,
+        num_attention_heads=128,
+        num_key_value_heads=8,
+        max_position_embeddings=131_072,
+        rope_theta=500_000.0,
+    )
+    assert config_from_hf(big, WHERE).num_layers == 126
+
+
+def test_sliding_window_is_read_as_transformers_reads_each_family():
+    assert config_from_hf(_config("llama", sliding_window=8), WHERE).sliding_window is None
+    assert config_from_hf(_config("mistral"), WHERE).sliding_window == 4096
+    assert config_from_hf(_config("mistral", sliding_window=None), WHERE).sliding_window is None
+    assert config_from_hf(_config("mistral", sliding_window=64), WHERE).sliding_window == 64
+    assert config_from_hf(_config("qwen2", sliding_window=64), WHERE).sliding_window is None
+    every = _config("qwen2", use_sliding_window=True, sliding_window=64, max_window_layers=0)
+    assert config_from_hf(every, WHERE).sliding_window == 64
+    none = _config("qwen2", use_sliding_window=True, sliding_window=64, max_window_layers=4)
+    assert config_from_hf(none, WHERE).sliding_window is None
+    mixed = _config("qwen2", use_sliding_window=True, sliding_window=64, max_window_layers=2)
+    assert "2 sliding and 2 full-attention layers" in _refusal(mixed)
+    kinds = ["sliding_attention", "full_attention"] * 2
+    listed = _config("qwen2", use_sliding_window=True, sliding_window=64, layer_types=kinds)
+    assert "layer_types" in _refusal(listed)
+    assert "layer_types" in _refusal(_config("mistral", layer_types=["full_attention"] * 4))
+    for odd in (
+        {"use_sliding_window": "yes"},
+        {"use_sliding_window": True, "max_window_layers": "2"},
+        {"use_sliding_window": True, "layer_types": [["full_attention"]] * 4},
+        {"layer_types": ["full_attention"] * 3},
+    ):
+        message = _refusal(_config("qwen2", **odd))
+        assert list(odd)[-1] in message, message
+
+
+def test_the_windows_match_transformers_configs():
+    from transformers import MistralConfig, Qwen2Config
+
+    for family, made in (
+        ("mistral", MistralConfig(**{k: v for k, v in GOOD.items()})),
+        (
+            "qwen2",
+            Qwen2Config(**GOOD, use_sliding_window=True, sliding_window=64, max_window_layers=0),
+        ),
+    ):
+        config = config_from_hf(json.loads(made.to_json_string()), WHERE)
+        kinds = set(getattr(made, "layer_types", None) or ["sliding_attention"])
+        theirs = made.sliding_window if kinds == {"sliding_attention"} else None
+        assert config.sliding_window == theirs, family
+
+
+def test_mistral_and_qwen2_ignore_attention_bias_as_transformers_does():
+    assert not config_from_hf(_config("mistral", attention_bias=True), WHERE).attention_bias
+    assert config_from_hf(_config("qwen2", attention_bias=False), WHERE).attention_bias
+    assert "attention_bias" in _refusal(_config("llama", attention_bias=True))
+
+
+def _doc_rows() -> set[tuple[str, str, str]]:
+    rows = set()
+    for line in DOCS.read_text().splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 4 and not set(cells[0]) <= {"-", " "}:
+            rows.add((cells[0], cells[1], cells[2]))
+    return rows
+
+
+def test_docs_print_the_table_as_it_is():
+    table = {(r.key, ", ".join(r.families), r.treatment) for r in RULES}
+    assert table <= _doc_rows(), sorted(table - _doc_rows())
+
+
+def test_every_family_has_a_row_for_the_math_keys_the_issue_names():
+    named = (
+        "hidden_act",
+        "attention_bias",
+        "mlp_bias",
+        "rope_scaling.rope_type",
+        "partial_rotary_factor",
+        "head_dim",
+        "tie_word_embeddings",
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
+        "query_pre_attn_scalar",
+        "norm kind (no key)",
+        "embedding scale (no key)",
+    )
+    for family in FAMILIES:
+        keys = {rule.key for rule in rules_for(family)}
+        window = any("sliding_window" in key for key in keys)
+        assert window and set(named) <= keys, (family, set(named) - keys)
+
+
+def test_ranges_are_finite_and_positive():
+    assert all(math.isfinite(v) and v > 0 for v in LIMITS.values())

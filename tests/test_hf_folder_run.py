@@ -1,0 +1,87 @@
+"""A Hugging Face folder is a whole model (issue 51): config.json, safetensors and tokenizer.json
+train, evaluate and generate with no GGUF anywhere, and a bad tokenizer is refused before any
+weight is decoded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from assay.cli import main
+from assay_testing.hf_tokenizers import save_byte_fallback_folder
+from assay_testing.tiny import save_tiny
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A tiny llama3 folder whose vocabulary is its own tokenizer's, a chat data file and a
+    LoRA config that names the folder alone."""
+    from assay.model.tokenizer import load_tokenizer
+
+    root = tmp_path_factory.mktemp("hf-run")
+    tokenizer = save_byte_fallback_folder(root / "tokenizer")
+    vocab = load_tokenizer(tokenizer).vocab_size
+    model = save_tiny("llama3", root, seed=5, gguf=False, vocab_size=vocab)["hf"]
+    for file in tokenizer.iterdir():
+        shutil.copy(file, model / file.name)
+    rows = [
+        {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+        for q, a in (("The quick fox?", "Jumps."), ("Numbers?", "0123"), ("Words?", "lines"))
+    ]
+    (root / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {
+        "model": str(model),
+        "data": {"train": str(root / "chat.jsonl"), "format": "messages", "seq_len": 64},
+        "adapter": {"method": "lora", "rank": 2, "alpha": 4},
+        "steps": 2,
+        "output": {"dir": str(root / "run"), "save_every": 2},
+    }
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+def test_a_folder_trains_evaluates_and_generates_without_a_gguf(workspace, capsys):
+    config = workspace / "config.yaml"
+    assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert len(summary["losses"]) == 2 and all(loss > 0 for loss in summary["losses"])
+    data = str(workspace / "chat.jsonl")
+    run = str(workspace / "run")
+    assert main(["eval", str(config), "--checkpoint", run, "--data", data, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["eval_loss"] > 0
+    model = yaml.safe_load(config.read_text())["model"]
+    argv = ["generate", model, "--prompt", "The quick", "--chat", "--max-new-tokens", "2"]
+    assert main([*argv, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["tokens"]) <= 2
+    assert not list(workspace.rglob("*.gguf"))
+
+
+def test_a_bad_tokenizer_is_refused_before_any_weight_is_decoded(
+    workspace, tmp_path, capsys, monkeypatch
+):
+    import assay.storage.load
+
+    broken = tmp_path / "model"
+    shutil.copytree(yaml.safe_load((workspace / "config.yaml").read_text())["model"], broken)
+    (broken / "tokenizer.json").write_text("{")
+    config = yaml.safe_load((workspace / "config.yaml").read_text())
+    config["model"] = str(broken)
+    config["output"]["dir"] = str(tmp_path / "run")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    def decoded(*args, **kwargs):
+        raise AssertionError("a weight was decoded before the tokenizer was checked")
+
+    monkeypatch.setattr(assay.storage.load, "load_stored", decoded)
+    for argv in (["train", str(path)], ["generate", str(broken), "--prompt", "x"]):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "tokenizer.json: not a tokenizers file" in err, err
