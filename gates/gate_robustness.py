@@ -251,7 +251,9 @@ def test_hub_names_resolve_from_the_local_cache_alone(gate, tmp_path, monkeypatc
     claim.measure(len(wrong))
     gate.note(f"hub cases wrong: {wrong}")
     named = hub.hub_name
-    monkeypatch.setattr(hub, "hub_name", lambda ref: (p := named(ref)) and (p[0], None))
+    monkeypatch.setattr(
+        hub, "hub_name", lambda ref, root=None: (p := named(ref, root)) and (p[0], None)
+    )
     claim.control(
         "the same cases with the @revision dropped from the name",
         len(_hub_outcomes(cache, tmp_path / "cwd")),

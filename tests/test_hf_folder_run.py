@@ -85,3 +85,37 @@ def test_a_bad_tokenizer_is_refused_before_any_weight_is_decoded(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "tokenizer.json: not a tokenizers file" in err, err
+
+
+def test_a_chat_prompt_carries_the_templates_special_tokens_once(workspace, monkeypatch, capsys):
+    """--chat encodes the rendered template as transformers' apply_chat_template does: its
+    own <s>, not a second one from the post-processor."""
+    import assay.model.generate
+    from assay.model.tokenizer import load_tokenizer
+
+    model = yaml.safe_load((workspace / "config.yaml").read_text())["model"]
+    seen: list[list[int]] = []
+    real = assay.model.generate.generate
+
+    def spy(model_, prompts, **kwargs):
+        seen.extend(prompts)
+        return real(model_, prompts, **kwargs)
+
+    monkeypatch.setattr(assay.model.generate, "generate", spy)
+    argv = ["generate", model, "--prompt", "Hi", "--chat", "--max-new-tokens", "1", "--json"]
+    assert main(argv) == 0
+    tokenizer = load_tokenizer(model)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True
+    )
+    assert seen == [tokenizer.encode(rendered)] and seen[0][:2].count(tokenizer.bos_id) == 1
+
+
+def test_a_shard_index_that_is_no_map_is_one_line(workspace, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(yaml.safe_load((workspace / "config.yaml").read_text())["model"], model)
+    (model / "model.safetensors.index.json").write_text('{"weight_map": ["model.safetensors"]}')
+    capsys.readouterr()
+    assert main(["info", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "weight_map must map each tensor" in err

@@ -217,3 +217,41 @@ def test_every_family_has_a_row_for_the_math_keys_the_issue_names():
 
 def test_ranges_are_finite_and_positive():
     assert all(math.isfinite(v) and v > 0 for v in LIMITS.values())
+
+
+# The outside review's breaks (issue 51), each a class: a value that changes the math must not
+# load silently, and a value of the wrong kind is one line, whatever its size.
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling.rope_type 'linear'"),
+        ({"rope_scaling": {"type": "yarn", "factor": 2.0}}, "rope_scaling.rope_type 'yarn'"),
+        (
+            {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
+            "partial_rotary_factor 0.5",
+        ),
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false"),
+        ({"tie_word_embeddings": 0}, "tie_word_embeddings must be true or false"),
+        ({"head_dim": 0}, "head_dim must be a positive integer"),
+        ({"num_key_value_heads": 0}, "num_key_value_heads must be a positive integer"),
+        ({"rms_norm_eps": 10**400}, "rms_norm_eps must be a positive number"),
+        ({"rope_theta": -(10**400)}, "rope_theta must be a positive number"),
+        ({"rope_parameters": [1, 2]}, "rope_parameters must be an object"),
+    ],
+)
+def test_a_value_that_would_change_the_math_is_refused_not_dropped(fields, named):
+    assert named in _refusal(_config("llama", **fields))
+
+
+def test_legacy_rope_scaling_over_rope_parameters_is_read_as_transformers_merges_it():
+    llama3 = {"type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64}
+    merged = _config("llama", rope_parameters={"rope_type": "default"}, rope_scaling=llama3)
+    assert config_from_hf(merged, WHERE).rope_scaling["factor"] == 8.0
+
+
+def test_llama3_without_an_original_context_takes_the_models_own():
+    rope = {"rope_type": "llama3", "factor": 8.0, "rope_theta": 500000.0}
+    config = config_from_hf(_config("llama", rope_parameters=rope), WHERE)
+    assert (
+        config.rope_scaling["original_max_position_embeddings"] == GOOD["max_position_embeddings"]
+    )

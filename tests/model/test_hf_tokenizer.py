@@ -84,3 +84,33 @@ def test_a_template_of_the_wrong_type_names_the_key(folders, tmp_path):
         (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": 3}))
 
     assert "chat_template must be a string" in _broken(folders, tmp_path, change)
+
+
+def test_a_template_that_does_not_parse_is_refused_at_load(folders, tmp_path):
+    def change(folder: Path) -> None:
+        (folder / "chat_template.jinja").write_text("{% for m in messages %}")
+
+    assert "the chat template does not parse" in _broken(folders, tmp_path, change)
+
+
+def test_the_generation_tag_renders_its_body_as_transformers_does(folders, tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "tagged"
+    shutil.copytree(folders["byte_fallback"], folder)
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}"
+        "{{ m['content'] }}{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}{% endfor %}"
+    )
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
+    theirs = AutoTokenizer.from_pretrained(folder).apply_chat_template(chat, tokenize=False)
+    assert load_tokenizer(folder).apply_chat_template(chat) == theirs == "HiYo"
+
+
+def test_a_post_processor_id_outside_the_vocabulary_is_refused(folders, tmp_path):
+    def change(folder: Path) -> None:
+        data = json.loads((folder / "tokenizer.json").read_text())
+        data["post_processor"]["special_tokens"]["<s>"]["ids"] = [99999]
+        (folder / "tokenizer.json").write_text(json.dumps(data))
+
+    assert "adds token id 99999, outside the vocabulary" in _broken(folders, tmp_path, change)

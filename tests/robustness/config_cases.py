@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from assay.errors import AssayError
 from assay.model.config import LIMITS, config_from_hf
-from assay.model.hf_fields import RULES
+from assay.model.hf_fields import FAMILIES, RULES
 
 WHERE = "model/config.json"
 BASE = {
@@ -95,15 +95,22 @@ def cases(seed: int, count: int) -> list[Case]:
             key = rng.choice(sorted(RANGED))
             limit = LIMITS[RANGED[key]]
             past = rng.choice([True, False])
-            value = limit * rng.choice([2, 1024, 10**30]) if past else limit
+            # an integer too large for a float is past every range too (and must not raise)
+            value = rng.choice([limit * 2, limit * 1024, limit * 1e30, 10**400]) if past else limit
             if key == "head_dim" and not past:
                 value = 16  # hidden / heads; the bound itself is checked in the unit tests
             if key in ("num_attention_heads", "num_key_value_heads") and not past:
                 value = 2
-            config = {"model_type": rng.choice(["llama", "mistral", "qwen2"]), **BASE, key: value}
+            config = {"model_type": rng.choice(FAMILIES), **BASE, key: value}
             if key == "hidden_size":
                 config["head_dim"] = 16  # else hidden / heads would pass head_dim's own range
             out.append(Case(f"{key}={value!r}", config, not past))
+            continue
+        if n % 3 == 1 and n % 2:
+            # a boolean field with a value of another kind: "false" must not read as true
+            value = rng.choice(VALUES)
+            config = {"model_type": rng.choice(FAMILIES), **BASE, "tie_word_embeddings": value}
+            out.append(Case(f"tie_word_embeddings={value!r}", config, isinstance(value, bool)))
             continue
         rule, family = rng.choice(refusing)
         value = rng.choice(VALUES)
@@ -122,6 +129,6 @@ def misjudged(generated: list[Case]) -> list[str]:
             loaded = True
         except AssayError:
             loaded = False
-        if loaded != case.should_load:
+        if loaded != case.should_load:  # an exception other than AssayError is a failure
             wrong.append(case.label)
     return wrong

@@ -85,3 +85,19 @@ def test_a_config_and_the_cli_name_a_cached_model(hub_cache, tiny_models, tmp_pa
     assert main(["info", "org/absent"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "hf download org/absent" in err
+
+
+def test_a_configs_hub_name_is_judged_beside_the_config_not_the_working_directory(
+    hub_cache, tiny_models, tmp_path, monkeypatch
+):
+    from assay.settings.loader import load_train_config, model_path
+
+    snapshot = _cache(hub_cache, "org/tiny", tiny_models["mistral"]["hf"])
+    (tmp_path / "cwd" / "org" / "tiny").mkdir(parents=True)
+    (tmp_path / "cfg").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    config = tmp_path / "cfg" / "run.yaml"
+    config.write_text(
+        yaml.safe_dump({"model": "org/tiny", "data": {"train": "d.jsonl"}, "steps": 1})
+    )
+    assert model_path(load_train_config(config)) == snapshot

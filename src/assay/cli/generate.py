@@ -102,11 +102,17 @@ def run(args: argparse.Namespace) -> int:
     model, tok = _load(args)
     texts = args.prompt
     if args.chat:
-        texts = [
-            tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
-            for p in texts
-        ]
-    prompts = [tok.encode(t, add_special_tokens=True) for t in texts]
+        try:
+            texts = [
+                tok.apply_chat_template(
+                    [{"role": "user", "content": p}], add_generation_prompt=True
+                )
+                for p in texts
+            ]
+        except ValueError as exc:  # the template's own raise_exception
+            raise AssayError(f"{tok.source}: the chat template refused the prompt: {exc}") from None
+    # a rendered template carries its own special tokens, as transformers' apply_chat_template
+    prompts = [tok.encode(t, add_special_tokens=not args.chat) for t in texts]
     _within_context(prompts, args.max_new_tokens, model.config.max_position_embeddings)
     pad = next((i for i in (tok.pad_id, tok.eos_id, 0) if i is not None), 0)
     results = generate(

@@ -21,6 +21,15 @@ def _model_info(args: argparse.Namespace) -> dict[str, Any]:
 
     args.model = model_argument(args.model)
     source = open_source(args.model)
+    from assay.model.hf_tokenizer import has_tokenizer
+    from assay.model.tokenizer import load_tokenizer
+
+    # the tokenizer before the weights: a bad one is refused before any weight is decoded
+    folder = Path(args.model).is_dir()
+    gguf_tokenizer = not folder and "tokenizer.ggml.model" in source.header.metadata
+    tokenizer = None
+    if gguf_tokenizer or (folder and has_tokenizer(Path(args.model))):
+        tokenizer = load_tokenizer(args.model).summary()
     started = time.perf_counter()
     with load_progress(f"{args.model} ({args.storage})"):
         model, fingerprint = load_stored(
@@ -28,21 +37,15 @@ def _model_info(args: argparse.Namespace) -> dict[str, Any]:
         )
     info: dict[str, Any] = {
         "path": str(args.model),
-        "format": "safetensors" if Path(args.model).is_dir() else "gguf",
+        "format": "safetensors" if folder else "gguf",
         "config": model.config.to_dict(),
         "tensor_types": source.tensor_types(),
         "fingerprint": fingerprint.to_dict(),
         "load_seconds": round(time.perf_counter() - started, 3),
         "storage": args.storage,
         "quantize_embeddings": args.quantize_embeddings,
-        "tokenizer": None,
+        "tokenizer": tokenizer,
     }
-    from assay.model.hf_tokenizer import has_tokenizer
-    from assay.model.tokenizer import load_tokenizer
-
-    gguf_tokenizer = info["format"] == "gguf" and "tokenizer.ggml.model" in source.header.metadata
-    if gguf_tokenizer or (info["format"] != "gguf" and has_tokenizer(Path(args.model))):
-        info["tokenizer"] = load_tokenizer(args.model).summary()
     if not storage(args.storage).keeps_parameters or args.quantize_embeddings:
         from assay.memory.accounting import owned_bytes
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import ModelFileError, UnsupportedModelError
-from assay.model.hf_fields import check_refused_fields
+from assay.model.hf_fields import check_refused_fields, rope_parameters
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 # The positive integers that size a decoder (the memory predictor reads these alone).
@@ -113,8 +113,7 @@ class ModelConfig:
             if name == "sliding_window" and value is None:
                 continue
             limit = LIMITS[name.split("[")[0].removeprefix("rope_scaling.")]
-            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            if not real or not math.isfinite(value) or not 0 < value <= limit:
+            if not _finite(value) or not 0 < value <= limit:
                 raise ModelFileError(
                     f"config field {name} must be a positive number up to {limit:g}, got {value!r}"
                 )
@@ -167,6 +166,17 @@ def _require(source: Mapping[str, Any], key: str, where: str) -> Any:
     return source[key]
 
 
+def _finite(value: Any) -> bool:
+    """A real number (not a bool) that is finite as a float; an integer too large for a float
+    is not (math.isfinite would raise on it)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _integer(value: Any, key: str, where: str, limit: str) -> int:
     """``value`` as an int in 1..LIMITS[limit] when it is one (2.0 counts; 2.5, "2", true, 0
     and 1e30 layers do not); refusals name the file's ``key``."""
@@ -183,10 +193,10 @@ def _integer(value: Any, key: str, where: str, limit: str) -> int:
 def _real(value: Any, key: str, where: str, limit: str) -> float:
     """``value`` as a float when it is a finite number in (0, LIMITS[limit]] (true, "1e-5", 0
     and NaN are not); refusals name the file's ``key``."""
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or not 0 < value <= LIMITS[limit]:
+    if not _finite(value) or not 0 < value <= LIMITS[limit]:
+        shown = value if not isinstance(value, int) or value < 10**20 else "a larger integer"
         raise ModelFileError(
-            f"{where}: {key} must be a positive number up to {LIMITS[limit]:g}, got {value!r}"
+            f"{where}: {key} must be a positive number up to {LIMITS[limit]:g}, got {shown!r}"
         )
     return float(value)
 
@@ -212,6 +222,12 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
             f"{where}: model_type {model_type!r} is not supported; "
             f"expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+    for key in ("rope_parameters", "rope_scaling"):
+        if hf.get(key) is not None and not isinstance(hf[key], Mapping):
+            raise ModelFileError(f"{where}: {key} must be an object, got {hf[key]!r}")
+    tied = hf.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ModelFileError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
     check_refused_fields(hf, model_type, where)
 
     def whole(key: str, limit: str, default: Any = None) -> int:
@@ -222,14 +238,12 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     heads = whole("num_attention_heads", "num_heads")
     layers = whole("num_hidden_layers", "num_layers")
     # transformers >= 5 folds rope_theta and rope_scaling into rope_parameters.
-    rope = dict(hf.get("rope_parameters") or {})
-    legacy_scaling = hf.get("rope_scaling")
-    if legacy_scaling:
-        rope.update(legacy_scaling)
+    rope = rope_parameters(hf)
+    context = whole("max_position_embeddings", "max_position_embeddings", 2048)
     theta_value = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
     theta = _real(theta_value, "rope_theta", where, "rope_theta")
     scaling = None
-    if rope.get("rope_type", rope.get("type", "default")) == "llama3":
+    if rope.get("rope_type", "default") == "llama3":
         scaling = {
             "rope_type": "llama3",
             "factor": _real(_require(rope, "factor", where), "factor", where, "factor"),
@@ -237,15 +251,17 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
                 key: _real(rope.get(key, default), key, where, key)
                 for key, default in (("low_freq_factor", 1.0), ("high_freq_factor", 4.0))
             },
+            # absent, transformers takes the model's own context length
             "original_max_position_embeddings": _integer(
-                rope.get("original_max_position_embeddings", 8192),
+                rope.get("original_max_position_embeddings", context),
                 "original_max_position_embeddings",
                 where,
                 "original_max_position_embeddings",
             ),
         }
     eos = hf.get("eos_token_id")
-    head_dim = hf.get("head_dim") or hidden // heads
+    head_dim = hf.get("head_dim")
+    kv_heads = hf.get("num_key_value_heads")
     return _built(
         where,
         architecture=model_type,
@@ -254,14 +270,17 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         intermediate_size=whole("intermediate_size", "intermediate_size"),
         num_layers=layers,
         num_heads=heads,
+        # absent (or null) means the default; 0 is a value, and out of range
         num_kv_heads=_integer(
-            hf.get("num_key_value_heads") or heads, "num_key_value_heads", where, "num_kv_heads"
+            heads if kv_heads is None else kv_heads, "num_key_value_heads", where, "num_kv_heads"
         ),
-        head_dim=_integer(head_dim, "head_dim", where, "head_dim"),
+        head_dim=_integer(
+            hidden // heads if head_dim is None else head_dim, "head_dim", where, "head_dim"
+        ),
         rope_theta=theta,
         rms_norm_eps=_real(hf.get("rms_norm_eps", 1e-6), "rms_norm_eps", where, "rms_norm_eps"),
-        max_position_embeddings=whole("max_position_embeddings", "max_position_embeddings", 2048),
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        max_position_embeddings=context,
+        tie_word_embeddings=tied,
         # Qwen2 always has a q, k, v bias; Llama's attention_bias (q, k, v and o) is refused
         # in hf_fields, and Mistral has none whatever the file says.
         attention_bias=model_type == "qwen2",

@@ -11,7 +11,6 @@ no value outside a row's accepted set loads.
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,12 +34,33 @@ class _Absent:
 ABSENT = _Absent()
 
 
+def rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The rope settings as transformers 5 merges them: ``rope_parameters``, then the legacy
+    ``rope_scaling`` on top, its ``type`` read as ``rope_type`` (a value that is not an object
+    counts as absent here; the config reader refuses it by name)."""
+    rope = dict(hf["rope_parameters"]) if isinstance(hf.get("rope_parameters"), Mapping) else {}
+    legacy = hf.get("rope_scaling")
+    if isinstance(legacy, Mapping):
+        legacy = dict(legacy)
+        if "type" in legacy and "rope_type" not in legacy:
+            legacy["rope_type"] = legacy.pop("type")
+        rope.update(legacy)
+    return rope
+
+
 def _rope_type(hf: Mapping[str, Any]) -> Any:
-    rope = dict(hf.get("rope_parameters") or {})
-    rope.update(hf.get("rope_scaling") or {})
-    if "rope_type" in rope:
-        return rope["rope_type"]
-    return rope.get("type", ABSENT)
+    return rope_parameters(hf).get("rope_type", ABSENT)
+
+
+def _partial_rotary(hf: Mapping[str, Any]) -> Any:
+    """The first partial_rotary_factor, top-level or in the rope settings, that is not 1."""
+    for value in (
+        hf.get("partial_rotary_factor", ABSENT),
+        rope_parameters(hf).get("partial_rotary_factor", ABSENT),
+    ):
+        if value is not ABSENT and not _one(value):
+            return value
+    return ABSENT
 
 
 def _off(value: Any) -> bool:
@@ -53,7 +73,7 @@ def _off(value: Any) -> bool:
 
 def _one(value: Any) -> bool:
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return value is None or (number and math.isfinite(value) and value == 1)
+    return value is None or (number and value == 1)
 
 
 @dataclass(frozen=True)
@@ -98,7 +118,7 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule(
         "max_position_embeddings", ALL, READ, "a positive integer up to 16,777,216 (default 2048)"
     ),
-    FieldRule("tie_word_embeddings", ALL, READ, "true or false (default false)"),
+    FieldRule("tie_word_embeddings", ALL, READ, "true or false (default false); nothing else"),
     FieldRule(
         "rope_scaling.rope_type",
         ALL,
@@ -118,8 +138,9 @@ RULES: tuple[FieldRule, ...] = (
         "partial_rotary_factor",
         ALL,
         REFUSED,
-        "1 or null (rotary embedding over the whole head)",
+        "1 or null, top-level or in rope_parameters (rotary embedding over the whole head)",
         accepts=lambda v: v is ABSENT or _one(v),
+        value=_partial_rotary,
     ),
     FieldRule(
         "attention_dropout",

@@ -135,6 +135,13 @@ def tokenizer_from_folder(folder: Path) -> Tokenizer:
     special_ids = {name: _special_id(backend, configs, name) for name in SPECIALS}
     # what the post-processor puts around a text, reported as the GGUF flags are
     added = backend.encode("", add_special_tokens=True).ids
+    vocab = backend.get_vocab_size(with_added_tokens=True)
+    outside = [i for i in added if not 0 <= i < vocab]
+    if outside:
+        raise ModelFileError(
+            f"{path}: the post-processor adds token id {outside[0]}, outside the vocabulary "
+            f"of {vocab:,}"
+        )
     return Tokenizer(
         backend,
         source=str(folder),

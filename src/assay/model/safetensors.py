@@ -138,7 +138,12 @@ class SafetensorsSource:
                 weight_map = read_json_file(index, ModelFileError)["weight_map"]
             except (KeyError, TypeError) as err:
                 raise ModelFileError(f"{index}: not a valid shard index ({err})") from None
-            files = sorted({directory / name for name in weight_map.values()})
+            names = weight_map.values() if isinstance(weight_map, dict) else [None]
+            if not all(isinstance(n, str) and n and "/" not in n for n in names):
+                raise ModelFileError(
+                    f"{index}: weight_map must map each tensor to a shard file name in the folder"
+                )
+            files = sorted({directory / name for name in names})
             for file in files:
                 if not file.is_file():
                     raise ModelFileError(f"{index}: shard {file.name} is missing")

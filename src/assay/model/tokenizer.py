@@ -18,10 +18,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gguf
 import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as _Backend
@@ -103,7 +105,8 @@ class Tokenizer:
         self._add_space_prefix = add_space_prefix
         self._chat_template = chat_template
         self._post_processed = post_processed
-        self._compiled_template: jinja2.Template | None = None
+        # compiled now: a template that does not parse is refused at load, not at first use
+        self._compiled_template = _compiled(chat_template, source)
         self._missing_bytes: frozenset[int] | None = None
         self.build_seconds = build_seconds
 
@@ -214,8 +217,7 @@ class Tokenizer:
         """
         if self._chat_template is None:
             raise ModelFileError(f"{self._source}: the tokenizer has no chat template")
-        if self._compiled_template is None:
-            self._compiled_template = _template_environment().from_string(self._chat_template)
+        assert self._compiled_template is not None  # compiled with the template
         variables = {
             f"{name}_token": self._token_text(token_id)
             for name, token_id in self._special_ids.items()
@@ -259,11 +261,37 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, *
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, **kw)
 
 
+class _GenerationTag(Extension):
+    """transformers' ``{% generation %}...{% endgeneration %}``, which marks the assistant's
+    text for its masks: rendered as its body, as transformers renders it."""
+
+    tags: ClassVar[set[str]] = {"generation"}
+
+    def parse(self, parser: Any) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+def _compiled(template: str | None, source: str) -> jinja2.Template | None:
+    """``template`` compiled in the chat environment; ModelFileError naming ``source`` and the
+    line for one that does not parse."""
+    if template is None:
+        return None
+    try:
+        return _template_environment().from_string(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ModelFileError(
+            f"{source}: the chat template does not parse ({exc.message} at line {exc.lineno})"
+        ) from None
+
+
 @lru_cache(maxsize=1)
 def _template_environment() -> ImmutableSandboxedEnvironment:
     """Sandboxed jinja2 set up like Hugging Face's chat templating (trim and lstrip blocks)."""
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=["jinja2.ext.loopcontrols", _GenerationTag],
     )
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)

@@ -18,22 +18,24 @@ from assay.errors import ConfigError
 _HUB_NAME = re.compile(r"([A-Za-z0-9][\w.-]{0,95})/([\w.-]{1,96})(?:@([\w./-]{1,128}))?")
 
 
-def hub_name(reference: str) -> tuple[str, str | None] | None:
+def hub_name(reference: str, root: Path | None = None) -> tuple[str, str | None] | None:
     """``(repo_id, revision)`` when ``reference`` is written as a Hub name and no file or folder
-    exists at it; None otherwise."""
+    exists at it (relative to ``root``, a config's folder, else the working directory); None
+    otherwise."""
     match = _HUB_NAME.fullmatch(reference)
-    if match is None or Path(reference).exists() or ".." in reference.split("/"):
+    local = Path(reference) if root is None else root / reference
+    if match is None or local.exists() or ".." in reference.split("/"):
         return None
     return f"{match.group(1)}/{match.group(2)}", match.group(3)
 
 
-def cached_snapshot(reference: str, where: str) -> Path:
+def cached_snapshot(reference: str, where: str, root: Path | None = None) -> Path:
     """The cached snapshot folder of the Hub model ``reference`` (``org/name[@revision]``).
 
     Raises ConfigError starting with ``where`` when the model (at that revision) is not in the
     local cache, naming the command that fetches it, or when huggingface_hub is absent.
     """
-    parsed = hub_name(reference)
+    parsed = hub_name(reference, root)
     if parsed is None:
         raise ConfigError(f"{where}: {reference!r} is not a Hugging Face model name (org/name)")
     repo, revision = parsed

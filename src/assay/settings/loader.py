@@ -141,10 +141,9 @@ def parse_size(value: int | str) -> int:
 def _resolve(reference: str | None, base: Path) -> str | None:
     if reference is None or reference.startswith("pkg:"):
         return reference
-    local = base / reference
-    if not local.exists() and hub_name(reference) is not None:
+    if hub_name(reference, base) is not None:
         return reference  # a Hub name (org/name), looked up in the local cache when read
-    return str(local)
+    return str(base / reference)
 
 
 def resolve_reference(reference: str, field: str, source: str) -> Path:
@@ -152,8 +151,9 @@ def resolve_reference(reference: str, field: str, source: str) -> Path:
     a Hub name (``org/name[@revision]``, nothing at that path) resolved from the local Hugging
     Face cache, never downloaded (ConfigError naming the fetch command when not cached)."""
     if not reference.startswith("pkg:"):
-        if hub_name(reference) is not None:
-            return cached_snapshot(reference, f"{source}: {field}")
+        base = Path(source).parent  # a config's own paths are relative to its folder
+        if hub_name(reference, base) is not None:
+            return cached_snapshot(reference, f"{source}: {field}", base)
         return Path(reference)
     module, _, rest = reference[4:].partition("/")
     parts = rest.replace("\\", "/").split("/")
