@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,18 +85,9 @@ def test_a_gelu_model_is_refused_by_key_and_value():
     )
 
 
-NUMBERS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "intermediate_size": "intermediate_size",
-    "num_hidden_layers": "num_layers",
-    "num_attention_heads": "num_heads",
-    "num_key_value_heads": "num_kv_heads",
-    "head_dim": "head_dim",
-    "max_position_embeddings": "max_position_embeddings",
-    "rms_norm_eps": "rms_norm_eps",
-    "rope_theta": "rope_theta",
-}
+# config.json key -> the ModelConfig field whose range bounds it, shared with the gate's cases
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "robustness"))
+from config_cases import RANGED as NUMBERS  # noqa: E402
 
 
 @settings(max_examples=120, deadline=None)
