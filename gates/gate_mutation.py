@@ -25,10 +25,15 @@ the exit codes) and fails on a mismatch. A package missing there, whose run fail
 mutated modules changed since the run, or with fewer than 20 sampled mutants tested, is written
 as not tested. Control: the same sample with every exit code read as survived must fail.
 
-Long: two child interpreters per mutant and more (about an hour and a half on 2 cores).
-``nox -s gates`` leaves this gate out (like the timing gates); run it alone with
-``nox -s gate-mutation``. ``ASSAY_MUTATION_JOBS`` sets how many run at once (default 2);
-``ASSAY_MUTANTS`` (comma-separated names) limits the run to some mutants.
+Long: two child interpreters per mutant and more (a kill takes minutes when only gate-nf4 or
+gate-resume sees it; a survivor runs every covering test, up to 15 minutes). Each mutant's gate
+verdict is therefore kept in ``records/mutation/gate-verdicts.json`` as soon as it is measured,
+and a later run reuses it only when every input that decided it is byte for byte the same
+(``assay_testing.gate_verdicts``): a campaign stopped part way is finished by the next run, and
+the receipt says which verdicts were reused and when they were measured. ``nox -s gates`` leaves
+this gate out (like the timing gates); run it alone with ``nox -s gate-mutation``.
+``ASSAY_MUTATION_JOBS`` sets how many run at once (default 2); ``ASSAY_MUTANTS``
+(comma-separated names) limits the run to some mutants.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pathlib import Path
 import pytest
 
 from assay.qualify import Threshold
+from assay_testing.gate_verdicts import VerdictStore, environment_versions
 from assay_testing.mutants import MUTANTS, declared_fault_points
 from assay_testing.mutation import (
     classify,
@@ -52,6 +58,7 @@ from assay_testing.mutation import (
     run_mutants,
     run_pytest,
     sample_order,
+    selection_key,
     wilson_interval,
 )
 
@@ -86,6 +93,9 @@ GATE_BUDGET_S = 900.0
 SUMMARY = Path(
     os.environ.get("ASSAY_MUTMUT_SUMMARY", ROOT / "records/mutation/mutmut-summary.json")
 )
+# Each mutant's gate verdict, kept between runs and reused only for byte-identical inputs
+# (assay_testing.gate_verdicts): a campaign longer than a session finishes over several runs.
+VERDICTS = Path(os.environ.get("ASSAY_GATE_VERDICTS", ROOT / "records/mutation/gate-verdicts.json"))
 CORE_PACKAGES = ("storage", "adapters", "train", "stream", "qualify")
 KILL_RATE = 0.90
 # The bar each package's tests must reach (issue 27's goal, set before its measured runs):
@@ -156,6 +166,8 @@ def gate_campaign(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("gate-mutation")
     runnable = [m for m in _selected() if m.counted]
     items = [(m.name, covering_tests(_module_path(m), RECEIPTS, MEASURED_GATES)) for m in runnable]
+    versions = environment_versions()
+    keys = {name: selection_key(name, tests, RECEIPTS, ROOT, versions) for name, tests in items}
     jobs = _jobs()
     start = time.perf_counter()
     results, clean = run_gate_mutants(
@@ -165,6 +177,8 @@ def gate_campaign(tmp_path_factory):
         budget_s=GATE_BUDGET_S,
         jobs=jobs,
         on_result=lambda result: _progress(result, "gate-mutant"),
+        store=VerdictStore(VERDICTS),
+        keys=keys,
     )
     return {
         "counted": runnable,
@@ -201,6 +215,15 @@ def test_gates_kill_the_curated_mutants(gate, gate_campaign):
     )
     verdicts = [r.verdict for r in results]
     red = verdicts.count("killed") + verdicts.count("errored")
+    gate.input("stored gate verdicts", VERDICTS)
+    earlier = sorted(r.reused_from for r in results if r.reused_from)
+    gate.note(
+        f"{len(results) - len(earlier)} verdicts measured in this run; {len(earlier)} reused "
+        "from earlier runs whose inputs (covering tests, every file their claims read, the "
+        "gate and mutation machinery, library versions) are byte for byte the same"
+        + (f", measured from {earlier[0]} to {earlier[-1]}" if earlier else "")
+        + f" ({VERDICTS.relative_to(ROOT) if VERDICTS.is_relative_to(ROOT) else VERDICTS})."
+    )
     gate.note(
         f"{len(counted)} mutants against the gates "
         f"({', '.join(MEASURED_GATES)}): "
@@ -210,15 +233,16 @@ def test_gates_kill_the_curated_mutants(gate, gate_campaign):
         f"{gate_campaign['wall_s']:.0f} s in all, {len(gate_campaign['clean'])} clean runs."
     )
     for r in results:
+        when = f", measured {r.reused_from}" if r.reused_from else ""
         if r.verdict == "killed":
             gate.note(
                 f"killed: {r.name} in {r.wall_s:.0f} s by {', '.join(r.failed_claims)} "
-                f"({len(r.selected)} covering tests)"
+                f"({len(r.selected)} covering tests{when})"
             )
         else:
             gate.note(
                 f"not killed: {r.name} ({r.verdict}, {r.wall_s:.0f} s, {len(r.selected)} "
-                f"covering tests; failed: {', '.join(r.failed_tests) or 'none'}): "
+                f"covering tests{when}; failed: {', '.join(r.failed_tests) or 'none'}): "
                 f"{catalog.get(r.name, '?')}"
             )
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay_testing.defects import MUTANT_ENV, child_env
+from assay_testing.gate_verdicts import StoredVerdict, VerdictStore, claim_files, now, verdict_key
 
 # pytest exit codes: 0 all passed, 1 some failed; anything else means the run itself went wrong.
 _PASSED, _FAILED = 0, 1
@@ -233,6 +234,22 @@ def covering_tests(path: str, receipts: Path, gates: Sequence[str]) -> list[str]
     return chosen
 
 
+def selection_key(
+    name: str, selected: Sequence[str], receipts: Path, root: Path, versions: dict[str, str]
+) -> str:
+    """The key of mutant ``name``'s gate verdict (:func:`assay_testing.gate_verdicts.verdict_key`),
+    with the files the selected tests' claims read taken from each gate's fullest newest
+    receipt, as :func:`covering_tests` chose them."""
+    read: set[str] = set()
+    for gate in sorted(
+        {node.split("::")[0].removeprefix("gates/gate_").removesuffix(".py") for node in selected}
+    ):
+        receipt = _fullest_receipt(receipts / gate)
+        if receipt is not None:
+            read |= claim_files(receipt, selected)
+    return verdict_key(name, selected, read, root, versions)
+
+
 # Claims whose failure is evidence of a defect; a performance claim (seconds, throughput) also
 # fails on a loaded machine, and the mutants run two at a time.
 EVIDENCE_KINDS = ("correctness", "memory")
@@ -265,6 +282,7 @@ class GateKill:
     failed_tests: tuple[str, ...]
     failed_claims: tuple[str, ...]
     tail: str
+    reused_from: str | None = None  # when the verdict came from the store: when it was measured
 
 
 # Gates run as a regression, for speed: no per-claim coverage (what ran is not the question).
@@ -333,17 +351,63 @@ def run_gate_mutants(
     jobs: int = 2,
     on_result: Callable[[GateKill], None] | None = None,
     confirm: Callable[[Sequence[str]], bool] | None = None,
+    store: VerdictStore | None = None,
+    keys: dict[str, str] | None = None,
 ) -> tuple[list[GateKill], dict[tuple[str, ...], str]]:
     """Run each ``(fault name, covering gate tests)`` with its fault armed, stopping after the
     first test whose claim failed, ``jobs`` at a time. A kill is confirmed by
     ``confirm(failing tests)``, by default those tests run once with no fault armed. Returns the
     results and, for each set of failing tests, the runner's verdict on its clean run (the
-    control's data)."""
+    control's data).
+
+    With a ``store`` and each mutant's input ``keys``, a verdict stored under the same key is
+    reused (with the verdict of its clean run) instead of measured, and each verdict measured
+    is stored as soon as it is known."""
     clean = _CleanRuns(root, scratch / "clean", budget_s)
+
+    def reused(name: str) -> GateKill | None:
+        found = store.get(name, keys[name]) if store is not None and keys else None
+        if found is None:
+            return None
+        if found.clean is not None:
+            with clean.lock:
+                clean.verdicts[tuple(sorted(found.failed_tests))] = found.clean
+        return GateKill(
+            name,
+            found.verdict,
+            found.wall_s,
+            found.selected,
+            found.failed_tests,
+            found.failed_claims,
+            found.tail,
+            reused_from=found.measured,
+        )
+
+    def keep(result: GateKill) -> None:
+        if store is None or not keys:
+            return
+        checked = clean.verdicts.get(tuple(sorted(result.failed_tests)))
+        store.put(
+            result.name,
+            StoredVerdict(
+                keys[result.name],
+                result.verdict,
+                round(result.wall_s, 1),
+                result.selected,
+                result.failed_tests,
+                result.failed_claims,
+                checked if result.failed_tests else None,
+                now(),
+                result.tail,
+            ),
+        )
 
     def one(item: tuple[int, tuple[str, Sequence[str]]]) -> GateKill:
         index, (name, selected) = item
-        if not selected:
+        again = reused(name)
+        if again is not None:
+            result = again
+        elif not selected:
             result = GateKill(name, "unreached", 0.0, (), (), (), "no gate test covers it")
         else:
             where = scratch / f"{index:03d}-{name}"  # its own receipts: what it alone failed
@@ -363,6 +427,8 @@ def run_gate_mutants(
             claims = tuple(failing_claims(where / "receipts"))
             verdict = gate_verdict(run, failed, claims, confirm or clean)
             result = GateKill(name, verdict, run.wall_s, tuple(selected), failed, claims, run.tail)
+        if result.reused_from is None:
+            keep(result)
         if on_result is not None:
             on_result(result)
         return result
