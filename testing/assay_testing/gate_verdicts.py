@@ -9,7 +9,8 @@ support files, the mutation machinery and defect catalog, and the Python and tor
 Anything else changed means the mutant runs again. A campaign stopped part way keeps what it
 measured, and the next one finishes it.
 
-The store is one JSON file, written atomically after each verdict.
+The store is one JSON file, written atomically after each verdict. A timeout or a run that could
+not start says how loaded the machine was, not what the gates caught, so it is not kept.
 """
 
 from __future__ import annotations
@@ -28,8 +29,21 @@ from typing import Any
 from assay.atomic import atomic_write_json
 
 FORMAT = "assay.gate-verdicts/1"
-# Test and mutation machinery every gate run goes through: a change there reruns every mutant.
-MACHINERY = ("gates/conftest.py", "gates/support", "testing/assay_testing")
+# What every armed gate run goes through besides the files its claims read (which the receipts
+# list): the gates' conftest and support, the runner, the defect catalog and how a defect is
+# armed. A change there reruns every mutant. This module only stores, so it is not among them.
+MACHINERY = (
+    "gates/conftest.py",
+    "gates/support",
+    "testing/assay_testing/mutation.py",
+    "testing/assay_testing/mutants.py",
+    "testing/assay_testing/defects",
+    "testing/assay_testing/patching.py",
+    "testing/assay_testing/stop_at_claim.py",
+    "testing/assay_testing/boot",
+)
+# Verdicts that say how loaded the machine was, not what the gates caught: never kept.
+UNSTABLE = ("timeout", "error")
 
 
 def _files(root: Path, entries: Iterable[str]) -> list[str]:
@@ -137,6 +151,10 @@ class VerdictStore:
         )
 
     def put(self, name: str, verdict: StoredVerdict) -> None:
+        """Keep ``verdict`` (written at once), unless it is one of :data:`UNSTABLE`: a run
+        past its budget or one that could not start is measured again next time."""
+        if verdict.verdict in UNSTABLE:
+            return
         with self.lock:
             self.verdicts[name] = asdict(verdict)
             atomic_write_json(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import assay_testing.mutation as mutation
-from assay_testing.gate_verdicts import VerdictStore, verdict_key
+from assay_testing.gate_verdicts import StoredVerdict, VerdictStore, verdict_key
 from assay_testing.mutation import run_gate_mutants
 
 GATE_SUBJECT = """
@@ -105,3 +105,12 @@ def test_a_store_of_another_format_is_refused(tmp_path):
     path.write_text(json.dumps({"format": "something/0", "verdicts": {}}))
     with pytest.raises(ValueError, match="format"):
         VerdictStore(path)
+
+
+def test_a_verdict_that_depends_on_the_load_is_never_kept(tmp_path):
+    """A timeout or a run that could not start is measured again, never reused; a kill is kept."""
+    store = VerdictStore(tmp_path / "verdicts.json")
+    for name, verdict in (("a", "timeout"), ("b", "error"), ("c", "killed")):
+        store.put(name, StoredVerdict("k", verdict, 1.0, (), (), (), None, "now", ""))
+    again = VerdictStore(tmp_path / "verdicts.json")
+    assert [again.get(n, "k") is not None for n in "abc"] == [False, False, True]
