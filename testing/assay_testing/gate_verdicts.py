@@ -88,8 +88,8 @@ def verdict_key(
     root: Path,
     versions: dict[str, str],
 ) -> str:
-    """sha256 over what decides mutant ``name``'s gate verdict: the selected tests in order,
-    each file they read or that runs them (path and content), and ``versions``."""
+    """sha256 over what decides mutant ``name``'s gate verdict: the selected tests, each file
+    they read or that runs them (path and content), and ``versions``."""
     gate_files = {node.split("::")[0] for node in selected}
     paths = _files(root, [*MACHINERY, *gate_files, *read_files])
     lines = [FORMAT, name, *selected, json.dumps(versions, sort_keys=True)]

@@ -237,9 +237,10 @@ def covering_tests(path: str, receipts: Path, gates: Sequence[str]) -> list[str]
 def selection_key(
     name: str, selected: Sequence[str], receipts: Path, root: Path, versions: dict[str, str]
 ) -> str:
-    """The key of mutant ``name``'s gate verdict (:func:`assay_testing.gate_verdicts.verdict_key`),
-    with the files the selected tests' claims read taken from each gate's fullest newest
-    receipt, as :func:`covering_tests` chose them."""
+    """The key of mutant ``name``'s gate verdict (:func:`assay_testing.gate_verdicts.verdict_key`)
+    over the selected tests as a set (their order decides how soon a kill comes, not whether),
+    with the files their claims read taken from each gate's fullest newest receipt, as
+    :func:`covering_tests` chose them."""
     read: set[str] = set()
     for gate in sorted(
         {node.split("::")[0].removeprefix("gates/gate_").removesuffix(".py") for node in selected}
@@ -247,7 +248,7 @@ def selection_key(
         receipt = _fullest_receipt(receipts / gate)
         if receipt is not None:
             read |= claim_files(receipt, selected)
-    return verdict_key(name, selected, read, root, versions)
+    return verdict_key(name, sorted(selected), read, root, versions)
 
 
 # Claims whose failure is evidence of a defect; a performance claim (seconds, throughput) also

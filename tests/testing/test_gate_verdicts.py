@@ -9,7 +9,7 @@ import pytest
 
 import assay_testing.mutation as mutation
 from assay_testing.gate_verdicts import StoredVerdict, VerdictStore, verdict_key
-from assay_testing.mutation import run_gate_mutants
+from assay_testing.mutation import run_gate_mutants, selection_key
 
 GATE_SUBJECT = """
 import os
@@ -114,3 +114,13 @@ def test_a_verdict_that_depends_on_the_load_is_never_kept(tmp_path):
         store.put(name, StoredVerdict("k", verdict, 1.0, (), (), (), None, "now", ""))
     again = VerdictStore(tmp_path / "verdicts.json")
     assert [again.get(n, "k") is not None for n in "abc"] == [False, False, True]
+
+
+def test_the_order_of_the_covering_tests_is_not_part_of_the_key(root):
+    """The order decides how soon a kill comes, not whether: a reordered selection keeps its
+    verdicts, a changed one does not."""
+    other = "gates/gate_subject.py::test_other"
+    forward = selection_key(MUTANT, [NODE, other], root / "receipts", root, VERSIONS)
+    backward = selection_key(MUTANT, [other, NODE], root / "receipts", root, VERSIONS)
+    assert forward == backward
+    assert selection_key(MUTANT, [NODE], root / "receipts", root, VERSIONS) != forward
