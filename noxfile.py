@@ -178,6 +178,17 @@ def site(session: nox.Session) -> None:
     session.run("assay", "publish", "--html", *session.posargs)
 
 
+@nox.session(venv_params=VENV_PARAMS)
+def docs(session: nox.Session) -> None:
+    """The documentation site (Sphinx, MyST Markdown, furo) from docs/, the README, the gate API
+    and the records, into build/docs (or the extra arg); a warning, such as a broken link or
+    reference, fails it. The CLI reference imports the trainer's commands, so torch is installed."""
+    install(session)
+    out = session.posargs[0] if session.posargs else "build/docs"
+    warnings_fail = ("-E", "-W", "--keep-going", "-q")
+    session.run("sphinx-build", *warnings_fail, "-b", "html", "-c", "docs", ".", out)
+
+
 @nox.session
 def example(session: nox.Session) -> None:
     """examples/toy-gates in a venv without torch: the framework-only install (`pip install .`),

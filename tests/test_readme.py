@@ -1,10 +1,12 @@
-"""Every shell command in README.md's ``bash`` blocks is run, or allowlisted with a reason.
+"""Every shell command in the ``bash`` blocks of README.md and of the guides in docs/ is run, or
+allowlisted with a reason.
 
-Each block runs as one bash script (``set -e``) in a scratch copy of ``examples/``, with
-``assay`` bound to this tree's ``python -m assay.cli``. A small table shortens commands that
-would take minutes (fewer steps on the real model); everything else runs as written, so a
-README command that stops working fails here. A README line that is neither run nor
-allowlisted fails too, so new commands cannot slip past the test.
+A reader follows a page from top to bottom, so each page's blocks run in order as one bash
+script (``set -e``) in a scratch copy of ``examples/``, with ``assay`` bound to this tree's
+``python -m assay.cli``. A small table shortens commands that would take minutes (fewer steps on
+the real model); everything else runs as written, so a documented command that stops working
+fails here. A line that is neither run nor allowlisted fails too, so new commands cannot slip
+past the test.
 """
 
 from __future__ import annotations
@@ -19,10 +21,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+# The pages whose commands a user types: the README and the guides it points to.
+DOCUMENTS = (
+    "README.md",
+    "docs/training.md",
+    "docs/memory.md",
+    "docs/adapters.md",
+    "docs/preference.md",
+    "docs/stopping.md",
+    "docs/distributed.md",
+    "docs/trust.md",
+    "docs/throughput.md",
+    "docs/matrix.md",
+    "docs/mutation.md",
+)
 
 # Commands not run here, by prefix, each with why.
 NOT_RUN = {
+    "python -m venv": "makes a virtualenv to install into; the test runs in this one",
     "python -m pip install": "installs packages (no network at test time)",
     "pip install": "installs packages (no network at test time)",
     "nox ": "runs whole sessions (the suite, gates, lint): the integrator's CI runs them",
@@ -52,6 +68,9 @@ NOT_RUN = {
     "tests/harness/test_gpu_bundle.py import real ones",
 }
 
+# Commands under an allowlisted prefix that do run: they read only what their own block wrote.
+RUN_ON_OWN_FILES = {"assay verify --records records"}
+
 # Substitutions that keep a command short; the README's meaning is unchanged (the example
 # config is also shortened in the scratch copy, see _workspace). Whole commands first, then
 # substrings.
@@ -59,8 +78,11 @@ SHORTEN_COMMANDS = {
     "assay train examples/smollm2-lora.yaml": "assay train examples/smollm2-lora.yaml --stop-at 2",
     "assay train examples/smollm2-hf-lora.yaml": "assay train examples/smollm2-hf-lora.yaml "
     "--stop-at 2",
+    "assay train examples/smollm2-dpo.yaml": "assay train examples/smollm2-dpo.yaml --stop-at 2",
 }
 SHORTEN = {"--stop-at 4": "--stop-at 3"}
+# Commands a page shows failing on purpose, with the exit code they must end with.
+EXPECTED_EXIT = {"assay estimate examples/smollm2-lora.yaml --budget 200MiB --json": 1}
 
 # Blocks whose commands load the real model: slow.
 SLOW_MARKERS = (
@@ -91,6 +113,8 @@ def shell_blocks(text: str) -> list[tuple[int, list[str]]]:
 
 def skip_reason(command: str) -> str | None:
     """Why ``command`` is not run, or None to run it."""
+    if command in RUN_ON_OWN_FILES:
+        return None
     return next((why for prefix, why in NOT_RUN.items() if command.startswith(prefix)), None)
 
 
@@ -115,43 +139,61 @@ def _workspace(tmp_path: Path) -> Path:
     return work
 
 
-BLOCKS = shell_blocks(README.read_text(encoding="utf-8"))
-MODEL_LINE = next(c for _, b in BLOCKS for c in b if c.startswith("MODEL="))
+def _blocks(document: str) -> list[tuple[int, list[str]]]:
+    return shell_blocks((ROOT / document).read_text(encoding="utf-8"))
+
+
+BLOCKS = {document: _blocks(document) for document in DOCUMENTS}
+MODEL_LINE = next(
+    c for blocks in BLOCKS.values() for _, block in blocks for c in block if c.startswith("MODEL=")
+)
+
+
+def runnable(document: str) -> list[tuple[int, list[str]]]:
+    """(first line, commands to run) of each of ``document``'s blocks that runs anything."""
+    found = []
+    for start, commands in BLOCKS[document]:
+        kept = [c for c in commands if skip_reason(c) is None and c != MODEL_LINE]
+        if kept:
+            found.append((start, kept))
+    return found
 
 
 def _params():
-    for start, commands in BLOCKS:
-        runnable = [c for c in commands if skip_reason(c) is None]
-        if not runnable or runnable == [MODEL_LINE]:
+    for document in DOCUMENTS:
+        blocks = runnable(document)
+        if not blocks:
             continue
-        slow = any(c.startswith(SLOW_MARKERS) for c in runnable)
+        slow = any(c.startswith(SLOW_MARKERS) for _, block in blocks for c in block)
         marks = [pytest.mark.slow] if slow else []
-        yield pytest.param(start, runnable, marks=marks, id=f"README.md:{start}")
+        yield pytest.param(document, blocks, marks=marks, id=document)
 
 
-def test_every_readme_command_is_run_or_allowlisted():
-    commands = [c for _, block in BLOCKS for c in block]
-    assert len(commands) >= 20, "README.md lost its command blocks?"
-    ran = [c for _, block in _params_plain() for c in block]
-    for command in commands:
-        assert command in ran or skip_reason(command) or command == MODEL_LINE, command
+def test_every_documented_command_is_run_or_allowlisted():
+    commands = [(d, c) for d, blocks in BLOCKS.items() for _, block in blocks for c in block]
+    assert len(commands) >= 60, "the README and guides lost their command blocks?"
+    ran = {(d, c) for d in DOCUMENTS for _, block in runnable(d) for c in block}
+    for document, command in commands:
+        assert (document, command) in ran or skip_reason(command) or command == MODEL_LINE, (
+            f"{document}: {command}"
+        )
 
 
-def _params_plain():
-    return [(p.values[0], p.values[1]) for p in _params()]
-
-
-@pytest.mark.parametrize(("start", "commands"), list(_params()))
-def test_readme_block_runs(tmp_path, start, commands):
-    work = _workspace(tmp_path)
+def script(document: str, blocks: list[tuple[int, list[str]]]) -> str:
+    """One bash script running ``blocks`` in order; before each block it names the block's
+    place on stderr, so a failure says which block it was."""
     lines = []
-    for command in commands:
-        command = SHORTEN_COMMANDS.get(command, command)
-        for old, new in SHORTEN.items():
-            command = command.replace(old, new)
-        lines.append(command)
+    for start, commands in blocks:
+        lines.append(f"echo '== {document}:{start}' >&2")
+        for command in commands:
+            command = SHORTEN_COMMANDS.get(command, command)
+            for old, new in SHORTEN.items():
+                command = command.replace(old, new)
+            if command in EXPECTED_EXIT:  # a refusal the page shows on purpose
+                command = f"{command} || test $? -eq {EXPECTED_EXIT[command]}"
+            lines.append(command)
     uses_model = any("$MODEL" in c for c in lines)
-    script = "\n".join(
+    return "\n".join(
         [
             "set -euo pipefail",
             f'assay() {{ "{sys.executable}" -m assay.cli "$@"; }}',
@@ -159,19 +201,32 @@ def test_readme_block_runs(tmp_path, start, commands):
             *lines,
         ]
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "ASSAY_PROGRESS": "0"}
+
+
+@pytest.mark.parametrize(("document", "blocks"), list(_params()))
+def test_documented_commands_run(tmp_path, document, blocks):
+    work = _workspace(tmp_path)
+    # mktemp and friends write under the test's own folder
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "ASSAY_PROGRESS": "0",
+        "TMPDIR": str(tmp_path),
+    }
     done = subprocess.run(
-        ["bash", "-c", script],
+        ["bash", "-c", script(document, blocks)],
         cwd=work,
         env=env,
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=1800,
         check=False,
     )
-    estimate_refusal = "--budget 200MiB" in lines[-1] and done.returncode == 1
-    assert done.returncode == 0 or estimate_refusal, (
-        f"README.md:{start} failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{document} failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
     )
-    if "assay export" in script:
-        assert (work / "adapter" / "assay_manifest.json").is_file()
+    for _, block in blocks:  # each PEFT export the page made is a whole, bound folder
+        for command in block:
+            if command.startswith("assay export") and "--format peft" in command:
+                out = re.search(r"--out (\S+)", command).group(1)
+                assert (work / out / "assay_manifest.json").is_file(), command

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 from gatekit import TINY_PNG
 
+from assay_testing import browser
 from assay_testing.tree_listing import tree_listing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,48 +142,19 @@ def test_site_pages_link_locally_and_injection_stays_inert(tmp_path):
     assert copied["notes"] == [INJECTION]
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    if os.environ.get("ASSAY_INSTALL_CHROMIUM") == "1" and shutil.which("apt-get"):
-        subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-            capture_output=True,
-            timeout=600,
-            check=False,
-        )
-        if shutil.which("chromium"):
-            return shutil.which("chromium") or "chromium"
-    pytest.skip(
-        "headless Chromium is absent (Debian package `chromium`; set ASSAY_INSTALL_CHROMIUM=1 "
-        "to let this test apt-get install it)"
-    )
-
-
-def _headless(chromium: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")},
-    )
-
-
 def test_site_in_headless_chromium(tmp_path):
-    chromium = _chromium()
+    chromium = browser.chromium()
     ledger = _injected_ledger(tmp_path)
     site = tmp_path / "site"
     index = build_site(ledger.receipts, ledger.records, site)
     _check_site(site)
     shot = tmp_path / "index.png"
-    done = _headless(chromium, f"--screenshot={shot}", "--window-size=1280,800", index.as_uri())
+    done = browser.headless(
+        chromium, f"--screenshot={shot}", "--window-size=1280,800", index.as_uri()
+    )
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", done.stderr
     assert shot.stat().st_size > 2000  # a rendered page, not an empty canvas
-    dom = _headless(chromium, "--dump-dom", (site / "demo.html").as_uri()).stdout
+    dom = browser.headless(chromium, "--dump-dom", (site / "demo.html").as_uri()).stdout
     assert "Gate record: demo" in dom
     # the browser's DOM holds the injected markup only as text: no element was created
     assert "&lt;script&gt;alert" in dom and "<script" not in dom.lower()

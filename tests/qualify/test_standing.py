@@ -3,6 +3,7 @@ thing for every way a reader could be shown "pass" that the evidence does not ba
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
@@ -13,6 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
 
 from assay.cli import main
+from assay.qualify.judging.standing import BRIEF_LIMIT
+from assay.qualify.ledger.chain import ledger_path, read_ledger
 from assay.qualify.publishing.site import build_site
 
 GATE = """
@@ -59,9 +62,33 @@ def status_in(view: str, text: str) -> str:
     return json.loads(text)["status"]
 
 
+# Views that show a gate's standing in brief and link to its page, which holds the rest.
+BRIEF_VIEWS = {"index": "demo.md", "site index": "demo.html"}
+
+
+def status_cell(view: str, text: str) -> str:
+    """The whole status cell an index view shows for gate demo, markup unescaped."""
+    if view == "index":
+        row = next(line for line in text.splitlines() if line.startswith("| [demo]"))
+        return row.split(" | ")[3].replace("\\", "")
+    return html.unescape(re.search(r'<td class="[a-z ]+">(.*?)</td>', text).group(1))
+
+
 def assert_agree(views: dict[str, str], status: str, *facts: str) -> None:
+    """Every view shows ``status``. The record, the site's page and verify show every fact;
+    an index shows the status word and at most BRIEF_LIMIT characters of why, each of its
+    phrases taken from the record's status line, and links to the record."""
+    record_status = re.search(r"\*\*Status: [A-Z ]+\*\*(.*)", views["record"]).group(1)
     for name, text in views.items():
         assert status_in(name, text) == status, (name, text[:400])
+        if name in BRIEF_VIEWS:
+            cell = status_cell(name, text)
+            assert cell.split(":")[0] == status and BRIEF_VIEWS[name] in text, (name, cell)
+            why = cell.removeprefix(status).removeprefix(": ")
+            assert len(why) <= BRIEF_LIMIT + 3, (name, cell)  # and '; …' when it was cut
+            for part in re.split(r"; |, | \(|\)$", why.removesuffix("; …")):
+                assert part.removesuffix("…") in record_status.replace("\\", ""), (name, part)
+            continue
         for fact in facts:
             assert fact in text, (name, fact)
 
@@ -383,3 +410,37 @@ def test_a_bound_is_shown_in_full(gates):
     assert gates.run().ret == 0
     record = (gates.records / "demo.md").read_text("utf-8")
     assert "threshold &lt; 5.0000001 x" in record
+
+
+def _failure_rows(text: str) -> list[list[str]]:
+    """The rows of a record's table of failures that no later complete run passed."""
+    table = text.split("**Failures in the ledger that no later complete run has passed: ")[1]
+    rows = [line for line in table.split("\n\n")[1].splitlines() if line.startswith("| ")]
+    return [row.strip("| ").split(" | ") for row in rows[1:]]  # past the header
+
+
+def test_a_claim_that_failed_in_many_runs_is_one_row_that_counts_them(gates, tmp_path, capsys):
+    """Three complete runs fail claim bad under two bounds: one row counts 3, names the first
+    and the last run and both bounds; nothing of the three runs is dropped from the page."""
+    gates.write("demo", GATE.format(bad="0.5"))
+    for _ in range(2):
+        assert gates.run().ret != 0
+    gates.write(
+        "demo",
+        GATE.format(bad="0.5").replace("1e-3))\n    c.measure(0.5", "1e-2))\n    c.measure(0.5"),
+    )
+    assert gates.run().ret != 0
+    views = five_views(gates, tmp_path, capsys)
+    assert_agree(views, "fail", "bad")
+    record = views["record"]
+    assert "no later complete run has passed: 3**" in record
+    (row,) = _failure_rows(record)
+    _device, what, times, first, last, bounds, now_bound, now = row
+    entries, problems = read_ledger(ledger_path(gates.receipts, "demo"))
+    shas = [sha[:12] for sha, _ in entries]
+    assert problems == [] and len(shas) == 3
+    assert (what, times) == ("claim bad", "3")
+    assert first.startswith(shas[0]) and last.startswith(shas[-1])
+    assert "0.001" in bounds and "0.01" in bounds and "0.01" in now_bound
+    assert now == "stands: it fails the gate"
+    assert "<td>3</td>" in views["page"]  # the site's page shows the same row

@@ -3,7 +3,9 @@ that pass, fail, fail only a tight bound, measure NaN or lack a control; retirem
 citing a failure, bounds that move, and receipts erased under an acknowledged correction (with
 or without their text). After every step the standing and every view of it (the record, the
 index row, the site's gate page and index row, ``verify``'s JSON, ``attest --verify``'s lines)
-agree with the oracle written from the invariants alone (ledger_oracle.py)."""
+agree with the oracle written from the invariants alone (ledger_oracle.py). The two index rows
+show the standing in brief: the oracle's status word, and every fact's word unless the brief was
+cut (``…``); the record, the page and verify show every fact with its claim."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ledger_model import RUN_STEP, Ledger
 from ledger_oracle import oracle
 
-from assay.qualify.judging.standing import Standing
+from assay.qualify.judging.standing import BRIEF_LIMIT, Standing
 from assay.qualify.publishing.attest import attest_line
 from assay.qualify.publishing.index import index_row
 from assay.qualify.publishing.render import render_standing
@@ -26,6 +28,8 @@ from assay.qualify.publishing.site import gate_page, index_entry, index_page
 from assay.qualify.publishing.verify import Report
 
 EXAMPLES = 2000
+# Views that show the standing in brief, linking to the page that holds it whole.
+BRIEF = ("index", "site index")
 FACT_WORDS = {
     "retired after failing": "retired after failing",
     "retired": "retired",
@@ -106,6 +110,18 @@ class LedgerMachine(RuleBasedStateMachine):
         for name, (word, shown) in views(standing).items():
             text = html.unescape(shown.replace("\\", ""))  # as a reader sees it
             assert word == expected.status, (name, word, text, expected)
+            if name in BRIEF:
+                # the status word and at most BRIEF_LIMIT characters of why, every fact's
+                # word among them unless they were cut (the page holds the rest)
+                why = text.strip().removeprefix(word).removeprefix(": ")
+                assert len(why) <= BRIEF_LIMIT + 3, (name, text)
+                if not why.endswith("…"):
+                    assert all(FACT_WORDS[what] in why for what, _ in expected.facts), (
+                        name,
+                        text,
+                        expected,
+                    )
+                continue
             for what, key in expected.facts:
                 assert FACT_WORDS[what] in text and key.rsplit("::")[-1] in text, (
                     name,

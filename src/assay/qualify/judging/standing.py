@@ -56,6 +56,10 @@ __all__ = ["STATUS_ORDER", "DeviceStanding", "Missing", "Retired", "Standing", "
 STATUS_ORDER = ("broken", "fail", "incomplete", "inconclusive", "no complete run", "pass")
 
 
+# Characters of why an index's status cell shows after the status word.
+BRIEF_LIMIT = 80
+
+
 @dataclass
 class Standing:
     """A gate's standing: receipts in ledger order, per-device standings, problems."""
@@ -147,6 +151,43 @@ class Standing:
                 parts.append(f"{d.device}: {d.status}" + (f" ({'; '.join(why)})" if why else ""))
         parts.extend(self.qualifiers())
         return self.status + (f": {'; '.join(parts)}" if parts else "")
+
+    def brief(self, limit: int = BRIEF_LIMIT) -> str:
+        """The status word and at most about ``limit`` characters of why, what an index shows:
+        each phrase of :meth:`summary` without its list of names, as many as fit, then ``…``
+        when some did not. The gate's record page holds the whole summary."""
+        phrases = []
+        if self.problems:
+            phrases.append(f"{count(len(self.problems), 'problem')} in the ledger")
+        several = len(self.devices) > 1
+        for d in self.devices:
+            heads = [_head(p) for p in (*d.reasons(), *d.qualifiers())]
+            if several:
+                phrases.append(
+                    f"{d.device}: {d.status}" + (f" ({', '.join(heads)})" if heads else "")
+                )
+            else:
+                phrases.extend(heads)
+        phrases.extend(_head(q) for q in self.qualifiers())
+        shown = ""
+        for phrase in phrases:
+            joined = f"{shown}; {phrase}" if shown else phrase
+            if len(joined) > limit:
+                shown = f"{shown}; …" if shown else phrase[:limit].rstrip() + "…"
+                break
+            shown = joined
+        return self.status + (f": {shown}" if shown else "")
+
+
+def _head(phrase: str) -> str:
+    """``phrase`` up to its first ``: `` outside parentheses: the count without the names
+    (``6 claims failed`` of ``6 claims failed: a, b and 4 more``)."""
+    depth = 0
+    for i, char in enumerate(phrase):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and phrase.startswith(": ", i):
+            return phrase[:i]
+    return phrase
 
 
 def headline(receipts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def index_row(standing: Standing, root: Path) -> str:
     headline = cell(headline_text(head)) + (f" {trend}" if trend else "")
     return (
         f"| [{cell(gate)}]({gate}.md) | {what} | {headline} | "
-        f"{cell(standing.summary())} | {created} | {cell(devices)} | "
+        f"{cell(standing.brief())} | {created} | {cell(devices)} | "
         f"{len(standing.receipts)} | {stale_cell(standing_stale(standing))} |"
     )
 

@@ -87,7 +87,7 @@ def index_entry(standing: Standing, root: Path) -> dict[str, Any]:
         "what": what_it_gates(root, standing.gate) or "n/a",
         "headline": headline_text(standing.head),
         "status": standing.status,
-        "summary": standing.summary(),
+        "summary": standing.brief(),
         "date": head.get("created", "none"),
         "devices": ", ".join(d.device for d in standing.devices),
         "count": len(standing.receipts),

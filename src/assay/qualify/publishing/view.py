@@ -6,8 +6,10 @@ the other leaves out: each template only escapes and lays out the same strings.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+from assay.qualify.judging.evidence import bound_text
 from assay.qualify.judging.standing import Standing
 from assay.qualify.publishing.wording import (
     check_text,
@@ -151,17 +153,41 @@ def _device_rows(standing: Standing) -> list[dict[str, str]]:
 
 
 def _standing_failures(standing: Standing) -> list[dict[str, str]]:
-    return [
-        {
-            "device": d.device,
-            "what": ("test " if sf.failure.is_test else "claim ") + sf.failure.key,
-            "run": f"{sf.failure.receipt[:12]} of {sf.failure.created} ({sf.failure.kind})",
-            "bound": sf.failure.bound or "n/a",
-            "now": sf.explained or "stands: it fails the gate",
-        }
-        for d in standing.devices
-        for sf in d.failures
-    ]
+    """One row per device and claim (or test) for the failures that no later complete run
+    passed: how many, the first and the last run, every bound they failed under, the claim's
+    bound now, and what explains them (each explanation with how many failures it covers)."""
+    groups: dict[tuple[str, str], list] = {}
+    bound_now: dict[tuple[str, str], str] = {}
+    for d in standing.devices:
+        for c in d.head["claims"] if d.head is not None else []:
+            bound_now[(d.device, "claim " + c["id"])] = bound_text(c)
+        for sf in d.failures:
+            what = ("test " if sf.failure.is_test else "claim ") + sf.failure.key
+            groups.setdefault((d.device, what), []).append(sf)
+    rows = []
+    for (device, what), group in groups.items():
+        first, last = group[0].failure, group[-1].failure
+        why = Counter(sf.explained or "stands: it fails the gate" for sf in group)
+        rows.append(
+            {
+                "device": device,
+                "what": what,
+                "count": str(len(group)),
+                "first": f"{first.receipt[:12]} of {first.created} ({first.kind})",
+                "last": f"{last.receipt[:12]} of {last.created} ({last.kind})"
+                if len(group) > 1
+                else "the same",
+                "bound": " -> ".join(dict.fromkeys(sf.failure.bound or "n/a" for sf in group)),
+                "bound_now": bound_now.get(
+                    (device, what), "n/a" if what.startswith("test ") else "not claimed now"
+                ),
+                "now": "; ".join(
+                    reason + (f" ({n} of {len(group)})" if len(why) > 1 else "")
+                    for reason, n in why.items()
+                ),
+            }
+        )
+    return rows
 
 
 def _acknowledged(standing: Standing) -> list[dict[str, str]]:
@@ -264,6 +290,7 @@ def gate_view(standing: Standing) -> dict[str, Any]:
             for r in d.retired
         ],
         "standing_failures": _standing_failures(standing),
+        "n_standing_failures": sum(len(d.failures) for d in standing.devices),
         "bounds": [
             {
                 "device": d.device,
