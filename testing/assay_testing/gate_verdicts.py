@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import atomic_write_json
+from assay.digest import file_sha256
 
 FORMAT = "assay.gate-verdicts/1"
 # What every armed gate run goes through besides the files its claims read (which the receipts
@@ -76,7 +77,7 @@ def claim_files(receipt: dict[str, Any], tests: Sequence[str]) -> set[str]:
 
 def _sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return file_sha256(path)
     except OSError:
         return "absent"
 
