@@ -52,6 +52,7 @@ from assay_testing.gate_verdicts import VerdictStore, environment_versions
 from assay_testing.mutants import MUTANTS, declared_fault_points
 from assay_testing.mutation import (
     classify,
+    collected_tests,
     covering_tests,
     mutmut_score,
     run_gate_mutants,
@@ -165,7 +166,11 @@ def gate_campaign(tmp_path_factory):
     """Each countable mutant armed over the gate tests that cover its module."""
     scratch = tmp_path_factory.mktemp("gate-mutation")
     runnable = [m for m in _selected() if m.counted]
-    items = [(m.name, covering_tests(_module_path(m), RECEIPTS, MEASURED_GATES)) for m in runnable]
+    collected = collected_tests(ROOT, [f"gates/gate_{gate}.py" for gate in MEASURED_GATES])
+    items = [
+        (m.name, covering_tests(_module_path(m), RECEIPTS, MEASURED_GATES, collected))
+        for m in runnable
+    ]
     versions = environment_versions()
     keys = {name: selection_key(name, tests, RECEIPTS, ROOT, versions) for name, tests in items}
     jobs = _jobs()

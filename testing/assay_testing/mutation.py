@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,35 +202,68 @@ def run_mutants(
 
 @functools.cache  # read once per gate for all the mutants (the ledger does not change)
 def _fullest_receipt(folder: Path) -> dict | None:
-    """The gate's newest receipt among those that ran the most tests: a run narrowed to some
-    tests (``-k``) would narrow every selection made from it."""
+    """The gate's newest receipt among those that ran the most tests (the order to run them in)."""
     receipts = [json.loads(p.read_text("utf-8")) for p in sorted(folder.glob("*.json"))]
     if not receipts:
         return None
     return max(reversed(receipts), key=lambda r: len(r["run"].get("tests", [])))
 
 
-def covering_tests(path: str, receipts: Path, gates: Sequence[str]) -> list[str]:
-    """Node ids of the tests of ``gates`` whose claims, in each gate's newest fullest receipt
-    under ``receipts``, executed or declared ``path`` (relative to the repository): the gate
-    selection that covers a file. In the order of ``gates`` (cheapest first, so a kill usually comes
-    early; receipts time a test's call, not the fixtures that do most gates' work), each
-    gate's tests in the order its receipt ran them."""
+@functools.cache  # the campaign asks once per mutant and gate; receipts do not change under it
+def newest_claims(folder: Path) -> dict[str, list[dict]]:
+    """For each test any receipt under ``folder`` ran, the claims of the newest receipt that ran
+    it. Per test, not per receipt: a run narrowed to some tests (``-k``, stale claims only) says
+    nothing of the others, and a gate whose tests moved to another gate keeps fuller, older
+    receipts that name tests which no longer exist (the caller keeps only collected tests)."""
+    newest: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("*.json")):  # named by time: later ones overwrite
+        receipt = json.loads(path.read_text("utf-8"))
+        ran = {t["nodeid"] for t in receipt["run"].get("tests", [])}
+        ran |= {claim["test"] for claim in receipt["claims"]}
+        for test in ran:
+            newest[test] = [claim for claim in receipt["claims"] if claim["test"] == test]
+    return newest
+
+
+def collected_tests(root: Path, gate_files: Sequence[str]) -> set[str]:
+    """Node ids pytest collects now from ``gate_files`` (slow ones included): a selection taken
+    from receipts is checked against the tree as it is."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "testing")])}
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    command += ["-p", "no:xdist", "-o", "addopts=", *gate_files]
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != _PASSED:
+        raise RuntimeError(f"collecting {' '.join(gate_files)} failed:\n{done.stdout[-2000:]}")
+    return {line.strip() for line in done.stdout.splitlines() if "::" in line}
+
+
+def covering_tests(
+    path: str, receipts: Path, gates: Sequence[str], collected: Collection[str]
+) -> list[str]:
+    """Node ids of the ``collected`` tests of ``gates`` whose claims, as the newest receipt that
+    ran each test recorded them (:func:`newest_claims`), executed or declared ``path`` (relative
+    to the repository): the gate selection that covers a file. In the order of ``gates``
+    (cheapest first, so a kill usually comes early; receipts time a test's call, not the
+    fixtures that do most gates' work), each gate's tests in the order its fullest newest
+    receipt ran them."""
     chosen: list[str] = []
     for gate in gates:
-        receipt = _fullest_receipt(receipts / gate)
-        if receipt is None:
-            continue
+        claims = newest_claims(receipts / gate)
         reading = {
-            claim["test"]
-            for claim in receipt["claims"]
-            if any(
+            test
+            for test, made in claims.items()
+            if test in collected
+            and any(
                 f["path"] == path
+                for claim in made
                 for f in [*(claim.get("executed_files") or []), *claim.get("code_files", [])]
             )
         }
-        ran = [t["nodeid"] for t in receipt["run"].get("tests", [])]
-        chosen += sorted(reading, key=lambda node: ran.index(node) if node in ran else len(ran))
+        fullest = _fullest_receipt(receipts / gate)
+        ran = [t["nodeid"] for t in fullest["run"].get("tests", [])] if fullest else []
+        chosen += sorted(
+            reading, key=lambda node: (ran.index(node) if node in ran else len(ran), node)
+        )
     return chosen
 
 
@@ -239,15 +272,14 @@ def selection_key(
 ) -> str:
     """The key of mutant ``name``'s gate verdict (:func:`assay_testing.gate_verdicts.verdict_key`)
     over the selected tests as a set (their order decides how soon a kill comes, not whether),
-    with the files their claims read taken from each gate's fullest newest receipt, as
-    :func:`covering_tests` chose them."""
+    with the files their claims read as the newest receipt that ran each test recorded them."""
     read: set[str] = set()
     for gate in sorted(
         {node.split("::")[0].removeprefix("gates/gate_").removesuffix(".py") for node in selected}
     ):
-        receipt = _fullest_receipt(receipts / gate)
-        if receipt is not None:
-            read |= claim_files(receipt, selected)
+        claims = newest_claims(receipts / gate)
+        made = [claim for test in selected for claim in claims.get(test, [])]
+        read |= claim_files({"claims": made}, selected)
     return verdict_key(name, sorted(selected), read, root, versions)
 
 

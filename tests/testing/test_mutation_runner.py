@@ -16,6 +16,7 @@ from assay_testing.mutation import (
     covering_tests,
     gate_verdict,
     mutmut_score,
+    newest_claims,
     run_gate_mutants,
     run_mutants,
     run_pytest,
@@ -218,8 +219,8 @@ def test_covering_tests_are_the_newest_receipts_readers_in_gate_order(tmp_path):
     _receipt(
         tmp_path / "fast",
         "1.json",
-        [("a", "f::old", ["m.py"])],
-        ["f::old"],
+        [("a", "f::old", ["m.py"]), ("b", "f::t1", ["x.py"])],
+        ["f::old", "f::t1"],
     )
     _receipt(  # the newest receipt of gate fast: f::t2 ran before f::t1, f::t3 reads no m.py
         tmp_path / "fast",
@@ -227,6 +228,22 @@ def test_covering_tests_are_the_newest_receipts_readers_in_gate_order(tmp_path):
         [("a", "f::t1", ["m.py"]), ("b", "f::t2", ["x.py", "m.py"]), ("c", "f::t3", ["x.py"])],
         ["f::t2", "f::t1", "f::t3"],
     )
-    found = covering_tests("m.py", tmp_path, ["fast", "slow", "absent"])
+    collected = {"s::t1", "f::t1", "f::t2", "f::t3"}  # f::old moved away
+    found = covering_tests("m.py", tmp_path, ["fast", "slow", "absent"], collected)
     assert found == ["f::t2", "f::t1", "s::t1"]
-    assert covering_tests("nothing.py", tmp_path, ["fast", "slow"]) == []
+    assert covering_tests("nothing.py", tmp_path, ["fast", "slow"], collected) == []
+
+
+def test_a_test_keeps_the_claims_of_the_newest_run_that_ran_it(tmp_path):
+    """A narrowed newer run (one test) neither drops the other tests nor their claims; a test
+    that the tree no longer collects is never selected, however full the receipt naming it."""
+    _receipt(
+        tmp_path / "gate",
+        "1.json",
+        [("a", "g::t1", ["m.py"]), ("b", "g::t2", ["m.py"]), ("c", "g::gone", ["m.py"])],
+        ["g::t1", "g::t2", "g::gone"],
+    )
+    _receipt(tmp_path / "gate", "2.json", [("a", "g::t1", ["x.py"])], ["g::t1"])
+    assert newest_claims(tmp_path / "gate")["g::t1"][0]["executed_files"] == [{"path": "x.py"}]
+    found = covering_tests("m.py", tmp_path, ["gate"], {"g::t1", "g::t2"})
+    assert found == ["g::t2"]
