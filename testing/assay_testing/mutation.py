@@ -289,17 +289,22 @@ EVIDENCE_KINDS = ("correctness", "memory")
 
 
 def failing_claims(receipts: Path) -> list[str]:
-    """``gate: claim`` for every correctness or memory claim judged fail in a receipt under
-    ``receipts``."""
+    """``gate: claim`` for every correctness or memory claim in a receipt under ``receipts``
+    that did not pass on its evidence: judged fail, or measured within its bound while a
+    control no longer failed (the mutant blinded the check, and the gate does not pass; such
+    claims end in `` (inconclusive)``). A claim never measured (its test raised first) is not
+    here: that test errored."""
     found = []
     for path in sorted(receipts.glob("*/*.json")):
         receipt = json.loads(path.read_text("utf-8"))
-        bad = [
-            c["id"]
-            for c in receipt["claims"]
-            if c.get("verdict") == "fail" and c.get("kind") in EVIDENCE_KINDS
-        ]
-        found += [f"{receipt['gate']}: {claim}" for claim in bad]
+        for claim in receipt["claims"]:
+            if claim.get("kind") not in EVIDENCE_KINDS:
+                continue
+            measured = (claim.get("measurement") or {}).get("value") is not None
+            if claim.get("verdict") == "fail":
+                found.append(f"{receipt['gate']}: {claim['id']}")
+            elif claim.get("verdict") == "inconclusive" and measured:
+                found.append(f"{receipt['gate']}: {claim['id']} (inconclusive)")
     return found
 
 

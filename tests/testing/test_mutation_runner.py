@@ -14,6 +14,7 @@ from assay_testing.mutation import (
     clean_killers,
     covered,
     covering_tests,
+    failing_claims,
     gate_verdict,
     mutmut_score,
     newest_claims,
@@ -133,11 +134,11 @@ def _armed():
     return os.environ.get("ASSAY_MUTANT") == "qualify.judging.stale.ignore"
 
 
-def _claim(gate, name, value):
+def _claim(gate, name, value, control=1):
     claim = gate.claim(name, "counts", kind="correctness",
                        threshold=Threshold("==", 0), unit="count", code=())
     claim.measure(value)
-    claim.control("the same, broken", 1)
+    claim.control("the same, broken", control)
 
 
 def test_claim_fails_when_armed(gate):
@@ -151,6 +152,10 @@ def test_raises_when_armed(gate):
 
 def test_claim_always_fails(gate):
     _claim(gate, "subject.always", 1)
+
+
+def test_control_blinded_when_armed(gate):
+    _claim(gate, "subject.blind", 0, control=int(not _armed()))
 """
 
 
@@ -175,6 +180,8 @@ def test_gate_kills_need_a_failing_claim_and_a_clean_pass(gate_subject):
                 "qualify.judging.stale.ignore",
                 [node("test_raises_when_armed"), node("test_claim_fails_when_armed")],
             ),
+            # the measurement holds but the control stopped failing: the gate does not pass
+            ("qualify.judging.stale.ignore", [node("test_control_blinded_when_armed")]),
         ],
         root=gate_subject,
         scratch=gate_subject / "scratch",
@@ -182,12 +189,44 @@ def test_gate_kills_need_a_failing_claim_and_a_clean_pass(gate_subject):
         jobs=2,
     )
     verdicts = [r.verdict for r in results]
-    assert verdicts == ["killed", "errored", "survived", "invalid", "unreached", "killed"]
+    assert verdicts == [
+        "killed",
+        "errored",
+        "survived",
+        "invalid",
+        "unreached",
+        "killed",
+        "killed",
+    ]
     assert results[0].failed_claims == ("subject: subject.count",)
+    assert results[6].failed_claims == ("subject: subject.blind (inconclusive)",)
     assert results[1].failed_tests == (node("test_raises_when_armed"),)
     # one clean run per failing set; the always-failing claim reads as a kill there (the
     # control's signal), the two that fail only with the mutant do not
-    assert sorted(clean.values()) == ["killed", "survived", "survived", "survived"]
+    assert sorted(clean.values()) == ["killed", "survived", "survived", "survived", "survived"]
+
+
+def test_a_claim_counts_against_a_mutant_when_it_does_not_pass_on_its_evidence(tmp_path):
+    """Failed, or measured within its bound with a control no longer failing; never a claim that
+    was not measured (its test raised first) nor a speed claim (the machine was loaded)."""
+
+    def claim(name, verdict, value, kind="correctness"):
+        measurement = None if value is None else {"value": value}
+        return {"id": name, "verdict": verdict, "kind": kind, "measurement": measurement}
+
+    receipt = {
+        "gate": "g",
+        "claims": [
+            claim("failed", "fail", 1.0),
+            claim("blinded", "inconclusive", 0.0),
+            claim("unmeasured", "inconclusive", None),
+            claim("slow", "fail", 9.0, kind="performance"),
+            claim("fine", "pass", 0.0),
+        ],
+    }
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g/1.json").write_text(json.dumps(receipt))
+    assert failing_claims(tmp_path) == ["g: failed", "g: blinded (inconclusive)"]
 
 
 def test_a_gate_kill_is_confirmed_only_by_the_clean_check():
