@@ -1,5 +1,10 @@
-"""nox sessions: tests, lint, gates, gates-changed, gate-<name> (one per gates/gate_<name>.py),
-records, verify, compare, site, bench, mutants.
+"""nox sessions: tests, lint, gates, gates-publish, gates-changed, gate-<name> (one per
+gates/gate_<name>.py), records, verify, compare, site, bench, mutants.
+
+Gate sessions leave the checkout as it was: they write their receipts on top of a copy of the
+published ledger in ``.assay/records/`` (git ignores it) and render the records there. Publishing
+into ``records/`` is asked for: ``nox -s gates-publish``, or ``-- --publish`` after any gate
+session (``nox -s gate-nf4 -- --publish``).
 
 Torch: on a machine without an NVIDIA GPU each session installs the CPU wheel
 ``torch==2.13.0``. On a GPU box (``nvidia-smi`` on PATH) the session's virtualenv sees the system
@@ -70,19 +75,67 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-def _run_gates(session: nox.Session, paths: list[str]) -> None:
+# Where gate sessions write unless asked to publish (under the project, which git ignores): the
+# published ledger copied, this run's receipts on top (so standings and regressions read as
+# after publishing), the records rendered beside them.
+SCRATCH = Path(".assay") / "records"
+PUBLISH = "--publish"  # consumed by the gate sessions, never passed to pytest
+WHERE_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-no-write")
+
+
+def gate_destination(posargs: list[str], root: Path = ROOT) -> tuple[list[str], str]:
+    """(pytest's arguments, where the receipts go) for a gate session of the project at
+    ``root`` given ``posargs``: ``--publish`` (removed) keeps the project's ``records/``;
+    options that name a place are the user's choice; otherwise ``root/SCRATCH``, refreshed
+    with a copy of the published receipts."""
+    args = [a for a in posargs if a != PUBLISH]
+    if PUBLISH in posargs:
+        return args, "records/ (published)"
+    if any(a.startswith(WHERE_OPTIONS) for a in args):
+        return args, "where the options given say"
+    scratch = root / SCRATCH
+    shutil.rmtree(scratch, ignore_errors=True)
+    published = root / "records" / "receipts"
+    if published.is_dir():
+        shutil.copytree(published, scratch / "receipts")
+    where = [f"--gate-receipts={scratch / 'receipts'}", f"--gate-records={scratch}"]
+    return [*where, *args], f"{SCRATCH}/ (untracked)"
+
+
+def _run_gates(session: nox.Session, paths: list[str], publish: bool = False) -> None:
     install(session)
-    session.run("pytest", "-p", "no:cacheprovider", *paths, *session.posargs)
+    posargs = [*session.posargs, *([PUBLISH] if publish else [])]
+    args, where = gate_destination(posargs)
+    session.run("pytest", "-p", "no:cacheprovider", *paths, *args)
+    if PUBLISH not in posargs:
+        session.log(f"receipts and records: {where}; publish into records/ with -- {PUBLISH}")
+
+
+# Two workers; tests marked xdist_group share a module fixture and stay on one worker.
+GATES_ARGS = [
+    "-n",
+    "2",
+    "--dist",
+    "loadgroup",
+    "gates",
+    *(f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)),
+]
 
 
 @nox.session(venv_params=VENV_PARAMS)
 def gates(session: nox.Session) -> None:
     """Every gate but the timing and long ones (nox -s gate-throughput, gate-quality and
-    gate-mutation run those alone); receipts to records/receipts, records rendered. Extra args
-    go to pytest."""
-    ignored = [f"--ignore=gates/gate_{name}.py" for name in (*TIMING_GATES, *LONG_GATES)]
-    # Two workers; tests marked xdist_group share a module fixture and stay on one worker.
-    _run_gates(session, ["-n", "2", "--dist", "loadgroup", "gates", *ignored])
+    gate-mutation run those alone); receipts and records in .assay/records/, the checkout left
+    as it was (``-- --publish``, or nox -s gates-publish, writes records/). Extra args go to
+    pytest."""
+    _run_gates(session, GATES_ARGS)
+
+
+@nox.session(name="gates-publish", venv_params=VENV_PARAMS)
+def gates_publish(session: nox.Session) -> None:
+    """nox -s gates, publishing: receipts into records/receipts/, records/*.md rendered; commit
+    them. Extra args go to pytest."""
+    _run_gates(session, GATES_ARGS, publish=True)
 
 
 @nox.session(name="gates-changed", venv_params=VENV_PARAMS)
