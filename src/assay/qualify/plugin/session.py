@@ -126,6 +126,9 @@ class GateSession:
         self.not_passing: list[str] = []  # claims written (or previewed) that did not pass
         self.tree: dict[str, Any] | None = None
         self.environment: dict[str, Any] | None = None
+        from assay.qualify.plugin.environment import load_per_thread
+
+        self.load_at_start = load_per_thread()  # before the gates load the machine themselves
 
     def expect(self, nodeids: list[str], lost: set[str] | None = None) -> None:
         """Record the selected tests (once) and those left out; take the tree state before
@@ -299,7 +302,9 @@ class GateSession:
                     "of this session lack its fields"
                 )
                 found = []
-            self.environment = describe_environment([f for f in found if f])
+            self.environment = describe_environment(
+                [f for f in found if f], load=self.load_at_start
+            )
         receipts = setting_dir(config, "gate_receipts")
         assert receipts is not None  # the ini default is records/receipts
         records = setting_dir(config, "gate_records") or receipts.parent
