@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -80,6 +81,83 @@ def test_a_model_directory_with_a_tokenizer(workspace, capsys):
         "3",
     )
     assert len(rows[0]["tokens"]) <= 3 and rows[0]["prompt"] == "Hi"
+
+
+@pytest.fixture(scope="module")
+def exported(workspace, tmp_path_factory):
+    root, _, _ = workspace
+    out = tmp_path_factory.mktemp("export") / "adapter"
+    assert main(["export", str(root / "run"), "--format", "peft", "--out", str(out)]) == 0
+    return out
+
+
+def test_an_exported_adapter_generates_what_transformers_and_peft_generate(
+    workspace, exported, capsys
+):
+    """Issue 54: the folder `assay export --format peft` writes, given to --adapter, gives the
+    tokens transformers + PEFT greedily generate from the same folder on the same base; the
+    control: the base alone generates otherwise."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from assay.model.tokenizer import load_tokenizer
+
+    _, config, _ = workspace
+    argv = [config["model"], "--tokenizer", config["tokenizer"], "--max-new-tokens", "8"]
+    rows = _generate(capsys, *argv, "--adapter", str(exported), "--prompt", "Hi there")
+    tok = load_tokenizer(config["tokenizer"])
+    ids = torch.tensor([tok.encode("Hi there", add_special_tokens=True)])
+    base = AutoModelForCausalLM.from_pretrained(config["model"], dtype=torch.float32)
+    peft = PeftModel.from_pretrained(base, str(exported))
+    assert json.loads((exported / "adapter_config.json").read_text())[
+        "base_model_name_or_path"
+    ] == str(Path(config["model"]).resolve())
+    with torch.no_grad():
+        out = peft.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=8,
+            do_sample=False,
+            eos_token_id=tok.eos_id,
+            pad_token_id=tok.eos_id,
+        )
+    new = out[0, ids.shape[1] :].tolist()
+    if tok.eos_id in new:  # assay keeps the eos it stopped at, as transformers does
+        new = new[: new.index(tok.eos_id) + 1]
+    assert rows[0]["tokens"] == new
+    plain = _generate(capsys, *argv, "--prompt", "Hi there")
+    assert plain[0]["tokens"] != rows[0]["tokens"]
+
+
+def test_an_adapter_where_a_model_or_a_run_goes_is_named(workspace, exported, capsys):
+    root, config, path = workspace
+    cases = [
+        ([str(exported), "--prompt", "x"], "an adapter folder, not a model"),
+        (
+            [config["model"], "--checkpoint", str(exported), "--prompt", "x"],
+            f"--checkpoint {exported}: an exported adapter, not a run",
+        ),
+        (
+            [config["model"], "--adapter", str(root), "--prompt", "x"],
+            f"--adapter {root}: not an adapter folder (no adapter_config.json",
+        ),
+        (
+            [str(path), "--adapter", str(exported), "--prompt", "x"],
+            "needs a model file or folder as MODEL_OR_CONFIG, not a train config",
+        ),
+        (
+            [str(path), "--checkpoint", str(root / "run"), "--adapter", str(exported)],
+            "--adapter and --checkpoint: give one",
+        ),
+    ]
+    for argv, message in cases:
+        capsys.readouterr()
+        if "--prompt" not in argv:
+            argv = [*argv, "--prompt", "x"]
+        assert main(["generate", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)
 
 
 @pytest.mark.parametrize(

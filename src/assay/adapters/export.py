@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -255,6 +256,16 @@ def check_destination(
         )
 
 
+def base_identity(model: nn.Module) -> dict[str, Any] | None:
+    """The base model an export of ``model`` came from: name or path, revision, and the
+    canonical sha256 of its weights (None when nothing is known)."""
+    found = dict(getattr(model, "assay_base_model", None) or {})
+    fingerprint = getattr(model, "fingerprint", None)
+    if fingerprint is not None:
+        found["sha256"] = fingerprint.canonical_sha256
+    return found or None
+
+
 def export(
     model: nn.Module,
     out: str | os.PathLike[str],
@@ -282,5 +293,5 @@ def export(
             export_adapter(model, staging)
         else:
             export_merged(model, staging, format=format, gguf_type=gguf_type)
-        write_manifest(staging, format)
+        write_manifest(staging, format, base_identity(model))
     return target

@@ -57,12 +57,13 @@ def peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
     """A PEFT 0.21 LoraConfig dict for ``spec``."""
     all_layers = list(spec.layers) == list(range(len(model.layers)))
+    base = getattr(model, "assay_base_model", None) or {}
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
         "auto_mapping": None,
-        "base_model_name_or_path": None,
-        "revision": None,
+        "base_model_name_or_path": base.get("name_or_path"),
+        "revision": base.get("revision"),
         "inference_mode": True,
         "r": spec.rank,
         "lora_alpha": spec.alpha,

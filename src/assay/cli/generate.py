@@ -1,7 +1,8 @@
 """``assay generate``: greedy continuations of prompts from a model, a config, or a run.
 
 MODEL_OR_CONFIG is a GGUF file, an HF folder (or a Hub name, org/name, found in the local
-Hugging Face cache), or a train config (YAML). With
+Hugging Face cache), or a train config (YAML). With --adapter the adapter folder that
+`assay export --format peft` (or PEFT itself) wrote is attached to the model. With
 --checkpoint the run's trainables are restored onto the config's model (the config
 defaults to the run directory's config.yaml). Prompts are decoded together as one
 left-padded batch with a KV cache; each stops at eos or after --max-new-tokens.
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.cli.checkpoint_arg import checkpoint_run
-from assay.errors import AssayError
+from assay.errors import AssayError, ConfigError
 from assay.settings import STORAGES
 
 
@@ -41,6 +42,42 @@ def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
     return base, tokenizer
 
 
+def _adapter_folder(path: Path) -> bool:
+    """True for a folder an adapter export wrote (its marking file), not a model or a run."""
+    from assay.adapters.io import marking_files
+
+    return path.is_dir() and any((path / name).is_file() for name in marking_files())
+
+
+def _check_sources(args: argparse.Namespace, source: Path) -> None:
+    """Refuse, naming the argument, an adapter given where a model or a run goes, or an
+    adapter beside a config or a checkpoint (which bring their own trainables)."""
+    if _adapter_folder(source):
+        raise AssayError(
+            f"MODEL_OR_CONFIG {args.model}: an adapter folder, not a model; pass the base model "
+            f"and --adapter {args.model}"
+        )
+    if args.checkpoint is not None and _adapter_folder(Path(args.checkpoint)):
+        raise AssayError(
+            f"--checkpoint {args.checkpoint}: an exported adapter, not a run; use --adapter "
+            f"{args.checkpoint} with the base model"
+        )
+    if args.adapter is None:
+        return
+    if args.checkpoint is not None:
+        raise AssayError("--adapter and --checkpoint: give one; both bring trained weights")
+    if _is_config(source):
+        raise AssayError(
+            f"--adapter {args.adapter}: needs a model file or folder as MODEL_OR_CONFIG, not a "
+            "train config"
+        )
+    if not _adapter_folder(Path(args.adapter)):
+        from assay.adapters.io import marking_files
+
+        expected = " or ".join(marking_files())
+        raise AssayError(f"--adapter {args.adapter}: not an adapter folder (no {expected} in it)")
+
+
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """(Decoder, Tokenizer) for the command line's source."""
     from assay.settings.hub import model_argument
@@ -49,6 +86,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     source = Path(model_argument(args.model))
     if not source.exists():
         raise AssayError(f"{source}: no such model, directory or config")
+    _check_sources(args, source)
     if args.checkpoint is not None:
         run_dir = checkpoint_run(Path(args.checkpoint))
         config = source if _is_config(source) else run_dir / RUN_CONFIG
@@ -65,7 +103,15 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     header = open_source(source)
     tokenizer = load_tokenizer(args.tokenizer or source)
     check_fits(tokenizer, header.config.vocab_size, str(source))
-    return assay.load(source, storage=args.storage), tokenizer
+    model = assay.load(source, storage=args.storage)
+    if args.adapter is not None:
+        from assay.adapters.io import load_adapter
+
+        try:
+            load_adapter(model, args.adapter)
+        except ConfigError as err:
+            raise ConfigError(f"--adapter {args.adapter}: {err}") from None
+    return model, tokenizer
 
 
 def _within_context(prompts: list[list[int]], new: int, context: int) -> None:
@@ -145,6 +191,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--checkpoint", metavar="RUN", help="run dir (follows 'latest') or step dir"
+    )
+    parser.add_argument(
+        "--adapter",
+        metavar="DIR",
+        help="an adapter folder (assay export --format peft, or PEFT's) to attach to MODEL",
     )
     parser.add_argument(
         "--max-new-tokens",
