@@ -100,10 +100,10 @@ def test_a_nul_byte_in_a_yaml_config_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("device", "says"),
     [
-        ("bogus", "expected cpu, cuda or cuda:N"),
-        ("CPU", "expected cpu, cuda or cuda:N"),
-        ("meta", "expected cpu, cuda or cuda:N"),
-        ("cuda:x", "expected cpu, cuda or cuda:N"),
+        ("bogus", "expected auto, cpu, cuda or cuda:N"),
+        ("CPU", "expected auto, cpu, cuda or cuda:N"),
+        ("meta", "expected auto, cpu, cuda or cuda:N"),
+        ("cuda:x", "expected auto, cpu, cuda or cuda:N"),
         ("cuda:7", "--device cuda:7"),
     ],
 )

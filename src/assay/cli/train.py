@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assay.adapters.registry import help_text as adapter_methods_help
-from assay.cli.dispatch import device_option
+from assay.cli.checkpoint_arg import checkpoint_run
+from assay.cli.dispatch import DEVICE_HELP, device_option, resolve_device
 from assay.cli.load_progress import load_progress
 from assay.errors import AssayError, ConfigError
 from assay.settings import rule as setting_rule
@@ -272,6 +273,25 @@ def _finished(config, args: argparse.Namespace) -> bool:
     return True
 
 
+def _choose_device(args: argparse.Namespace) -> None:
+    """Settle ``args.device`` (``auto`` resolved; a resumed run keeps its device where it still
+    exists), check that this torch has it, and say which, with why, before anything loads:
+    one stderr line from the first rank (the JSON summary names the device)."""
+    import os
+
+    from assay.train.loop import recorded_device
+
+    before = recorded_device(checkpoint_run(Path(args.resume))) if args.resume else None
+    args.device, why = resolve_device(args.device, before)
+    require_device(args.device)
+    changed = before is not None and before != args.device
+    note = f"device {args.device} ({why})"
+    if changed:
+        note += f"; the steps before ran on {before}"
+    if not args.json and os.environ.get("RANK", "0") == "0":
+        print(note, file=sys.stderr, flush=True)
+
+
 def require_device(device: str) -> None:
     """ConfigError naming ``--device`` when this torch has no such device, before anything
     loads."""
@@ -313,7 +333,7 @@ def _checked_config(args: argparse.Namespace):
     from assay.settings.loader import load_train_config
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
-    require_device(args.device)
+    _choose_device(args)
     if args.report_to == "tensorboard":
         from assay.train.report import check_tensorboard
 
@@ -389,9 +409,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="replace an existing run in output.dir: it is moved aside and deleted after the "
         "new run's first checkpoint, or put back if the new run fails first (default: refuse)",
     )
-    parser.add_argument(
-        "--device", default="cpu", type=device_option, help="cpu, cuda or cuda:N (default cpu)"
-    )
+    parser.add_argument("--device", default="auto", type=device_option, help=DEVICE_HELP)
     parser.add_argument(
         "--budget",
         help="device memory budget, e.g. 4GiB (default: the config's budget, else the "
