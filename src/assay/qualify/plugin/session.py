@@ -199,7 +199,7 @@ class GateSession:
             self.done.setdefault(gate, set()).add(nodeid)
             expected = (self.expected or {}).get(gate)
             if expected is not None and expected <= self.done[gate] and gate not in self.late:
-                self.publish(gate)
+                self.write_gate(gate)
 
     def _fragment(self, gate: str, fragment: dict[str, Any]) -> None:
         if gate in self.published:  # declared after the receipt: it goes in a later one
@@ -266,7 +266,7 @@ class GateSession:
         self.cut[gate] = (len(fragments), len(failures), len(skipped))
         return fragments[start[0] :], failures[start[1] :], skipped[start[2] :]
 
-    def publish(self, gate: str) -> None:
+    def write_gate(self, gate: str) -> None:
         """Write the gate's receipt and render its record (once per gate per session)."""
         if gate in self.published:
             return
@@ -346,7 +346,7 @@ class GateSession:
     def finish(self) -> None:
         """Publish the gates whose tests did not all finish (an early stop: partial)."""
         for gate in sorted({*self.fragments, *self.failures}):
-            self.publish(gate)
+            self.write_gate(gate)
 
 
 def skip_reason(report: Any) -> str:
