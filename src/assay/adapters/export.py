@@ -22,7 +22,7 @@ from assay.adapters.base import AdapterLinear, dense_weight
 from assay.adapters.files import write_json_atomic, write_safetensors_atomic
 from assay.adapters.io import save_adapter
 from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_manifest
-from assay.atomic import staged_directory
+from assay.atomic import atomic_write_bytes, staged_directory
 from assay.errors import ConfigError
 from assay.model.gguf_seal import seal_holds
 
@@ -140,7 +140,28 @@ def export_merged(
     payload = hf_config(config)
     write_safetensors_atomic(target / "model.safetensors", hf_names, {"format": "pt"})
     write_json_atomic(target / "config.json", payload)
+    copy_companions(model, target)
     return target
+
+
+def copy_companions(model: nn.Module, target: Path) -> list[str]:
+    """Copy the tokenizer, chat template and generation files of the Hugging Face folder
+    ``model`` was loaded from into ``target`` (bytes unchanged, atomically), so the merged
+    folder loads in transformers with its tokenizer; returns the names copied (none for a
+    GGUF source, which keeps its tokenizer inside the file)."""
+    from assay.bounded import read_capped
+    from assay.model.hf_tokenizer import COMPANION_FILES, TOKENIZER_BYTES
+
+    folder = getattr(model, "assay_source", None)
+    if folder is None or not Path(folder).is_dir():
+        return []
+    copied = []
+    for name in COMPANION_FILES:
+        if (folder / name).is_file():
+            data = read_capped(folder / name, TOKENIZER_BYTES, name)
+            atomic_write_bytes(target / name, data)
+            copied.append(name)
+    return copied
 
 
 def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
