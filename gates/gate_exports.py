@@ -287,7 +287,7 @@ def cli_tokens(model: str, tokenizer: str, adapter: str | None) -> list[list[int
 
 def peft_tokens(qwen2: Subject, folder, tokenizer: str) -> list[list[int]]:
     """Greedy new tokens per prompt from transformers + PEFT loading ``folder``, one prompt at a
-    time, stopping at eos as assay does."""
+    time, ending before the eos that stopped it, as assay's do."""
     from peft import PeftModel
 
     from assay.model.tokenizer import load_tokenizer
@@ -307,7 +307,7 @@ def peft_tokens(qwen2: Subject, folder, tokenizer: str) -> list[list[int]]:
                 pad_token_id=tok.eos_id,
             )
         new = out[0, ids.shape[1] :].tolist()
-        found.append(new[: new.index(tok.eos_id) + 1] if tok.eos_id in new else new)
+        found.append(new[: new.index(tok.eos_id)] if tok.eos_id in new else new)
     return found
 
 

@@ -123,8 +123,8 @@ def test_an_exported_adapter_generates_what_transformers_and_peft_generate(
             pad_token_id=tok.eos_id,
         )
     new = out[0, ids.shape[1] :].tolist()
-    if tok.eos_id in new:  # assay keeps the eos it stopped at, as transformers does
-        new = new[: new.index(tok.eos_id) + 1]
+    if tok.eos_id in new:  # assay's tokens end before the eos it stopped at
+        new = new[: new.index(tok.eos_id)]
     assert rows[0]["tokens"] == new
     plain = _generate(capsys, *argv, "--prompt", "Hi there")
     assert plain[0]["tokens"] != rows[0]["tokens"]
@@ -184,3 +184,31 @@ def test_bad_input_is_one_line_and_exit_2(workspace, capsys, argv, message):
     assert main(["generate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_generation_config_json_sets_the_stops_and_the_length(workspace, tmp_path, capsys):
+    """A folder's generation_config.json: every eos_token_id of its list ends a continuation,
+    and its max_new_tokens is the default length (an explicit --max-new-tokens wins); the
+    control is the same folder without the file, which runs on past that token."""
+    import shutil
+
+    _, config, _ = workspace
+    model = tmp_path / "model"
+    shutil.copytree(config["model"], model)
+    argv = [str(model), "--tokenizer", config["tokenizer"], "--prompt", "Hi there"]
+    free = _generate(capsys, *argv, "--max-new-tokens", "8")[0]["tokens"]
+    assert len(free) == 8 and free[2] not in free[:2]
+    (model / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": [999_999, free[2]], "max_new_tokens": 5, "do_sample": True})
+    )
+    stopped = _generate(capsys, *argv, "--max-new-tokens", "8")[0]
+    assert stopped["tokens"] == free[:2] and stopped["stop"] == "eos"  # ends before the eos
+    (model / "generation_config.json").write_text(json.dumps({"max_new_tokens": 5}))
+    assert _generate(capsys, *argv)[0]["tokens"] == free[:5]
+    assert len(_generate(capsys, *argv, "--max-new-tokens", "7")[0]["tokens"]) == 7
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": "two"}))
+    capsys.readouterr()
+    assert main(["generate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "generation_config.json: eos_token_id: expected a token id" in err
+    assert err.count("\n") == 1

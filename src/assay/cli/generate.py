@@ -5,7 +5,9 @@ Hugging Face cache), or a train config (YAML). With --adapter the adapter folder
 `assay export --format peft` (or PEFT itself) wrote is attached to the model. With
 --checkpoint the run's trainables are restored onto the config's model (the config
 defaults to the run directory's config.yaml). Prompts are decoded together as one
-left-padded batch with a KV cache; each stops at eos or after --max-new-tokens.
+left-padded batch with a KV cache; each stops at eos (the tokenizer's, and every
+eos_token_id of the folder's generation_config.json) or after --max-new-tokens. Decoding is
+greedy: the sampling settings of generation_config.json are not used.
 """
 
 from __future__ import annotations
@@ -114,6 +116,18 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+DEFAULT_NEW_TOKENS = 64
+
+
+def _generation_defaults(args: argparse.Namespace):
+    """The model folder's generation_config.json defaults (none for a config or a GGUF)."""
+    from assay.model.generation_config import GenerationDefaults, generation_defaults
+    from assay.settings.hub import model_argument
+
+    source = Path(model_argument(args.model))
+    return GenerationDefaults() if _is_config(source) else generation_defaults(source)
+
+
 def _within_context(prompts: list[list[int]], new: int, context: int) -> None:
     """Refuse, naming the option, a prompt or a continuation past the model's context: the
     rotary positions beyond it were never trained, so the output would be silently wrong."""
@@ -134,7 +148,7 @@ def _within_context(prompts: list[list[int]], new: int, context: int) -> None:
 def run(args: argparse.Namespace) -> int:
     from assay.model.generate import generate
 
-    if args.max_new_tokens < 0:
+    if args.max_new_tokens is not None and args.max_new_tokens < 0:
         raise AssayError(f"--max-new-tokens {args.max_new_tokens}: expected 0 or more")
     for number, prompt in enumerate(args.prompt, 1):
         if not prompt:
@@ -159,11 +173,14 @@ def run(args: argparse.Namespace) -> int:
             raise AssayError(f"{tok.source}: the chat template refused the prompt: {exc}") from None
     # a rendered template carries its own special tokens, as transformers' apply_chat_template
     prompts = [tok.encode(t, add_special_tokens=not args.chat) for t in texts]
-    _within_context(prompts, args.max_new_tokens, model.config.max_position_embeddings)
+    defaults = _generation_defaults(args)
+    new_tokens = args.max_new_tokens
+    if new_tokens is None:
+        new_tokens = defaults.max_new_tokens or DEFAULT_NEW_TOKENS
+    _within_context(prompts, new_tokens, model.config.max_position_embeddings)
     pad = next((i for i in (tok.pad_id, tok.eos_id, 0) if i is not None), 0)
-    results = generate(
-        model, prompts, max_new_tokens=args.max_new_tokens, eos_id=tok.eos_id, pad_id=pad
-    )
+    stops = {tok.eos_id, *defaults.eos_ids} - {None}
+    results = generate(model, prompts, max_new_tokens=new_tokens, eos_id=stops, pad_id=pad)
     rows = [
         {"prompt": p, "completion": tok.decode(r.tokens), "tokens": list(r.tokens), "stop": r.stop}
         for p, r in zip(args.prompt, results, strict=True)
@@ -200,9 +217,9 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-new-tokens",
         type=int,
-        default=64,
         metavar="N",
-        help="stop after N new tokens (default 64)",
+        help="stop after N new tokens (default: the model folder's generation_config.json "
+        f"max_new_tokens, else {DEFAULT_NEW_TOKENS})",
     )
     parser.add_argument(
         "--storage",
