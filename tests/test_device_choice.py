@@ -1,6 +1,6 @@
 """``--device auto`` (the default of train and eval): CUDA when this torch sees it, else the
-CPU; the choice is said before loading and recorded with the run, and a resumed run keeps its
-device where it still exists or says it changed."""
+CPU; the choice is in the progress bar and the summary and recorded with the run, and a resumed
+run keeps its device where it still exists or says it changed."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_a_cpu_run_says_and_records_its_device(tiny_lora_config, capsys, cuda_se
     cuda_seen(False)
     config = tiny_lora_config(steps=2)
     assert main(["train", str(config), "--no-progress"]) == 0
-    err = capsys.readouterr().err
-    assert err.splitlines()[0] == "device cpu (auto: no CUDA device)"
+    out = capsys.readouterr().out
+    assert "trained 2 steps (to step 2) on cpu (auto: no CUDA device): final loss" in out
     run = config.parent / "run"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["device"] for row in rows] == ["cpu", "cpu"]
@@ -54,20 +54,18 @@ def test_a_resumed_run_says_when_its_device_changed(tmp_path, capsys, cuda_seen,
     the control: with CUDA present, auto keeps the run's device and says nothing changed."""
     import assay.cli.train as train_cli
 
-    monkeypatch.setattr(train_cli, "checkpoint_run", lambda path: path)
     monkeypatch.setattr("assay.train.loop.recorded_device", lambda run: "cuda")
     args = argparse.Namespace(device="auto", resume=tmp_path, json=False)
     cuda_seen(False)
     train_cli._choose_device(args)
     assert args.device == "cpu"
-    assert capsys.readouterr().err == (
-        "device cpu (auto: no CUDA device); the steps before ran on cuda\n"
-    )
+    assert args.device_choice == "cpu (auto: no CUDA device); the steps before ran on cuda"
     cuda_seen(True)
     args = argparse.Namespace(device="auto", resume=tmp_path, json=False)
     train_cli._choose_device(args)
     assert args.device == "cuda"
-    assert capsys.readouterr().err == "device cuda (auto: the device the run used before)\n"
+    assert args.device_choice == "cuda (auto: the device the run used before)"
+    assert capsys.readouterr().err == ""  # said in the summary, never before an error
 
 
 def test_the_recorded_device_is_the_newest_rows_and_none_before_it_was_recorded(tmp_path):

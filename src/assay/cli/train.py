@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assay.adapters.registry import help_text as adapter_methods_help
-from assay.cli.checkpoint_arg import checkpoint_run
 from assay.cli.dispatch import DEVICE_HELP, device_option, resolve_device
 from assay.cli.load_progress import load_progress
 from assay.errors import AssayError, ConfigError
@@ -62,7 +61,9 @@ def _check_fit(config, args: argparse.Namespace) -> None:
         raise AssayError(f"{args.config}: {refusal_line(result, name)} (--force to run anyway)")
 
 
-def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+def _print_summary(summary: dict[str, Any], as_json: bool, device_choice: str = "") -> None:
+    if device_choice:
+        summary = {**summary, "device_choice": device_choice}
     if as_json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
@@ -75,9 +76,11 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         return
     eval_text = "" if summary["eval_loss"] is None else f", eval loss {summary['eval_loss']:.4f}"
     ranks = f" on {summary['world_size']} ranks" if summary.get("world_size", 1) > 1 else ""
+    where = f" on {summary['device_choice']}" if summary.get("device_choice") else ""
     print(
-        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}){ranks}: final "
-        f"loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} tokens/s"
+        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}){ranks}{where}: "
+        f"final loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} "
+        "tokens/s"
     )
     print(f"checkpoint {summary['checkpoint']}")
 
@@ -182,7 +185,7 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
                 trainer.resume(args.resume)
             summary, stop = _train_run(trainer, args, on_checkpoint, context.is_main)
         if context.is_main:
-            _print_summary(summary, args.json)
+            _print_summary(summary, args.json, args.device_choice)
             _say_stopped(summary, stop, args)
         # The DDP/FSDP wrappers hold the process group, so destroying it alone leaves its
         # threads to the interpreter's shutdown, where freeing them can abort the rank: free
@@ -275,21 +278,21 @@ def _finished(config, args: argparse.Namespace) -> bool:
 
 def _choose_device(args: argparse.Namespace) -> None:
     """Settle ``args.device`` (``auto`` resolved; a resumed run keeps its device where it still
-    exists), check that this torch has it, and say which, with why, before anything loads:
-    one stderr line from the first rank (the JSON summary names the device)."""
-    import os
-
+    exists) and check that this torch has it, before anything loads; ``args.device_choice``
+    says which and why, for the summary (the progress bar names the device too)."""
+    from assay.train.checkpoint_layout import run_holding
     from assay.train.loop import recorded_device
 
-    before = recorded_device(checkpoint_run(Path(args.resume))) if args.resume else None
+    # a run folder, a step folder, or one killed before its first checkpoint (its metrics
+    # are beside it); what is none of these is refused later, under the run's lock
+    resumed = Path(args.resume) if args.resume else None
+    run = None if resumed is None else run_holding(resumed) or resumed
+    before = None if run is None or not run.is_dir() else recorded_device(run)
     args.device, why = resolve_device(args.device, before)
     require_device(args.device)
-    changed = before is not None and before != args.device
-    note = f"device {args.device} ({why})"
-    if changed:
-        note += f"; the steps before ran on {before}"
-    if not args.json and os.environ.get("RANK", "0") == "0":
-        print(note, file=sys.stderr, flush=True)
+    args.device_choice = f"{args.device} ({why})"
+    if before is not None and before != args.device:
+        args.device_choice += f"; the steps before ran on {before}"
 
 
 def require_device(device: str) -> None:
@@ -361,7 +364,7 @@ def _train_here(config, args: argparse.Namespace) -> int:
                 return 0
             trainer.restore(checkpoint)
         summary, stop = _train_run(trainer, args, on_checkpoint)
-    _print_summary(summary, args.json)
+    _print_summary(summary, args.json, args.device_choice)
     _say_stopped(summary, stop, args)
     return stop.exit_code if summary["stopped"] else 0
 

@@ -348,6 +348,7 @@ class Trainer:
         bar = tqdm(
             total=last,
             initial=self.step,
+            desc=f"train on {self.device}",
             disable=not (self.progress and self.is_main),
             unit="step",
             dynamic_ncols=True,
