@@ -169,17 +169,22 @@ def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return save_adapter(model, out)
 
 
-def _folder_exports() -> dict[str, tuple[frozenset[str], ...]]:
-    """The files a folder export of each kind writes besides its manifest, exactly (a PEFT
-    folder's sidecar is written for every assay method; TinyLoRA has its own pair)."""
+def _folder_exports() -> dict[str, tuple[tuple[frozenset[str], frozenset[str]], ...]]:
+    """The files a folder export of each kind writes besides its manifest: (always, when the
+    source had them). A PEFT folder's sidecar is written for every assay method; TinyLoRA has
+    its own pair; a merged folder carries its source folder's tokenizer and generation files."""
     from assay.adapters import peft_io, tinylora_io
+    from assay.model.hf_tokenizer import COMPANION_FILES
 
+    none: frozenset[str] = frozenset()
     return {
         "peft": (
-            frozenset({peft_io.CONFIG, peft_io.WEIGHTS, peft_io.SIDECAR}),
-            frozenset({tinylora_io.CONFIG, tinylora_io.WEIGHTS}),
+            (frozenset({peft_io.CONFIG, peft_io.WEIGHTS, peft_io.SIDECAR}), none),
+            (frozenset({tinylora_io.CONFIG, tinylora_io.WEIGHTS}), none),
         ),
-        "safetensors": (frozenset({"config.json", "model.safetensors"}),),
+        "safetensors": (
+            (frozenset({"config.json", "model.safetensors"}), frozenset(COMPANION_FILES)),
+        ),
     }
 
 
@@ -198,7 +203,8 @@ def _not_an_export(target: Path) -> str | None:
         return f"a folder without {MANIFEST}"
     kind = manifest.get("kind")
     written = _folder_exports().get(kind, ()) if isinstance(kind, str) else ()
-    if frozenset(manifest["files"]) not in written:
+    files = frozenset(manifest["files"])
+    if not any(always <= files <= always | maybe for always, maybe in written):
         return f"a folder whose {MANIFEST} lists files no {FORMAT} export writes together"
     return _not_export_content(target, sorted(manifest["files"]))
 
@@ -206,7 +212,7 @@ def _not_an_export(target: Path) -> str | None:
 def _not_export_content(target: Path, names: list[str]) -> str | None:
     """None when each file reads as what an export writes under its name (a safetensors file,
     a JSON object); otherwise which does not. A manifest written by hand can bind any bytes."""
-    from assay.bounded import read_json_file
+    from assay.bounded import read_json_file, read_text_bounded
     from assay.errors import ModelFileError
     from assay.model.safetensors import check_safetensors_header
 
@@ -215,10 +221,13 @@ def _not_export_content(target: Path, names: list[str]) -> str | None:
         try:
             if name.endswith(".safetensors"):
                 check_safetensors_header(path)
+            elif name.endswith(".jinja"):  # a chat template copied from the source: text
+                read_text_bounded(path, within=target)
             elif not isinstance(read_json_file(path, ConfigError), dict):
                 return f"a folder whose {name} is not a JSON object, as an export writes it"
-        except (ModelFileError, ConfigError):
-            kind = "safetensors file" if name.endswith(".safetensors") else "JSON object"
+        except (ModelFileError, ConfigError, OSError, UnicodeDecodeError):
+            kinds = {".safetensors": "safetensors file", ".jinja": "UTF-8 text"}
+            kind = kinds.get(Path(name).suffix, "JSON object")
             return f"a folder whose {name} is not a {kind}, as an export writes it"
     return None
 
