@@ -147,6 +147,37 @@ def test_tinylora_delta_is_the_promised_dense_update(gate, request, which):
         claim.control(name, tinylora_error(broken(copy.deepcopy(model)), top))
 
 
+def projection_z(projections: list[torch.Tensor], r: int) -> float:
+    """|sample variance x r - 1| in standard errors of a variance estimate (sqrt(2 / (n - 1))
+    for normal entries): how far TinyLoRA's fixed projections are from N(0, 1/r)."""
+    entries = torch.cat([p.reshape(-1).double() for p in projections])
+    spread = float(entries.var() * r)
+    return abs(spread - 1.0) / (2.0 / (entries.numel() - 1)) ** 0.5
+
+
+def test_tinylora_projections_are_drawn_as_the_method_defines(gate, qwen2):
+    """TinyLoRA's random projections P_i (fixed, never trained) are N(0, 1/r): the scale the
+    trainable vector v multiplies, so another variance trains another method."""
+    gate.seed(SEED, 4)
+    r = 4
+    model = copy.deepcopy(qwen2.model)
+    attach(model, "tinylora", targets="all-linear", seed=SEED, u=32, r=r, sharing="per_target")
+    found = [m.tiny_P for m in model.modules() if hasattr(m, "tiny_P")]
+    claim = gate.claim(
+        "tinylora.projection_variance",
+        f"TinyLoRA (u=32, r={r}, every linear of tiny qwen2, {sum(p.numel() for p in found)} "
+        "entries): the fixed projections' variance is 1/r, within 5 standard errors of a "
+        "variance estimate",
+        kind="correctness",
+        threshold=Threshold("<=", 5.0),
+        unit="standard errors from 1/r",
+        code=code("tinylora"),
+    )
+    claim.measure(projection_z(found, r))
+    claim.control("projections drawn N(0, 1)", projection_z([p * r**0.5 for p in found], r))
+    claim.control("projections drawn N(0, 2/r)", projection_z([p * 2**0.5 for p in found], r))
+
+
 @pytest.mark.parametrize("which", WHICH)
 def test_fresh_adapters_are_exact_no_ops(gate, request, which):
     subject: Subject = request.getfixturevalue(which)

@@ -12,6 +12,10 @@ assay's loader; merged safetensors into transformers, merged GGUF into gguf.GGUF
 transformers' GGUF loader. Their controls corrupt the files on disk (transposed pairs, swapped
 keys, a wrong scale) or the writer (fault ``model.gguf_export.skip_qk_permute``). Adapter math,
 init, disable and frozen tensors are gate-adapters' claims.
+
+`assay generate MODEL --adapter EXPORT` (the command itself) gives the greedy tokens
+transformers + PEFT generate from the same exported folder; its control is the command without
+the adapter.
 """
 
 from __future__ import annotations
@@ -254,4 +258,89 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         "Llama-3 rope scaling through transformers' GGUF loader",
         "assay writes llama.cpp's rope_freqs tensor, which transformers' GGUF loader ignores "
         "(logits differ by ~2 on tiny llama3); gate-logits reads those files with assay",
+    )
+
+
+# --- Generating from what export wrote --------------------------------------------------------
+
+GENERATE_PROMPTS = ("Hello there", "The capital of", "def f(x):")
+GENERATE_NEW = 12
+
+
+def cli_tokens(model: str, tokenizer: str, adapter: str | None) -> list[list[int]]:
+    """Greedy new tokens per prompt from ``assay generate`` (the command itself, --json)."""
+    import contextlib
+    import io
+    import json
+
+    from assay.cli import main
+
+    argv = ["generate", model, "--tokenizer", tokenizer, "--json"]
+    argv += ["--max-new-tokens", str(GENERATE_NEW)]
+    argv += [a for prompt in GENERATE_PROMPTS for a in ("--prompt", prompt)]
+    argv += ["--adapter", adapter] if adapter else []
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0, argv
+    return [row["tokens"] for row in json.loads(out.getvalue())]
+
+
+def peft_tokens(qwen2: Subject, folder, tokenizer: str) -> list[list[int]]:
+    """Greedy new tokens per prompt from transformers + PEFT loading ``folder``, one prompt at a
+    time, ending before the eos that stopped it, as assay's do."""
+    from peft import PeftModel
+
+    from assay.model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    model = PeftModel.from_pretrained(copy.deepcopy(qwen2.hf), str(folder)).eval()
+    found = []
+    for prompt in GENERATE_PROMPTS:
+        ids = torch.tensor([tok.encode(prompt, add_special_tokens=True)])
+        with torch.no_grad():
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=GENERATE_NEW,
+                do_sample=False,
+                eos_token_id=tok.eos_id,
+                pad_token_id=tok.eos_id,
+            )
+        new = out[0, ids.shape[1] :].tolist()
+        found.append(new[: new.index(tok.eos_id)] if tok.eos_id in new else new)
+    return found
+
+
+def test_generate_from_an_export_equals_peft(gate, qwen2, tmp_path):
+    """`assay generate MODEL --adapter EXPORT` (issue 54): the folder `export --format peft`
+    wrote, attached by the command, gives the greedy tokens transformers + PEFT give from the
+    same folder on the same base."""
+    from assay.adapters.export import export
+    from assay_testing.byte_tokenizer import save_byte_tokenizer
+
+    gate.seed(SEED, 10)
+    tokenizer = str(save_byte_tokenizer(tmp_path / "bytes.gguf"))
+    ours = randomize_adapters(qwen2.fresh("lora"), seed=10, std=0.5)
+    export(ours, tmp_path / "adapter", "peft")
+    want = peft_tokens(qwen2, tmp_path / "adapter", tokenizer)
+    claim = gate.claim(
+        "generate.adapter_equals_peft",
+        f"{len(GENERATE_PROMPTS)} prompts, {GENERATE_NEW} greedy tokens each: `assay generate "
+        "MODEL --adapter EXPORT` gives the tokens transformers + PEFT generate from the same "
+        "exported folder on the same tiny qwen2",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="prompts whose tokens differ",
+        code=files_code(
+            "lora", "assay.adapters.export", "assay.cli.generate", "assay.model.generate"
+        ),
+    )
+    model = str(qwen2.path)
+
+    def differ(found: list[list[int]]) -> int:
+        return sum(a != b for a, b in zip(found, want, strict=True))
+
+    claim.measure(differ(cli_tokens(model, tokenizer, str(tmp_path / "adapter"))))
+    claim.control(
+        "the command without --adapter (the base alone)", differ(cli_tokens(model, tokenizer, None))
     )

@@ -522,13 +522,15 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
     from support.robustness_compare_cases import KINDS, compare_json, generate, misjudged
 
     gate.seed(31)
-    cases = generate(tmp_path / "ledgers", 25, seed=31)
+    cases = generate(tmp_path / "ledgers", 40, seed=31)
     claim = gate.claim(
         "compare.generated_ledgers",
         f"{len(cases)} generated pairs of ledgers ({', '.join(sorted(KINDS))} in turn; 2 to 6 "
         "claims of random operators, bounds and values; a vanished pair's NEW holds another gate "
         "only): `assay compare OLD NEW --json` exits 1 exactly when a claim flipped to fail or "
-        "went missing, alone or with its whole gate, and names the change",
+        "went missing, alone or with its whole gate, and 0 for float noise, a regression still "
+        "passing (a warning) and a timing measured at another load (not comparable), naming "
+        "the change",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="misjudged pairs",
@@ -538,16 +540,16 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
     claim.measure(len(wrong))
     if wrong:
         gate.note("misjudged: " + "; ".join(wrong[:6]))
-    with inject("qualify.publishing.compare.flip_unseen"):
-        claim.control(
-            "a flip to fail never reported (qualify.publishing.compare.flip_unseen)",
-            len(misjudged(cases, compare_json)),
-        )
-    with inject("qualify.publishing.compare.vanished_gate_unseen"):
-        claim.control(
-            "a deleted gate's claims not counted (qualify.publishing.compare.vanished_gate_unseen)",
-            len(misjudged(cases, compare_json)),
-        )
+    for defect, what in (
+        ("flip_unseen", "a flip to fail never reported"),
+        ("vanished_gate_unseen", "a deleted gate's claims not counted"),
+        ("noise_counted", "no float-noise floor"),
+        ("passing_regression_fails", "a regression still passing fails the comparison"),
+        ("timings_always_compared", "timings compared whatever the load"),
+    ):
+        name = f"qualify.publishing.compare.{defect}"
+        with inject(name):
+            claim.control(f"{what} ({name})", len(misjudged(cases, compare_json)))
 
 
 def test_every_run_has_a_mark_in_every_view(gate, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,33 @@ def test_a_full_disk_while_flushing_names_the_file(tmp_path, monkeypatch):
         (staging / "weights.bin").write_bytes(b"x")
     assert raised.value.filename.endswith("weights.bin") and not (tmp_path / "step").exists()
     atomic.fsync_dir(tmp_path)  # no error: the rename before it is atomic either way
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o002])
+def umask(request):
+    before = os.umask(request.param)
+    yield request.param
+    os.umask(before)
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_what_appears_has_the_mode_a_plain_open_or_mkdir_gives(tmp_path: Path, umask) -> None:
+    """Files and folders written through a temporary name get the umask's mode, like the
+    reference written by open() and mkdir() under the same umask; the control: a bare mkstemp
+    file (what the writers start from) is owner-only, so the check tells them apart."""
+    reference_file, reference_dir = tmp_path / "plain", tmp_path / "plain-dir"
+    reference_file.write_bytes(b"x")
+    reference_dir.mkdir()
+    atomic_write_bytes(tmp_path / "atomic", b"x")
+    atomic_write_json(tmp_path / "atomic.json", {"a": 1})
+    with staged_directory(tmp_path / "staged") as staging:
+        write_synced(staging / "inside", b"x")
+    files = [tmp_path / "atomic", tmp_path / "atomic.json", tmp_path / "staged" / "inside"]
+    assert {_mode(p) for p in files} == {_mode(reference_file)} == {0o666 & ~umask}
+    assert _mode(tmp_path / "staged") == _mode(reference_dir) == 0o777 & ~umask
+    fd, bare = tempfile.mkstemp(dir=tmp_path)
+    os.close(fd)
+    assert (_mode(Path(bare)) != _mode(reference_file)) is (umask != 0o077)

@@ -41,6 +41,14 @@ def test_info_on_smollm2(smollm2_path, capsys):
     assert info["fingerprint"]["decoded_fp32_bytes"] == 538_060_032
     assert info["tensor_types"] == {"Q8_0": 1, "Q4_1": 210, "F32": 61}
     assert info["tokenizer"]["vocab_size"] == 49_152
+    assert main(["info", str(smollm2_path)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  tokenizer")]
+    # a sentence, not the summary's dict (the control: the dict's text has its braces)
+    assert line.split(None, 1)[1] == (
+        "gpt2/smollm; vocab 49,152; 48,900 merges; special ids bos 1, eos 2, pad 2, unk 0; "
+        "adds no bos or eos; chat template"
+    )
+    assert "{" in str(info["tokenizer"]) and "{" not in line
 
 
 def _commands() -> list[str]:
@@ -100,10 +108,10 @@ def test_a_nul_byte_in_a_yaml_config_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("device", "says"),
     [
-        ("bogus", "expected cpu, cuda or cuda:N"),
-        ("CPU", "expected cpu, cuda or cuda:N"),
-        ("meta", "expected cpu, cuda or cuda:N"),
-        ("cuda:x", "expected cpu, cuda or cuda:N"),
+        ("bogus", "expected auto, cpu, cuda or cuda:N"),
+        ("CPU", "expected auto, cpu, cuda or cuda:N"),
+        ("meta", "expected auto, cpu, cuda or cuda:N"),
+        ("cuda:x", "expected auto, cpu, cuda or cuda:N"),
         ("cuda:7", "--device cuda:7"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gguf
 import pytest
 import torch
@@ -96,3 +98,23 @@ def test_gguf_rope_divisors_survive_a_gguf_export_and_refuse_safetensors(tiny_mo
     ids = torch.randint(0, 320, (1, 80), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (reloaded(ids) - model(ids)).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("format", ["peft", "safetensors", "gguf"])
+def test_every_exported_file_gets_the_mode_a_plain_open_gives(tiny_models, tmp_path, format):
+    """Issue 54: the adapter files were 0600 beside a 0644 manifest. The reference is a file
+    written by open() under the same umask."""
+    before = os.umask(0o022)
+    try:
+        model = adapted(tiny_models["qwen2"]["hf"], "lora")
+        out = export(model, tmp_path / "out", format)
+        reference = tmp_path / "plain"
+        reference.write_bytes(b"x")
+    finally:
+        os.umask(before)
+    written = [out] if out.is_file() else [out, *out.iterdir()]
+    want = reference.stat().st_mode & 0o777
+    modes = {p.name: p.stat().st_mode & 0o777 for p in written if p.is_file()}
+    assert set(modes.values()) == {want}, modes
+    if out.is_dir():
+        assert out.stat().st_mode & 0o777 == 0o755

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -82,6 +83,83 @@ def test_a_model_directory_with_a_tokenizer(workspace, capsys):
     assert len(rows[0]["tokens"]) <= 3 and rows[0]["prompt"] == "Hi"
 
 
+@pytest.fixture(scope="module")
+def exported(workspace, tmp_path_factory):
+    root, _, _ = workspace
+    out = tmp_path_factory.mktemp("export") / "adapter"
+    assert main(["export", str(root / "run"), "--format", "peft", "--out", str(out)]) == 0
+    return out
+
+
+def test_an_exported_adapter_generates_what_transformers_and_peft_generate(
+    workspace, exported, capsys
+):
+    """Issue 54: the folder `assay export --format peft` writes, given to --adapter, gives the
+    tokens transformers + PEFT greedily generate from the same folder on the same base; the
+    control: the base alone generates otherwise."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from assay.model.tokenizer import load_tokenizer
+
+    _, config, _ = workspace
+    argv = [config["model"], "--tokenizer", config["tokenizer"], "--max-new-tokens", "8"]
+    rows = _generate(capsys, *argv, "--adapter", str(exported), "--prompt", "Hi there")
+    tok = load_tokenizer(config["tokenizer"])
+    ids = torch.tensor([tok.encode("Hi there", add_special_tokens=True)])
+    base = AutoModelForCausalLM.from_pretrained(config["model"], dtype=torch.float32)
+    peft = PeftModel.from_pretrained(base, str(exported))
+    assert json.loads((exported / "adapter_config.json").read_text())[
+        "base_model_name_or_path"
+    ] == str(Path(config["model"]).resolve())
+    with torch.no_grad():
+        out = peft.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=8,
+            do_sample=False,
+            eos_token_id=tok.eos_id,
+            pad_token_id=tok.eos_id,
+        )
+    new = out[0, ids.shape[1] :].tolist()
+    if tok.eos_id in new:  # assay's tokens end before the eos it stopped at
+        new = new[: new.index(tok.eos_id)]
+    assert rows[0]["tokens"] == new
+    plain = _generate(capsys, *argv, "--prompt", "Hi there")
+    assert plain[0]["tokens"] != rows[0]["tokens"]
+
+
+def test_an_adapter_where_a_model_or_a_run_goes_is_named(workspace, exported, capsys):
+    root, config, path = workspace
+    cases = [
+        ([str(exported), "--prompt", "x"], "an adapter folder, not a model"),
+        (
+            [config["model"], "--checkpoint", str(exported), "--prompt", "x"],
+            f"--checkpoint {exported}: an exported adapter, not a run",
+        ),
+        (
+            [config["model"], "--adapter", str(root), "--prompt", "x"],
+            f"--adapter {root}: not an adapter folder (no adapter_config.json",
+        ),
+        (
+            [str(path), "--adapter", str(exported), "--prompt", "x"],
+            "needs a model file or folder as MODEL_OR_CONFIG, not a train config",
+        ),
+        (
+            [str(path), "--checkpoint", str(root / "run"), "--adapter", str(exported)],
+            "--adapter and --checkpoint: give one",
+        ),
+    ]
+    for argv, message in cases:
+        capsys.readouterr()
+        if "--prompt" not in argv:
+            argv = [*argv, "--prompt", "x"]
+        assert main(["generate", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (argv, err)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -106,3 +184,31 @@ def test_bad_input_is_one_line_and_exit_2(workspace, capsys, argv, message):
     assert main(["generate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_generation_config_json_sets_the_stops_and_the_length(workspace, tmp_path, capsys):
+    """A folder's generation_config.json: every eos_token_id of its list ends a continuation,
+    and its max_new_tokens is the default length (an explicit --max-new-tokens wins); the
+    control is the same folder without the file, which runs on past that token."""
+    import shutil
+
+    _, config, _ = workspace
+    model = tmp_path / "model"
+    shutil.copytree(config["model"], model)
+    argv = [str(model), "--tokenizer", config["tokenizer"], "--prompt", "Hi there"]
+    free = _generate(capsys, *argv, "--max-new-tokens", "8")[0]["tokens"]
+    assert len(free) == 8 and free[2] not in free[:2]
+    (model / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": [999_999, free[2]], "max_new_tokens": 5, "do_sample": True})
+    )
+    stopped = _generate(capsys, *argv, "--max-new-tokens", "8")[0]
+    assert stopped["tokens"] == free[:2] and stopped["stop"] == "eos"  # ends before the eos
+    (model / "generation_config.json").write_text(json.dumps({"max_new_tokens": 5}))
+    assert _generate(capsys, *argv)[0]["tokens"] == free[:5]
+    assert len(_generate(capsys, *argv, "--max-new-tokens", "7")[0]["tokens"]) == 7
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": "two"}))
+    capsys.readouterr()
+    assert main(["generate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "generation_config.json: eos_token_id: expected a token id" in err
+    assert err.count("\n") == 1

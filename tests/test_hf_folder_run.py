@@ -62,6 +62,39 @@ def test_a_folder_trains_evaluates_and_generates_without_a_gguf(workspace, capsy
     assert not list(workspace.rglob("*.gguf"))
 
 
+def test_a_merged_export_is_a_whole_folder_transformers_loads_with_its_tokenizer(
+    workspace, tmp_path, capsys
+):
+    """The merged safetensors export carries the source folder's tokenizer, template and
+    generation files byte for byte, so transformers' AutoTokenizer reads the export as it reads
+    the source; the control: the same export without them has no tokenizer to load."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = workspace / "config.yaml"
+    run = workspace / "run"
+    if not (run / "latest").exists():
+        assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    out = tmp_path / "merged"
+    assert main(["export", str(run), "--format", "safetensors", "--out", str(out)]) == 0
+    source = Path(yaml.safe_load(config.read_text())["model"])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (out / name).read_bytes() == (source / name).read_bytes()
+    text = "The quick fox? 0123 \u00e9\u4e2d"
+    assert (
+        AutoTokenizer.from_pretrained(out)(text)["input_ids"]
+        == AutoTokenizer.from_pretrained(source)(text)["input_ids"]
+    )
+    AutoModelForCausalLM.from_pretrained(out)  # the weights load beside them
+    manifest = json.loads((out / "assay_manifest.json").read_text())
+    assert "tokenizer.json" in manifest["files"]
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (bare / name).unlink()
+    with pytest.raises((OSError, ValueError, TypeError)):
+        AutoTokenizer.from_pretrained(bare)
+
+
 def test_a_bad_tokenizer_is_refused_before_any_weight_is_decoded(
     workspace, tmp_path, capsys, monkeypatch
 ):

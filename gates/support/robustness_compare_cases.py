@@ -2,8 +2,9 @@
 complete run of a demo gate, NEW holds OLD's run and a later one in which exactly one thing
 happened to one claim, or NEW holds only another gate's run (the demo gate deleted whole). The
 oracle is written from docs/ci.md's rule alone: `assay compare` exits 1 when a claim flipped to
-fail or went missing (with its gate or alone), and 0 when every claim is unchanged or improved;
-the claim that changed is named with that change."""
+fail or went missing (with its gate or alone), and 0 when every claim is unchanged or improved,
+moved by float noise only, regressed while still passing (a warning), or is a timing measured on
+a machine at another load (not comparable); the claim that changed is named with that change."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ KINDS = {
     "goes": ("missing", 1),
     "improves": ("improved", 0),
     "vanishes": ("missing", 1),  # the whole gate: NEW holds another gate's receipts only
+    "noise": ("within tolerance", 0),  # worse by under 2^-20 of itself, tolerance 0
+    "sags": ("regressed, still passing", 0),  # worse beyond tolerance 0, inside its bound
+    "timing": ("not comparable", 0),  # a timing gone worse, NEW's run at another load
 }
+QUIET, BUSY = 0.1, 2.0  # load per CPU thread as the runs started
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,11 @@ def _claim(cid: str, op: str, bound: float, value: float) -> dict:
     }
 
 
-def _write(receipts: Path, second: int, claims: list[dict], gate: str = "demo") -> None:
+def _write(
+    receipts: Path, second: int, claims: list[dict], gate: str = "demo", load: float = QUIET
+) -> None:
     receipt = synthetic_receipt(f"2026-01-01T00:00:{second:02d}Z", 0.0, "0" * 64)
+    receipt["environment"]["cpu"]["load_per_thread"] = load
     receipt["gate"] = gate
     receipt["claims"] = claims
     receipt["corrects"] = []
@@ -75,6 +83,15 @@ def _changed(claim: dict, kind: str, rng: random.Random) -> dict | None:
     if kind == "flips":  # past the bound by 10% to 3x
         factor = rng.uniform(1.1, 3.0)
         return _claim(claim["id"], op, bound, bound * factor if op == "<=" else bound / factor)
+    if kind == "noise":  # the same number computed twice: its last bits moved the worse way
+        return _claim(
+            claim["id"], op, bound, value * (1 + 2.0**-23 if op == "<=" else 1 - 2.0**-23)
+        )
+    if kind in ("sags", "timing"):  # a fifth to four fifths of the way to its bound
+        worse = value + (bound - value) * rng.uniform(0.2, 0.8)
+        changed = _claim(claim["id"], op, bound, worse)
+        changed["kind"] = claim["kind"]
+        return changed
     # improves: half way from its value to the best side, by more than float noise
     better = value * rng.uniform(0.2, 0.6) if op == "<=" else value * rng.uniform(1.5, 3.0)
     return _claim(claim["id"], op, bound, better)
@@ -92,6 +109,8 @@ def generate(root: Path, count: int, seed: int) -> list[Case]:
             value = bound * (rng.uniform(0.05, 0.95) if op == "<=" else rng.uniform(1.05, 5))
             claims.append(_claim(f"c{c}.gen", op, bound, value))
         chosen = rng.randrange(len(claims))
+        if kind == "timing":
+            claims[chosen]["kind"] = "performance"
         later = [c if i != chosen else _changed(c, kind, rng) for i, c in enumerate(claims)]
         old, new = root / f"{index}-old", root / f"{index}-new"
         _write(old, 1, claims)
@@ -99,7 +118,8 @@ def generate(root: Path, count: int, seed: int) -> list[Case]:
             _write(new, 1, [_claim("other.gen", "<=", 1.0, 0.5)], gate="other")
         else:
             _write(new, 1, claims)
-            _write(new, 2, [c for c in later if c is not None])
+            load = BUSY if kind == "timing" else QUIET
+            _write(new, 2, [c for c in later if c is not None], load=load)
         cases.append(Case(kind, old, new, claims[chosen]["id"]))
     return cases
 

@@ -8,7 +8,8 @@ directory (named ``.<name>.tmp-*``) stays behind, which :func:`remove_stale_temp
 clears.
 
 Bytes go out through :func:`write_all`, which loops until the kernel has taken every byte (a
-``write`` may legally take fewer).
+``write`` may legally take fewer). What appears gets the mode a plain ``open`` or ``mkdir``
+would give it under the process's umask (the temporary names are created owner-only).
 """
 
 from __future__ import annotations
@@ -23,6 +24,28 @@ from pathlib import Path
 from typing import Any
 
 TMP_MARK = ".tmp-"
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system shows it (Linux), so a
+    thread creating a file meanwhile never sees a cleared one."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o077)  # elsewhere: set and restore at once, owner-only in between
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file now: 0o666 less the umask."""
+    return 0o666 & ~_umask()
+
+
+def dir_mode() -> int:
+    """The mode ``mkdir`` gives a new folder now: 0o777 less the umask."""
+    return 0o777 & ~_umask()
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -77,6 +100,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, replace: bo
     fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(target), dir=target.parent)
     try:
         try:
+            os.fchmod(fd, file_mode())  # mkstemp's 0600 would leave the file owner-only
             write_all(fd, data)
             os.fsync(fd)
         except OSError as exc:  # a full disk names the file it was writing
@@ -137,7 +161,7 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 def write_synced(path: str | os.PathLike[str], data: bytes) -> None:
     """Write a new file and fsync it (for files inside a staged directory, not yet visible)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # less the umask
     try:
         write_all(fd, data)
         os.fsync(fd)
@@ -178,6 +202,7 @@ def staged_directory(final: str | os.PathLike[str], *, replace: bool = False) ->
         raise FileExistsError(f"{target}: already exists")
     staging = Path(tempfile.mkdtemp(prefix=_tmp_prefix(target), dir=target.parent))
     try:
+        os.chmod(staging, dir_mode())  # mkdtemp's 0700 would leave the folder owner-only
         yield staging
         _fsync_tree(staging)
         old: Path | None = None

@@ -400,6 +400,24 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "qualify.publishing.compare.noise_counted",
+        (
+            "tests/qualify/test_compare.py::"
+            "test_the_reported_noise_case_exits_0_and_an_integer_step_is_no_noise",
+        ),
+    ),
+    Mutant(
+        "qualify.publishing.compare.timings_always_compared",
+        ("tests/qualify/test_compare.py::test_timings_are_compared_only_between_like_machines",),
+    ),
+    Mutant(
+        "qualify.publishing.compare.passing_regression_fails",
+        (
+            "tests/qualify/test_compare.py::"
+            "test_a_regression_still_passing_warns_and_fails_only_when_asked",
+        ),
+    ),
+    Mutant(
         "qualify.publishing.compare.flip_unseen",
         ("tests/qualify/test_compare.py::test_every_kind_of_change_between_two_ledgers",),
     ),

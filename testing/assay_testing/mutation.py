@@ -82,8 +82,7 @@ def run_pytest(
     """
     env = child_env(faults, {**os.environ, **(extra_env or {})})
     env.setdefault("OMP_NUM_THREADS", "1")
-    tree = [str(root / "src"), str(root / "testing")]  # this checkout's product and machinery
-    env["PYTHONPATH"] = os.pathsep.join([*tree, *filter(None, [env.get("PYTHONPATH")])])
+    env = _tree_env(root, env)
     command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"]
     command += ["-p", "no:xdist", "-o", "addopts="]
     if first_failure:
@@ -201,9 +200,14 @@ def run_mutants(
 
 
 @functools.cache  # read once per gate for all the mutants (the ledger does not change)
+def _receipts(folder: Path) -> tuple[dict, ...]:
+    """The gate's receipts, oldest first (their names start with the time)."""
+    return tuple(json.loads(p.read_text("utf-8")) for p in sorted(folder.glob("*.json")))
+
+
 def _fullest_receipt(folder: Path) -> dict | None:
     """The gate's newest receipt among those that ran the most tests (the order to run them in)."""
-    receipts = [json.loads(p.read_text("utf-8")) for p in sorted(folder.glob("*.json"))]
+    receipts = _receipts(folder)
     if not receipts:
         return None
     return max(reversed(receipts), key=lambda r: len(r["run"].get("tests", [])))
@@ -216,19 +220,24 @@ def newest_claims(folder: Path) -> dict[str, list[dict]]:
     nothing of the others, and a gate whose tests moved to another gate keeps fuller, older
     receipts that name tests which no longer exist (the caller keeps only collected tests)."""
     newest: dict[str, list[dict]] = {}
-    for path in sorted(folder.glob("*.json")):  # named by time: later ones overwrite
-        receipt = json.loads(path.read_text("utf-8"))
-        ran = {t["nodeid"] for t in receipt["run"].get("tests", [])}
-        ran |= {claim["test"] for claim in receipt["claims"]}
-        for test in ran:
-            newest[test] = [claim for claim in receipt["claims"] if claim["test"] == test]
+    for receipt in _receipts(folder):  # oldest first: later ones overwrite
+        made: dict[str, list[dict]] = {t["nodeid"]: [] for t in receipt["run"].get("tests", [])}
+        for claim in receipt["claims"]:
+            made.setdefault(claim["test"], []).append(claim)
+        newest.update(made)
     return newest
+
+
+def _tree_env(root: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with this checkout's product and machinery first on PYTHONPATH."""
+    tree = [str(root / "src"), str(root / "testing")]
+    return {**base, "PYTHONPATH": os.pathsep.join([*tree, *filter(None, [base.get("PYTHONPATH")])])}
 
 
 def collected_tests(root: Path, gate_files: Sequence[str]) -> set[str]:
     """Node ids pytest collects now from ``gate_files`` (slow ones included): a selection taken
     from receipts is checked against the tree as it is."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "testing")])}
+    env = _tree_env(root, os.environ)
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     command += ["-p", "no:xdist", "-o", "addopts=", *gate_files]
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from peft import LoraConfig
@@ -42,6 +43,8 @@ def test_written_config_equals_peft_lora_config(fresh, tmp_path, case):
         use_dora=method == "dora",
         task_type="CAUSAL_LM",
         inference_mode=True,
+        # as PEFT records model.name_or_path: the folder the base was loaded from
+        base_model_name_or_path=model.assay_base_model["name_or_path"],
     ).to_dict()
     reference["target_modules"] = sorted(reference["target_modules"])
     written["target_modules"] = sorted(written["target_modules"])
@@ -49,6 +52,7 @@ def test_written_config_equals_peft_lora_config(fresh, tmp_path, case):
     assert differ == {}
     assert set(written) <= set(reference)
     assert written["layers_to_transform"] == layers  # None: every layer
+    assert Path(written["base_model_name_or_path"]).is_dir()  # the base, never null
 
 
 def test_the_weights_and_sidecar_say_what_they_are(fresh, tmp_path):

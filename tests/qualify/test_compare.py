@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "gates"))
 from assay.cli import main  # noqa: E402
 from assay.qualify.core.threshold import meets  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
-from assay.qualify.publishing.compare import claim_change  # noqa: E402
+from assay.qualify.publishing.compare import FLOAT_NOISE, claim_change  # noqa: E402
 from support import faults_tamper_cases as tamper_cases  # noqa: E402
 
 
@@ -40,8 +40,15 @@ def _claim(cid: str, value: float, op: str = "<=", bound: float = 1e-3, tol: flo
     }
 
 
-def _run(receipts: Path, second: int, claims: list[dict], corrects: list[dict] = ()) -> dict:
+def _run(
+    receipts: Path,
+    second: int,
+    claims: list[dict],
+    corrects: list[dict] = (),
+    cpu: dict | None = None,
+) -> dict:
     receipt = tamper_cases.synthetic_receipt(f"2026-01-01T00:00:{second:02d}Z", 0.0, "0" * 64)
+    receipt["environment"]["cpu"].update(cpu or {})
     receipt["claims"] = claims
     receipt["corrects"] = list(corrects)
     receipt["run"]["tests"] = [{"nodeid": c["test"], "outcome": "passed"} for c in claims]
@@ -64,6 +71,7 @@ def test_every_kind_of_change_between_two_ledgers(tmp_path, capsys):
     base = [
         _claim("flips", 1e-4),
         _claim("regresses", 1e-4),
+        _claim("sinks", 2e-3),
         _claim("wobbles", 1e-4),
         _claim("improves", 9e-4),
         _claim("rebound", 1e-4),
@@ -79,6 +87,7 @@ def test_every_kind_of_change_between_two_ledgers(tmp_path, capsys):
         [
             _claim("flips", 2e-3),  # now over its bound
             _claim("regresses", 3e-4),  # worse by 2e-4, tolerance 0.1 x 1e-3 = 1e-4
+            _claim("sinks", 3e-3),  # worse, and failing on both sides
             _claim("wobbles", 1.5e-4),  # worse by 5e-5: inside the tolerance
             _claim("improves", 1e-4),
             _claim("rebound", 1e-4, bound=2e-3),
@@ -92,7 +101,8 @@ def test_every_kind_of_change_between_two_ledgers(tmp_path, capsys):
     code, found = _compare(capsys, old, new)
     assert _changes(found) == {
         "flips": "flipped to fail",
-        "regresses": "regressed",
+        "sinks": "regressed",
+        "regresses": "regressed, still passing",
         "goes": "missing",
         "rebound": "bound changed",
         "retires": "retired",
@@ -244,7 +254,7 @@ def test_a_revision_without_receipts_and_one_with_a_non_utf8_receipt(tmp_path, c
     assert main(["compare", "HEAD", "HEAD"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "HEAD (" in err, err
-    assert "):records/receipts/demo/x.json: not a readable JSON receipt" in err, err
+    assert "):records/receipts/demo/x.json: not readable JSON" in err, err
     assert "assay-compare-" not in err  # the private checkout is named as the user named it
 
 
@@ -257,9 +267,12 @@ def test_summary_appends_to_the_github_step_summary(tmp_path, capsys, monkeypatc
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    assert main(["compare", str(old), str(old), "--summary"]) == 0
+    assert main(["compare", str(old), str(old), "--summary", "--markdown"]) == 0
     shown = capsys.readouterr().out
-    assert summary.read_text() == "earlier step\n" + shown
+    assert summary.read_text() == "earlier step\n" + shown  # the Markdown, whatever is printed
+    assert main(["compare", str(old), str(old), "--summary"]) == 0
+    assert summary.read_text() == "earlier step\n" + shown * 2
+    assert capsys.readouterr().out != shown  # the terminal got plain text
 
 
 values = st.sampled_from([0.0, 1e-4, 5e-4, 9e-4, 1e-3, 1.05e-3, 1.5e-3, 2e-3, 5e-3])
@@ -298,7 +311,7 @@ def test_a_side_cannot_hide_a_regression_behind_its_own_unit_or_tolerance(tmp_pa
     assert code == 1
     assert _changes(found) == {
         "unit": "regressed",
-        "tol": "regressed",
+        "tol": "regressed, still passing",  # a warning: it passes on both sides
         "arrives": "unchanged",
         "fresh": "new, not passing",
     }
@@ -397,3 +410,127 @@ def test_a_summary_that_cannot_be_written_whole_is_not_written_at_all(
     assert main(["compare", str(old), str(old), "--summary"]) == 2
     assert "cannot append the summary" in capsys.readouterr().err
     assert summary.read_text() == "earlier step\n"
+
+
+REGRESSIONS = ("regressed", "regressed, still passing")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a=st.floats(min_value=1e-30, max_value=1e30),
+    sign=st.sampled_from([1.0, -1.0]),
+    step=st.floats(min_value=-1.0, max_value=1.0),
+    op=st.sampled_from(["<=", ">="]),
+)
+def test_float_noise_is_never_a_regression_and_a_real_move_is(a, sign, step, op):
+    """The same float computed twice (a move within FLOAT_NOISE of the larger) is never
+    worse, with no tolerance at all; the control: a move of 8 times the noise the wrong way
+    is a regression under the same bound."""
+    a *= sign
+    bound = abs(a) * 4 if op == "<=" else -abs(a) * 4
+
+    def change(b: float) -> str:
+        old, new = _claim("c", a, op, bound, 0.0), _claim("c", b, op, bound, 0.0)
+        return claim_change("g", "cpu", "c", old, new, set()).change
+
+    assert change(a + step * FLOAT_NOISE / 2 * abs(a)) not in (*REGRESSIONS, "improved")
+    worse = a + (8 * FLOAT_NOISE * abs(a)) * (1 if op == "<=" else -1)
+    assert change(worse) in REGRESSIONS
+
+
+def test_the_reported_noise_case_exits_0_and_an_integer_step_is_no_noise(tmp_path, capsys):
+    """Issue 54's case: 0.629966 -> +3.88e-09 under a tolerance of 0 was a regression. A byte
+    count one higher is a real move, however large the count."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_claim("attn", 0.629966, bound=0.7, tol=0.0)])
+    _run(new, 1, [_claim("attn", 0.629966 + 3.88e-9, bound=0.7, tol=0.0)])
+    code, found = _compare(capsys, old, new)
+    assert code == 0 and _changes(found) == {"attn": "within tolerance"}
+    row = claim_change(
+        "g",
+        "cpu",
+        "b",
+        _claim("b", 10**9, bound=2 * 10**9, tol=0.0),
+        _claim("b", 10**9 + 1, bound=2 * 10**9, tol=0.0),
+        set(),
+    )
+    assert row.change == "regressed, still passing"
+
+
+def _timing(cid: str, seconds: float) -> dict:
+    claim = _claim(cid, seconds, bound=5.0)
+    claim["kind"] = "performance"
+    claim["measurement"]["unit"] = "s"
+    claim["threshold"]["tolerance"] = {"mode": "relative", "value": 0.1}
+    claim["controls"] = [{"name": "a sleep added", "measured": 10.0, "failed": True}]
+    return claim
+
+
+QUIET = {"model": "AMD EPYC", "threads": 2, "torch_threads": 2, "load_per_thread": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("new_cpu", "why"),
+    [
+        ({**QUIET, "load_per_thread": 1.5}, "load per CPU thread 0.1 in OLD, 1.5 in NEW"),
+        ({**QUIET, "load_per_thread": None}, "load was not recorded in NEW"),
+        ({**QUIET, "model": "Intel Xeon"}, "CPU AMD EPYC in OLD, Intel Xeon in NEW"),
+        ({**QUIET, "threads": 16}, "CPU threads 2 in OLD, 16 in NEW"),
+    ],
+)
+def test_timings_are_compared_only_between_like_machines(tmp_path, capsys, new_cpu, why):
+    """Issue 54's second case: a load time of 1.06 s became 3.75 s on a busy machine, bound
+    5 s. Between unlike runs it is not comparable (a note says why), and a correctness claim
+    of the same runs is still compared; the control: the same runs on a like machine at a
+    like load show the regression."""
+    old, new, like = tmp_path / "old", tmp_path / "new", tmp_path / "like"
+    _run(old, 1, [_timing("load", 1.06), _claim("exact", 1e-4)], cpu=QUIET)
+    _run(new, 1, [_timing("load", 3.75), _claim("exact", 5e-4)], cpu=new_cpu)
+    code, found = _compare(capsys, old, new)
+    assert _changes(found) == {"load": "not comparable", "exact": "regressed, still passing"}
+    assert code == 0 and any(why in note for note in found["notes"]), found["notes"]
+    _run(
+        like,
+        1,
+        [_timing("load", 3.75), _claim("exact", 1e-4)],
+        cpu={**QUIET, "load_per_thread": 0.4},
+    )
+    code, found = _compare(capsys, old, like)
+    assert _changes(found) == {"load": "regressed, still passing", "exact": "unchanged"}
+
+
+def test_a_timing_that_fails_its_bound_flips_whatever_the_machine(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_timing("load", 1.06)], cpu=QUIET)
+    _run(new, 1, [_timing("load", 6.0)], cpu={**QUIET, "load_per_thread": 1.5})
+    code, found = _compare(capsys, old, new)
+    assert code == 1 and _changes(found) == {"load": "flipped to fail"}
+
+
+def test_a_regression_still_passing_warns_and_fails_only_when_asked(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_claim("a", 1e-4)])
+    _run(new, 1, [_claim("a", 3e-4)])  # worse beyond its tolerance, under its bound
+    assert main(["compare", str(old), str(new)]) == 0
+    assert "Warning: 1 claim regressed beyond its tolerance" in capsys.readouterr().out
+    assert main(["compare", str(old), str(new), "--fail-on-regression"]) == 1  # the control
+    assert "1 claim flipped to fail, regressed" in capsys.readouterr().out
+
+
+def test_the_terminal_gets_plain_text_and_markdown_only_when_asked(tmp_path, capsys):
+    """No Markdown escapes (\\_, &lt;) and no terminal escape sequence from a receipt's text
+    in the plain view; the same comparison as Markdown keeps its escapes (the control that
+    the strings do carry what the plain view must not show)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old, 1, [_claim("a_b", 1e-4)])
+    moved = _claim("a_b", 5e-4)
+    moved["measurement"]["unit"] = "max abs \x1b[31m"
+    _run(new, 1, [moved])
+    assert main(["compare", str(old), str(new)]) == 1
+    plain = capsys.readouterr().out
+    assert "a_b" in plain and "(<= 0.001)" in plain and "regressed" in plain
+    assert "\\_" not in plain and "&lt;" not in plain and "\x1b" not in plain
+    assert "**" not in plain and "|" not in plain.split("Standing")[0].replace("|OLD|", "")
+    assert main(["compare", str(old), str(new), "--markdown"]) == 1
+    markdown = capsys.readouterr().out
+    assert "a\\_b" in markdown and "&lt;=" in markdown and "\x1b" not in markdown

@@ -78,7 +78,14 @@ def test_a_longer_name_is_not_a_root(monkeypatch, tmp_path):
     assert portable({"k": [f"{project}/a", 3]}, project) == {"k": ["a", 3]}
 
 
-VOLATILE = ("created", "receipt_id", "receipt_sha256", "previous_receipt_sha256", "duration_s")
+VOLATILE = (
+    "created",
+    "receipt_id",
+    "receipt_sha256",
+    "previous_receipt_sha256",
+    "duration_s",
+    "load_per_thread",  # how busy the machine was as the session started
+)
 
 
 def _masked(value):

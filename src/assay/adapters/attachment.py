@@ -1,7 +1,8 @@
 """``attach``: put one adapter method on a decoder's target projections, in place.
 
-Methods: ``full`` (every parameter trains; float32 storage only), ``lora``, ``rslora``,
-``lora_fa``, ``dora`` and ``tinylora``. The arguments are kept on the model as an
+Methods: every entry of the method registry (``assay.adapters.registry.NAMES``): ``full``
+(every parameter trains; float32 storage only), ``lora``, ``rslora``, ``lora_fa``,
+``loraplus``, ``dora`` and ``tinylora``. The arguments are kept on the model as an
 ``AdapterSpec`` (``model.assay_adapter_spec``) so that saving and export know what was built.
 """
 

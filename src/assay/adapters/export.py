@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ from assay.adapters.base import AdapterLinear, dense_weight
 from assay.adapters.files import write_json_atomic, write_safetensors_atomic
 from assay.adapters.io import save_adapter
 from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_manifest
-from assay.atomic import staged_directory
+from assay.atomic import atomic_write_bytes, staged_directory
 from assay.errors import ConfigError
 from assay.model.gguf_seal import seal_holds
 
@@ -139,7 +140,28 @@ def export_merged(
     payload = hf_config(config)
     write_safetensors_atomic(target / "model.safetensors", hf_names, {"format": "pt"})
     write_json_atomic(target / "config.json", payload)
+    copy_companions(model, target)
     return target
+
+
+def copy_companions(model: nn.Module, target: Path) -> list[str]:
+    """Copy the tokenizer, chat template and generation files of the Hugging Face folder
+    ``model`` was loaded from into ``target`` (bytes unchanged, atomically), so the merged
+    folder loads in transformers with its tokenizer; returns the names copied (none for a
+    GGUF source, which keeps its tokenizer inside the file)."""
+    from assay.bounded import read_capped
+    from assay.model.hf_tokenizer import COMPANION_FILES, TOKENIZER_BYTES
+
+    folder = getattr(model, "assay_source", None)
+    if folder is None or not Path(folder).is_dir():
+        return []
+    copied = []
+    for name in COMPANION_FILES:
+        if (folder / name).is_file():
+            data = read_capped(folder / name, TOKENIZER_BYTES, name)
+            atomic_write_bytes(target / name, data)
+            copied.append(name)
+    return copied
 
 
 def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
@@ -147,17 +169,22 @@ def export_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return save_adapter(model, out)
 
 
-def _folder_exports() -> dict[str, tuple[frozenset[str], ...]]:
-    """The files a folder export of each kind writes besides its manifest, exactly (a PEFT
-    folder's sidecar is written for every assay method; TinyLoRA has its own pair)."""
+def _folder_exports() -> dict[str, tuple[tuple[frozenset[str], frozenset[str]], ...]]:
+    """The files a folder export of each kind writes besides its manifest: (always, when the
+    source had them). A PEFT folder's sidecar is written for every assay method; TinyLoRA has
+    its own pair; a merged folder carries its source folder's tokenizer and generation files."""
     from assay.adapters import peft_io, tinylora_io
+    from assay.model.hf_tokenizer import COMPANION_FILES
 
+    none: frozenset[str] = frozenset()
     return {
         "peft": (
-            frozenset({peft_io.CONFIG, peft_io.WEIGHTS, peft_io.SIDECAR}),
-            frozenset({tinylora_io.CONFIG, tinylora_io.WEIGHTS}),
+            (frozenset({peft_io.CONFIG, peft_io.WEIGHTS, peft_io.SIDECAR}), none),
+            (frozenset({tinylora_io.CONFIG, tinylora_io.WEIGHTS}), none),
         ),
-        "safetensors": (frozenset({"config.json", "model.safetensors"}),),
+        "safetensors": (
+            (frozenset({"config.json", "model.safetensors"}), frozenset(COMPANION_FILES)),
+        ),
     }
 
 
@@ -176,7 +203,8 @@ def _not_an_export(target: Path) -> str | None:
         return f"a folder without {MANIFEST}"
     kind = manifest.get("kind")
     written = _folder_exports().get(kind, ()) if isinstance(kind, str) else ()
-    if frozenset(manifest["files"]) not in written:
+    files = frozenset(manifest["files"])
+    if not any(always <= files <= always | maybe for always, maybe in written):
         return f"a folder whose {MANIFEST} lists files no {FORMAT} export writes together"
     return _not_export_content(target, sorted(manifest["files"]))
 
@@ -184,7 +212,7 @@ def _not_an_export(target: Path) -> str | None:
 def _not_export_content(target: Path, names: list[str]) -> str | None:
     """None when each file reads as what an export writes under its name (a safetensors file,
     a JSON object); otherwise which does not. A manifest written by hand can bind any bytes."""
-    from assay.bounded import read_json_file
+    from assay.bounded import read_json_file, read_text_bounded
     from assay.errors import ModelFileError
     from assay.model.safetensors import check_safetensors_header
 
@@ -193,10 +221,13 @@ def _not_export_content(target: Path, names: list[str]) -> str | None:
         try:
             if name.endswith(".safetensors"):
                 check_safetensors_header(path)
+            elif name.endswith(".jinja"):  # a chat template copied from the source: text
+                read_text_bounded(path, within=target)
             elif not isinstance(read_json_file(path, ConfigError), dict):
                 return f"a folder whose {name} is not a JSON object, as an export writes it"
-        except (ModelFileError, ConfigError):
-            kind = "safetensors file" if name.endswith(".safetensors") else "JSON object"
+        except (ModelFileError, ConfigError, OSError, UnicodeDecodeError):
+            kinds = {".safetensors": "safetensors file", ".jinja": "UTF-8 text"}
+            kind = kinds.get(Path(name).suffix, "JSON object")
             return f"a folder whose {name} is not a {kind}, as an export writes it"
     return None
 
@@ -255,6 +286,16 @@ def check_destination(
         )
 
 
+def base_identity(model: nn.Module) -> dict[str, Any] | None:
+    """The base model an export of ``model`` came from: name or path, revision, and the
+    canonical sha256 of its weights (None when nothing is known)."""
+    found = dict(getattr(model, "assay_base_model", None) or {})
+    fingerprint = getattr(model, "fingerprint", None)
+    if fingerprint is not None:
+        found["sha256"] = fingerprint.canonical_sha256
+    return found or None
+
+
 def export(
     model: nn.Module,
     out: str | os.PathLike[str],
@@ -282,5 +323,5 @@ def export(
             export_adapter(model, staging)
         else:
             export_merged(model, staging, format=format, gguf_type=gguf_type)
-        write_manifest(staging, format)
+        write_manifest(staging, format, base_identity(model))
     return target

@@ -36,6 +36,12 @@ def save_adapter(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return _format(saved_as).save(model, out)
 
 
+def marking_files() -> list[str]:
+    """The file names that mark an adapter folder, one per format (PEFT's adapter_config.json
+    among them)."""
+    return sorted(_format(name).CONFIG for name in FILE_FORMATS)
+
+
 def load_adapter(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     """Attach the adapter saved in folder ``path`` to a fresh ``model`` and return it: the
     format whose marking file the folder holds (assay's own is looked for first)."""

@@ -21,8 +21,10 @@ MANIFEST = "assay_manifest.json"
 FORMAT = "assay.export/1"  # an on-disk format id: never renamed
 
 
-def write_manifest(folder: Path, kind: str) -> Path:
-    """Write the manifest of every regular file in ``folder`` (a staged, unpublished folder)."""
+def write_manifest(folder: Path, kind: str, base: dict[str, Any] | None = None) -> Path:
+    """Write the manifest of every regular file in ``folder`` (a staged, unpublished folder),
+    with ``base``, the model the export came from (its name or path, revision and sha256),
+    when known."""
     files = {
         p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
         for p in sorted(folder.iterdir())
@@ -30,7 +32,10 @@ def write_manifest(folder: Path, kind: str) -> Path:
     }
     path = folder / MANIFEST
     path.unlink(missing_ok=True)
-    write_synced(path, json_bytes({"format": FORMAT, "kind": kind, "files": files}))
+    manifest: dict[str, Any] = {"format": FORMAT, "kind": kind, "files": files}
+    if base:
+        manifest["base_model"] = base
+    write_synced(path, json_bytes(manifest))
     return path
 
 

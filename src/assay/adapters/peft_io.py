@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
+    load_exactly,
+    open_safetensors,
     read_json,
     spec_from_json,
     write_json_atomic,
@@ -57,12 +58,13 @@ def peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
     """A PEFT 0.21 LoraConfig dict for ``spec``."""
     all_layers = list(spec.layers) == list(range(len(model.layers)))
+    base = getattr(model, "assay_base_model", None) or {}
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
         "auto_mapping": None,
-        "base_model_name_or_path": None,
-        "revision": None,
+        "base_model_name_or_path": base.get("name_or_path"),
+        "revision": base.get("revision"),
         "inference_mode": True,
         "r": spec.rank,
         "lora_alpha": spec.alpha,
@@ -264,28 +266,7 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
         seed=spec.seed,
         **spec.options,
     )
-    expected = peft_state(model)
-    weights = folder / WEIGHTS  # present and readable: _check_declared_rank opened it
-    try:
-        handle_cm = safe_open(weights, framework="pt")
-    except SafetensorError as error:  # a torn or truncated file
-        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
-    with handle_cm as handle:
-        stored = set(handle.keys())
-        missing = sorted(set(expected) - stored)
-        extra = sorted(stored - set(expected))
-        if missing or extra:
-            what = f"missing {missing[0]}" if missing else f"unexpected {extra[0]}"
-            raise ConfigError(f"{weights}: {what} ({len(missing)} missing, {len(extra)} extra)")
-        with torch.no_grad():
-            for key, param in expected.items():
-                value = handle.get_tensor(key)
-                if value.shape != param.shape:
-                    raise ConfigError(
-                        f"{weights}: {key} has shape {tuple(value.shape)}, "
-                        f"expected {tuple(param.shape)}"
-                    )
-                param.copy_(value.to(param.dtype))
+    load_exactly(folder / WEIGHTS, peft_state(model))
     return model
 
 
@@ -293,13 +274,7 @@ def _check_declared_rank(weights: Path, rank: int) -> None:
     """ConfigError naming the file when a factor in ``weights`` is not of the rank
     ``adapter_config.json`` declares: read from the safetensors header, before anything the
     declared rank sizes is allocated (``r: 1000000000`` beside rank-4 weights)."""
-    if not weights.is_file():
-        raise ConfigError(f"{weights}: no such file")
-    try:
-        handle_cm = safe_open(weights, framework="pt")
-    except SafetensorError as error:
-        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
-    with handle_cm as handle:
+    with open_safetensors(weights) as handle:
         factors = 0
         for key in sorted(handle.keys()):
             shape = handle.get_slice(key).get_shape()

@@ -12,11 +12,12 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
+    load_exactly,
+    open_safetensors,
     read_json,
     spec_from_json,
     write_json_atomic,
@@ -78,26 +79,7 @@ def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
         seed=spec.seed,
         **spec.options,
     )
-    expected = tinylora_state(model, spec)
-    weights = folder / WEIGHTS  # present and readable: _check_declared_sizes opened it
-    try:
-        opened = safe_open(weights, framework="pt")
-    except SafetensorError as error:  # a torn or truncated file
-        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
-    with opened as handle, torch.no_grad():
-        stored = set(handle.keys())
-        missing, extra = sorted(set(expected) - stored), sorted(stored - set(expected))
-        if missing or extra:
-            what = f"missing {missing[0]}" if missing else f"unexpected {extra[0]}"
-            raise ConfigError(f"{weights}: {what} ({len(missing)} missing, {len(extra)} extra)")
-        for key, target in expected.items():
-            value = handle.get_tensor(key)
-            if value.shape != target.shape:
-                raise ConfigError(
-                    f"{weights}: {key} has shape {tuple(value.shape)}, "
-                    f"expected {tuple(target.shape)}"
-                )
-            target.copy_(value)
+    load_exactly(folder / WEIGHTS, tinylora_state(model, spec))
     return model
 
 
@@ -107,14 +89,8 @@ def _check_declared_sizes(folder: Path, spec: AdapterSpec) -> None:
     is allocated."""
     u, r = spec.options.get("u"), spec.options.get("r")
     weights = folder / WEIGHTS
-    if not weights.is_file():
-        raise ConfigError(f"{weights}: no such file")
-    try:
-        opened = safe_open(weights, framework="pt")
-    except SafetensorError as error:  # a torn or truncated file
-        raise ConfigError(f"{weights}: not a readable safetensors file ({error})") from None
     declared = {"tiny_v": (u,), "tiny_P": (u, r, r), "tiny_S": (r,)}
-    with opened as handle:
+    with open_safetensors(weights) as handle:
         vectors = 0
         for key in sorted(handle.keys()):
             want = declared.get(key.rsplit(".", 1)[-1])

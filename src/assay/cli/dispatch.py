@@ -36,11 +36,32 @@ def one_line(message: str) -> str:
 
 
 def device_option(value: str) -> str:
-    """argparse type of ``--device``: ``cpu``, ``cuda`` or ``cuda:N``, spelled as torch does
-    (whether this torch has that device is checked when the command runs)."""
-    if not re.fullmatch(r"cpu|cuda(:[0-9]{1,3})?", value):
-        raise argparse.ArgumentTypeError(f"{value[:40]!r}: expected cpu, cuda or cuda:N")
+    """argparse type of ``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, spelled as torch
+    does (whether this torch has that device is checked when the command runs)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:[0-9]{1,3})?", value):
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: expected auto, cpu, cuda or cuda:N")
     return value
+
+
+DEVICE_HELP = (
+    "auto (CUDA when this torch sees it, else the CPU), cpu, cuda or cuda:N (default auto)"
+)
+
+
+def resolve_device(requested: str, used_before: str | None = None) -> tuple[str, str]:
+    """(the device to run on, why) for ``--device requested``: ``auto`` is CUDA when this torch
+    sees a CUDA device, else the CPU; with ``used_before`` (a resumed run's device) ``auto``
+    keeps that device where it still exists. Imports torch."""
+    if requested != "auto":
+        return requested, "--device"
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if used_before is not None and (
+        used_before == "cpu" or (cuda and used_before.startswith("cuda"))
+    ):
+        return used_before, "auto: the device the run used before"
+    return ("cuda", "auto: CUDA is available") if cuda else ("cpu", "auto: no CUDA device")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from assay.cli.dispatch import device_option
+from assay.cli.dispatch import DEVICE_HELP, device_option, resolve_device
 from assay.cli.load_progress import load_progress
 from assay.cli.train import preflight, require_device
 from assay.errors import AssayError
@@ -16,9 +16,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="train config (YAML)")
     parser.add_argument("--checkpoint", metavar="DIR", help="trainables to evaluate")
     parser.add_argument("--data", metavar="FILE", help="JSONL to score (default data.eval)")
-    parser.add_argument(
-        "--device", default="cpu", type=device_option, help="cpu, cuda or cuda:N (default cpu)"
-    )
+    parser.add_argument("--device", default="auto", type=device_option, help=DEVICE_HELP)
     parser.add_argument("--json", action="store_true")
 
 
@@ -28,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from assay.train.loop import Trainer
 
     config = load_train_config(args.config)
+    args.device, _ = resolve_device(args.device)
     require_device(args.device)
     preflight(config)
     with load_progress("model and data"):

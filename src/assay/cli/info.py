@@ -53,6 +53,20 @@ def _model_info(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
+def tokenizer_text(tok: dict[str, Any]) -> str:
+    """The tokenizer summary as one line a person reads (``--json`` keeps the fields)."""
+    kind = str(tok.get("model")) + (f"/{tok['pre']}" if tok.get("pre") else "")
+    parts = [kind, f"vocab {tok['vocab_size']:,}"]
+    if tok.get("merges"):
+        parts.append(f"{tok['merges']:,} merges")
+    special = ", ".join(f"{name} {tid}" for name, tid in sorted(tok["special_ids"].items()))
+    parts.append(f"special ids {special}" if special else "no special ids")
+    adds = [w for w, key in (("bos", "add_bos_token"), ("eos", "add_eos_token")) if tok.get(key)]
+    parts.append(f"adds {' and '.join(adds)}" if adds else "adds no bos or eos")
+    parts.append("chat template" if tok.get("has_chat_template") else "no chat template")
+    return "; ".join(parts)
+
+
 def _print_info(info: dict[str, Any]) -> None:
     c, fp = info["config"], info["fingerprint"]
     print(f"{info['path']} ({info['format']})")
@@ -73,7 +87,7 @@ def _print_info(info: dict[str, Any]) -> None:
     print(f"  canonical     {fp['canonical_sha256']}")
     tok = info["tokenizer"]
     if tok:
-        print(f"  tokenizer     {tok}")
+        print(f"  tokenizer     {tokenizer_text(tok)}")
     if "owned_bytes" in info:
         print(f"  storage       {info['storage']}")
         for key, value in info["owned_bytes"].items():

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assay.adapters.registry import help_text as adapter_methods_help
-from assay.cli.dispatch import device_option
+from assay.cli.dispatch import DEVICE_HELP, device_option, resolve_device
 from assay.cli.load_progress import load_progress
 from assay.errors import AssayError, ConfigError
 from assay.settings import rule as setting_rule
@@ -61,7 +61,9 @@ def _check_fit(config, args: argparse.Namespace) -> None:
         raise AssayError(f"{args.config}: {refusal_line(result, name)} (--force to run anyway)")
 
 
-def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+def _print_summary(summary: dict[str, Any], as_json: bool, device_choice: str = "") -> None:
+    if device_choice:
+        summary = {**summary, "device_choice": device_choice}
     if as_json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
@@ -74,9 +76,11 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         return
     eval_text = "" if summary["eval_loss"] is None else f", eval loss {summary['eval_loss']:.4f}"
     ranks = f" on {summary['world_size']} ranks" if summary.get("world_size", 1) > 1 else ""
+    where = f" on {summary['device_choice']}" if summary.get("device_choice") else ""
     print(
-        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}){ranks}: final "
-        f"loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} tokens/s"
+        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}){ranks}{where}: "
+        f"final loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} "
+        "tokens/s"
     )
     print(f"checkpoint {summary['checkpoint']}")
 
@@ -181,7 +185,7 @@ def _train_distributed(config, args: argparse.Namespace) -> int:
                 trainer.resume(args.resume)
             summary, stop = _train_run(trainer, args, on_checkpoint, context.is_main)
         if context.is_main:
-            _print_summary(summary, args.json)
+            _print_summary(summary, args.json, args.device_choice)
             _say_stopped(summary, stop, args)
         # The DDP/FSDP wrappers hold the process group, so destroying it alone leaves its
         # threads to the interpreter's shutdown, where freeing them can abort the rank: free
@@ -272,6 +276,25 @@ def _finished(config, args: argparse.Namespace) -> bool:
     return True
 
 
+def _choose_device(args: argparse.Namespace) -> None:
+    """Settle ``args.device`` (``auto`` resolved; a resumed run keeps its device where it still
+    exists) and check that this torch has it, before anything loads; ``args.device_choice``
+    says which and why, for the summary (the progress bar names the device too)."""
+    from assay.train.checkpoint_layout import run_holding
+    from assay.train.loop import recorded_device
+
+    # a run folder, a step folder, or one killed before its first checkpoint (its metrics
+    # are beside it); what is none of these is refused later, under the run's lock
+    resumed = Path(args.resume) if args.resume else None
+    run = None if resumed is None else run_holding(resumed) or resumed
+    before = None if run is None or not run.is_dir() else recorded_device(run)
+    args.device, why = resolve_device(args.device, before)
+    require_device(args.device)
+    args.device_choice = f"{args.device} ({why})"
+    if before is not None and before != args.device:
+        args.device_choice += f"; the steps before ran on {before}"
+
+
 def require_device(device: str) -> None:
     """ConfigError naming ``--device`` when this torch has no such device, before anything
     loads."""
@@ -313,7 +336,7 @@ def _checked_config(args: argparse.Namespace):
     from assay.settings.loader import load_train_config
 
     config = _with_strategy(load_train_config(args.config), args.strategy)
-    require_device(args.device)
+    _choose_device(args)
     if args.report_to == "tensorboard":
         from assay.train.report import check_tensorboard
 
@@ -341,7 +364,7 @@ def _train_here(config, args: argparse.Namespace) -> int:
                 return 0
             trainer.restore(checkpoint)
         summary, stop = _train_run(trainer, args, on_checkpoint)
-    _print_summary(summary, args.json)
+    _print_summary(summary, args.json, args.device_choice)
     _say_stopped(summary, stop, args)
     return stop.exit_code if summary["stopped"] else 0
 
@@ -389,9 +412,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="replace an existing run in output.dir: it is moved aside and deleted after the "
         "new run's first checkpoint, or put back if the new run fails first (default: refuse)",
     )
-    parser.add_argument(
-        "--device", default="cpu", type=device_option, help="cpu, cuda or cuda:N (default cpu)"
-    )
+    parser.add_argument("--device", default="auto", type=device_option, help=DEVICE_HELP)
     parser.add_argument(
         "--budget",
         help="device memory budget, e.g. 4GiB (default: the config's budget, else the "

@@ -78,7 +78,10 @@ class DDPRunner:
         position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if position_ids is not None:
-            raise ValueError("position_ids are not routed through DDP; the objective never sets")
+            raise ValueError(
+                "position_ids are not routed through DDP: the objective never passes them, so "
+                "a caller that does would be computing something training does not"
+            )
         return self.ddp(input_ids, attention_mask)
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:

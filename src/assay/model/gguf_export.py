@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from assay.atomic import TMP_MARK, fsync_dir, fsync_file
+from assay.atomic import TMP_MARK, file_mode, fsync_dir, fsync_file
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.model.gguf import gguf_name, permute_qk
@@ -92,9 +92,7 @@ def write_gguf(
     os.close(fd)
     tmp = Path(name)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the export owner-only
+        os.chmod(tmp, file_mode())  # mkstemp's 0600 would make the export owner-only
         writer = GGUFWriter(str(tmp), arch)
         _metadata(writer, config, arch)
         extra = {**(extra_metadata or {}), **(placeholder_metadata(seal_key) if seal_key else {})}

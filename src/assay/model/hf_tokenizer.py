@@ -28,6 +28,10 @@ TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 TEMPLATE_FILE = "chat_template.jinja"
+GENERATION_FILE = "generation_config.json"
+# what a Hugging Face folder carries beside its weights for a tokenizer and generation to work:
+# a merged export copies these from the folder it was loaded from
+COMPANION_FILES = (TOKENIZER_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, TEMPLATE_FILE, GENERATION_FILE)
 # Gemma 3's tokenizer.json is 33 MB, the largest published; a tenfold margin
 TOKENIZER_BYTES = 320 << 20
 TEMPLATE_BYTES = 1 << 20

@@ -159,4 +159,8 @@ def load_with_fingerprint(
         decoded_fp32_bytes=hasher.count * 4,
     )
     model.fingerprint = fingerprint
+    # what an export names as its base, as PEFT's base_model_name_or_path and revision do (a
+    # config naming a Hub model replaces the path with that name)
+    model.assay_source = Path(path).resolve()  # the file or folder read (a Hub name's snapshot)
+    model.assay_base_model = {"name_or_path": str(model.assay_source), "revision": None}
     return model, fingerprint

@@ -186,6 +186,12 @@ class Tokenizer:
                 ids = [*ids, self.eos_id]
         return ids
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """:meth:`encode` of ``text`` with nothing added, and each token's ``(start, end)``
+        character span in ``text`` (a token of part of a character spans that character)."""
+        found = self._backend.encode(text, add_special_tokens=False)
+        return list(found.ids), [(int(a), int(b)) for a, b in found.offsets]
+
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = False
     ) -> list[list[int]]:

@@ -176,6 +176,15 @@ def model_path(config: TrainConfig) -> Path:
     return resolve_reference(config.model, "model", config.source)
 
 
+def base_model(config: TrainConfig) -> dict[str, str | None]:
+    """How an export names the config's model as its base (PEFT's ``base_model_name_or_path``
+    and ``revision``): a Hub name as the config wrote it, else the model's absolute path."""
+    found = hub_name(config.model, Path(config.source).parent)
+    if found is not None:
+        return {"name_or_path": found[0], "revision": found[1]}
+    return {"name_or_path": str(model_path(config).resolve()), "revision": None}
+
+
 def tokenizer_path(config: TrainConfig) -> Path:
     """The GGUF or Hugging Face folder the tokenizer is read from: ``tokenizer`` if set, else
     the model."""

@@ -20,7 +20,7 @@ from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 from assay.model.tokenizer import Tokenizer, load_tokenizer
 from assay.settings import StreamConfig, TrainConfig
-from assay.settings.loader import model_path, tokenizer_path
+from assay.settings.loader import base_model, model_path, tokenizer_path
 from assay.storage.load import load
 from assay.train.data import Dataset, load_dataset
 
@@ -43,7 +43,7 @@ def build_model(
     kwargs: dict = {}
     if not registered(adapter.method).trains_base:
         kwargs = {"targets": list(adapter.targets), "layers": adapter.layers, **adapter.options()}
-    return build_runner(
+    runner, base = build_runner(
         model_path(config),
         storage=config.storage,
         method=adapter.method,
@@ -54,6 +54,8 @@ def build_model(
         device=device,
         compile_layers=config.compile,
     )
+    base.assay_base_model = base_model(config)
+    return runner, base
 
 
 def build_runner(

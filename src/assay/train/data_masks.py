@@ -11,9 +11,12 @@ Conventions (the loss and the batch builder rely on them):
   Prompt and completion are tokenized separately and concatenated, so the mask boundary is
   a token boundary.
 - Conversations go through the model's own chat template; nothing is added (the template
-  writes its own turn terminators). Each assistant turn's character span is found by
-  rendering prefixes (``messages[:i]`` with the generation prompt, then ``messages[:i+1]``),
-  and the text is tokenized span by span so spans map exactly to tokens.
+  writes its own turn terminators). The rendered text is tokenized once, as transformers'
+  ``apply_chat_template(tokenize=True)`` does (tokenizing span by span would put a word-start
+  marker such as SentencePiece's ``▁`` at every span). Each assistant turn's character span is
+  found by rendering prefixes (``messages[:i]`` with the generation prompt, then
+  ``messages[:i+1]``); a token is the turn's when its characters overlap the span, as
+  transformers' ``return_assistant_tokens_mask`` counts them.
 - ``completion_only`` scores completions (for messages: every assistant turn, including its
   terminator); ``all`` scores every token after the first.
 """
@@ -160,13 +163,14 @@ class RowEncoder:
             if self.mask == "completion_only":
                 raise
             return [(self.tok.encode(full), True)]  # ``all`` needs no spans
+        ids, offsets = self.tok.encode_with_offsets(full)
         segments: Segments = []
-        cursor = 0
-        for start, end in spans:
-            segments.append((self.tok.encode(full[cursor:start]), False))
-            segments.append((self.tok.encode(full[start:end]), True))
-            cursor = end
-        segments.append((self.tok.encode(full[cursor:]), False))
+        for token, (first, last) in zip(ids, offsets, strict=True):
+            mine = any(first < end and last > start for start, end in spans)
+            if segments and segments[-1][1] == mine:
+                segments[-1][0].append(token)
+            else:
+                segments.append(([token], mine))
         return segments
 
     def _finish(self, segments: Segments, where: str, part: str = "") -> TokenSeq:

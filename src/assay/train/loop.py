@@ -79,6 +79,23 @@ class StepRecord:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def recorded_device(run_dir: Path) -> str | None:
+    """The device the newest step in ``run_dir``'s metrics.jsonl ran on (None: no step, or
+    rows written before the device was recorded)."""
+    path = run_dir / METRICS
+    if not path.is_file():
+        return None
+    device = None
+    for line in read_capped(path, JSONL_BYTES, "metrics file").split(b"\n"):
+        try:
+            row = parse_json(line)
+        except ValueError:
+            break  # a torn last line (or the empty piece after the final newline)
+        if isinstance(row, dict) and isinstance(row.get("device"), str):
+            device = row["device"]
+    return device
+
+
 class Trainer:
     """One run of ``config``: ``train()`` from scratch or ``resume()`` from a checkpoint."""
 
@@ -299,6 +316,7 @@ class Trainer:
         lines += [f"#   {name}" for name in decay]
         lines.append(f"# no weight decay on {len(plain)} vector(s) (norms, biases, magnitudes):")
         lines += [f"#   {name}" for name in plain]
+        lines.append(f"# trained on device {self.device} (metrics.jsonl names it at every step)")
         text = yaml.safe_dump(raw, sort_keys=False) + "\n".join(lines) + "\n"
         atomic_write_bytes(path, text.encode())
         return path
@@ -330,6 +348,7 @@ class Trainer:
         bar = tqdm(
             total=last,
             initial=self.step,
+            desc=f"train on {self.device}",
             disable=not (self.progress and self.is_main),
             unit="step",
             dynamic_ncols=True,
@@ -350,7 +369,7 @@ class Trainer:
             while self.step < last:
                 record = self.train_step()
                 records.append(record)
-                line = asdict(record)
+                line = {**asdict(record), "device": str(self.device)}
                 if every and record.step % every == 0:
                     # every rank evaluates (an FSDP forward needs them all); rank 0 writes
                     line["eval_loss"] = self.evaluate()
@@ -373,6 +392,7 @@ class Trainer:
         elapsed = time.perf_counter() - started
         tokens = sum(r.tokens for r in records)
         return {
+            "device": str(self.device),
             "steps": self.step,
             "steps_this_run": len(records),
             "final_loss": records[-1].loss if records else None,

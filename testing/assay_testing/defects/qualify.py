@@ -67,6 +67,39 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "qualify.publishing.compare.noise_counted",
+        "compare judges a float moved in its last bits as moved for real (no noise floor)",
+        (
+            Edit(
+                "assay.qualify.publishing.compare:float_noise",
+                "    return abs(b - a) <= FLOAT_NOISE * max(abs(a), abs(b))",
+                "    return False",
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.publishing.compare.timings_always_compared",
+        "compare compares timings whatever machine and load measured them",
+        (
+            Edit(
+                "assay.qualify.publishing.compare:timing_difference",
+                '    a, b = old["environment"], new["environment"]\n',
+                '    return None\n    a, b = old["environment"], new["environment"]\n',
+            ),
+        ),
+    ),
+    Defect(
+        "qualify.publishing.compare.passing_regression_fails",
+        "compare fails a regression of a claim that still passes on both sides (no warning)",
+        (
+            Edit(
+                "assay.qualify.publishing.compare:claim_change",
+                'found.append(WARNING if both_pass else "regressed")',
+                'found.append("regressed")',
+            ),
+        ),
+    ),
+    Defect(
         "qualify.publishing.compare.vanished_gate_unseen",
         "a gate whose receipts are gone from NEW is listed as unpaired and its claims are not "
         "counted, so deleting a failing gate compares clean",

@@ -279,8 +279,8 @@ DEFECTS: tuple[Defect, ...] = (
             ),
             Edit(
                 "assay.train.data_masks:RowEncoder._conversation",
-                "segments.append((self.tok.encode(full[cursor:start]), False))",
-                "segments.append((self.tok.encode(full[cursor:start]), True))",
+                "mine = any(first < end and last > start for start, end in spans)",
+                "mine = True",
             ),
         ),
     ),

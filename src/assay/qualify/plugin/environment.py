@@ -169,8 +169,20 @@ def _gpu() -> dict[str, Any] | None:
 TOP_LEVEL = ("torch", "cuda", "cudnn", "bitsandbytes", "transformers", "gpu")
 
 
-def describe_environment(contributions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def load_per_thread() -> float | None:
+    """The 1-minute load average over the CPU threads now (None where the system has none):
+    how busy the machine was, so that timings are compared only between like runs."""
+    try:
+        return round(os.getloadavg()[0] / (os.cpu_count() or 1), 3)
+    except (OSError, AttributeError):
+        return None
+
+
+def describe_environment(
+    contributions: list[dict[str, Any]] | None = None, *, load: float | None = None
+) -> dict[str, Any]:
     """The receipt's ``environment`` object; every required field present, unknowns as None.
+    ``load`` is :func:`load_per_thread` as the session started (None: not taken).
 
     ``contributions`` are the ``pytest_gate_environment`` hook results: the fields named in
     ``TOP_LEVEL`` (and ``torch_threads``) fill the standard slots, any other field goes to
@@ -192,6 +204,7 @@ def describe_environment(contributions: list[dict[str, Any]] | None = None) -> d
             "model": _cpu_model(),
             "threads": os.cpu_count(),
             "torch_threads": merged.get("torch_threads"),
+            "load_per_thread": load,
         },
         "env": {name: os.environ.get(name) for name in ENV_VARS},
     }

@@ -126,6 +126,9 @@ class GateSession:
         self.not_passing: list[str] = []  # claims written (or previewed) that did not pass
         self.tree: dict[str, Any] | None = None
         self.environment: dict[str, Any] | None = None
+        from assay.qualify.plugin.environment import load_per_thread
+
+        self.load_at_start = load_per_thread()  # before the gates load the machine themselves
 
     def expect(self, nodeids: list[str], lost: set[str] | None = None) -> None:
         """Record the selected tests (once) and those left out; take the tree state before
@@ -196,7 +199,7 @@ class GateSession:
             self.done.setdefault(gate, set()).add(nodeid)
             expected = (self.expected or {}).get(gate)
             if expected is not None and expected <= self.done[gate] and gate not in self.late:
-                self.publish(gate)
+                self.write_gate(gate)
 
     def _fragment(self, gate: str, fragment: dict[str, Any]) -> None:
         if gate in self.published:  # declared after the receipt: it goes in a later one
@@ -263,7 +266,7 @@ class GateSession:
         self.cut[gate] = (len(fragments), len(failures), len(skipped))
         return fragments[start[0] :], failures[start[1] :], skipped[start[2] :]
 
-    def publish(self, gate: str) -> None:
+    def write_gate(self, gate: str) -> None:
         """Write the gate's receipt and render its record (once per gate per session)."""
         if gate in self.published:
             return
@@ -299,7 +302,9 @@ class GateSession:
                     "of this session lack its fields"
                 )
                 found = []
-            self.environment = describe_environment([f for f in found if f])
+            self.environment = describe_environment(
+                [f for f in found if f], load=self.load_at_start
+            )
         receipts = setting_dir(config, "gate_receipts")
         assert receipts is not None  # the ini default is records/receipts
         records = setting_dir(config, "gate_records") or receipts.parent
@@ -341,7 +346,7 @@ class GateSession:
     def finish(self) -> None:
         """Publish the gates whose tests did not all finish (an early stop: partial)."""
         for gate in sorted({*self.fragments, *self.failures}):
-            self.publish(gate)
+            self.write_gate(gate)
 
 
 def skip_reason(report: Any) -> str:

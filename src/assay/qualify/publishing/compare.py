@@ -6,14 +6,20 @@ worst change that applies, in this order:
 
 ``flipped to fail`` (passed in OLD, not now), ``regressed`` (worse than OLD by more than the
 regression tolerance of either side, the stricter winning, so a side cannot widen its own way
-past a regression; a changed unit counts, as nothing then shows the value is no worse),
-``missing`` (in OLD, gone from NEW and not retired by a correction), ``new, not passing``,
-``bound changed`` (operator, bound or tolerance differ), ``retired``, ``new``, ``flipped to
-pass``, ``improved`` (better by more than the tolerance), ``within tolerance`` (moved, inside
-it), ``unchanged``.
+past a regression, and not passing on both sides; a changed unit counts, as nothing then shows
+the value is no worse), ``missing`` (in OLD, gone from NEW and not retired by a correction),
+``new, not passing``, ``regressed, still passing`` (worse by more than the tolerance, passing
+on both sides), ``bound changed`` (operator, bound or tolerance differ), ``retired``, ``new``,
+``not comparable`` (a performance claim measured on machines that differ: CPU model, threads,
+GPU, or load at the start of the run), ``flipped to pass``, ``improved`` (better by more than
+the tolerance), ``within tolerance`` (moved, inside it), ``unchanged``.
 
-The first four fail the comparison (exit 1): each is evidence lost or worsened. So does a gate
-whose standing (the one every view shows, git history included) is worse in NEW than in OLD:
+A move below float noise (:data:`FLOAT_NOISE` of the larger value: the same number computed
+twice, in another summation order) is ``within tolerance``, never a regression.
+
+The first four fail the comparison (exit 1): each is evidence lost or worsened. ``regressed,
+still passing`` fails it too when asked (``--fail-on-regression``). So does a gate whose
+standing (the one every view shows, git history included) is worse in NEW than in OLD:
 a ledger broken by removing a failing receipt cannot pass for an improvement. A gate, or a device of
 a gate, with receipts on one side only is listed as unpaired. Arriving in NEW, its claims that do
 not pass fail. Vanished from NEW, each of its claims is missing and its standing counts as
@@ -24,6 +30,7 @@ so the gates it left out stay as published.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,15 +45,25 @@ CHANGES = (
     "regressed",
     "missing",
     "new, not passing",
+    "regressed, still passing",
     "bound changed",
     "retired",
     "new",
+    "not comparable",
     "flipped to pass",
     "improved",
     "within tolerance",
     "unchanged",
 )
 FAILING = frozenset(CHANGES[:4])
+# a regression of a claim that passes on both sides: a warning, failing only when asked
+WARNING = "regressed, still passing"
+# Two floats closer than this fraction of the larger (8 units in the last place of an fp32)
+# are one value computed twice; their difference is never a regression.
+FLOAT_NOISE = 2.0**-20
+# The most two runs' load per CPU thread (1-minute load average at the start of the session,
+# over the threads) may differ for their timings to be compared.
+LOAD_SPREAD = 0.5
 
 
 @dataclass
@@ -80,10 +97,12 @@ class Comparison:
     unpaired: list[str] = field(default_factory=list)
     worse_standings: list[str] = field(default_factory=list)  # gates whose standing fell
     notes: list[str] = field(default_factory=list)  # what could not be checked, per side
+    fail_on_regression: bool = False  # a regression still passing fails too
 
     @property
     def failing(self) -> list[ClaimChange]:
-        return [c for c in self.changes if c.change in FAILING]
+        failing = FAILING | {WARNING} if self.fail_on_regression else FAILING
+        return [c for c in self.changes if c.change in failing]
 
     @property
     def ok(self) -> bool:
@@ -101,6 +120,7 @@ class Comparison:
             "old": self.old_label,
             "new": self.new_label,
             "ok": self.ok,
+            "fail_on_regression": self.fail_on_regression,
             "worse_standings": self.worse_standings,
             "counts": self.counts(),
             "claims": [c.as_dict() for c in self.changes],
@@ -133,6 +153,7 @@ def _side_view(claim: dict[str, Any]) -> dict[str, Any]:
     numeric = _number(value)
     return {
         "verdict": claim["verdict"],
+        "kind": claim.get("kind"),
         "value": value,
         "unit": claim["measurement"].get("unit", ""),
         "op": threshold["op"],
@@ -142,12 +163,53 @@ def _side_view(claim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def float_noise(a: float, b: float) -> bool:
+    """True when ``a`` and ``b`` are one float computed twice: not both integers, and apart by
+    at most :data:`FLOAT_NOISE` of the larger magnitude."""
+    if isinstance(a, int) and isinstance(b, int):
+        return False
+    return abs(b - a) <= FLOAT_NOISE * max(abs(a), abs(b))
+
+
+def timing_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why the timings of receipts ``old`` and ``new`` cannot be compared, or None: another CPU
+    model, thread count, torch thread count or GPU, or loads per thread at the start of the
+    run further apart than :data:`LOAD_SPREAD` (or not recorded on a side)."""
+    a, b = old["environment"], new["environment"]
+    gpus = [(env.get("gpu") or {}).get("name") for env in (a, b)]
+    for what, first, second in (
+        ("CPU", a["cpu"]["model"], b["cpu"]["model"]),
+        ("CPU threads", a["cpu"]["threads"], b["cpu"]["threads"]),
+        ("torch threads", a["cpu"]["torch_threads"], b["cpu"]["torch_threads"]),
+        ("GPU", *gpus),
+    ):
+        if first != second:
+            return f"{what} {first} in OLD, {second} in NEW"
+    loads = [env["cpu"].get("load_per_thread") for env in (a, b)]
+    if None in loads:
+        unknown = " and ".join(
+            side for side, load in zip(("OLD", "NEW"), loads, strict=True) if load is None
+        )
+        return f"the machine's load was not recorded in {unknown}"
+    if abs(loads[0] - loads[1]) > LOAD_SPREAD:
+        return f"load per CPU thread {loads[0]:g} in OLD, {loads[1]:g} in NEW"
+    return None
+
+
 def claim_change(
-    gate: str, device: str, cid: str, old: dict | None, new: dict | None, retired: set[str]
+    gate: str,
+    device: str,
+    cid: str,
+    old: dict | None,
+    new: dict | None,
+    retired: set[str],
+    timings_differ: bool = False,
 ) -> ClaimChange:
     """How claim ``cid`` of ``gate`` on ``device`` changed from ``old`` to ``new`` (either None
     where that side lacks it; ``retired`` holds the ids a dated correction withdrew): the worst
-    of :data:`CHANGES` that applies, judged under both sides' thresholds."""
+    of :data:`CHANGES` that applies, judged under both sides' thresholds. With
+    ``timings_differ`` (:func:`timing_difference`), a performance claim's value is not
+    compared: only its verdict and bound are."""
     before = None if old is None else _side_view(old)
     after = None if new is None else _side_view(new)
     row = ClaimChange(gate, device, cid, "unchanged", before, after)
@@ -159,9 +221,13 @@ def claim_change(
         return row
     found = []
     a, b = before["value"], after["value"]
+    timing = "performance" in (before["kind"], after["kind"])
+    comparable = not (timing and timings_differ)
     # judged under OLD's bound too: loosening the bound in NEW cannot turn a fail into a pass
     same_unit = before["unit"] == after["unit"]
-    fails_old_bound = same_unit and _number(b) and not meets(before["op"], before["bound"], b)
+    fails_old_bound = (
+        comparable and same_unit and _number(b) and not meets(before["op"], before["bound"], b)
+    )
     if before["verdict"] == "pass" and (after["verdict"] != "pass" or fails_old_bound):
         found.append("flipped to fail")
     elif before["verdict"] != "pass" and after["verdict"] == "pass":
@@ -173,14 +239,21 @@ def claim_change(
         after["unit"],
     ):
         found.append("bound changed")
-    if before["unit"] != after["unit"] and (a, b) != (None, None):
+    both_pass = before["verdict"] == after["verdict"] == "pass"
+    if not comparable:
+        if a != b:
+            found.append("not comparable")
+    elif before["unit"] != after["unit"] and (a, b) != (None, None):
         found.append("regressed")  # another unit: nothing shows the value is no worse
     elif _number(a) and _number(b):
         # judged under each side's threshold; worse under either is worse: the side under
         # review cannot loosen its own tolerance past a regression
         sides = [(v["op"], *v["tolerance"], v["bound"]) for v in (before, after)]
-        worse = any(worse_than(op, tol, a, b, bound, mode) for op, mode, tol, bound in sides)
-        better = all(
+        noise = float_noise(a, b)
+        worse = not noise and any(
+            worse_than(op, tol, a, b, bound, mode) for op, mode, tol, bound in sides
+        )
+        better = not noise and all(
             op != "==" and worse_than(op, tol, b, a, bound, mode) for op, mode, tol, bound in sides
         )
         mode, tol = after["tolerance"]
@@ -189,7 +262,7 @@ def claim_change(
         row.moved = moved if moved is not None and math.isfinite(moved) else None
         row.tolerance, row.tolerance_mode = tol, mode
         if worse:
-            found.append("regressed")
+            found.append(WARNING if both_pass else "regressed")
         elif better:
             found.append("improved")
         elif a != b:
@@ -200,40 +273,76 @@ def claim_change(
     return row
 
 
-def _heads(side: Side, gate: str) -> dict[str, dict[str, Any]]:
-    """device -> the head receipt of ``gate`` on ``side``."""
-    if side.receipt is not None:
-        r = side.receipt
-        return {r["run"]["device"]: r} if r["gate"] == gate else {}
-    from assay.qualify.judging.baseline import find_baseline
-    from assay.qualify.ledger.receipt import read_receipt, receipt_paths
+class _Ledgers:
+    """Each gate folder's ledger, read once per distinct content: a gate whose files are the
+    same bytes on both sides (most gates, between adjacent commits) is loaded and checked once
+    and judged under each side's own git history."""
 
-    assert side.receipts_dir is not None
-    paths = receipt_paths(side.receipts_dir, gate)
-    devices = sorted({read_receipt(p)["run"]["device"] for p in paths})
-    heads = {}
-    for device in devices:
-        found = find_baseline(side.receipts_dir, gate, device)
-        if found is not None:
-            heads[device] = found[1]
-    return heads
+    def __init__(self) -> None:
+        self._by_content: dict[tuple[tuple[str, str], ...], Any] = {}
 
+    def ledger(self, side: Side, gate: str) -> Any:
+        """The gate's :class:`assay.qualify.judging.loading.Ledger` on ``side``; AssayError
+        naming the first file that is not a valid receipt (a comparison never skips one)."""
+        from assay.qualify.core.source import file_sha256
+        from assay.qualify.judging.loading import load_ledger
+        from assay.qualify.ledger.receipt import receipt_filename, receipt_paths
 
-def _standing(side: Side, gate: str, history: Any = None) -> tuple[str | None, set[str]]:
-    """(the gate's standing line, starting with its status word; the claims its corrections
-    retired) on ``side``; ``history`` is the side's walk, done once for all its gates."""
-    if side.receipt is not None:
-        if side.receipt["gate"] != gate:
+        assert side.receipts_dir is not None
+        folder = side.receipts_dir / gate
+        content = tuple(sorted((p.name, file_sha256(p)) for p in folder.iterdir() if p.is_file()))
+        if content not in self._by_content:
+            self._by_content[content] = (folder, load_ledger(side.receipts_dir, gate))
+        read_from, found = self._by_content[content]
+        if read_from != folder:  # the other side's copy of the same bytes: name this side's
+            found = dataclasses.replace(
+                found, problems=[p.replace(str(read_from), str(folder)) for p in found.problems]
+            )
+        valid = {receipt_filename(r) for r in found.receipts}
+        for path in receipt_paths(side.receipts_dir, gate):
+            if path.name not in valid:  # a comparison never skips a receipt
+                why = [p for p in found.problems if p.startswith(f"{path}:")]
+                raise AssayError(why[0] if why else f"{path}: not a valid receipt of {gate!r}")
+        return found
+
+    def heads(self, side: Side, gate: str) -> dict[str, dict[str, Any]]:
+        """device -> the head receipt of ``gate`` on ``side`` (the newest complete one, as a
+        record leads with; a receipt file is its own head)."""
+        if side.receipt is not None:
+            r = side.receipt
+            return {r["run"]["device"]: r} if r["gate"] == gate else {}
+        from assay.qualify.judging.standing import headline
+
+        by_device: dict[str, list[dict[str, Any]]] = {}
+        for receipt in self.ledger(side, gate).receipts:
+            by_device.setdefault(receipt["run"]["device"], []).append(receipt)
+        return {device: headline(found) for device, found in sorted(by_device.items())}
+
+    def standing(self, side: Side, gate: str, history: Any = None) -> tuple[str | None, set[str]]:
+        """(the gate's standing line, starting with its status word; the claims its
+        corrections retired) on ``side``; ``history`` is the side's walk, done once for all
+        its gates."""
+        if side.receipt is not None:
+            if side.receipt["gate"] != gate:
+                return None, set()
+            return f"{side.receipt['status']} (one receipt, not a ledger)", set()
+        if gate not in side.gates():
             return None, set()
-        return f"{side.receipt['status']} (one receipt, not a ledger)", set()
-    if gate not in side.gates():
-        return None, set()
-    from assay.qualify.judging.standing import gate_standing
+        from assay.qualify.judging.standing import standing_of
+        from assay.qualify.ledger.history import gate_history
 
-    assert side.receipts_dir is not None
-    standing = gate_standing(side.receipts_dir, gate, history=history)
-    retired = {r.claim_id for d in standing.devices for r in d.retired}
-    return standing.summary(), retired
+        assert side.receipts_dir is not None
+        ledger = self.ledger(side, gate)
+        walked = history if history is not None else gate_history(side.receipts_dir, gate)
+        standing = standing_of(
+            gate,
+            ledger.receipts,
+            [*ledger.problems, *walked.problems_for(gate)],
+            erased=ledger.erased,
+            acknowledged=ledger.acknowledged,
+        )
+        retired = {r.claim_id for d in standing.devices for r in d.retired}
+        return standing.summary(), retired
 
 
 def _rank(line: str) -> int:
@@ -246,12 +355,13 @@ def _rank(line: str) -> int:
     return STATUS_ORDER.index(word) if word in STATUS_ORDER else 0
 
 
-def compare_sides(old: Side, new: Side) -> Comparison:
+def compare_sides(old: Side, new: Side, *, fail_on_regression: bool = False) -> Comparison:
     """The comparison of ``old`` with ``new``; AssayError naming the file when a receipt on
-    either side is invalid (a comparison never skips one)."""
+    either side is invalid (a comparison never skips one). With ``fail_on_regression``, a
+    regression of a claim that passes on both sides fails it too."""
     from assay.qualify.ledger.history import check_history
 
-    result = Comparison(old.label, new.label)
+    result = Comparison(old.label, new.label, fail_on_regression=fail_on_regression)
     walks: dict[str, Any] = {}  # one history walk per side, shared by its gates' standings
     for which, side in (("OLD", old), ("NEW", new)):
         if side.receipts_dir is not None:
@@ -263,15 +373,17 @@ def compare_sides(old: Side, new: Side) -> Comparison:
                     f"{which} {side.label}: git history not checked ({walked.reason}); a "
                     f"rewritten ledger would not show{fix}"
                 )
+    ledgers = _Ledgers()
     for gate in sorted(set(old.gates()) | set(new.gates())):
-        old_line, _ = _standing(old, gate, walks.get("OLD"))
-        new_line, retired = _standing(new, gate, walks.get("NEW"))
+        old_line, _ = ledgers.standing(old, gate, walks.get("OLD"))
+        new_line, retired = ledgers.standing(new, gate, walks.get("NEW"))
         result.standings[gate] = (old_line, new_line)
         if new_line and _rank(new_line) < _rank(old_line or "pass"):
             result.worse_standings.append(gate)  # fell, or arrived below pass
         elif old_line and not new_line:
             result.worse_standings.append(gate)  # vanished whole, claims or none
-        before, after = _heads(old, gate), _heads(new, gate)
+        before = ledgers.heads(old, gate) if gate in old.gates() else {}
+        after = ledgers.heads(new, gate) if gate in new.gates() else {}
         for device in sorted(set(before) | set(after)):
             if device not in before or device not in after:
                 only = "OLD" if device in before else "NEW"
@@ -288,8 +400,14 @@ def compare_sides(old: Side, new: Side) -> Comparison:
                 continue
             a = {c["id"]: c for c in before[device]["claims"]}
             b = {c["id"]: c for c in after[device]["claims"]}
+            differ = timing_difference(before[device], after[device])
+            timed = [c for c in [*a.values(), *b.values()] if c.get("kind") == "performance"]
+            if differ and timed:
+                result.notes.append(f"{gate} ({device}): timings not compared: {differ}")
             for cid in [*a, *(c for c in b if c not in a)]:
-                change = claim_change(gate, device, cid, a.get(cid), b.get(cid), retired)
+                change = claim_change(
+                    gate, device, cid, a.get(cid), b.get(cid), retired, differ is not None
+                )
                 result.changes.append(change)
     result.changes.sort(key=lambda c: (CHANGES.index(c.change), c.gate, c.device, c.claim_id))
     return result

@@ -1,6 +1,8 @@
-"""The ``assay compare`` command: its Markdown table (worst first), ``--json``, the GitHub step
-summary, and its exit code (0: nothing flipped to fail, regressed, went missing or arrived
-failing, and no gate's standing fell; 1: otherwise; 2: bad input)."""
+"""The ``assay compare`` command: plain text for a terminal (worst first), ``--markdown``,
+``--json``, the GitHub step summary (Markdown), and its exit code (0: nothing flipped to fail,
+regressed, went missing or arrived failing, and no gate's standing fell; 1: otherwise; 2: bad
+input). A regression of a claim that passes on both sides is a warning, failing only with
+``--fail-on-regression``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from assay.errors import AssayError
 from assay.qualify.core.layout import RECEIPTS_FOLDER
 from assay.qualify.publishing.compare import (
     CHANGES,
-    FAILING,
+    WARNING,
     ClaimChange,
     Comparison,
     check_same_kind,
@@ -23,7 +25,7 @@ from assay.qualify.publishing.compare import (
     root_of,
 )
 from assay.qualify.publishing.compare_sides import opened
-from assay.qualify.publishing.render import cell
+from assay.qualify.publishing.render import cell, plain_text
 from assay.qualify.publishing.wording import number_text, plural
 
 ROWS = 60  # changed claims shown in the table; the rest are counted
@@ -45,36 +47,63 @@ def _margins(row: ClaimChange) -> str:
     return " → ".join(found)
 
 
+def tolerance_words(mode: str | None, tolerance: float | None, unit: str = "") -> str:
+    """The regression tolerance as a reader needs it: how far worse a value may get."""
+    if tolerance is None:
+        return ""
+    amount = f"{tolerance:.3g}"
+    if mode == "relative":
+        return f"{amount} x |OLD|"
+    if mode == "absolute":
+        return f"{amount}{f' {unit}' if unit else ''}"
+    return f"{amount} x max(|OLD|, |bound|)"  # threshold_scaled: error bounds far below 1
+
+
 def _moved(row: ClaimChange) -> str:
+    """How far the value moved, in the tolerance's units, and the tolerance in words."""
     if row.moved is None:
         return "-"
-    allowed = ""
-    if row.tolerance is not None:
-        allowed = f" (tolerance {row.tolerance:.3g} {cell(row.tolerance_mode)})"
-    return f"{row.moved:+.3g}{allowed}"
+    unit = (row.new or {}).get("unit", "")
+    allowed = tolerance_words(row.tolerance_mode, row.tolerance, unit)
+    return f"{row.moved:+.3g}{f' (tolerance {allowed})' if allowed else ''}"
+
+
+def _verdict(result: Comparison) -> list[str]:
+    """The comparison's verdict as sentences: what fails it, then what only warns."""
+    failing = result.failing
+    lines = [
+        f"{plural(len(failing), 'claim')} flipped to fail, regressed, went missing or arrived "
+        "failing."
+        if failing
+        else "No claim flipped to fail, regressed, went missing or arrived failing."
+    ]
+    if result.worse_standings:
+        lines.append(f"Standing fell in NEW for {', '.join(result.worse_standings)}.")
+    warned = [c for c in result.changes if c.change == WARNING]
+    if warned and not result.fail_on_regression:
+        lines.append(
+            f"Warning: {plural(len(warned), 'claim')} regressed beyond its tolerance but "
+            "still passes on both sides (--fail-on-regression fails on these)."
+        )
+    return lines
+
+
+def _counts(result: Comparison) -> str:
+    said = ", ".join(f"{n} {name}" for name, n in result.counts().items()) or "no claims"
+    return f"Claims: {said}."
 
 
 def markdown(result: Comparison) -> str:
     """The comparison as Markdown: a verdict line, the changed claims worst first (unchanged
     ones counted, not listed), then each gate's standing on both sides."""
-    failing = result.failing
-    counts = result.counts()
-    said = ", ".join(f"{n} {name}" for name, n in counts.items()) or "no claims"
-    verdict = (
-        f"**{plural(len(failing), 'claim')} flipped to fail, regressed, went missing or arrived "
-        "failing.**"
-        if failing
-        else "**No claim flipped to fail, regressed, went missing or arrived failing.**"
-    )
-    if result.worse_standings:
-        fell = ", ".join(result.worse_standings)
-        verdict += f" **Standing fell in NEW for {cell(fell)}.**"
+    failing = {id(c) for c in result.failing}
+    verdict = " ".join(f"**{cell(line)}**" for line in _verdict(result))
     lines = [
         f"## assay compare: {cell(result.old_label)} → {cell(result.new_label)}",
         "",
         verdict,
         "",
-        f"Claims: {said}.",
+        cell(_counts(result)),
         "",
     ]
     shown = [c for c in result.changes if c.change != "unchanged"]
@@ -84,11 +113,11 @@ def markdown(result: Comparison) -> str:
             "|---|---|---|---|---|---|---|---|",
         ]
         for row in shown[:ROWS]:
-            mark = "**" if row.change in FAILING else ""
+            mark = "**" if id(row) in failing else ""
             lines.append(
-                f"| {mark}{row.change}{mark} | {cell(row.gate)} | {cell(row.device)} | "
+                f"| {mark}{cell(row.change)}{mark} | {cell(row.gate)} | {cell(row.device)} | "
                 f"{cell(row.claim_id)} | {cell(_side(row.old))} | {cell(_side(row.new))} | "
-                f"{_margins(row)} | {_moved(row)} |"
+                f"{cell(_margins(row))} | {cell(_moved(row))} |"
             )
         if len(shown) > ROWS:
             lines.append(f"\n… and {len(shown) - ROWS} more changed claims (`--json` lists all).")
@@ -104,19 +133,53 @@ def markdown(result: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plain(result: Comparison) -> str:
+    """The comparison as plain text for a terminal: the same content as :func:`markdown`,
+    with no markup, each changed claim on one line, worst first."""
+    lines = [
+        f"assay compare: {plain_text(result.old_label)} -> {plain_text(result.new_label)}",
+        *(plain_text(line) for line in _verdict(result)),
+        plain_text(_counts(result)),
+    ]
+    shown = [c for c in result.changes if c.change != "unchanged"]
+    if shown:
+        lines.append("")
+        for row in shown[:ROWS]:
+            where = f"{row.gate} ({row.device}) {row.claim_id}"
+            lines.append(
+                plain_text(
+                    f"{row.change}: {where}: {_side(row.old)} -> {_side(row.new)}; margin "
+                    f"{_margins(row).replace('→', '->')}; moved {_moved(row)}"
+                )
+            )
+        if len(shown) > ROWS:
+            lines.append(f"... and {len(shown) - ROWS} more changed claims (--json lists all).")
+    lines += [""] + [plain_text(f"Note: {note}") for note in result.notes]
+    if result.unpaired:
+        lines.append(plain_text(f"Not compared (one side only): {'; '.join(result.unpaired)}."))
+    lines += ["", "Standing, OLD -> NEW:"]
+    width = max((len(plain_text(g)) for g in result.standings), default=0)
+    for gate, (old, new) in sorted(result.standings.items()):
+        lines.append(
+            f"  {plain_text(gate):{width}}  {plain_text(old or 'absent')} -> "
+            f"{plain_text(new or 'absent')}"
+        )
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
 def run_compare(args: argparse.Namespace) -> int:
     root = root_of(Path(args.root) if args.root else Path.cwd())
     with opened(args.old, args.new, root) as (old, new):
         check_same_kind(old, new)
         try:
-            result = compare_sides(old, new)
+            result = compare_sides(old, new, fail_on_regression=args.fail_on_regression)
         except AssayError as err:  # name a git side's files as the user named the side
             raise AssayError(new.shown(old.shown(str(err)))) from None
     text = markdown(result)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(text if args.markdown else plain(result))
     if args.summary:
         target = os.environ.get("GITHUB_STEP_SUMMARY")
         if not target:
@@ -142,13 +205,25 @@ def compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         f"{summary.capitalize()}. OLD and NEW are each a receipts folder, a records "
         f"folder, a receipt file, or a git revision (its {RECEIPTS_FOLDER} read from git, no "
-        f"checkout). Changes, worst first: {', '.join(CHANGES)}. Exit 0 when no claim flipped "
-        "to fail, regressed beyond its tolerance, went missing or arrived failing, and no "
-        "gate's standing fell; 1 otherwise; 2 for bad input."
+        f"checkout). Changes, worst first: {', '.join(CHANGES)}. A move below float noise "
+        "(2^-20 of the larger value) is never a regression; performance claims are compared "
+        "only between runs on a like machine at a like load. Exit 0 when no claim flipped to "
+        "fail, regressed beyond its tolerance while not passing, went missing or arrived "
+        "failing, and no gate's standing fell; 1 otherwise (a claim that regressed but still "
+        "passes on both sides is a warning, unless --fail-on-regression); 2 for bad input."
     )
     parser.add_argument("old", metavar="OLD", help="the baseline side")
     parser.add_argument("new", metavar="NEW", help="the side under review")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="machine-readable output")
+    output.add_argument(
+        "--markdown", action="store_true", help="Markdown (tables) instead of plain text"
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit 1 also when a claim regressed beyond its tolerance but still passes",
+    )
     parser.add_argument(
         "--summary",
         action="store_true",

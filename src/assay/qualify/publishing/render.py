@@ -59,6 +59,12 @@ def inline(value: Any, *, table: bool = False) -> str:
     return "<br>".join(escaped).strip()
 
 
+def plain_text(value: Any) -> str:
+    """``value`` as inert terminal text: one line, control characters (escape sequences that
+    would drive the terminal) shown as spaces."""
+    return _CONTROL.sub(" ", re.sub(r"[\r\n\t]+", " ", str(value))).strip()
+
+
 def cell(value: Any) -> str:
     """Inert text for one Markdown table cell (pipes escaped, no line breaks)."""
     return inline(value, table=True)
