@@ -87,7 +87,7 @@ def gate_destination(posargs: list[str], root: Path = ROOT) -> tuple[list[str], 
     """(pytest's arguments, where the receipts go) for a gate session of the project at
     ``root`` given ``posargs``: ``--publish`` (removed) keeps the project's ``records/``;
     options that name a place are the user's choice; otherwise ``root/SCRATCH``, refreshed
-    with a copy of the published receipts."""
+    with a copy of the published receipts and gate-mutation's stored verdicts."""
     args = [a for a in posargs if a != PUBLISH]
     if PUBLISH in posargs:
         return args, "records/ (published)"
@@ -95,9 +95,12 @@ def gate_destination(posargs: list[str], root: Path = ROOT) -> tuple[list[str], 
         return args, "where the options given say"
     scratch = root / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
-    published = root / "records" / "receipts"
-    if published.is_dir():
-        shutil.copytree(published, scratch / "receipts")
+    # what a gate keeps between runs goes under its records folder too: the published ledger
+    # and gate-mutation's stored verdicts, so a scratch run reuses them and changes neither
+    for kept in ("receipts", "mutation"):
+        published = root / "records" / kept
+        if published.is_dir():
+            shutil.copytree(published, scratch / kept)
     where = [f"--gate-receipts={scratch / 'receipts'}", f"--gate-records={scratch}"]
     return [*where, *args], f"{SCRATCH}/ (untracked)"
 

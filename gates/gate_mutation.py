@@ -27,7 +27,9 @@ as not tested. Control: the same sample with every exit code read as survived mu
 
 Long: two child interpreters per mutant and more (a kill takes minutes when only gate-nf4 or
 gate-resume sees it; a survivor runs every covering test, up to 15 minutes). Each mutant's gate
-verdict is therefore kept in ``records/mutation/gate-verdicts.json`` as soon as it is measured,
+verdict is therefore kept in ``mutation/gate-verdicts.json`` under the session's records folder
+(``records/`` when publishing; ``nox -s gate-mutation`` starts its scratch folder from a copy of
+the published one) as soon as it is measured,
 and a later run reuses it only when every input that decided it is byte for byte the same
 (``assay_testing.gate_verdicts``): a campaign stopped part way is finished by the next run, and
 the receipt says which verdicts were reused and when they were measured. ``nox -s gates`` leaves
@@ -96,7 +98,7 @@ SUMMARY = Path(
 )
 # Each mutant's gate verdict, kept between runs and reused only for byte-identical inputs
 # (assay_testing.gate_verdicts): a campaign longer than a session finishes over several runs.
-VERDICTS = Path(os.environ.get("ASSAY_GATE_VERDICTS", ROOT / "records/mutation/gate-verdicts.json"))
+VERDICTS = Path("mutation") / "gate-verdicts.json"  # under the session's records folder
 CORE_PACKAGES = ("storage", "adapters", "train", "stream", "qualify")
 KILL_RATE = 0.90
 # The bar each package's tests must reach (issue 27's goal, set before its measured runs):
@@ -161,9 +163,22 @@ def _module_path(mutant) -> str:
     return str(Path(importlib.util.find_spec(mutant.module).origin).relative_to(ROOT))
 
 
+def verdict_store_path(config: pytest.Config) -> Path:
+    """Where this session keeps the stored verdicts: ``ASSAY_GATE_VERDICTS``, else VERDICTS
+    under the session's records folder (``records/`` when publishing; a gate session's
+    scratch copy otherwise), so a run that does not publish leaves the checkout as it was."""
+    from assay.qualify.plugin.session import setting_dir
+
+    if os.environ.get("ASSAY_GATE_VERDICTS"):
+        return Path(os.environ["ASSAY_GATE_VERDICTS"])
+    receipts = setting_dir(config, "gate_receipts") or RECEIPTS
+    return (setting_dir(config, "gate_records") or receipts.parent) / VERDICTS
+
+
 @pytest.fixture(scope="module")
-def gate_campaign(tmp_path_factory):
+def gate_campaign(tmp_path_factory, pytestconfig):
     """Each countable mutant armed over the gate tests that cover its module."""
+    verdicts = verdict_store_path(pytestconfig)
     scratch = tmp_path_factory.mktemp("gate-mutation")
     runnable = [m for m in _selected() if m.counted]
     collected = collected_tests(ROOT, [f"gates/gate_{gate}.py" for gate in MEASURED_GATES])
@@ -182,10 +197,11 @@ def gate_campaign(tmp_path_factory):
         budget_s=GATE_BUDGET_S,
         jobs=jobs,
         on_result=lambda result: _progress(result, "gate-mutant"),
-        store=VerdictStore(VERDICTS),
+        store=VerdictStore(verdicts),
         keys=keys,
     )
     return {
+        "verdicts": verdicts,
         "counted": runnable,
         "results": results,
         "clean": clean,
@@ -220,14 +236,16 @@ def test_gates_kill_the_curated_mutants(gate, gate_campaign):
     )
     verdicts = [r.verdict for r in results]
     red = verdicts.count("killed") + verdicts.count("errored")
-    gate.input("stored gate verdicts", VERDICTS)
+    verdicts_file = gate_campaign["verdicts"]
+    gate.input("stored gate verdicts", verdicts_file)
+    shown = verdicts_file.relative_to(ROOT) if verdicts_file.is_relative_to(ROOT) else verdicts_file
     earlier = sorted(r.reused_from for r in results if r.reused_from)
     gate.note(
         f"{len(results) - len(earlier)} verdicts measured in this run; {len(earlier)} reused "
         "from earlier runs whose inputs (covering tests, every file their claims read, the "
         "gate and mutation machinery, library versions) are byte for byte the same"
         + (f", measured from {earlier[0]} to {earlier[-1]}" if earlier else "")
-        + f" ({VERDICTS.relative_to(ROOT) if VERDICTS.is_relative_to(ROOT) else VERDICTS})."
+        + f" ({shown})."
     )
     gate.note(
         f"{len(counted)} mutants against the gates "

@@ -77,6 +77,43 @@ def test_a_gate_session_leaves_the_checkout_clean_unless_asked_to_publish(projec
     assert "records/receipts/exactness/" in changed and "records/exactness.md" in changed
 
 
+def test_what_a_gate_keeps_between_runs_is_copied_into_the_scratch_folder(tmp_path):
+    """gate-mutation's stored verdicts live under the session's records folder (issue 54's
+    attack: a scratch run wrote records/mutation/gate-verdicts.json): the scratch folder starts
+    from a copy of the published store, and the gate resolves its store there."""
+    import importlib.util as util
+
+    store = tmp_path / "records" / "mutation" / "gate-verdicts.json"
+    store.parent.mkdir(parents=True)
+    store.write_text('{"format": "assay.gate-verdicts/1", "verdicts": {}}')
+    args, _ = NOXFILE.gate_destination(["-q"], tmp_path)
+    copied = tmp_path / NOXFILE.SCRATCH / "mutation" / "gate-verdicts.json"
+    assert copied.read_text() == store.read_text()
+
+    spec = util.spec_from_file_location("gate_mutation_under_test", ROOT / "gates/gate_mutation.py")
+    gate = util.module_from_spec(spec)
+    spec.loader.exec_module(gate)
+
+    class Config:  # what setting_dir reads of a pytest config
+        invocation_params = type("P", (), {"dir": tmp_path})()
+        inipath = None
+        rootpath = tmp_path
+
+        def __init__(self, options):
+            self.options = options
+
+        def getoption(self, name, default=None):
+            return self.options.get(name, default)
+
+        def getini(self, name):
+            return "records/receipts" if name == "gate_receipts" else ""
+
+    options = dict(a.removeprefix("--").replace("-", "_", 1).split("=", 1) for a in args[:2])
+    assert gate.verdict_store_path(Config(options)) == copied
+    # the control: a publishing session (no place named) keeps the published store
+    assert gate.verdict_store_path(Config({})) == store
+
+
 def test_options_that_name_a_place_are_the_users_and_publish_is_never_passed_on(tmp_path):
     args, _ = NOXFILE.gate_destination(["-n", "2", "--gate-receipts=/x/receipts"], tmp_path)
     assert args == ["-n", "2", "--gate-receipts=/x/receipts"]

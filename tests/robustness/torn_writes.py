@@ -93,6 +93,14 @@ def kinds(root: Path, model_dir: Path) -> list[Kind]:
         return _version_of((delta @ ref.flatten() / (ref.flatten() @ ref.flatten())).item())
 
     def read_merged() -> int:
+        # what `assay generate` and `assay train` read of a model folder: its tokenizer files
+        # and generation defaults (copied from the source folder) as well as its weights
+        from assay.model.generation_config import generation_defaults
+        from assay.model.tokenizer import load_tokenizer
+
+        if (merged / "tokenizer.json").is_file():
+            load_tokenizer(merged)
+        generation_defaults(merged)
         return version_in(merged, "q_proj")
 
     gguf_path = root / "model.gguf"
