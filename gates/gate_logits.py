@@ -2,8 +2,8 @@
 
 The reference is transformers in fp32 on the same weights (the GGUF for SmolLM2, the
 safetensors directory for the tiny families). Controls load the same files with one deliberate
-defect: the llama Q/K permutation not undone (or, for qwen2, wrongly applied) and one norm
-weight perturbed by 1e-3.
+defect: the llama Q/K permutation not undone (or, for qwen2 and qwen3, wrongly applied), one norm
+weight perturbed by 1e-3 and, for qwen3, its q and k norms left out.
 """
 
 from __future__ import annotations
@@ -73,6 +73,15 @@ def qk_handling(mode: str) -> Iterator[None]:
 def perturb_one_norm(model: torch.nn.Module) -> torch.nn.Module:
     with torch.no_grad():
         model.layers[0].input_layernorm.weight.add_(1e-3)
+    return model
+
+
+def without_qk_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every q and k norm (Qwen3's) replaced by the identity: the family's own
+    block left out."""
+    for layer in model.layers:
+        layer.self_attn.q_norm = torch.nn.Identity()
+        layer.self_attn.k_norm = torch.nn.Identity()
     return model
 
 
@@ -163,13 +172,13 @@ def test_smollm2_logits_match_transformers(gate):
     )
 
 
-@pytest.mark.parametrize("family", ["qwen2", "mistral", "llama3"])
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "llama3", "qwen3"])
 def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from assay_testing.tiny import save_tiny
 
-    seed = {"qwen2": 0, "mistral": 1, "llama3": 2}[family]
+    seed = {"qwen2": 0, "mistral": 1, "llama3": 2, "qwen3": 3}[family]
     gate.seed(seed)
     paths = save_tiny(family, tmp_path, seed=seed)
     hf = AutoModelForCausalLM.from_pretrained(paths["hf"], dtype=torch.float32).eval()
@@ -192,11 +201,11 @@ def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
         claim.measure(worst)
         claim.ran_on(device_of(model))
         if fmt == "gguf":
-            mode = "force" if family == "qwen2" else "skip"
+            mode = "force" if family in ("qwen2", "qwen3") else "skip"
             with qk_handling(mode):
                 broken = assay.load(paths[fmt])
             name = (
-                "Q/K un-permuted although qwen2 files are not permuted"
+                f"Q/K un-permuted although {family} files are not permuted"
                 if mode == "force"
                 else "Q/K permutation not undone"
             )
@@ -205,10 +214,23 @@ def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
             "layers.0.input_layernorm.weight + 1e-3",
             compare(perturb_one_norm(assay.load(paths[fmt])), reference, batches, gate.device)[0],
         )
+        if model.config.qk_norm:
+            claim.control(
+                "q and k norms left out",
+                compare(without_qk_norm(assay.load(paths[fmt])), reference, batches, gate.device)[
+                    0
+                ],
+            )
         gate.note(f"{family} {fmt}: max abs {worst:.3g}, max scaled {scaled:.3g}")
 
 
 BF16_LOGITS = Threshold("<=", 0.007, tolerance=0.1)
+# Whole-model bf16 logits carry the family's bf16 noise, which Qwen3's q/k norms raise:
+# transformers' own bf16 logits differ from its fp32 ones by 0.0101-0.0112 (mean abs) on tiny
+# qwen3, seeds 3-6, against 0.0081-0.0086 on tiny qwen2. The pilot of 2026-12-07 on those
+# seeds measured assay 0.0070-0.0077 and the RMSNorm-without-upcast control 0.0102-0.0112 for
+# qwen3, so its bound sits between the two, as 0.007 does for qwen2 and llama3.
+BF16_LOGITS_BY_FAMILY = {"qwen3": Threshold("<=", 0.009, tolerance=0.1)}
 
 
 def _norm_inputs(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -258,10 +280,12 @@ def attention_ulps(model, ids: torch.Tensor) -> float:
         _, rope, _ = model.prepare(ids)
         for layer in model.layers:
             attn = layer.self_attn
-            hooks = [
-                getattr(attn, f"{key}_proj").register_forward_hook(keep(key))
-                for key in ("q", "k", "v")
-            ] + [attn.o_proj.register_forward_hook(keep("o"))]
+            # q and k as RoPE takes them: after Qwen3's per-head norms where the family has them
+            sources = {key: getattr(attn, f"{key}_proj") for key in ("q", "k", "v")}
+            if c.qk_norm:
+                sources.update(q=attn.q_norm, k=attn.k_norm)
+            hooks = [source.register_forward_hook(keep(key)) for key, source in sources.items()]
+            hooks.append(attn.o_proj.register_forward_hook(keep("o")))
             model(ids)
             for hook in hooks:
                 hook.remove()
@@ -283,7 +307,7 @@ def attention_ulps(model, ids: torch.Tensor) -> float:
     return worst
 
 
-@pytest.mark.parametrize("family", ["qwen2", "llama3"])
+@pytest.mark.parametrize("family", ["qwen2", "llama3", "qwen3"])
 def test_bf16_compute_upcasts(gate, family, tmp_path):
     """bf16 compute on CPU: the fp32 upcasts of RMSNorm and attention are where bf16 differs."""
     from transformers import AutoModelForCausalLM
@@ -291,7 +315,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
     from assay_testing import defects
     from assay_testing.tiny import save_tiny
 
-    seed = {"qwen2": 0, "llama3": 2}[family]
+    seed = {"qwen2": 0, "llama3": 2, "qwen3": 3}[family]
     gate.seed(seed)
     path = save_tiny(family, tmp_path, seed=seed, gguf=False)["hf"]
     hf = AutoModelForCausalLM.from_pretrained(
@@ -337,12 +361,13 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
         def mean_error() -> float:
             return (model(ids) - reference).abs().mean().item()
 
+        bound = BF16_LOGITS_BY_FAMILY.get(family, BF16_LOGITS)
         logits = gate.claim(
             f"bf16.logits.{family}",
             f"tiny {family}: assay's bf16 logits against transformers' bf16 (eager attention, "
             f"fp32 softmax) on {ids.numel()} tokens",
             kind="correctness",
-            threshold=BF16_LOGITS,
+            threshold=bound,
             unit="mean abs error",
             code=UPCAST_CODE,
         )
@@ -353,7 +378,7 @@ def test_bf16_compute_upcasts(gate, family, tmp_path):
             blind = mean_error()
     gate.note(
         f"bf16 {family}: with scores and softmax in bf16 the logits' mean error is {blind:.4g} "
-        f"(bound {BF16_LOGITS.value}), so whole-model logits cannot see the attention upcast on "
+        f"(bound {bound.value}), so whole-model logits cannot see the attention upcast on "
         "CPU; the attention claim measures it directly. transformers' eager attention rounds "
         "q k^T to bf16 before its fp32 softmax, so bf16 logits differ by bf16 noise, not bitwise."
     )

@@ -27,6 +27,7 @@ from assay.stream import StreamedModel
 from assay.stream.layout import base_tensors
 from assay_testing.placement import device_of
 from assay_testing.real_model import smollm2_path
+from assay_testing.tiny import FAMILIES
 from support.stream_helpers import (
     PROFILES,
     adapted,
@@ -60,7 +61,6 @@ METHODS = (
     ("tinylora", {"sharing": "global"}),
     ("full", {}),
 )
-FAMILIES = ("qwen2", "mistral", "llama3")
 
 
 def test_smollm2_streamed_equals_resident(gate):

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-FAMILIES = ("qwen2", "mistral", "llama3")
+FAMILIES = ("qwen2", "mistral", "llama3", "qwen3")
 
 _COMMON: dict[str, Any] = {
     "vocab_size": 320,
@@ -29,8 +29,9 @@ _COMMON: dict[str, Any] = {
 
 
 def hf_config(family: str, **overrides: Any):
-    """A transformers config for one tiny family (``qwen2``, ``mistral`` or ``llama3``)."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    """A transformers config for one tiny family (``qwen2``, ``mistral``, ``llama3`` or
+    ``qwen3``; Qwen3's heads are 24 wide, so q is wider than the hidden size)."""
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     kwargs = {**_COMMON, **overrides}
     if family == "qwen2":
@@ -47,6 +48,8 @@ def hf_config(family: str, **overrides: Any):
             "rope_theta": 500000.0,
         }
         return LlamaConfig(**kwargs, rope_parameters=scaling, tie_word_embeddings=False)
+    if family == "qwen3":
+        return Qwen3Config(**{"head_dim": 24, **kwargs}, tie_word_embeddings=True)
     raise ValueError(f"unknown tiny family {family!r}; expected one of {FAMILIES}")
 
 

@@ -33,6 +33,7 @@ _HF_CLASSES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
 }
 
 
@@ -92,13 +93,18 @@ def hf_config(config) -> dict:
         "pad_token_id": config.pad_token_id,
         "dtype": "float32",
     }
+    if config.architecture in ("llama", "qwen3"):
+        out["attention_bias"] = False  # both would put it on o too; refused when reading
     if config.architecture == "llama":
-        out["attention_bias"] = config.attention_bias
         out["mlp_bias"] = False
     if config.architecture == "mistral":
         out["sliding_window"] = config.sliding_window
-    if config.architecture == "qwen2":
-        out["use_sliding_window"] = False
+    if config.architecture in ("qwen2", "qwen3"):
+        # one attention kind for every layer: sliding from layer 0 on, or none
+        sliding = config.sliding_window is not None
+        out["use_sliding_window"] = sliding
+        out["sliding_window"] = config.sliding_window
+        out["max_window_layers"] = 0 if sliding else config.num_layers
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from assay.errors import ModelFileError, UnsupportedModelError
 from assay.model.hf_fields import check_refused_fields, rope_parameters
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 # The positive integers that size a decoder (the memory predictor reads these alone).
 SIZE_FIELDS = (
     "vocab_size",
@@ -49,6 +49,11 @@ LIMITS: dict[str, float] = {
 MISTRAL_WINDOW = 4096
 QWEN2_WINDOW = 4096
 QWEN2_WINDOW_LAYERS = 28
+QWEN3_HEAD_DIM = 128
+# the general.architecture values read from GGUF (llama.cpp files Mistral under llama)
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# families whose attention RMS-normalises each head of q and k (a weight of head_dim) before RoPE
+QK_NORM_FAMILIES = ("qwen3",)
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,8 @@ class ModelConfig:
     """Everything the decoder needs to know; printable and comparable.
 
     ``architecture`` picks the family: ``llama`` (Llama, SmolLM2), ``mistral`` (Llama layout with
-    an optional sliding window) or ``qwen2`` (bias on q, k and v). ``rope_scaling`` holds HF's
+    an optional sliding window), ``qwen2`` (bias on q, k and v) or ``qwen3`` (``qk_norm``: each
+    head of q and k RMS-normalised before RoPE). ``rope_scaling`` holds HF's
     Llama-3 parameters; ``rope_freq_divisors`` holds the per-frequency divisors that a GGUF file
     stores instead (``rope_freqs``). At most one of the two is set.
     """
@@ -74,6 +80,7 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    qk_norm: bool = False
     sliding_window: int | None = None
     rope_scaling: Mapping[str, Any] | None = None
     rope_freq_divisors: tuple[float, ...] | None = field(default=None, repr=False)
@@ -146,6 +153,9 @@ class ModelConfig:
             shapes[p + "self_attn.k_proj.weight"] = (kv, h)
             shapes[p + "self_attn.v_proj.weight"] = (kv, h)
             shapes[p + "self_attn.o_proj.weight"] = (h, q)
+            if self.qk_norm:
+                shapes[p + "self_attn.q_norm.weight"] = (self.head_dim,)
+                shapes[p + "self_attn.k_norm.weight"] = (self.head_dim,)
             if self.attention_bias:
                 shapes[p + "self_attn.q_proj.bias"] = (q,)
                 shapes[p + "self_attn.k_proj.bias"] = (kv,)
@@ -260,7 +270,8 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
             ),
         }
     eos = hf.get("eos_token_id")
-    head_dim = hf.get("head_dim")
+    # absent, transformers' Qwen3 takes 128, every other family hidden / heads
+    head_dim = hf.get("head_dim", QWEN3_HEAD_DIM if model_type == "qwen3" else None)
     kv_heads = hf.get("num_key_value_heads")
     return _built(
         where,
@@ -284,6 +295,7 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         # Qwen2 always has a q, k, v bias; Llama's attention_bias (q, k, v and o) is refused
         # in hf_fields, and Mistral has none whatever the file says.
         attention_bias=model_type == "qwen2",
+        qk_norm=model_type in QK_NORM_FAMILIES,
         sliding_window=_sliding_window(hf, model_type, layers, where),
         rope_scaling=scaling,
         bos_token_id=hf.get("bos_token_id"),
@@ -356,9 +368,10 @@ def config_from_gguf(
     ``output.weight``; the vocabulary size falls back to the token list's length.
     """
     arch = _require(meta, "general.architecture", where)
-    if arch not in ("llama", "qwen2"):
+    if arch not in GGUF_ARCHITECTURES:
         raise UnsupportedModelError(
-            f"{where}: GGUF architecture {arch!r} is not supported; expected llama or qwen2"
+            f"{where}: GGUF architecture {arch!r} is not supported; expected "
+            f"{', '.join(GGUF_ARCHITECTURES[:-1])} or {GGUF_ARCHITECTURES[-1]}"
         )
 
     def key(name: str) -> Any:
@@ -414,6 +427,7 @@ def config_from_gguf(
         ),
         tie_word_embeddings=not has_output,
         attention_bias=has_qkv_bias,
+        qk_norm=arch in QK_NORM_FAMILIES,
         rope_freq_divisors=rope_freq_divisors,
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),

@@ -1,4 +1,4 @@
-"""One Llama-family decoder that config switches between Llama/SmolLM2, Mistral and Qwen2.
+"""One Llama-family decoder that config switches between Llama/SmolLM2, Mistral, Qwen2 and Qwen3.
 
 Reads top to bottom: RMSNorm, rotary tables, attention, MLP, a layer, the decoder. Parameter
 names follow HF's (minus the ``model.`` prefix) so that PEFT-style keys map one to one.
@@ -75,7 +75,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    """Grouped-query attention through SDPA with the softmax in fp32."""
+    """Grouped-query attention through SDPA with the softmax in fp32; with ``qk_norm`` (Qwen3)
+    each head of q and k is RMS-normalised (a weight of head_dim) before RoPE."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -85,6 +86,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, config.kv_size, bias=bias)
         self.v_proj = nn.Linear(h, config.kv_size, bias=bias)
         self.o_proj = nn.Linear(config.q_size, h, bias=False)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
 
     def forward(
         self,
@@ -97,8 +101,11 @@ class Attention(nn.Module):
         and the queries attend over the whole cached run (``mask`` must then be explicit)."""
         c = self.config
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(b, t, c.num_heads, c.head_dim)
+        k = self.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)

@@ -25,8 +25,8 @@ _TYPES = {
 
 
 def gguf_architecture(config: ModelConfig) -> str:
-    """llama.cpp files Mistral under ``llama``; Qwen2 keeps its own name."""
-    return "qwen2" if config.architecture == "qwen2" else "llama"
+    """llama.cpp files Mistral under ``llama``; Qwen2 and Qwen3 keep their own names."""
+    return "llama" if config.architecture == "mistral" else config.architecture
 
 
 def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:

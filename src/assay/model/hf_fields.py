@@ -18,7 +18,7 @@ from typing import Any
 
 from assay.errors import UnsupportedModelError
 
-FAMILIES = ("llama", "mistral", "qwen2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
 ROPE_TYPES = ("default", "llama3")
@@ -103,7 +103,7 @@ NO_EFFECT = "no effect"
 
 ALL = FAMILIES
 RULES: tuple[FieldRule, ...] = (
-    FieldRule("model_type", ALL, READ, "llama, mistral or qwen2 (picks the family)"),
+    FieldRule("model_type", ALL, READ, "llama, mistral, qwen2 or qwen3 (picks the family)"),
     FieldRule("vocab_size", ALL, READ, "a positive integer up to 4,194,304"),
     FieldRule("hidden_size", ALL, READ, "a positive integer up to 131,072"),
     FieldRule("intermediate_size", ALL, READ, "a positive integer up to 524,288"),
@@ -112,7 +112,13 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule(
         "num_key_value_heads", ALL, READ, "a positive integer up to 1,024 dividing the heads"
     ),
-    FieldRule("head_dim", ALL, READ, "a positive integer up to 2,048 (default hidden / heads)"),
+    FieldRule(
+        "head_dim",
+        ("llama", "mistral", "qwen2"),
+        READ,
+        "a positive integer up to 2,048 (default hidden / heads)",
+    ),
+    FieldRule("head_dim", ("qwen3",), READ, "a positive integer up to 2,048 (default 128)"),
     FieldRule("rms_norm_eps", ALL, READ, "a positive number up to 1"),
     FieldRule("rope_theta", ALL, READ, "a positive number up to 1e12 (or in rope_parameters)"),
     FieldRule(
@@ -151,9 +157,9 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "attention_bias",
-        ("llama",),
+        ("llama", "qwen3"),
         REFUSED,
-        "false (Llama's bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
+        "false (this bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
         accepts=lambda v: v is ABSENT or _off(v),
     ),
     FieldRule(
@@ -169,7 +175,9 @@ RULES: tuple[FieldRule, ...] = (
         "false (assay's MLP has no bias)",
         accepts=lambda v: v is ABSENT or _off(v),
     ),
-    FieldRule("mlp_bias", ("mistral", "qwen2"), NO_EFFECT, "ignored as transformers ignores it"),
+    FieldRule(
+        "mlp_bias", ("mistral", "qwen2", "qwen3"), NO_EFFECT, "ignored as transformers ignores it"
+    ),
     FieldRule(
         "sliding_window",
         ("llama",),
@@ -191,7 +199,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "use_sliding_window, sliding_window, max_window_layers, layer_types",
-        ("qwen2",),
+        ("qwen2", "qwen3"),
         READ,
         "every layer full attention, or every layer sliding (a mix is refused naming the keys)",
     ),
@@ -236,6 +244,18 @@ RULES: tuple[FieldRule, ...] = (
         ALL,
         NO_EFFECT,
         "fixed by model_type: RMSNorm x * w (not Gemma's x * (1 + w)), before attention and MLP",
+    ),
+    FieldRule(
+        "q/k norm (no key)",
+        ("llama", "mistral", "qwen2"),
+        NO_EFFECT,
+        "fixed by model_type: none",
+    ),
+    FieldRule(
+        "q/k norm (no key)",
+        ("qwen3",),
+        READ,
+        "fixed by model_type: RMSNorm over each head of q and k (q_norm, k_norm) before RoPE",
     ),
     FieldRule(
         "embedding scale (no key)",
