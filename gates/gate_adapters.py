@@ -59,6 +59,7 @@ WHICH = [
     pytest.param("smollm2", marks=pytest.mark.xdist_group("adapters-smollm2")),
     "qwen2",
     "qwen3",
+    "granite",
 ]
 
 
@@ -75,6 +76,11 @@ def qwen2(tmp_path_factory) -> Subject:
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory) -> Subject:
     return tiny_subject("qwen3", tmp_path_factory.mktemp("qwen3"))
+
+
+@pytest.fixture(scope="module")
+def granite(tmp_path_factory) -> Subject:
+    return tiny_subject("granite", tmp_path_factory.mktemp("granite"))
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)

@@ -25,6 +25,7 @@ from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_man
 from assay.atomic import atomic_write_bytes, staged_directory
 from assay.errors import ConfigError
 from assay.model.gguf_seal import seal_holds
+from assay.model.hf_fields import GRANITE_SCALARS
 
 FORMATS = ("peft", "safetensors", "gguf")
 GGUF_EXPORT_KEY = "assay.export.format"  # marks a GGUF file as one ``assay export`` wrote
@@ -34,6 +35,7 @@ _HF_CLASSES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "granite": "GraniteForCausalLM",
 }
 
 
@@ -93,10 +95,12 @@ def hf_config(config) -> dict:
         "pad_token_id": config.pad_token_id,
         "dtype": "float32",
     }
-    if config.architecture in ("llama", "qwen3"):
-        out["attention_bias"] = False  # both would put it on o too; refused when reading
-    if config.architecture == "llama":
+    if config.architecture in ("llama", "qwen3", "granite"):
+        out["attention_bias"] = False  # each would put it on o too; refused when reading
+    if config.architecture in ("llama", "granite"):
         out["mlp_bias"] = False
+    if config.architecture == "granite":
+        out.update({key: getattr(config, key) for key in GRANITE_SCALARS})
     if config.architecture == "mistral":
         out["sliding_window"] = config.sliding_window
     if config.architecture in ("qwen2", "qwen3"):

@@ -18,10 +18,17 @@ from typing import Any
 
 from assay.errors import UnsupportedModelError
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite")
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
 ROPE_TYPES = ("default", "llama3")
+# Granite's four scalars, as config.json names them (each 1 in every other family)
+GRANITE_SCALARS = (
+    "embedding_multiplier",
+    "residual_multiplier",
+    "attention_multiplier",
+    "logits_scaling",
+)
 
 
 class _Absent:
@@ -102,8 +109,11 @@ REFUSED = "refused unless"
 NO_EFFECT = "no effect"
 
 ALL = FAMILIES
+NOT_GRANITE = tuple(f for f in FAMILIES if f != "granite")
 RULES: tuple[FieldRule, ...] = (
-    FieldRule("model_type", ALL, READ, "llama, mistral, qwen2 or qwen3 (picks the family)"),
+    FieldRule(
+        "model_type", ALL, READ, "llama, mistral, qwen2, qwen3 or granite (picks the family)"
+    ),
     FieldRule("vocab_size", ALL, READ, "a positive integer up to 4,194,304"),
     FieldRule("hidden_size", ALL, READ, "a positive integer up to 131,072"),
     FieldRule("intermediate_size", ALL, READ, "a positive integer up to 524,288"),
@@ -114,7 +124,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "head_dim",
-        ("llama", "mistral", "qwen2"),
+        ("llama", "mistral", "qwen2", "granite"),
         READ,
         "a positive integer up to 2,048 (default hidden / heads)",
     ),
@@ -157,7 +167,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "attention_bias",
-        ("llama", "qwen3"),
+        ("llama", "qwen3", "granite"),
         REFUSED,
         "false (this bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
         accepts=lambda v: v is ABSENT or _off(v),
@@ -170,7 +180,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "mlp_bias",
-        ("llama",),
+        ("llama", "granite"),
         REFUSED,
         "false (assay's MLP has no bias)",
         accepts=lambda v: v is ABSENT or _off(v),
@@ -180,9 +190,9 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "sliding_window",
-        ("llama",),
+        ("llama", "granite"),
         NO_EFFECT,
-        "ignored as transformers' Llama ignores it (full causal attention)",
+        "ignored as transformers' Llama and Granite ignore it (full causal attention)",
     ),
     FieldRule(
         "sliding_window",
@@ -227,17 +237,38 @@ RULES: tuple[FieldRule, ...] = (
     *(
         FieldRule(
             key,
-            ALL,
+            NOT_GRANITE,
             REFUSED,
-            "null (Granite's multipliers are not built)",
+            "null (Granite's multipliers belong to model_type granite)",
             accepts=lambda v: v is ABSENT or v is None,
         )
-        for key in (
-            "embedding_multiplier",
-            "residual_multiplier",
-            "attention_multiplier",
-            "logits_scaling",
-        )
+        for key in GRANITE_SCALARS
+    ),
+    FieldRule(
+        "embedding_multiplier",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): the embeddings are multiplied by it",
+    ),
+    FieldRule(
+        "residual_multiplier",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): each attention and MLP branch is multiplied "
+        "by it before its residual add",
+    ),
+    FieldRule(
+        "attention_multiplier",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): the attention scores' scale, in place of "
+        "head_dim^-0.5",
+    ),
+    FieldRule(
+        "logits_scaling",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): the logits are divided by it",
     ),
     FieldRule(
         "norm kind (no key)",
@@ -259,7 +290,13 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "embedding scale (no key)",
-        ALL,
+        ("granite",),
+        READ,
+        "embedding_multiplier (above); Gemma's sqrt(hidden) is not built",
+    ),
+    FieldRule(
+        "embedding scale (no key)",
+        NOT_GRANITE,
         NO_EFFECT,
         "fixed by model_type: embeddings are not scaled (Gemma's sqrt(hidden) is not built)",
     ),
