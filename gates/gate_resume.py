@@ -138,6 +138,13 @@ def differences(a: Path, b: Path) -> list[str]:
     return [name for name in COMPARED if left[name] != right[name]]
 
 
+def differing_items(first: dict, resumed: dict, straight: dict, a: Path, b: Path) -> int:
+    """What a stopped-then-resumed run (``first`` then ``resumed``, its last step in ``b``)
+    differs in from a straight one (``straight``, in ``a``): 1 for the loss sequence, plus each
+    compared checkpoint file."""
+    return int(first["losses"] + resumed["losses"] != straight["losses"]) + len(differences(a, b))
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("resume")
@@ -164,9 +171,10 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         unit="differing items",
         code=IMPLEMENTATION,
     )
-    losses_differ = int(first["losses"] + second["losses"] != straight["losses"])
-    mismatched = differences(root / f"{name}-straight" / final, root / f"{name}-split" / final)
-    claim.measure(losses_differ + len(mismatched))
+    straight_final = root / f"{name}-straight" / final
+    claim.measure(
+        differing_items(first, second, straight, straight_final, root / f"{name}-split" / final)
+    )
     # (label, the defect armed during the resume, code run after it)
     controls = [("resume that drops the RNG state", "train.checkpoint.rng_not_restored", "")]
     if method == "lora" and storage == "float32":
@@ -207,9 +215,9 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
             "print(json.dumps(r))"
         )
         resumed = python(code)
-        measured = int(first["losses"] + resumed["losses"] != straight["losses"])
-        measured += len(differences(root / f"{name}-straight" / final, control_dir / final))
-        claim.control(label, measured)
+        claim.control(
+            label, differing_items(first, resumed, straight, straight_final, control_dir / final)
+        )
         drawn_elsewhere = resumed["others_drawn"]
     gate.note(
         f"{name}: during the resumed steps the numpy and python RNG streams were "
@@ -259,9 +267,10 @@ def test_exact_resume_every_family(gate, root, family, tmp_path):
         unit="differing items",
         code=IMPLEMENTATION,
     )
-    losses_differ = int(first["losses"] + second["losses"] != straight["losses"])
-    mismatched = differences(root / f"{name}-straight" / final, root / f"{name}-split" / final)
-    claim.measure(losses_differ + len(mismatched))
+    straight_final = root / f"{name}-straight" / final
+    claim.measure(
+        differing_items(first, second, straight, straight_final, root / f"{name}-split" / final)
+    )
     resume = ["--json", "--resume", str(control_dir)]
     resumed = json.loads(
         run(
@@ -269,9 +278,10 @@ def test_exact_resume_every_family(gate, root, family, tmp_path):
             env=defects.child_env("train.checkpoint.optimizer_not_restored"),
         ).stdout
     )
-    measured = int(first["losses"] + resumed["losses"] != straight["losses"])
-    measured += len(differences(root / f"{name}-straight" / final, control_dir / final))
-    claim.control("resume that re-initialises the optimizer", measured)
+    claim.control(
+        "resume that re-initialises the optimizer",
+        differing_items(first, resumed, straight, straight_final, control_dir / final),
+    )
 
 
 def test_held_out_loss_before_and_after(gate, root):

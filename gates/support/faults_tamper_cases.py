@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from assay.errors import AssayError
 from assay.qualify.ledger.chain import HEADER, LEDGER, ledger_path, read_ledger, write_receipt
 from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal
 from assay.qualify.publishing.index import render_all
@@ -169,12 +170,52 @@ def stale_code(ledger: Ledger) -> None:
     (ledger.root / CODE).write_text("VALUE = 2\n", encoding="utf-8")
 
 
+def _forge_newest(ledger: Ledger, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``edit`` to the newest receipt's claim, re-seal it and fix its LEDGER line: with
+    no later receipt pointing back at it, the chain holds, so only re-judging the claim from
+    its own numbers can give the forgery away."""
+    data = ledger.load(2)
+    edit(data["claims"][0])
+    data["status"] = "pass" if data["claims"][0]["verdict"] == "pass" else "inconclusive"
+    forged = seal(data)
+    target = ledger.paths[2].with_name(receipt_filename(forged))
+    target.write_bytes(dump_receipt(forged))
+    ledger.paths[2].unlink()
+    entries = ledger.entries()
+    entries[2] = (forged["receipt_sha256"], target.name)
+    ledger.write_entries(entries)
+
+
+def forged_control_value(ledger: Ledger) -> None:
+    """The control's measurement made to meet the bound while its flag still says it failed
+    (the record would show it caught), the claim marked inconclusive as that value gives: only
+    re-judging the control's flag from its value shows it."""
+
+    def edit(claim: dict[str, Any]) -> None:
+        claim["controls"][0]["measured"] = 0.0
+        claim["verdict"] = "inconclusive"
+
+    _forge_newest(ledger, edit)
+
+
+def forged_verdict(ledger: Ledger) -> None:
+    """A control that did not fail, flagged honestly, under a claim still marked pass (its
+    true verdict is inconclusive: the check was never shown able to fail)."""
+
+    def edit(claim: dict[str, Any]) -> None:
+        claim["controls"][0].update(measured=0.0, failed=False)
+
+    _forge_newest(ledger, edit)
+
+
 LEDGER_CASES: dict[str, Callable[[Ledger], None]] = {
     "re-seal": reseal,
     "delete": delete,
     "reorder": reorder,
     "insert": insert,
     "stale code file": stale_code,
+    "forged control value": forged_control_value,
+    "forged verdict": forged_verdict,
 }
 
 
@@ -212,9 +253,16 @@ def detected(root: Path, name: str) -> list[str]:
         allowed = forged_signature(ledger, root / "keys")
         ledger.rerender()
         return ledger.problems(allowed)
+    if name == "edited record":  # the one forgery made after rendering: the record itself
+        record = ledger.records / f"{GATE}.md"
+        record.write_text(record.read_text("utf-8").replace("pass", "PASS"), encoding="utf-8")
+        return ledger.problems()
     LEDGER_CASES[name](ledger)
-    ledger.rerender()
+    try:
+        ledger.rerender()
+    except AssayError as error:  # caught already: the forger cannot render the records
+        return [str(error)]
     return ledger.problems()
 
 
-CASES = [*LEDGER_CASES, "forged signature"]
+CASES = [*LEDGER_CASES, "forged signature", "edited record"]
