@@ -127,18 +127,28 @@ class Ledger:
         return found
 
 
+def _forge(ledger: Ledger, index: int, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``edit`` to receipt ``index`` (the whole receipt), re-seal it under its new name
+    and fix its LEDGER line, as a careful forger would."""
+    data = ledger.load(index)
+    edit(data)
+    forged = seal(data)
+    target = ledger.paths[index].with_name(receipt_filename(forged))
+    target.write_bytes(dump_receipt(forged))
+    ledger.paths[index].unlink()
+    entries = ledger.entries()
+    entries[index] = (forged["receipt_sha256"], target.name)
+    ledger.write_entries(entries)
+
+
 def reseal(ledger: Ledger) -> None:
     """Edit the middle receipt's measurement, re-seal, rename, fix its LEDGER line."""
-    data = ledger.load(1)
-    data["claims"][0]["measurement"]["value"] = 5e-5
-    data["claims"][0]["margin"] = 1e-3 - 5e-5
-    forged = seal(data)
-    target = ledger.paths[1].with_name(receipt_filename(forged))
-    target.write_bytes(dump_receipt(forged))
-    ledger.paths[1].unlink()
-    entries = ledger.entries()
-    entries[1] = (forged["receipt_sha256"], target.name)
-    ledger.write_entries(entries)
+
+    def edit(data: dict[str, Any]) -> None:
+        data["claims"][0]["measurement"]["value"] = 5e-5
+        data["claims"][0]["margin"] = 1e-3 - 5e-5
+
+    _forge(ledger, 1, edit)
 
 
 def delete(ledger: Ledger) -> None:
@@ -171,19 +181,15 @@ def stale_code(ledger: Ledger) -> None:
 
 
 def _forge_newest(ledger: Ledger, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Apply ``edit`` to the newest receipt's claim, re-seal it and fix its LEDGER line: with
-    no later receipt pointing back at it, the chain holds, so only re-judging the claim from
-    its own numbers can give the forgery away."""
-    data = ledger.load(2)
-    edit(data["claims"][0])
-    data["status"] = "pass" if data["claims"][0]["verdict"] == "pass" else "inconclusive"
-    forged = seal(data)
-    target = ledger.paths[2].with_name(receipt_filename(forged))
-    target.write_bytes(dump_receipt(forged))
-    ledger.paths[2].unlink()
-    entries = ledger.entries()
-    entries[2] = (forged["receipt_sha256"], target.name)
-    ledger.write_entries(entries)
+    """Apply ``edit`` to the newest receipt's claim and forge it (``_forge``): with no later
+    receipt pointing back at it, the chain holds, so only re-judging the claim from its own
+    numbers can give the forgery away."""
+
+    def whole(data: dict[str, Any]) -> None:
+        edit(data["claims"][0])
+        data["status"] = "pass" if data["claims"][0]["verdict"] == "pass" else "inconclusive"
+
+    _forge(ledger, 2, whole)
 
 
 def forged_control_value(ledger: Ledger) -> None:
