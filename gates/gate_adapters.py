@@ -26,7 +26,7 @@ from assay.adapters import adapter_modules, attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from support.adapters_file_helpers import base_digests, lora_fa_a_changes, train_steps
-from support.adapters_helpers import EXACT, PEFT_METHODS, code, qwen2_subject, smollm2_subject
+from support.adapters_helpers import EXACT, PEFT_METHODS, code, smollm2_subject, tiny_subject
 from support.adapters_parity_helpers import (
     ALPHA,
     PARITY,
@@ -55,7 +55,12 @@ ALL_METHODS = ("full", *PEFT_METHODS, "tinylora")
 
 # Every smollm2 test shares one module-scoped Subject (an assay load and a transformers load):
 # under `--dist loadgroup` they run on one xdist worker, which pays for it once.
-WHICH = [pytest.param("smollm2", marks=pytest.mark.xdist_group("adapters-smollm2")), "qwen2"]
+WHICH = [
+    pytest.param("smollm2", marks=pytest.mark.xdist_group("adapters-smollm2")),
+    "qwen2",
+    "qwen3",
+    "granite",
+]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +70,17 @@ def smollm2() -> Subject:
 
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory) -> Subject:
-    return qwen2_subject(tmp_path_factory.mktemp("qwen2"))
+    return tiny_subject("qwen2", tmp_path_factory.mktemp("qwen2"))
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory) -> Subject:
+    return tiny_subject("qwen3", tmp_path_factory.mktemp("qwen3"))
+
+
+@pytest.fixture(scope="module")
+def granite(tmp_path_factory) -> Subject:
+    return tiny_subject("granite", tmp_path_factory.mktemp("granite"))
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)

@@ -31,6 +31,7 @@ from assay.adapters import attach, save_adapter
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay_testing import defects
+from assay_testing.tiny import FAMILIES as TINY_FAMILIES
 from support.adapters_file_helpers import (
     corrupt_tensors,
     ours_loads_peft,
@@ -39,7 +40,7 @@ from support.adapters_file_helpers import (
     rewrite_folder,
     transformers_error,
 )
-from support.adapters_helpers import EXACT, PEFT_METHODS, code, files_code, qwen2_subject
+from support.adapters_helpers import EXACT, PEFT_METHODS, code, files_code, tiny_subject
 from support.adapters_parity_helpers import (
     ALPHA,
     PARITY,
@@ -56,7 +57,7 @@ HEADLINE = "peft_files.assay_to_peft.lora"
 
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory) -> Subject:
-    return qwen2_subject(tmp_path_factory.mktemp("qwen2"))
+    return tiny_subject("qwen2", tmp_path_factory.mktemp("qwen2"))
 
 
 @pytest.mark.parametrize("method", [*PEFT_METHODS, "tinylora"])
@@ -258,6 +259,66 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
         "Llama-3 rope scaling through transformers' GGUF loader",
         "assay writes llama.cpp's rope_freqs tensor, which transformers' GGUF loader ignores "
         "(logits differ by ~2 on tiny llama3); gate-logits reads those files with assay",
+    )
+
+
+# --- Every family: merged safetensors and PEFT folders in transformers ------------------------
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_every_family_exports_to_transformers_and_peft(gate, family, tmp_path):
+    """Issue 51: for every family assay builds, LoRA (all linear layers, adapters randomized)
+    exported both ways is read by transformers (merged safetensors) and by PEFT on transformers
+    (the adapter folder) with the adapted model's logits."""
+    import json
+
+    from assay.adapters.export import export, export_merged
+
+    gate.seed(SEED, 12)
+    subject = tiny_subject(family, tmp_path / "model")
+    ours = randomize_adapters(subject.fresh("lora"), seed=12)
+    with torch.no_grad():
+        expected = ours(subject.ids)
+    merged = gate.claim(
+        f"export.family.{family}.safetensors",
+        f"LoRA on tiny {family}, merged safetensors export loaded by transformers' "
+        "from_pretrained: logits equal the adapted model's",
+        kind="correctness",
+        threshold=EXPORT,
+        unit="max abs error",
+        code=(*code("lora"), "assay.adapters.export", "support.adapters_file_helpers"),
+    )
+    folder = export_merged(ours, tmp_path / "merged", format="safetensors")
+    merged.measure(transformers_error(folder, subject.ids, expected))
+    bad = export_merged(ours, tmp_path / "theta", format="safetensors")
+    config = json.loads((bad / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] *= 2
+    (bad / "config.json").write_text(json.dumps(config))
+    merged.control(
+        "rope_theta doubled in config.json", transformers_error(bad, subject.ids, expected)
+    )
+
+    peft = gate.claim(
+        f"export.family.{family}.peft",
+        f"LoRA on tiny {family}: assay's `export --format peft` folder loaded by PEFT's "
+        "PeftModel.from_pretrained on transformers gives assay's logits",
+        kind="correctness",
+        threshold=PARITY,
+        unit="max abs error",
+        code=files_code(
+            "lora",
+            "assay.adapters.export",
+            "assay.adapters.manifest",
+            "support.adapters_file_helpers",
+        ),
+    )
+    export(ours, tmp_path / "peft", "peft")
+    peft.measure(peft_loads_ours(subject, tmp_path / "peft", expected))
+    export(ours, tmp_path / "scale", "peft")
+    rewrite_folder(tmp_path / "scale", "scale")
+    peft.control(
+        "use_rslora flipped in adapter_config.json",
+        peft_loads_ours(subject, tmp_path / "scale", expected),
     )
 
 

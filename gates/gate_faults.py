@@ -88,15 +88,17 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
 
     from assay_testing import defects
 
-    # an honest ledger and six ways to forge it
+    # an honest ledger and nine ways to forge it
     from support import faults_tamper_cases as tamper_cases
 
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (openssh-client) is not installed: the signature case needs it")
     claim = gate.claim(
         "ledger.tamper_undetected",
-        "re-sealing, deleting, reordering or inserting a receipt (records re-rendered after), a "
-        "forged signature and a changed implementation file are each reported by verify",
+        "re-sealing, deleting, reordering or inserting a receipt, forging the newest receipt's "
+        "control value or verdict (records re-rendered after each), a forged signature, a "
+        "changed implementation file and a record edited after rendering are each reported by "
+        "verify",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="tamper cases unseen",
@@ -107,6 +109,8 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
             "assay.qualify.judging.stale",
             "assay.qualify.judging.standing",  # verify's receipt and chain checks run here
             "assay.qualify.publishing.verify",
+            "assay.qualify.ledger.receipt",  # re-judges each claim from its own numbers
+            "assay.qualify.core.threshold",
         ],
     )
     unseen = [c for c in tamper_cases.CASES if not tamper_cases.detected(tmp_path / c, c)]
@@ -116,6 +120,9 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
         "qualify.ledger.chain.unchained": ["re-seal", "delete", "reorder", "insert"],
         "qualify.ledger.sign.accept_any": ["forged signature"],
         "qualify.judging.stale.ignore": ["stale code file"],
+        "qualify.ledger.receipt.controls_not_judged": ["forged control value"],
+        "qualify.core.threshold.controls_ignored": ["forged verdict"],
+        "qualify.publishing.verify.record_not_compared": ["edited record"],
     }
     for fault, cases in controls.items():
         with defects.inject(fault):

@@ -167,12 +167,11 @@ def verdict_store_path(config: pytest.Config) -> Path:
     """Where this session keeps the stored verdicts: ``ASSAY_GATE_VERDICTS``, else VERDICTS
     under the session's records folder (``records/`` when publishing; a gate session's
     scratch copy otherwise), so a run that does not publish leaves the checkout as it was."""
-    from assay.qualify.plugin.session import setting_dir
+    from assay.qualify.plugin.session import records_dir
 
     if os.environ.get("ASSAY_GATE_VERDICTS"):
         return Path(os.environ["ASSAY_GATE_VERDICTS"])
-    receipts = setting_dir(config, "gate_receipts") or RECEIPTS
-    return (setting_dir(config, "gate_records") or receipts.parent) / VERDICTS
+    return (records_dir(config) or RECEIPTS.parent) / VERDICTS
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ import pytest
 import yaml
 
 from assay.qualify import Threshold
+from assay_testing import defects
 from assay_testing.real_model import smollm2_reference
+from assay_testing.tiny import FAMILIES as TINY_FAMILIES
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "resume.lora-float32"
@@ -85,21 +87,30 @@ def python(code: str) -> dict:
     return json.loads(run(["-c", code]).stdout.strip().splitlines()[-1])
 
 
-def write_config(root: Path, name: str, method: str, storage: str, **extra) -> Path:
+def write_config(
+    root: Path,
+    name: str,
+    method: str,
+    storage: str,
+    model: str | None = None,
+    seq_len: int = 64,
+    **extra,
+) -> Path:
+    """A run config of ``method`` over ``storage`` (SmolLM2 unless ``model`` names another)."""
     adapter = {"method": method}
     if method in ("lora", "lora_fa", "loraplus"):
         adapter.update(rank=4, alpha=8, targets=["q_proj", "v_proj"])
     elif method == "tinylora":
         adapter.update(u=13, r=2, targets=["q_proj", "v_proj"])
     config = {
-        "model": smollm2_reference(),
+        "model": model or smollm2_reference(),
         "storage": storage,
         "adapter": adapter,
         "data": {
             "train": str(root / "train.jsonl"),
             "eval": str(root / "eval.jsonl"),
             "format": "text",
-            "seq_len": 64,
+            "seq_len": seq_len,
         },
         "optim": {
             "lr": 1e-5 if method == "full" else 1e-3,
@@ -125,6 +136,13 @@ def file_digests(step_dir: Path) -> dict[str, str]:
 def differences(a: Path, b: Path) -> list[str]:
     left, right = file_digests(a), file_digests(b)
     return [name for name in COMPARED if left[name] != right[name]]
+
+
+def differing_items(first: dict, resumed: dict, straight: dict, a: Path, b: Path) -> int:
+    """What a stopped-then-resumed run (``first`` then ``resumed``, its last step in ``b``)
+    differs in from a straight one (``straight``, in ``a``): 1 for the loss sequence, plus each
+    compared checkpoint file."""
+    return int(first["losses"] + resumed["losses"] != straight["losses"]) + len(differences(a, b))
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +171,10 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         unit="differing items",
         code=IMPLEMENTATION,
     )
-    losses_differ = int(first["losses"] + second["losses"] != straight["losses"])
-    mismatched = differences(root / f"{name}-straight" / final, root / f"{name}-split" / final)
-    claim.measure(losses_differ + len(mismatched))
+    straight_final = root / f"{name}-straight" / final
+    claim.measure(
+        differing_items(first, second, straight, straight_final, root / f"{name}-split" / final)
+    )
     # (label, the defect armed during the resume, code run after it)
     controls = [("resume that drops the RNG state", "train.checkpoint.rng_not_restored", "")]
     if method == "lora" and storage == "float32":
@@ -196,9 +215,9 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
             "print(json.dumps(r))"
         )
         resumed = python(code)
-        measured = int(first["losses"] + resumed["losses"] != straight["losses"])
-        measured += len(differences(root / f"{name}-straight" / final, control_dir / final))
-        claim.control(label, measured)
+        claim.control(
+            label, differing_items(first, resumed, straight, straight_final, control_dir / final)
+        )
         drawn_elsewhere = resumed["others_drawn"]
     gate.note(
         f"{name}: during the resumed steps the numpy and python RNG streams were "
@@ -209,6 +228,59 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
     gate.note(
         f"{name}: losses {', '.join(f'{x:.5f}' for x in straight['losses'])}; held-out "
         f"loss after {STEPS} steps {straight['eval_loss']:.5f}"
+    )
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_exact_resume_every_family(gate, root, family, tmp_path):
+    """Issue 51: full fine-tuning trains every base tensor a family has (Qwen2's biases,
+    Qwen3's q and k norms), so its resume restores them all or the final state differs."""
+    from assay_testing.byte_tokenizer import save_byte_tokenizer
+    from assay_testing.tiny import save_tiny
+
+    index = TINY_FAMILIES.index(family)
+    gate.seed(7, index)
+    folder = save_tiny(family, tmp_path, seed=index, gguf=False)["hf"]
+    tokenizer = str(save_byte_tokenizer(tmp_path / "bytes.gguf"))
+    name = f"{family}-full"
+
+    def config(run: str) -> Path:
+        # the byte tokenizer cuts the texts into up to 70 tokens
+        return write_config(
+            root, run, "full", "float32", model=str(folder), seq_len=96, tokenizer=tokenizer
+        )
+
+    straight = train(config(f"{name}-straight"))
+    first = train(config(f"{name}-split"), "--stop-at", str(STOP))
+    # the control resumes a copy of the stopped run with the optimizer state dropped
+    control_dir = root / f"{name}-control"
+    shutil.copytree(root / f"{name}-split", control_dir)
+    second = train(config(f"{name}-split"), "--resume", str(root / f"{name}-split"))
+    final = f"step-{STEPS:06d}"
+    claim = gate.claim(
+        f"resume.family.{family}",
+        f"tiny {family}, full fine-tuning over float32: {STOP} steps, stop, resume in a new "
+        f"process, {STEPS - STOP} more == {STEPS} straight: loss sequence, trainables, "
+        "optimizer state, scheduler and data cursor bitwise equal",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="differing items",
+        code=IMPLEMENTATION,
+    )
+    straight_final = root / f"{name}-straight" / final
+    claim.measure(
+        differing_items(first, second, straight, straight_final, root / f"{name}-split" / final)
+    )
+    resume = ["--json", "--resume", str(control_dir)]
+    resumed = json.loads(
+        run(
+            ["-m", "assay.cli", "train", str(config(control_dir.name)), *resume],
+            env=defects.child_env("train.checkpoint.optimizer_not_restored"),
+        ).stdout
+    )
+    claim.control(
+        "resume that re-initialises the optimizer",
+        differing_items(first, resumed, straight, straight_final, control_dir / final),
     )
 
 

@@ -154,3 +154,27 @@ def test_a_checkpoint_argument_that_is_no_run_names_itself(argv, tmp_path, capsy
     assert main(filled) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{folder}: not a run folder" in err, err
+
+
+@pytest.mark.parametrize(
+    ("category", "shown"),
+    [(UserWarning, "assay: warning: "), (FutureWarning, "assay: warning: FutureWarning: ")],
+)
+def test_a_warning_prints_as_one_line_without_a_source_line(
+    tiny_models, capsys, monkeypatch, category, shown
+):
+    """Any warning a command raises, assay's or a library's, is one line on stderr (issue 54's
+    attack: a PEFT folder's unverifiable base printed Python's two-line warning with a line of
+    assay's source)."""
+    import warnings
+
+    import assay.cli.info
+
+    def warns_then_runs(args):
+        warnings.warn("first part\nsecond part", category, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(assay.cli.info, "run", warns_then_runs)
+    assert main(["info", str(tiny_models["qwen2"]["hf"])]) == 0
+    err = capsys.readouterr().err
+    assert err == f"{shown}first part second part\n"

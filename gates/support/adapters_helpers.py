@@ -62,10 +62,12 @@ def smollm2_subject() -> Subject:
     return Subject("smollm2", path, ids, "all-linear")
 
 
-def qwen2_subject(folder: Path) -> Subject:
-    """A tiny random Qwen2 (biased q/k/v, tied head) saved under ``folder``, two rows of ids."""
+def tiny_subject(family: str, folder: Path) -> Subject:
+    """A tiny random model of ``family`` (``assay_testing.tiny``: qwen2 with its biased q/k/v,
+    qwen3 with its q/k norms, granite with its four scalars) saved under ``folder``, two rows
+    of ids."""
     from assay_testing.tiny import save_tiny
 
-    paths = save_tiny("qwen2", folder, seed=0, gguf=False)
+    paths = save_tiny(family, folder, seed=0, gguf=False)
     ids = torch.randint(0, 320, (2, 48), generator=torch.Generator().manual_seed(1))
-    return Subject("qwen2", paths["hf"], ids, "all-linear")
+    return Subject(family, paths["hf"], ids, "all-linear")

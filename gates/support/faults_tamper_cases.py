@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from assay.errors import AssayError
 from assay.qualify.ledger.chain import HEADER, LEDGER, ledger_path, read_ledger, write_receipt
 from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal
 from assay.qualify.publishing.index import render_all
@@ -126,18 +127,28 @@ class Ledger:
         return found
 
 
+def _forge(ledger: Ledger, index: int, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``edit`` to receipt ``index`` (the whole receipt), re-seal it under its new name
+    and fix its LEDGER line, as a careful forger would."""
+    data = ledger.load(index)
+    edit(data)
+    forged = seal(data)
+    target = ledger.paths[index].with_name(receipt_filename(forged))
+    target.write_bytes(dump_receipt(forged))
+    ledger.paths[index].unlink()
+    entries = ledger.entries()
+    entries[index] = (forged["receipt_sha256"], target.name)
+    ledger.write_entries(entries)
+
+
 def reseal(ledger: Ledger) -> None:
     """Edit the middle receipt's measurement, re-seal, rename, fix its LEDGER line."""
-    data = ledger.load(1)
-    data["claims"][0]["measurement"]["value"] = 5e-5
-    data["claims"][0]["margin"] = 1e-3 - 5e-5
-    forged = seal(data)
-    target = ledger.paths[1].with_name(receipt_filename(forged))
-    target.write_bytes(dump_receipt(forged))
-    ledger.paths[1].unlink()
-    entries = ledger.entries()
-    entries[1] = (forged["receipt_sha256"], target.name)
-    ledger.write_entries(entries)
+
+    def edit(data: dict[str, Any]) -> None:
+        data["claims"][0]["measurement"]["value"] = 5e-5
+        data["claims"][0]["margin"] = 1e-3 - 5e-5
+
+    _forge(ledger, 1, edit)
 
 
 def delete(ledger: Ledger) -> None:
@@ -169,12 +180,48 @@ def stale_code(ledger: Ledger) -> None:
     (ledger.root / CODE).write_text("VALUE = 2\n", encoding="utf-8")
 
 
+def _forge_newest(ledger: Ledger, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``edit`` to the newest receipt's claim and forge it (``_forge``): with no later
+    receipt pointing back at it, the chain holds, so only re-judging the claim from its own
+    numbers can give the forgery away."""
+
+    def whole(data: dict[str, Any]) -> None:
+        edit(data["claims"][0])
+        data["status"] = "pass" if data["claims"][0]["verdict"] == "pass" else "inconclusive"
+
+    _forge(ledger, 2, whole)
+
+
+def forged_control_value(ledger: Ledger) -> None:
+    """The control's measurement made to meet the bound while its flag still says it failed
+    (the record would show it caught), the claim marked inconclusive as that value gives: only
+    re-judging the control's flag from its value shows it."""
+
+    def edit(claim: dict[str, Any]) -> None:
+        claim["controls"][0]["measured"] = 0.0
+        claim["verdict"] = "inconclusive"
+
+    _forge_newest(ledger, edit)
+
+
+def forged_verdict(ledger: Ledger) -> None:
+    """A control that did not fail, flagged honestly, under a claim still marked pass (its
+    true verdict is inconclusive: the check was never shown able to fail)."""
+
+    def edit(claim: dict[str, Any]) -> None:
+        claim["controls"][0].update(measured=0.0, failed=False)
+
+    _forge_newest(ledger, edit)
+
+
 LEDGER_CASES: dict[str, Callable[[Ledger], None]] = {
     "re-seal": reseal,
     "delete": delete,
     "reorder": reorder,
     "insert": insert,
     "stale code file": stale_code,
+    "forged control value": forged_control_value,
+    "forged verdict": forged_verdict,
 }
 
 
@@ -212,9 +259,16 @@ def detected(root: Path, name: str) -> list[str]:
         allowed = forged_signature(ledger, root / "keys")
         ledger.rerender()
         return ledger.problems(allowed)
+    if name == "edited record":  # the one forgery made after rendering: the record itself
+        record = ledger.records / f"{GATE}.md"
+        record.write_text(record.read_text("utf-8").replace("pass", "PASS"), encoding="utf-8")
+        return ledger.problems()
     LEDGER_CASES[name](ledger)
-    ledger.rerender()
+    try:
+        ledger.rerender()
+    except AssayError as error:  # caught already: the forger cannot render the records
+        return [str(error)]
     return ledger.problems()
 
 
-CASES = [*LEDGER_CASES, "forged signature"]
+CASES = [*LEDGER_CASES, "forged signature", "edited record"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-FAMILIES = ("qwen2", "mistral", "llama3")
+FAMILIES = ("qwen2", "mistral", "llama3", "qwen3", "granite")
 
 _COMMON: dict[str, Any] = {
     "vocab_size": 320,
@@ -29,8 +29,10 @@ _COMMON: dict[str, Any] = {
 
 
 def hf_config(family: str, **overrides: Any):
-    """A transformers config for one tiny family (``qwen2``, ``mistral`` or ``llama3``)."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    """A transformers config for one tiny family (``qwen2``, ``mistral``, ``llama3``, ``qwen3``
+    or ``granite``; Qwen3's heads are 24 wide, so q is wider than the hidden size; Granite's
+    four scalars are far from 1, as granite-3's are)."""
+    from transformers import GraniteConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     kwargs = {**_COMMON, **overrides}
     if family == "qwen2":
@@ -47,6 +49,16 @@ def hf_config(family: str, **overrides: Any):
             "rope_theta": 500000.0,
         }
         return LlamaConfig(**kwargs, rope_parameters=scaling, tie_word_embeddings=False)
+    if family == "qwen3":
+        return Qwen3Config(**{"head_dim": 24, **kwargs}, tie_word_embeddings=True)
+    if family == "granite":
+        scalars = {
+            "embedding_multiplier": 12.0,
+            "residual_multiplier": 0.22,
+            "attention_multiplier": 0.125,  # a power of two, as granite-3's 1/64 and 1/128
+            "logits_scaling": 8.0,
+        }
+        return GraniteConfig(**{**scalars, **kwargs}, tie_word_embeddings=True)
     raise ValueError(f"unknown tiny family {family!r}; expected one of {FAMILIES}")
 
 

@@ -25,6 +25,7 @@ from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_man
 from assay.atomic import atomic_write_bytes, staged_directory
 from assay.errors import ConfigError
 from assay.model.gguf_seal import seal_holds
+from assay.model.hf_fields import GRANITE_SCALARS
 
 FORMATS = ("peft", "safetensors", "gguf")
 GGUF_EXPORT_KEY = "assay.export.format"  # marks a GGUF file as one ``assay export`` wrote
@@ -33,6 +34,8 @@ _HF_CLASSES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "granite": "GraniteForCausalLM",
 }
 
 
@@ -92,13 +95,20 @@ def hf_config(config) -> dict:
         "pad_token_id": config.pad_token_id,
         "dtype": "float32",
     }
-    if config.architecture == "llama":
-        out["attention_bias"] = config.attention_bias
+    if config.architecture in ("llama", "qwen3", "granite"):
+        out["attention_bias"] = False  # each would put it on o too; refused when reading
+    if config.architecture in ("llama", "granite"):
         out["mlp_bias"] = False
+    if config.architecture == "granite":
+        out.update({key: getattr(config, key) for key in GRANITE_SCALARS})
     if config.architecture == "mistral":
         out["sliding_window"] = config.sliding_window
-    if config.architecture == "qwen2":
-        out["use_sliding_window"] = False
+    if config.architecture in ("qwen2", "qwen3"):
+        # one attention kind for every layer: sliding from layer 0 on, or none
+        sliding = config.sliding_window is not None
+        out["use_sliding_window"] = sliding
+        out["sliding_window"] = config.sliding_window
+        out["max_window_layers"] = 0 if sliding else config.num_layers
     return out
 
 

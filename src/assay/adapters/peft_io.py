@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,8 @@ from torch import nn
 
 from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
+    base_sha256,
+    check_recorded_base,
     load_exactly,
     open_safetensors,
     read_json,
@@ -103,34 +104,16 @@ def save_peft(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def base_sha256(model: nn.Module) -> str | None:
-    """The canonical sha256 of the weights ``model`` was loaded from (None when unknown)."""
-    fingerprint = getattr(model, "fingerprint", None)
-    return getattr(fingerprint, "canonical_sha256", None)
-
-
 def check_base(folder: Path, model: nn.Module) -> None:
     """ConfigError, naming both, when the folder's recorded base model is not ``model``; a
     one-line warning when nothing was recorded (a folder PEFT wrote: shapes are checked, the
     base model itself cannot be)."""
     sidecar = folder / SIDECAR
-    recorded = None
-    if sidecar.is_file():
-        side = read_json(sidecar)
-        recorded = side.get("base_model_sha256") if isinstance(side, dict) else None
-    ours = base_sha256(model)
-    if recorded is None or ours is None:
-        name = read_json(folder / CONFIG).get("base_model_name_or_path")
-        named = f" (it names {name!r})" if name else ""
-        warnings.warn(
-            f"{folder}: the base model could not be verified{named}; only shapes were checked",
-            stacklevel=3,
-        )
-    elif recorded != ours:
-        raise ConfigError(
-            f"{sidecar}: base_model_sha256: trained on another base model (sha256 "
-            f"{str(recorded)[:12]}) than the one given (sha256 {ours[:12]})"
-        )
+    side = read_json(sidecar) if sidecar.is_file() else None
+    recorded = side.get("base_model_sha256") if isinstance(side, dict) else None
+    config = read_json(folder / CONFIG)
+    named = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+    check_recorded_base(sidecar, model, recorded, named, folder)
 
 
 def _targets(value: Any, where: Path) -> list[str]:
@@ -253,9 +236,10 @@ def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     other tensor is; otherwise ConfigError names the key. Values are copied bit for bit.
     """
     folder = Path(path)
+    verify_manifest(folder)
+    check_base(folder, model)  # first: an adapter of another base is named as that
     spec = spec_from_peft(folder, len(model.layers))
     _check_declared_rank(folder / WEIGHTS, spec.rank)  # before attach allocates r-sized factors
-    check_base(folder, model)
     attach(
         model,
         spec.method,

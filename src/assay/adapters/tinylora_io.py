@@ -16,6 +16,8 @@ from torch import nn
 
 from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
 from assay.adapters.files import (
+    base_sha256,
+    check_recorded_base,
     load_exactly,
     open_safetensors,
     read_json,
@@ -55,7 +57,11 @@ def save_tinylora(model: nn.Module, out: str | os.PathLike[str]) -> Path:
         raise ConfigError("cannot save a merged adapter; unmerge it first")
     folder = Path(out)
     write_safetensors_atomic(folder / WEIGHTS, tinylora_state(model, spec), {"format": "pt"})
-    write_json_atomic(folder / CONFIG, {"format": FORMAT, "spec": spec.to_dict()})
+    config: dict = {"format": FORMAT, "spec": spec.to_dict()}
+    base = base_sha256(model)
+    if base is not None:
+        config["base_model_sha256"] = base
+    write_json_atomic(folder / CONFIG, config)
     return folder
 
 
@@ -67,6 +73,8 @@ def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         got = config.get("format") if isinstance(config, dict) else config
         raise ConfigError(f"{folder / CONFIG}: format {got!r}; need {FORMAT!r}")
+    # U, S and V^T are the base's SVD: on another base the same file is another function
+    check_recorded_base(folder / CONFIG, model, config.get("base_model_sha256"), folder=folder)
     spec = spec_from_json(config.get("spec"), folder / CONFIG)
     _check_declared_sizes(folder, spec)  # before attach allocates u- and r-sized buffers
     attach(

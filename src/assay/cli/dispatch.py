@@ -1,7 +1,9 @@
 """Parsing and dispatch for the ``assay`` command line, generated from the command table.
 
 Expected failures print one line and exit 2, never a traceback: an AssayError, an OSError, a
-usage error, and a trainer command run without the ``train`` extra all end that way.
+usage error, and a trainer command run without the ``train`` extra all end that way. A warning,
+assay's or a library's, prints as one line too (``assay: warning: ...``), without Python's
+source line.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import os
 import re
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from assay import DISTRIBUTION
 from assay.cli.commands import COMMANDS, TRAINER_COMMANDS, Command
@@ -33,6 +36,13 @@ def one_line(message: str) -> str:
     """``message`` on one line: a library's multi-line text (a YAML parser's mark, say) joined
     with spaces, so every error the CLI prints is one line whatever raised it."""
     return re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """``warnings.showwarning`` for the command line: one line on stderr, no source line (a
+    warning is for the user, not a pointer into assay's code)."""
+    kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
+    print(f"assay: warning: {kind}{one_line(str(message))}", file=sys.stderr)
 
 
 def device_option(value: str) -> str:
@@ -150,14 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(needs_trainer_line(command), file=sys.stderr)
         return EXIT_USAGE
     try:
-        with _stops_at_once(command):
-            args = build_parser().parse_args(argv)
-            chosen: Command = args.command_row
-            handler: Callable[[argparse.Namespace], int] = getattr(
-                importlib.import_module(chosen.module), chosen.run
-            )
-        code = handler(args)
-        sys.stdout.flush()  # a reader that closed the pipe shows here, not at exit
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line
+            with _stops_at_once(command):
+                args = build_parser().parse_args(argv)
+                chosen: Command = args.command_row
+                handler: Callable[[argparse.Namespace], int] = getattr(
+                    importlib.import_module(chosen.module), chosen.run
+                )
+            code = handler(args)
+            sys.stdout.flush()  # a reader that closed the pipe shows here, not at exit
         return code
     except BrokenPipeError:  # `assay verify | head`: end quietly, as other tools do
         _quiet_stdout()

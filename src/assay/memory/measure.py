@@ -195,6 +195,9 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
         num_kv_heads=m["num_kv_heads"],
         head_dim=m["head_dim"],
         tie_word_embeddings=m["tie_word_embeddings"],
+        # absent from a plan written before the two were shape fields: a plain Llama layer
+        attention_bias=m.get("attention_bias", False),
+        qk_norm=m.get("qk_norm", False),
     )
     torch.manual_seed(0)
     base = Decoder(config)

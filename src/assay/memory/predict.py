@@ -37,7 +37,7 @@ PREFERENCE = PREFERENCE_LOSSES
 HALF_DTYPES = ("bfloat16", "bf16", "float16")  # compute dtypes of 2 bytes
 OPTIMIZERS = ("adamw", "adamw8bit", "paged_adamw8bit")
 # The model config's fields that size memory: a plan's JSON holds these alone.
-SHAPE_FIELDS = (*SIZE_FIELDS, "tie_word_embeddings")
+SHAPE_FIELDS = (*SIZE_FIELDS, "tie_word_embeddings", "attention_bias", "qk_norm")
 TERMS = (
     "weights",
     "adapter",
@@ -59,8 +59,11 @@ def shape(
     num_kv_heads: int,
     head_dim: int,
     tie_word_embeddings: bool = True,
+    attention_bias: bool = False,
+    qk_norm: bool = False,
 ) -> ModelConfig:
-    """A Llama ``ModelConfig`` of this shape: all a prediction reads of a model."""
+    """A Llama-layout ``ModelConfig`` of this shape (with Qwen2's q, k, v bias and Qwen3's q/k
+    norm when asked): all a prediction reads of a model."""
     return ModelConfig(
         "llama",
         vocab_size,
@@ -71,6 +74,8 @@ def shape(
         num_kv_heads,
         head_dim,
         tie_word_embeddings=tie_word_embeddings,
+        attention_bias=attention_bias,
+        qk_norm=qk_norm,
     )
 
 
@@ -147,6 +152,18 @@ def _projections(d: ModelConfig) -> dict[str, tuple[int, int]]:
     }
 
 
+def _layer_vectors(d: ModelConfig) -> list[int]:
+    """Element counts of one layer's one-dimensional base tensors: the two RMSNorm weights,
+    Qwen3's q and k norms and Qwen2's q, k and v biases."""
+    q, kv = d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim
+    found = [d.hidden_size, d.hidden_size]
+    if d.qk_norm:
+        found += [d.head_dim, d.head_dim]
+    if d.attention_bias:
+        found += [q, kv, kv]
+    return found
+
+
 def _stored_bytes(rows: int, cols: int, held: Storage) -> int:
     """Bytes a frozen projection's store holds (NF4 code tables are counted per model)."""
     n = rows * cols
@@ -172,7 +189,7 @@ def _layer_block_bytes(d: ModelConfig, held: Storage) -> int:
     def aligned(n: int) -> int:
         return -(-n // STREAM_ALIGN) * STREAM_ALIGN
 
-    sizes = [4 * d.hidden_size, 4 * d.hidden_size]  # the two RMSNorm weights
+    sizes = [4 * n for n in _layer_vectors(d)]  # norms and biases stay fp32
     for rows, cols in _projections(d).values():
         n = rows * cols
         if not held.quantized:
@@ -192,7 +209,7 @@ def _trainables(plan: Plan) -> list[int]:
     d, entry = plan.model, method(plan.method)
     if entry.trains_base:
         embed = [d.vocab_size * d.hidden_size] * (1 if d.tie_word_embeddings else 2)
-        per_layer = [r * c for r, c in _projections(d).values()] + [d.hidden_size] * 2
+        per_layer = [r * c for r, c in _projections(d).values()] + _layer_vectors(d)
         return embed + per_layer * d.num_layers + [d.hidden_size]
     shapes = _projections(d)
     if entry.svd_basis:  # only v trains: one vector, or one per adapted projection
@@ -258,6 +275,12 @@ def _layer_saved(plan: Plan, input_needs_grad: bool) -> float:
     if attention_grad:
         attn = 4 if e == 2 else e  # SDPA runs on fp32 copies of q, k and v
         saved += 4 * attn * q + 4 * d.num_heads  # q, k, v, output; logsumexp
+        if d.qk_norm:
+            # each head's q and k norm saves its fp32 input and rsqrt (and, when the norm
+            # weights train, its normed output)
+            kv = d.num_kv_heads * d.head_dim
+            saved += 4 * (q + kv) + 4 * (d.num_heads + d.num_kv_heads)
+            saved += e * (q + kv) if full else 0
         if e == 2 and "o_proj" in targets:
             saved += e * q  # the output cast back to the compute dtype
     elif "o_proj" in targets and keeps_input:
@@ -334,7 +357,8 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
         weights = embed + plan.stream_buffers * _layer_block_bytes(d, held)
     else:
         per_layer = sum(_stored_bytes(r, c, held) for r, c in _projections(d).values())
-        weights = embed + d.num_layers * (per_layer + 8 * h) + _code_tables(held)
+        weights = embed + d.num_layers * (per_layer + 4 * sum(_layer_vectors(d)))
+        weights += _code_tables(held)
     counts = _trainables(plan)
     trainable = 4 * sum(counts)
     adapter = 0 if entry.trains_base else trainable + _frozen_adapter_bytes(plan)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import ModelFileError, UnsupportedModelError
-from assay.model.hf_fields import check_refused_fields, rope_parameters
+from assay.model.hf_fields import GRANITE_SCALARS, check_refused_fields, rope_parameters
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "granite")
 # The positive integers that size a decoder (the memory predictor reads these alone).
 SIZE_FIELDS = (
     "vocab_size",
@@ -44,11 +44,25 @@ LIMITS: dict[str, float] = {
     "low_freq_factor": 1024.0,
     "high_freq_factor": 1024.0,
     "rope_freq_divisors": 1e12,
+    # Granite's scalars (granite-3.x: embeddings x12, residual branches x0.22, attention
+    # scaled by 1/128, logits divided by 8): far beyond any published one, well below overflow
+    "embedding_multiplier": 1e4,
+    "residual_multiplier": 1e4,
+    "attention_multiplier": 1e4,
+    "logits_scaling": 1e4,
 }
 # transformers' defaults where a family's config.json leaves a key out
 MISTRAL_WINDOW = 4096
 QWEN2_WINDOW = 4096
 QWEN2_WINDOW_LAYERS = 28
+QWEN3_HEAD_DIM = 128
+# the general.architecture values read from GGUF (llama.cpp files Mistral under llama)
+GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "granite")
+# GGUF files whose Q and K rows llama.cpp stores permuted (its Llama conversion, Granite's too)
+PERMUTED_GGUF = ("llama", "granite")
+
+# families whose attention RMS-normalises each head of q and k (a weight of head_dim) before RoPE
+QK_NORM_FAMILIES = ("qwen3",)
 
 
 @dataclass(frozen=True)
@@ -56,7 +70,11 @@ class ModelConfig:
     """Everything the decoder needs to know; printable and comparable.
 
     ``architecture`` picks the family: ``llama`` (Llama, SmolLM2), ``mistral`` (Llama layout with
-    an optional sliding window) or ``qwen2`` (bias on q, k and v). ``rope_scaling`` holds HF's
+    an optional sliding window), ``qwen2`` (bias on q, k and v), ``qwen3`` (``qk_norm``: each
+    head of q and k RMS-normalised before RoPE) or ``granite`` (embeddings times
+    ``embedding_multiplier``, each residual branch times ``residual_multiplier``, attention
+    scores times ``attention_multiplier`` instead of head_dim^-0.5, logits divided by
+    ``logits_scaling``). ``rope_scaling`` holds HF's
     Llama-3 parameters; ``rope_freq_divisors`` holds the per-frequency divisors that a GGUF file
     stores instead (``rope_freqs``). At most one of the two is set.
     """
@@ -74,6 +92,11 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    qk_norm: bool = False
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None  # None: head_dim^-0.5
+    logits_scaling: float = 1.0
     sliding_window: int | None = None
     rope_scaling: Mapping[str, Any] | None = None
     rope_freq_divisors: tuple[float, ...] | None = field(default=None, repr=False)
@@ -106,11 +129,12 @@ class ModelConfig:
             "rms_norm_eps": self.rms_norm_eps,
             "max_position_embeddings": self.max_position_embeddings,
             "sliding_window": self.sliding_window,
+            **{key: getattr(self, key) for key in GRANITE_SCALARS},
             **{f"rope_scaling.{k}": v for k, v in scaling.items() if k != "rope_type"},
             **{f"rope_freq_divisors[{i}]": v for i, v in enumerate(self.rope_freq_divisors or ())},
         }
         for name, value in positive.items():
-            if name == "sliding_window" and value is None:
+            if name in ("sliding_window", "attention_multiplier") and value is None:
                 continue
             limit = LIMITS[name.split("[")[0].removeprefix("rope_scaling.")]
             if not _finite(value) or not 0 < value <= limit:
@@ -146,6 +170,9 @@ class ModelConfig:
             shapes[p + "self_attn.k_proj.weight"] = (kv, h)
             shapes[p + "self_attn.v_proj.weight"] = (kv, h)
             shapes[p + "self_attn.o_proj.weight"] = (h, q)
+            if self.qk_norm:
+                shapes[p + "self_attn.q_norm.weight"] = (self.head_dim,)
+                shapes[p + "self_attn.k_norm.weight"] = (self.head_dim,)
             if self.attention_bias:
                 shapes[p + "self_attn.q_proj.bias"] = (q,)
                 shapes[p + "self_attn.k_proj.bias"] = (kv,)
@@ -260,7 +287,8 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
             ),
         }
     eos = hf.get("eos_token_id")
-    head_dim = hf.get("head_dim")
+    # absent, transformers' Qwen3 takes 128, every other family hidden / heads
+    head_dim = hf.get("head_dim", QWEN3_HEAD_DIM if model_type == "qwen3" else None)
     kv_heads = hf.get("num_key_value_heads")
     return _built(
         where,
@@ -284,6 +312,8 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         # Qwen2 always has a q, k, v bias; Llama's attention_bias (q, k, v and o) is refused
         # in hf_fields, and Mistral has none whatever the file says.
         attention_bias=model_type == "qwen2",
+        qk_norm=model_type in QK_NORM_FAMILIES,
+        **_granite_scalars(hf, model_type, where),
         sliding_window=_sliding_window(hf, model_type, layers, where),
         rope_scaling=scaling,
         bos_token_id=hf.get("bos_token_id"),
@@ -292,12 +322,20 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     )
 
 
+def _granite_scalars(hf: Mapping[str, Any], family: str, where: str) -> dict[str, Any]:
+    """Granite's four scalars as transformers reads them (each 1 when absent); nothing for
+    another family, whose file may not ask for them (hf_fields refuses them by name)."""
+    if family != "granite":
+        return {}
+    return {key: _real(hf.get(key, 1.0), key, where, key) for key in GRANITE_SCALARS}
+
+
 def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str) -> int | None:
     """The window every layer attends within, or None for full causal attention, as
     transformers reads ``family``'s keys; ModelFileError for layers that would mix the two
     (assay applies one attention kind to every layer)."""
-    if family == "llama":
-        return None  # transformers' Llama never reads sliding_window
+    if family in ("llama", "granite"):
+        return None  # transformers' Llama and Granite never read sliding_window
     if family == "mistral":
         window = hf.get("sliding_window", MISTRAL_WINDOW)
         return (
@@ -356,9 +394,10 @@ def config_from_gguf(
     ``output.weight``; the vocabulary size falls back to the token list's length.
     """
     arch = _require(meta, "general.architecture", where)
-    if arch not in ("llama", "qwen2"):
+    if arch not in GGUF_ARCHITECTURES:
         raise UnsupportedModelError(
-            f"{where}: GGUF architecture {arch!r} is not supported; expected llama or qwen2"
+            f"{where}: GGUF architecture {arch!r} is not supported; expected "
+            f"{', '.join(GGUF_ARCHITECTURES[:-1])} or {GGUF_ARCHITECTURES[-1]}"
         )
 
     def key(name: str) -> Any:
@@ -414,11 +453,33 @@ def config_from_gguf(
         ),
         tie_word_embeddings=not has_output,
         attention_bias=has_qkv_bias,
+        qk_norm=arch in QK_NORM_FAMILIES,
+        **_gguf_granite_scalars(meta, arch, where),
         rope_freq_divisors=rope_freq_divisors,
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
         pad_token_id=meta.get("tokenizer.ggml.padding_token_id"),
     )
+
+
+# Granite's scalars under llama.cpp's names
+GGUF_GRANITE_KEYS = {
+    "embedding_multiplier": "embedding_scale",
+    "residual_multiplier": "residual_scale",
+    "attention_multiplier": "attention.scale",
+    "logits_scaling": "logit_scale",
+}
+
+
+def _gguf_granite_scalars(meta: Mapping[str, Any], arch: str, where: str) -> dict[str, Any]:
+    """Granite's four scalars from llama.cpp's keys (each 1 when absent); nothing for another
+    architecture."""
+    if arch != "granite":
+        return {}
+    return {
+        field: _real(meta.get(f"granite.{key}", 1.0), f"granite.{key}", where, field)
+        for field, key in GGUF_GRANITE_KEYS.items()
+    }
 
 
 def _check_gguf_refusals(meta: Mapping[str, Any], arch: str, where: str) -> None:

@@ -1,4 +1,5 @@
-"""One Llama-family decoder that config switches between Llama/SmolLM2, Mistral and Qwen2.
+"""One Llama-family decoder that config switches between Llama/SmolLM2, Mistral, Qwen2, Qwen3 and
+Granite.
 
 Reads top to bottom: RMSNorm, rotary tables, attention, MLP, a layer, the decoder. Parameter
 names follow HF's (minus the ``model.`` prefix) so that PEFT-style keys map one to one.
@@ -75,7 +76,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    """Grouped-query attention through SDPA with the softmax in fp32."""
+    """Grouped-query attention through SDPA with the softmax in fp32; with ``qk_norm`` (Qwen3)
+    each head of q and k is RMS-normalised (a weight of head_dim) before RoPE."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -85,6 +87,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, config.kv_size, bias=bias)
         self.v_proj = nn.Linear(h, config.kv_size, bias=bias)
         self.o_proj = nn.Linear(config.q_size, h, bias=False)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
 
     def forward(
         self,
@@ -97,8 +102,11 @@ class Attention(nn.Module):
         and the queries attend over the whole cached run (``mask`` must then be explicit)."""
         c = self.config
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(b, t, c.num_heads, c.head_dim)
+        k = self.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -115,7 +123,7 @@ class Attention(nn.Module):
             v,
             attn_mask=mask,
             is_causal=mask is None,
-            scale=c.head_dim**-0.5,
+            scale=c.head_dim**-0.5 if c.attention_multiplier is None else c.attention_multiplier,
         ).to(x.dtype)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, c.q_size))
 
@@ -164,7 +172,8 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm attention then pre-norm MLP, each with a residual."""
+    """Pre-norm attention then pre-norm MLP, each with a residual (each branch scaled by
+    Granite's ``residual_multiplier`` where it is not 1)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -172,6 +181,10 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
+        self.residual_multiplier = config.residual_multiplier
+
+    def _branch(self, out: torch.Tensor) -> torch.Tensor:
+        return out if self.residual_multiplier == 1.0 else out * self.residual_multiplier
 
     def forward(
         self,
@@ -180,8 +193,8 @@ class DecoderLayer(nn.Module):
         mask: torch.Tensor | None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self._branch(self.self_attn(self.input_layernorm(x), rope, mask, cache))
+        return x + self._branch(self.mlp(self.post_attention_layernorm(x)))
 
 
 def attention_mask(
@@ -227,13 +240,28 @@ class Decoder(nn.Module):
         attention_mask_2d: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
-        """Embeddings, rotary tables and the attention mask: everything a layer needs."""
-        x = self.embed_tokens(input_ids)
+        """Embeddings (times Granite's ``embedding_multiplier``), rotary tables and the attention
+        mask: everything a layer needs."""
+        x = self.embed(input_ids)
         b, t = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
         rope = rope_tables(self.config, position_ids, x.dtype)
         return x, rope, attention_mask(self.config, t, attention_mask_2d, input_ids.device)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The token embeddings the first layer takes (Granite scales them)."""
+        x = self.embed_tokens(input_ids)
+        scale = self.config.embedding_multiplier
+        return x if scale == 1.0 else x * scale
+
+    def head_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The last layer's output as the LM head takes it: final-normed and, for Granite,
+        divided by ``logits_scaling`` (the head is linear, so its logits are divided alike; the
+        training losses, which read these states beside the head's weight, see it too)."""
+        h = self.norm(x)
+        scaling = self.config.logits_scaling
+        return h if scaling == 1.0 else h / scaling
 
     def hidden_states(
         self,
@@ -241,14 +269,14 @@ class Decoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Final-normed hidden states [B, T, hidden], before the LM head."""
+        """The LM head's input [B, T, hidden] (``head_input``: final-normed)."""
         x, rope, mask = self.prepare(input_ids, attention_mask, position_ids)
         for layer in self.layers:
             if self.gradient_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(layer, x, rope, mask, use_reentrant=False)
             else:
                 x = layer(x, rope, mask)
-        return self.norm(x)
+        return self.head_input(x)
 
     def forward(
         self,
@@ -272,11 +300,11 @@ class Decoder(nn.Module):
         token); ``position_ids`` [B, T] are the new positions' rotary positions. Inference
         only: the training forward above never takes this path.
         """
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids)
         t = input_ids.shape[1]
         rope = rope_tables(self.config, position_ids, x.dtype)
         mask = cached_attention_mask(self.config, cache.length, t, attention_mask, x.device)
         for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
             x = layer(x, rope, mask, layer_cache)
         cache.length += t
-        return self.lm_head(self.norm(x)).float()
+        return self.lm_head(self.head_input(x)).float()

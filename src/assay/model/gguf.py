@@ -11,7 +11,7 @@ import torch
 from gguf import GGMLQuantizationType, quants
 
 from assay.errors import ModelFileError, UnsupportedModelError
-from assay.model.config import ModelConfig, config_from_gguf
+from assay.model.config import PERMUTED_GGUF, ModelConfig, config_from_gguf
 from assay.model.gguf_header import GGUFHeader, TensorInfo, read_header
 
 _LAYER_NAMES = {
@@ -23,6 +23,8 @@ _LAYER_NAMES = {
     "attn_k.bias": "self_attn.k_proj.bias",
     "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
     "ffn_norm.weight": "post_attention_layernorm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
@@ -126,7 +128,7 @@ class GGUFSource:
             if str(path) in str(err):
                 raise
             raise ModelFileError(f"{path}: {err}") from None
-        self._permuted = self.config.architecture == "llama"
+        self._permuted = self.config.architecture in PERMUTED_GGUF
 
     @property
     def names(self) -> list[str]:

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 
 from assay.atomic import TMP_MARK, file_mode, fsync_dir, fsync_file
 from assay.errors import ConfigError
-from assay.model.config import ModelConfig
+from assay.model.config import GGUF_GRANITE_KEYS, PERMUTED_GGUF, ModelConfig
 from assay.model.gguf import gguf_name, permute_qk
 from assay.model.gguf_seal import placeholder_metadata, seal
 
@@ -25,8 +25,9 @@ _TYPES = {
 
 
 def gguf_architecture(config: ModelConfig) -> str:
-    """llama.cpp files Mistral under ``llama``; Qwen2 keeps its own name."""
-    return "qwen2" if config.architecture == "qwen2" else "llama"
+    """llama.cpp files Mistral under ``llama``; Qwen2, Qwen3 and Granite keep their own
+    names."""
+    return "llama" if config.architecture == "mistral" else config.architecture
 
 
 def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
@@ -42,6 +43,9 @@ def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
     writer.add_rope_freq_base(config.rope_theta)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
+    if arch == "granite":
+        for field, key in GGUF_GRANITE_KEYS.items():
+            writer.add_float32(f"granite.{key}", float(getattr(config, field)))
     for key, value in (
         ("bos_token_id", config.bos_token_id),
         ("eos_token_id", config.eos_token_id),
@@ -111,9 +115,9 @@ def write_gguf(
             writer.add_tensor("rope_freqs.weight", divisors)
         for name, tensor in tensors.items():
             values = tensor.detach().to(torch.float32).cpu().numpy()
-            if arch == "llama" and ".q_proj." in name:
+            if arch in PERMUTED_GGUF and ".q_proj." in name:
                 values = permute_qk(values, config.num_heads, inverse=False)
-            elif arch == "llama" and ".k_proj." in name:
+            elif arch in PERMUTED_GGUF and ".k_proj." in name:
                 values = permute_qk(values, config.num_kv_heads, inverse=False)
             if values.ndim == 1:  # norms and biases stay F32, as llama.cpp writes them
                 writer.add_tensor(gguf_name(name), values.astype(np.float32))

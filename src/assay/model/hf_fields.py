@@ -18,10 +18,17 @@ from typing import Any
 
 from assay.errors import UnsupportedModelError
 
-FAMILIES = ("llama", "mistral", "qwen2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite")
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
 ROPE_TYPES = ("default", "llama3")
+# Granite's four scalars, as config.json names them (each 1 in every other family)
+GRANITE_SCALARS = (
+    "embedding_multiplier",
+    "residual_multiplier",
+    "attention_multiplier",
+    "logits_scaling",
+)
 
 
 class _Absent:
@@ -102,8 +109,11 @@ REFUSED = "refused unless"
 NO_EFFECT = "no effect"
 
 ALL = FAMILIES
+NOT_GRANITE = tuple(f for f in FAMILIES if f != "granite")
 RULES: tuple[FieldRule, ...] = (
-    FieldRule("model_type", ALL, READ, "llama, mistral or qwen2 (picks the family)"),
+    FieldRule(
+        "model_type", ALL, READ, "llama, mistral, qwen2, qwen3 or granite (picks the family)"
+    ),
     FieldRule("vocab_size", ALL, READ, "a positive integer up to 4,194,304"),
     FieldRule("hidden_size", ALL, READ, "a positive integer up to 131,072"),
     FieldRule("intermediate_size", ALL, READ, "a positive integer up to 524,288"),
@@ -112,7 +122,13 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule(
         "num_key_value_heads", ALL, READ, "a positive integer up to 1,024 dividing the heads"
     ),
-    FieldRule("head_dim", ALL, READ, "a positive integer up to 2,048 (default hidden / heads)"),
+    FieldRule(
+        "head_dim",
+        ("llama", "mistral", "qwen2", "granite"),
+        READ,
+        "a positive integer up to 2,048 (default hidden / heads)",
+    ),
+    FieldRule("head_dim", ("qwen3",), READ, "a positive integer up to 2,048 (default 128)"),
     FieldRule("rms_norm_eps", ALL, READ, "a positive number up to 1"),
     FieldRule("rope_theta", ALL, READ, "a positive number up to 1e12 (or in rope_parameters)"),
     FieldRule(
@@ -151,9 +167,9 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "attention_bias",
-        ("llama",),
+        ("llama", "qwen3", "granite"),
         REFUSED,
-        "false (Llama's bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
+        "false (this bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
         accepts=lambda v: v is ABSENT or _off(v),
     ),
     FieldRule(
@@ -164,17 +180,19 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "mlp_bias",
-        ("llama",),
+        ("llama", "granite"),
         REFUSED,
         "false (assay's MLP has no bias)",
         accepts=lambda v: v is ABSENT or _off(v),
     ),
-    FieldRule("mlp_bias", ("mistral", "qwen2"), NO_EFFECT, "ignored as transformers ignores it"),
+    FieldRule(
+        "mlp_bias", ("mistral", "qwen2", "qwen3"), NO_EFFECT, "ignored as transformers ignores it"
+    ),
     FieldRule(
         "sliding_window",
-        ("llama",),
+        ("llama", "granite"),
         NO_EFFECT,
-        "ignored as transformers' Llama ignores it (full causal attention)",
+        "ignored as transformers' Llama and Granite ignore it (full causal attention)",
     ),
     FieldRule(
         "sliding_window",
@@ -191,7 +209,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "use_sliding_window, sliding_window, max_window_layers, layer_types",
-        ("qwen2",),
+        ("qwen2", "qwen3"),
         READ,
         "every layer full attention, or every layer sliding (a mix is refused naming the keys)",
     ),
@@ -219,17 +237,38 @@ RULES: tuple[FieldRule, ...] = (
     *(
         FieldRule(
             key,
-            ALL,
+            NOT_GRANITE,
             REFUSED,
-            "null (Granite's multipliers are not built)",
+            "null (Granite's multipliers belong to model_type granite)",
             accepts=lambda v: v is ABSENT or v is None,
         )
-        for key in (
-            "embedding_multiplier",
-            "residual_multiplier",
-            "attention_multiplier",
-            "logits_scaling",
-        )
+        for key in GRANITE_SCALARS
+    ),
+    FieldRule(
+        "embedding_multiplier",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): the embeddings are multiplied by it",
+    ),
+    FieldRule(
+        "residual_multiplier",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): each attention and MLP branch is multiplied "
+        "by it before its residual add",
+    ),
+    FieldRule(
+        "attention_multiplier",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): the attention scores' scale, in place of "
+        "head_dim^-0.5",
+    ),
+    FieldRule(
+        "logits_scaling",
+        ("granite",),
+        READ,
+        "a positive number up to 1e4 (default 1): the logits are divided by it",
     ),
     FieldRule(
         "norm kind (no key)",
@@ -238,8 +277,26 @@ RULES: tuple[FieldRule, ...] = (
         "fixed by model_type: RMSNorm x * w (not Gemma's x * (1 + w)), before attention and MLP",
     ),
     FieldRule(
+        "q/k norm (no key)",
+        ("llama", "mistral", "qwen2"),
+        NO_EFFECT,
+        "fixed by model_type: none",
+    ),
+    FieldRule(
+        "q/k norm (no key)",
+        ("qwen3",),
+        READ,
+        "fixed by model_type: RMSNorm over each head of q and k (q_norm, k_norm) before RoPE",
+    ),
+    FieldRule(
         "embedding scale (no key)",
-        ALL,
+        ("granite",),
+        READ,
+        "embedding_multiplier (above); Gemma's sqrt(hidden) is not built",
+    ),
+    FieldRule(
+        "embedding scale (no key)",
+        NOT_GRANITE,
         NO_EFFECT,
         "fixed by model_type: embeddings are not scaled (Gemma's sqrt(hidden) is not built)",
     ),

@@ -269,11 +269,11 @@ class StreamedModel(nn.Module):
             # still holding a layer copied before would run its old weights.
             self.pool.forget()
         if not self.recompute and torch.is_grad_enabled():
-            return self.model.norm(self._layers_keeping_activations(x, (rope, mask)))
+            return self.model.head_input(self._layers_keeping_activations(x, (rope, mask)))
         # Adapter switches (enable/disable) must not change between this call and backward:
         # the backward recomputes every layer with the adapters as they are then.
         x = _StreamedLayers.apply(self, (rope, mask), x, *self.trainables)
-        return self.model.norm(x)
+        return self.model.head_input(x)
 
     def _layers_keeping_activations(self, x: torch.Tensor, context: tuple) -> torch.Tensor:
         for i in range(self.num_layers):

@@ -144,12 +144,12 @@ def _not_a_folder(config: pytest.Config) -> str | None:
 def _records_of_another_ledger(config: pytest.Config) -> str | None:
     """Records that would be rendered from receipts other than the ones beside them (an ini
     ``gate_records`` with a scratch ``--gate-receipts``), or None."""
-    from assay.qualify.plugin.session import no_write, render_enabled, setting_dir
+    from assay.qualify.plugin.session import no_write, records_dir, render_enabled, setting_dir
 
     receipts = setting_dir(config, "gate_receipts")
-    if receipts is None or no_write(config) or not render_enabled(config):
+    records = records_dir(config)
+    if receipts is None or records is None or no_write(config) or not render_enabled(config):
         return None
-    records = setting_dir(config, "gate_records") or receipts.parent
     beside = records / "receipts"
     if beside.is_dir() and beside.resolve() != receipts.resolve():
         return (

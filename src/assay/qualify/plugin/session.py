@@ -82,6 +82,13 @@ def setting_dir(config: pytest.Config, name: str) -> Path | None:
     return path if path.is_absolute() else base / path
 
 
+def records_dir(config: pytest.Config) -> Path | None:
+    """The folder a session renders its records into: ``gate_records``, else the folder holding
+    the receipts folder; None when neither is set."""
+    receipts = setting_dir(config, "gate_receipts")
+    return setting_dir(config, "gate_records") or (receipts.parent if receipts else None)
+
+
 def selection_options(config: pytest.Config) -> str:
     """The selection options in effect, for the reader (they decide nothing)."""
     option, shown = config.option, []
@@ -307,7 +314,8 @@ class GateSession:
             )
         receipts = setting_dir(config, "gate_receipts")
         assert receipts is not None  # the ini default is records/receipts
-        records = setting_dir(config, "gate_records") or receipts.parent
+        records = records_dir(config)
+        assert records is not None
         device = next((f["device"] for f in fragments if f.get("device")), None)
         options = Options(
             receipts=receipts,
