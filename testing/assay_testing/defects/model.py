@@ -60,14 +60,14 @@ DEFECTS: tuple[Defect, ...] = (
     # GGUF loader), not only in assay's own reader.
     Defect(
         "model.gguf_export.skip_qk_permute",
-        "llama GGUF files are written without the Q/K row permutation",
+        "llama and granite GGUF files are written without the Q/K row permutation",
         (
             Edit(
                 "assay.model.gguf_export:write_gguf",
                 """\
-            if arch == "llama" and ".q_proj." in name:
+            if arch in PERMUTED_GGUF and ".q_proj." in name:
                 values = permute_qk(values, config.num_heads, inverse=False)
-            elif arch == "llama" and ".k_proj." in name:
+            elif arch in PERMUTED_GGUF and ".k_proj." in name:
                 values = permute_qk(values, config.num_kv_heads, inverse=False)
 """,
                 "",
