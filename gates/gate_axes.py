@@ -28,9 +28,21 @@ from support.matrix_claims import (
     without_newest_method,
 )
 from support.matrix_runs import build_workspace
+from support.threshold_moves import correct_moved_thresholds
 
 HEADLINE = "cells.single_process"
 STRENGTH = 1
+# the float32 distributed bound's move, a dated correction citing the receipt that failed under
+# the old one (the evidence is in support.matrix_claims beside DISTRIBUTED_BOUNDS)
+THRESHOLD_MOVES = (
+    (
+        "96ffec9c325c1d3bbab9e441cbe77b3efecc2e0c94b487b3edf29df34bc39991",
+        {"cells.distributed": "float32 1e-5 -> 1e-4 (measured 1.21e-05 in 96ffec9c325c)"},
+        "2026-12-07: bound {move}: the whole difference is one element of one tensor, the "
+        "same under DDP and FSDP2, every other element within 3e-7 and each loss within 5e-7: "
+        "AdamW carries a near-cancelling gradient sum's relative error into an lr-sized step",
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +73,7 @@ def test_single_process_cells_equal_their_reference(gate, cells, space, tmp_path
     gate.figure(matrix_figure(chosen, words, tmp_path / "cells.png"), "Single-process cells")
 
 
-def test_distributed_cells_within_the_bound(gate, cells, space, tmp_path):
+def test_distributed_cells_within_the_bound(gate, cells, space, tmp_path, pytestconfig):
     references = {}
     chosen, ratios = distributed_cells(gate, cells, space, references)
     claim = gate.claim(**distributed_claim(len(chosen)))
@@ -70,3 +82,4 @@ def test_distributed_cells_within_the_bound(gate, cells, space, tmp_path):
     claim.control(*defect_on_cell(fault, values, space, references, bound_ratio))
     words = verdict_words(ratios, 1.0, "within", "outside")
     gate.figure(matrix_figure(chosen, words, tmp_path / "cells.png"), "Distributed cells")
+    gate.note(correct_moved_thresholds(gate, THRESHOLD_MOVES, pytestconfig))

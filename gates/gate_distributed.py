@@ -289,18 +289,24 @@ def test_fsdp_one_update_equals_one_process(gate, runs):
     )
 
 
+# float32 sums in another order. This was the matrix cells' float32 bound until 2026-12-07, when
+# one Adam-amplified element moved theirs to 1e-4 (support.matrix_claims); this cell has held
+# 1e-5 in every run, so its claim keeps it.
+ORPO_BOUND = 1e-5
+
+
 def test_fsdp_trains_a_preference_loss_like_one_process(gate, tmp_path):
     """A preference loss reads the LM head's weight itself (chunked log-probs), outside any
     module's forward: under FSDP2 it must read the gathered weight, and ORPO's NLL term must be
     one token mean over both ranks' chosen completions."""
-    from support.matrix_claims import DISTRIBUTED_BOUNDS, DISTRIBUTED_CONTROL
+    from support.matrix_claims import DISTRIBUTED_CONTROL
     from support.matrix_runs import build_workspace, largest_difference, reference_run, run_cell
     from support.plain_cell import plain_cell
 
     cell = plain_cell(loss="orpo", distributed="fsdp")
     space = build_workspace(tmp_path)
     reference = reference_run(cell, space, {})
-    bound = DISTRIBUTED_BOUNDS["float32"]
+    bound = ORPO_BOUND
     claim = gate.claim(
         "fsdp.preference_orpo",
         f"FSDP2, {WORLD} processes, ORPO (LoRA, tiny llama, 3 steps, one pair per rank a step, "

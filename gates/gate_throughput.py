@@ -25,8 +25,6 @@ import torch
 
 from assay.model.flops import SUMMARY as FLOP_MODEL
 from assay.qualify import Threshold
-from assay.qualify.judging.loading import load_checked
-from assay.qualify.plugin.session import setting_dir
 from assay.qualify.plugin.timing import Timing
 from assay_bench.report import TARGETS, run_benchmark
 from assay_bench.step import max_abs_diff, trainable_grads
@@ -34,6 +32,7 @@ from assay_bench.subjects import DESCRIPTIONS, SUBJECTS
 from assay_bench.total_run import in_subprocess as total_run
 from assay_testing.real_model import smollm2_path
 from support.moved_claims import retire_replaced_claims
+from support.threshold_moves import correct_moved_thresholds
 from support.throughput_helpers import (
     SEQ,
     amdahl_note,
@@ -516,21 +515,4 @@ def retire_replaced(gate, pytestconfig) -> str:
 def test_thresholds_moved_to_their_targets(gate, pytestconfig):
     """Each moved threshold is a dated correction citing the receipt that failed under the old
     one, written once (a ledger that already holds it, or never held that receipt, gets none)."""
-    receipts = setting_dir(pytestconfig, "gate_receipts")
-    ledger = receipts / gate.name / "LEDGER" if receipts is not None else None
-    text = ledger.read_text("utf-8") if ledger is not None and ledger.exists() else ""
-    written = 0
-    for failing, moves, reason in THRESHOLD_MOVES:
-        if failing not in text:
-            continue
-        done = {
-            c["claim_id"]
-            for r in load_checked(receipts, gate.name)[0]
-            for c in r["corrects"]
-            if c["receipt_sha256"] == failing
-        }
-        for claim_id, move in moves.items():
-            if claim_id not in done:
-                gate.correct(failing, claim_id, reason.format(move=move))
-                written += 1
-    gate.note(f"threshold moves: {written} dated corrections written in this run")
+    gate.note(correct_moved_thresholds(gate, THRESHOLD_MOVES, pytestconfig))

@@ -93,3 +93,41 @@ def test_a_replaced_claim_is_retired_once_with_its_reason(gates):
         "claim_id": "moves",
         "reason": "replaced by stays",
     }
+
+
+MOVED = """
+import sys
+sys.path.insert(0, {gates!r})
+from support.threshold_moves import correct_moved_thresholds
+
+MOVES = (({failing!r}, {{"agrees": "<= 1e-3 -> <= 1e-1"}}, "2026-12-07: bound {{move}}"),)
+
+
+def test_agrees(gate, pytestconfig):
+    c = gate.claim("agrees", "agrees", kind="correctness", threshold=Threshold("<=", 1e-1))
+    c.measure(0.01)
+    c.control("broken", 1.0)
+    gate.note(correct_moved_thresholds(gate, MOVES, pytestconfig))
+"""
+
+
+def test_a_moved_threshold_is_corrected_once_citing_the_failing_receipt(gates):
+    """The ledger that holds the receipt that failed under the old threshold gets the dated
+    correction once; a fresh receipts folder, which never held that receipt, gets none."""
+    failing_claim = CLAIM.format(name="agrees").replace("c.measure(0.0)", "c.measure(0.01)")
+    gates.write("old", failing_claim)
+    assert gates.run().ret != 0  # 0.01 fails <= 1e-3
+    failing = gates.only_receipt("old")["receipt_sha256"]
+    gates.write("old", MOVED.format(gates=str(GATES), failing=failing))
+    assert gates.run().ret == 0
+    assert gates.run().ret == 0  # already corrected: no second correction
+    found = corrections(gates, gates.receipts)
+    assert [len(c) for c in found] == [0, 1, 0], found
+    assert found[1][0] == {
+        "receipt_sha256": failing,
+        "claim_id": "agrees",
+        "reason": "2026-12-07: bound <= 1e-3 -> <= 1e-1",
+    }
+    fresh = gates.pytester.path / "fresh"
+    gates.run(receipts=fresh)
+    assert corrections(gates, fresh) == [[]]
