@@ -19,6 +19,7 @@ from assay.qualify.plugin.claim import MeasuredControl
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path[:0] = [str(TESTS / "corpus"), str(TESTS / "robustness")]
 
+import base_identity  # noqa: E402
 import config_cases  # noqa: E402
 import fuzz  # noqa: E402
 import fuzz_loaders  # noqa: E402
@@ -178,6 +179,111 @@ def test_config_fields_are_read_or_refused(gate, monkeypatch):
     claim.control(
         "the same cases with the hidden_act row taken out of the table (a GELU model loads)",
         len(config_cases.misjudged(generated)),
+    )
+
+
+def _merged_rope(hf):
+    """The rope reading issue 51's attack broke: rope_scaling merged over rope_parameters (as
+    assay read it before), where transformers 5 replaces one with the other."""
+    rope = dict(hf["rope_parameters"]) if isinstance(hf.get("rope_parameters"), dict) else {}
+    legacy = hf.get("rope_scaling")
+    if isinstance(legacy, dict):
+        legacy = dict(legacy)
+        if "type" in legacy and "rope_type" not in legacy:
+            legacy["rope_type"] = legacy.pop("type")
+        rope.update(legacy)
+    return rope
+
+
+def test_config_is_read_as_transformers_reads_it(gate, monkeypatch):
+    """Issue 51's second attack: files that combine interdependent keys (a null head_dim, 0 for
+    a boolean, sliding keys that contradict, rope_scaling beside rope_parameters and a theta)
+    are read as transformers 5 reads them, or refused (docs/models.md)."""
+    import assay.model.config
+    import assay.model.hf_fields
+    from assay_testing import transformers_configs
+
+    gate.seed(151)
+    n = 400
+    files = transformers_configs.generated(151, n)
+    claim = gate.claim(
+        "config.read_as_transformers",
+        f"{n} generated config.json files over five families, each combining up to five of "
+        "head_dim, attention_bias, mlp_bias, tie_word_embeddings, the sliding-window keys, "
+        "rope_parameters, rope_scaling and rope_theta: each file transformers 5 refuses or "
+        "cannot run a forward pass on is refused in one line naming the file, and each file "
+        "assay reads, transformers reads with the same head size, rope, window and tied head",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="files misjudged",
+        code=[
+            "assay.model.config",
+            "assay.model.hf_fields",
+            "assay_testing.transformers_configs",
+        ],
+    )
+    wrong = transformers_configs.misjudged(files)
+    claim.measure(len(wrong))
+    gate.note(f"transformers config cases misjudged: {wrong[:3]}")
+    refused = sum(isinstance(transformers_configs.as_assay(hf), str) for hf in files)
+    gate.note(f"transformers config cases: {refused} of {n} refused by assay")
+    monkeypatch.setattr(assay.model.config, "rope_parameters", _merged_rope)
+    claim.control(
+        "the same files with rope_scaling merged over rope_parameters (assay's reading before "
+        "the attack)",
+        len(transformers_configs.misjudged(files)),
+    )
+
+
+def test_a_base_is_its_weights_and_its_numerics(gate, tmp_path, monkeypatch):
+    """Issue 51's second attack: an adapter trained on Granite loaded onto the same weights
+    with the multipliers at 1 (or read as Llama), and a run resumed after its base's
+    config.json changed a value of the forward pass, went on with no word. Both now name the
+    base's numerics beside its weights (docs/adapters.md, docs/training.md)."""
+    import assay.adapters.base_identity
+    import assay.train.loop
+    from assay_testing.tiny import save_tiny
+
+    granite = save_tiny("granite", tmp_path / "tiny", seed=0, gguf=False)["hf"]
+    cases = 2 * len(base_identity.CHANGES) + len(base_identity.RESUME_CHANGES)
+    claim = gate.claim(
+        "identity.base_refused",
+        f"{cases} cases: a PEFT-format and a TinyLoRA adapter trained on a tiny Granite, each "
+        "loaded onto a copy of it whose config.json changes embedding_multiplier, "
+        "logits_scaling, rms_norm_eps, the rope theta or the family (the same weights), and a "
+        "run stopped after one step resumed after its base's rms_norm_eps or rope theta "
+        "changed: each refused in one line naming the base; a context length no forward pass "
+        "reads changes nothing (loads, resumes)",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="cases misjudged",
+        code=[
+            "assay.adapters.base_identity",
+            "assay.model.config",
+            "assay.train.checkpoint",
+            "base_identity",
+        ],
+    )
+
+    def misjudged(where: Path) -> list[str]:
+        return [
+            *base_identity.adapter_outcomes(granite, where / "adapters"),
+            *base_identity.resume_outcomes(where / "resume"),
+        ]
+
+    wrong = misjudged(tmp_path / "product")
+    claim.measure(len(wrong))
+    gate.note(f"base identity cases misjudged: {wrong}")
+    monkeypatch.setattr(assay.adapters.base_identity, "first_difference", lambda *_: None)
+    monkeypatch.setattr(
+        assay.train.loop,
+        "model_fingerprints",
+        lambda base: {"model": base.fingerprint.canonical_sha256},
+    )
+    claim.control(
+        "the same cases with the numerics compared nowhere (the weights alone, as before the "
+        "attack)",
+        len(misjudged(tmp_path / "control")),
     )
 
 

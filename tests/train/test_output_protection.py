@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -320,4 +321,31 @@ def test_resume_under_another_tokenizer_is_refused(workspace, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "tokens fingerprint differs" in err, err
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    path = Path(folder) / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def test_resume_onto_the_same_weights_under_another_config_is_refused(workspace, capsys):
+    """Issue 51's attack: a base whose config.json changed a value of the forward pass (here the
+    norm epsilon; Granite's multipliers in the attack) has the same weights, and --resume used
+    to carry on under the other math. The checkpoint names the base's numerics too; the
+    controls: a change no forward pass reads (the context length) resumes, and so does the
+    first config put back."""
+    config, run = workspace
+    model = Path(yaml.safe_load(config.read_text())["model"])
+    original = (model / "config.json").read_text()
+    assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
+    _edit_config(model, rms_norm_eps=1e-2)
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    capsys.readouterr()
+    assert main(["train", str(config), "--no-progress", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model_numerics fingerprint differs" in err, err
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    (model / "config.json").write_text(original)
+    _edit_config(model, max_position_embeddings=4096)
     assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0

@@ -4,7 +4,6 @@ checked opening and loading of a safetensors file both adapter formats share."""
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -69,35 +68,6 @@ def load_exactly(weights: Path, expected: dict[str, torch.Tensor]) -> None:
                     f"expected {tuple(target.shape)}"
                 )
             target.copy_(value)
-
-
-def base_sha256(model: Any) -> str | None:
-    """The canonical sha256 of the weights ``model`` was loaded from (None when unknown)."""
-    fingerprint = getattr(model, "fingerprint", None)
-    return getattr(fingerprint, "canonical_sha256", None)
-
-
-def check_recorded_base(
-    where: Path, model: Any, recorded: Any, named: Any = None, folder: Path | None = None
-) -> None:
-    """ConfigError naming ``where`` when the base model an adapter recorded (``recorded``, the
-    canonical sha256 saved beside it) is not ``model``; a one-line warning naming ``folder``
-    when either side is unknown (a folder PEFT wrote: only shapes can be checked). Called
-    before the adapter's own fields are read against the model, so an adapter of another base
-    is reported as that, not as whatever first disagrees with the model's shape."""
-    ours = base_sha256(model)
-    if not isinstance(recorded, str) or ours is None:
-        shown = f" (it names {named!r})" if isinstance(named, str) and named else ""
-        warnings.warn(
-            f"{folder or where.parent}: the base model could not be verified{shown}; "
-            "only shapes were checked",
-            stacklevel=4,
-        )
-    elif recorded != ours:
-        raise ConfigError(
-            f"{where}: base_model_sha256: trained on another base model (sha256 "
-            f"{recorded[:12]}) than the one given (sha256 {ours[:12]})"
-        )
 
 
 def spec_from_json(data: Any, where: Path):

@@ -19,9 +19,8 @@ import torch
 from torch import nn
 
 from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
+from assay.adapters.base_identity import base_record, check_recorded_base
 from assay.adapters.files import (
-    base_sha256,
-    check_recorded_base,
     load_exactly,
     open_safetensors,
     read_json,
@@ -97,9 +96,7 @@ def save_peft(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     write_safetensors_atomic(folder / WEIGHTS, peft_state(model), metadata={"format": "pt"})
     write_json_atomic(folder / CONFIG, config)
     side: dict[str, Any] = {"format": "assay-peft/1", "spec": spec.to_dict()}
-    base = base_sha256(model)
-    if base is not None:
-        side["base_model_sha256"] = base
+    side.update(base_record(model))
     write_json_atomic(folder / SIDECAR, side)
     return folder
 
@@ -110,7 +107,7 @@ def check_base(folder: Path, model: nn.Module) -> None:
     base model itself cannot be)."""
     sidecar = folder / SIDECAR
     side = read_json(sidecar) if sidecar.is_file() else None
-    recorded = side.get("base_model_sha256") if isinstance(side, dict) else None
+    recorded = side if isinstance(side, dict) else {}
     config = read_json(folder / CONFIG)
     named = config.get("base_model_name_or_path") if isinstance(config, dict) else None
     check_recorded_base(sidecar, model, recorded, named, folder)

@@ -15,9 +15,8 @@ import torch
 from torch import nn
 
 from assay.adapters.attachment import AdapterSpec, adapter_modules, attach
+from assay.adapters.base_identity import base_record, check_recorded_base
 from assay.adapters.files import (
-    base_sha256,
-    check_recorded_base,
     load_exactly,
     open_safetensors,
     read_json,
@@ -58,9 +57,7 @@ def save_tinylora(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     folder = Path(out)
     write_safetensors_atomic(folder / WEIGHTS, tinylora_state(model, spec), {"format": "pt"})
     config: dict = {"format": FORMAT, "spec": spec.to_dict()}
-    base = base_sha256(model)
-    if base is not None:
-        config["base_model_sha256"] = base
+    config.update(base_record(model))
     write_json_atomic(folder / CONFIG, config)
     return folder
 
@@ -74,7 +71,7 @@ def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
         got = config.get("format") if isinstance(config, dict) else config
         raise ConfigError(f"{folder / CONFIG}: format {got!r}; need {FORMAT!r}")
     # U, S and V^T are the base's SVD: on another base the same file is another function
-    check_recorded_base(folder / CONFIG, model, config.get("base_model_sha256"), folder=folder)
+    check_recorded_base(folder / CONFIG, model, config, folder=folder)
     spec = spec_from_json(config.get("spec"), folder / CONFIG)
     _check_declared_sizes(folder, spec)  # before attach allocates u- and r-sized buffers
     attach(

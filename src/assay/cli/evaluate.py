@@ -22,7 +22,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from assay.settings.loader import load_train_config
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint import load_checkpoint, other_model
     from assay.train.loop import Trainer
 
     config = load_train_config(args.config)
@@ -33,12 +33,9 @@ def run(args: argparse.Namespace) -> int:
         trainer = Trainer(config, device=args.device, progress=False)
     if args.checkpoint:
         saved = load_checkpoint(args.checkpoint, fingerprints=None)
-        if saved.fingerprints.get("model") != trainer.fingerprints["model"]:
-            raise AssayError(
-                f"{saved.path}: was trained on another model (sha256 "
-                f"{str(saved.fingerprints.get('model'))[:12]}) than {config.model} (sha256 "
-                f"{trainer.fingerprints['model'][:12]})"
-            )
+        differs = other_model(saved.fingerprints, trainer.base)
+        if differs:
+            raise AssayError(f"{saved.path}: was trained on {differs}, not {config.model}")
         saved.restore(trainer.params, rng=False)
     if args.data:
         from assay.train.data import load_dataset

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from assay.adapters.export import check_destination, export
     from assay.settings.loader import load_train_config
     from assay.train.build import build_model, trainable_parameters
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint import load_checkpoint, other_model
     from assay.train.loop import RUN_CONFIG
 
     checkpoint_dir = Path(args.checkpoint)
@@ -64,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
     with load_progress("model"):
         _, base = build_model(config)
     checkpoint = load_checkpoint(checkpoint_dir)
-    if checkpoint.fingerprints["model"] != base.fingerprint.canonical_sha256:
-        raise AssayError(f"{checkpoint.path}: was trained on another model than {config.model}")
+    differs = other_model(checkpoint.fingerprints, base)
+    if differs:
+        raise AssayError(f"{checkpoint.path}: was trained on {differs}, not {config.model}")
     checkpoint.restore(trainable_parameters(base), rng=False)
     out = export(base, out_dir, args.format, gguf_type=args.gguf_type, force=args.force)
     result = {"checkpoint": str(checkpoint.path), "format": args.format, "out": str(out)}

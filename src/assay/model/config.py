@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import numbers
 import re
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import ModelFileError, UnsupportedModelError
-from assay.model.hf_fields import GRANITE_SCALARS, check_refused_fields, rope_parameters
+from assay.model.hf_fields import ABSENT, GRANITE_SCALARS, check_refused_fields, rope_parameters
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "granite")
 # The positive integers that size a decoder (the memory predictor reads these alone).
@@ -56,6 +59,8 @@ MISTRAL_WINDOW = 4096
 QWEN2_WINDOW = 4096
 QWEN2_WINDOW_LAYERS = 28
 QWEN3_HEAD_DIM = 128
+# families whose transformers model reads a null head_dim as the default (hidden / heads)
+NULL_HEAD_DIM_IS_DEFAULT = ("llama", "mistral")
 # the general.architecture values read from GGUF (llama.cpp files Mistral under llama)
 GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "granite")
 # GGUF files whose Q and K rows llama.cpp stores permuted (its Llama conversion, Granite's too)
@@ -158,6 +163,34 @@ class ModelConfig:
         if self.rope_scaling is not None:
             out["rope_scaling"] = dict(self.rope_scaling)
         return out
+
+    def numerics(self) -> dict[str, Any]:
+        """Everything here that changes the forward pass, JSON-ready: two bases with equal
+        weights and equal numerics compute the same function. Reals are rounded to float32 (the
+        precision GGUF stores them in) and the rope is its inverse frequencies, so a GGUF's
+        divisors and a config.json's Llama-3 scaling of the same rope compare alike; token ids
+        and the context length, which no forward pass reads, are left out."""
+        from assay.model.decoder import rope_inverse_frequencies
+
+        def real(value: float | None) -> float | None:
+            return None if value is None else struct.unpack("f", struct.pack("f", value))[0]
+
+        return {
+            "architecture": self.architecture,
+            **{name: getattr(self, name) for name in SIZE_FIELDS},
+            "rms_norm_eps": real(self.rms_norm_eps),
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.attention_bias,
+            "qk_norm": self.qk_norm,
+            **{name: real(getattr(self, name)) for name in GRANITE_SCALARS},
+            "sliding_window": self.sliding_window,
+            "rope_inverse_frequencies": rope_inverse_frequencies(self).tolist(),
+        }
+
+    def numerics_sha256(self) -> str:
+        """sha256 of :meth:`numerics` as sorted JSON: equal for configs that compute alike."""
+        text = json.dumps(self.numerics(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """Canonical tensor name -> shape (out, in) for every tensor the file must hold."""
@@ -287,8 +320,12 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
             ),
         }
     eos = hf.get("eos_token_id")
-    # absent, transformers' Qwen3 takes 128, every other family hidden / heads
-    head_dim = hf.get("head_dim", QWEN3_HEAD_DIM if model_type == "qwen3" else None)
+    # absent, transformers' Qwen3 takes 128 and the others hidden / heads; a null is that
+    # default only where transformers' model reads it so, and is refused (as a value that is no
+    # integer) where transformers refuses it (Qwen3) or cannot run it (Qwen2, Granite)
+    head_dim = hf.get("head_dim", ABSENT)
+    if head_dim is ABSENT or (head_dim is None and model_type in NULL_HEAD_DIM_IS_DEFAULT):
+        head_dim = QWEN3_HEAD_DIM if model_type == "qwen3" else hidden // heads
     kv_heads = hf.get("num_key_value_heads")
     return _built(
         where,
@@ -302,9 +339,7 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         num_kv_heads=_integer(
             heads if kv_heads is None else kv_heads, "num_key_value_heads", where, "num_kv_heads"
         ),
-        head_dim=_integer(
-            hidden // heads if head_dim is None else head_dim, "head_dim", where, "head_dim"
-        ),
+        head_dim=_integer(head_dim, "head_dim", where, "head_dim"),
         rope_theta=theta,
         rms_norm_eps=_real(hf.get("rms_norm_eps", 1e-6), "rms_norm_eps", where, "rms_norm_eps"),
         max_position_embeddings=context,
@@ -367,6 +402,12 @@ def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str)
         raise UnsupportedModelError(
             f"{where}: layer_types holds {sorted(map(str, unknown))[0]!r}; "
             "expected full_attention or sliding_attention"
+        )
+    if window is None and "sliding_attention" in kinds:
+        raise UnsupportedModelError(
+            f"{where}: layer_types names sliding_attention layers but there is no window "
+            f"(use_sliding_window {use!r}, sliding_window {hf.get('sliding_window')!r}); "
+            "transformers cannot run such a file either"
         )
     if window is None or set(kinds) == {"full_attention"}:
         return None

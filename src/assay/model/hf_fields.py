@@ -42,16 +42,15 @@ ABSENT = _Absent()
 
 
 def rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The rope settings as transformers 5 merges them: ``rope_parameters``, then the legacy
-    ``rope_scaling`` on top, its ``type`` read as ``rope_type`` (a value that is not an object
-    counts as absent here; the config reader refuses it by name)."""
-    rope = dict(hf["rope_parameters"]) if isinstance(hf.get("rope_parameters"), Mapping) else {}
+    """The rope settings as transformers 5 reads them: a non-empty legacy ``rope_scaling``
+    replaces ``rope_parameters`` whole (it is not merged into it), and its ``type`` is read as
+    ``rope_type`` when that is absent. A value that is not an object counts as absent here; the
+    config reader refuses it by name. ``rope_theta`` outside these is the caller's fallback."""
     legacy = hf.get("rope_scaling")
-    if isinstance(legacy, Mapping):
-        legacy = dict(legacy)
-        if "type" in legacy and "rope_type" not in legacy:
-            legacy["rope_type"] = legacy.pop("type")
-        rope.update(legacy)
+    chosen = legacy if isinstance(legacy, Mapping) and legacy else hf.get("rope_parameters")
+    rope = dict(chosen) if isinstance(chosen, Mapping) else {}
+    if "type" in rope and "rope_type" not in rope:
+        rope["rope_type"] = rope.pop("type")
     return rope
 
 
@@ -76,6 +75,12 @@ def _off(value: Any) -> bool:
         return True
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)
     return number and value == 0
+
+
+def _false(value: Any) -> bool:
+    """Absent or JSON false: a field transformers types as a boolean, where 0 and null are
+    refused as transformers 5 refuses them, not read as false."""
+    return value is ABSENT or value is False
 
 
 def _one(value: Any) -> bool:
@@ -124,11 +129,24 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "head_dim",
-        ("llama", "mistral", "qwen2", "granite"),
+        ("llama", "mistral"),
         READ,
-        "a positive integer up to 2,048 (default hidden / heads)",
+        "a positive integer up to 2,048 (default hidden / heads, absent or null)",
     ),
-    FieldRule("head_dim", ("qwen3",), READ, "a positive integer up to 2,048 (default 128)"),
+    FieldRule(
+        "head_dim",
+        ("qwen2", "granite"),
+        READ,
+        "a positive integer up to 2,048 (default hidden / heads when absent; null is refused, "
+        "as transformers' Qwen2 and Granite cannot run it)",
+    ),
+    FieldRule(
+        "head_dim",
+        ("qwen3",),
+        READ,
+        "a positive integer up to 2,048 (default 128 when absent; null is refused, as "
+        "transformers' Qwen3 refuses it)",
+    ),
     FieldRule("rms_norm_eps", ALL, READ, "a positive number up to 1"),
     FieldRule("rope_theta", ALL, READ, "a positive number up to 1e12 (or in rope_parameters)"),
     FieldRule(
@@ -170,7 +188,7 @@ RULES: tuple[FieldRule, ...] = (
         ("llama", "qwen3", "granite"),
         REFUSED,
         "false (this bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
-        accepts=lambda v: v is ABSENT or _off(v),
+        accepts=_false,
     ),
     FieldRule(
         "attention_bias",
@@ -183,7 +201,7 @@ RULES: tuple[FieldRule, ...] = (
         ("llama", "granite"),
         REFUSED,
         "false (assay's MLP has no bias)",
-        accepts=lambda v: v is ABSENT or _off(v),
+        accepts=_false,
     ),
     FieldRule(
         "mlp_bias", ("mistral", "qwen2", "qwen3"), NO_EFFECT, "ignored as transformers ignores it"
@@ -199,6 +217,14 @@ RULES: tuple[FieldRule, ...] = (
         ("mistral",),
         READ,
         "a positive integer up to 16,777,216, or null for none (default 4096, as transformers)",
+    ),
+    FieldRule(
+        "layer_types",
+        ("llama", "granite"),
+        REFUSED,
+        "absent, or full_attention for every layer (transformers' Llama and Granite cannot run "
+        "a sliding layer)",
+        accepts=lambda v: v is ABSENT or (isinstance(v, list) and set(v) <= {"full_attention"}),
     ),
     FieldRule(
         "layer_types",

@@ -64,7 +64,14 @@ POINTER_BYTES = 4096  # ``latest`` holds one step folder's name
 FINGERPRINTS = ("config", "dataset", "model")  # every checkpoint's manifest names these
 # and a newer one these too, compared when both the checkpoint and the run have them (a
 # checkpoint written before they existed still resumes)
-LATER_FINGERPRINTS = ("tokens",)
+LATER_FINGERPRINTS = ("tokens", "model_numerics")
+# what names the base model: its weights, and the config values that change its forward pass
+# (equal weights under other Granite multipliers, or another family, are another model)
+MODEL_FINGERPRINTS = ("model", "model_numerics")
+NUMERICS_DIFFER = (
+    "a config.json value that changes the forward pass differs: the family, a size, a norm "
+    "epsilon, the rope, the window or Granite's multipliers"
+)
 
 
 def _to_dict(value: Any) -> Any:
@@ -73,6 +80,29 @@ def _to_dict(value: Any) -> Any:
 
 def _tensors_bytes(tensors: Mapping[str, Tensor]) -> bytes:
     return st_save({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+
+
+def model_fingerprints(base: Any) -> dict[str, str]:
+    """The fingerprints of MODEL_FINGERPRINTS for the loaded base model ``base``."""
+    return {
+        "model": base.fingerprint.canonical_sha256,
+        "model_numerics": base.config.numerics_sha256(),
+    }
+
+
+def other_model(saved: Mapping[str, str], base: Any) -> str | None:
+    """What a checkpoint whose fingerprints are ``saved`` was trained on when that is not
+    ``base`` (None when it is): another model's weights, or the same weights under a config
+    that computes otherwise (compared when the checkpoint recorded it)."""
+    ours = model_fingerprints(base)
+    if saved.get("model") != ours["model"]:
+        return (
+            f"another model (sha256 {str(saved.get('model'))[:12]}; the one given "
+            f"{ours['model'][:12]})"
+        )
+    if "model_numerics" in saved and saved["model_numerics"] != ours["model_numerics"]:
+        return f"the same weights under another config ({NUMERICS_DIFFER})"
+    return None
 
 
 def _check_fingerprints(fingerprints: Mapping[str, str]) -> dict[str, str]:
@@ -292,7 +322,7 @@ def load_checkpoint(
         if differ:
             detail = "; ".join(
                 f"{k} fingerprint differs (checkpoint {str(saved.get(k))[:12]}, "
-                f"now {wanted[k][:12]})"
+                f"now {wanted[k][:12]}{': ' + NUMERICS_DIFFER if k == 'model_numerics' else ''})"
                 for k in differ
             )
             raise CheckpointError(f"{directory}: {detail}; refusing to resume")

@@ -45,7 +45,12 @@ from assay.train.build import (
     seed_everything,
     trainable_parameters,
 )
-from assay.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from assay.train.checkpoint import (
+    Checkpoint,
+    load_checkpoint,
+    model_fingerprints,
+    save_checkpoint,
+)
 from assay.train.checkpoint_check import check_restorable
 from assay.train.data import (
     Batch,
@@ -122,7 +127,7 @@ class Trainer:
         self.fingerprints = {
             "config": config_fingerprint(config),
             "dataset": dataset_fingerprint(self.train_data),
-            "model": self.base.fingerprint.canonical_sha256,
+            **model_fingerprints(self.base),
             "tokens": tokens_fingerprint(self.train_data),
         }
         self.step = 0

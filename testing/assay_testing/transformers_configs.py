@@ -1,0 +1,171 @@
+"""config.json files judged by transformers 5 itself: files that combine the keys whose meaning
+depends on each other (head_dim and its null, the boolean fields, the sliding-window keys,
+rope_parameters, the legacy rope_scaling and a top-level rope_theta), each given to
+transformers' own config class and model and to assay's reader.
+
+The invariant (docs/models.md): a file transformers refuses, or cannot run a forward pass on,
+assay refuses in one line naming the file; a file assay reads, transformers reads too, with the
+same head size, rope (type, theta and Llama-3 factors), sliding window and tied head. assay may
+refuse a file transformers runs only for a feature docs/models.md says it does not build.
+Integral floats (``2.0`` layers) are not drawn: assay reads them as integers on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from typing import Any
+
+WHERE = "model/config.json"
+TINY = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+}
+ABSENT = object()
+LLAMA3 = {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+CHOICES: dict[str, list[Any]] = {
+    "head_dim": [ABSENT, None, 8, 16, "8"],
+    "attention_bias": [ABSENT, False, True, 0, None],
+    "mlp_bias": [ABSENT, False, 0, None],
+    "tie_word_embeddings": [ABSENT, False, True, 0],
+    "use_sliding_window": [ABSENT, False, True, 0],
+    "sliding_window": [ABSENT, None, 4, 8],
+    "max_window_layers": [ABSENT, 0, 1, 2],
+    "layer_types": [
+        ABSENT,
+        ["full_attention", "full_attention"],
+        ["sliding_attention", "sliding_attention"],
+        ["full_attention", "sliding_attention"],
+    ],
+    "rope_parameters": [
+        ABSENT,
+        {"rope_type": "default", "rope_theta": 500.0},
+        {"rope_type": "llama3", "rope_theta": 900.0, **LLAMA3},
+    ],
+    "rope_scaling": [
+        ABSENT,
+        None,
+        {},
+        {"rope_type": "default"},
+        {"type": "default"},
+        {"type": "llama3", **LLAMA3, "original_max_position_embeddings": 64},
+    ],
+    "rope_theta": [ABSENT, 777.0, 10000.0],
+}
+CLASSES = {
+    "llama": "LlamaConfig",
+    "mistral": "MistralConfig",
+    "qwen2": "Qwen2Config",
+    "qwen3": "Qwen3Config",
+    "granite": "GraniteConfig",
+}
+# words of the refusals docs/models.md states for features assay does not build
+DOCUMENTED = ("sliding and", "attention_bias True is not supported", "layer_types")
+
+
+def config_file(family: str, chosen: dict[str, Any]) -> dict:
+    """The tiny ``family`` config.json with the ``chosen`` keys (ABSENT ones left out)."""
+    fields = {key: value for key, value in chosen.items() if value is not ABSENT}
+    return json.loads(json.dumps({"model_type": family, **TINY, **fields}))
+
+
+def generated(seed: int, count: int) -> list[dict]:
+    """``count`` files: a family, and up to five of CHOICES' keys each set to one of its
+    values."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        family = rng.choice(sorted(CLASSES))
+        keys = rng.sample(sorted(CHOICES), rng.randint(0, 5))
+        out.append(config_file(family, {key: rng.choice(CHOICES[key]) for key in keys}))
+    return out
+
+
+def as_transformers(hf: dict) -> dict | None:
+    """What transformers makes of ``hf`` (head size, rope, window per layer, tied head), or
+    None when its config class refuses the file or its model cannot run a forward pass."""
+    import torch
+    import transformers
+
+    family = hf["model_type"]
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # its notes on each odd file, not ours to print
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # a deep copy: transformers writes into the nested rope dicts it is given
+            config = getattr(transformers, CLASSES[family]).from_dict(json.loads(json.dumps(hf)))
+            torch.manual_seed(0)
+            model = transformers.AutoModelForCausalLM.from_config(config)
+            model(torch.tensor([[1, 2, 3, 4, 5, 6]]))
+    except Exception:  # any refusal or failure of transformers counts
+        return None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    rope = dict(config.rope_parameters)
+    window = config.sliding_window if family in ("mistral", "qwen2", "qwen3") else None
+    kinds = getattr(config, "layer_types", None)
+    if family in ("qwen2", "qwen3") and kinds is not None:
+        windows = {window if kind == "sliding_attention" else None for kind in kinds}
+    else:
+        windows = {window}
+    return {
+        "head_dim": getattr(config, "head_dim", None) or hf["hidden_size"] // 4,
+        "rope_type": rope.get("rope_type", "default"),
+        "rope_theta": float(rope["rope_theta"]),
+        "llama3": {k: float(rope[k]) for k in LLAMA3} if rope["rope_type"] == "llama3" else None,
+        "windows": windows,
+        "tied": bool(config.tie_word_embeddings),
+    }
+
+
+def as_assay(hf: dict) -> dict | str:
+    """What assay makes of ``hf``, in as_transformers' terms, or its refusal's message."""
+    from assay.errors import AssayError
+    from assay.model.config import config_from_hf
+
+    try:
+        config = config_from_hf(json.loads(json.dumps(hf)), WHERE)
+    except AssayError as error:
+        return str(error)
+    scaling = config.rope_scaling
+    return {
+        "head_dim": config.head_dim,
+        "rope_type": "llama3" if scaling else "default",
+        "rope_theta": config.rope_theta,
+        "llama3": {k: scaling[k] for k in LLAMA3} if scaling else None,
+        "windows": {config.sliding_window},
+        "tied": config.tie_word_embeddings,
+    }
+
+
+def misjudgement(hf: dict) -> str | None:
+    """Why assay's reading of ``hf`` breaks the invariant, or None when it holds."""
+    theirs, ours = as_transformers(hf), as_assay(hf)
+    if isinstance(ours, str):
+        if "\n" in ours or not ours.startswith(WHERE):
+            return f"a refusal that is not one line naming the file: {ours!r}"
+        if theirs is not None and not any(words in ours for words in DOCUMENTED):
+            return f"refused a file transformers runs, for no documented reason: {ours}"
+        return None
+    if theirs is None:
+        return "read a file transformers refuses or cannot run"
+    if ours != theirs:
+        return f"read it otherwise than transformers: {ours} != {theirs}"
+    return None
+
+
+def misjudged(files: list[dict]) -> list[str]:
+    """``file: why`` for each of ``files`` whose reading breaks the invariant."""
+    found = []
+    for hf in files:
+        why = misjudgement(hf)
+        if why is not None:
+            found.append(f"{json.dumps(hf, sort_keys=True)}: {why}")
+    return found

@@ -1,0 +1,104 @@
+"""Cases for the rule that a base model is its weights and its numerics (docs/adapters.md,
+docs/training.md): an adapter, or a checkpoint to resume, put onto the same weights under a
+config that computes otherwise, or onto other weights, is refused in one line; a config change
+that no forward pass reads is not.
+
+Each case copies a tiny model folder (Granite for adapters, whose multipliers the attack
+changed; the Llama of the text run for resume), changes its config.json, and reports whether
+assay judged it as the rule says."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+# (label, config.json changes, whether the changed folder is another base)
+CHANGES = (
+    ("embedding_multiplier 1", {"embedding_multiplier": 1.0}, True),
+    ("logits_scaling 2", {"logits_scaling": 2.0}, True),
+    ("rms_norm_eps 1e-2", {"rms_norm_eps": 1e-2}, True),
+    ("rope theta 777", {"rope_theta": 777.0}, True),
+    ("read as llama", {"model_type": "llama"}, True),
+    ("context 4096 (read by no forward pass)", {"max_position_embeddings": 4096}, False),
+)
+# the text run's base is a Llama: Granite's scalars and the family are not its to change
+RESUME_CHANGES = tuple(
+    c for c in CHANGES if not {"model_type", "embedding_multiplier", "logits_scaling"} & set(c[1])
+)
+
+
+def edit_config(folder: Path, changes: dict) -> None:
+    """Give the config.json of the model folder ``folder`` the ``changes`` (a rope theta where
+    transformers 5 wrote it; read as Llama, Granite's scalars nulled)."""
+    from assay.model.hf_fields import GRANITE_SCALARS
+
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    changes = dict(changes)
+    if "rope_theta" in changes and isinstance(config.get("rope_parameters"), dict):
+        config["rope_parameters"]["rope_theta"] = changes.pop("rope_theta")
+    if changes.get("model_type") == "llama":
+        changes.update(dict.fromkeys(GRANITE_SCALARS))
+    path.write_text(json.dumps({**config, **changes}))
+
+
+def adapter_outcomes(granite: Path, root: Path) -> list[str]:
+    """Misjudged adapter cases: for each format (PEFT folder, TinyLoRA) and each of CHANGES,
+    the adapter trained on ``granite`` loaded onto the changed copy must be refused (one line,
+    naming the base) exactly when the copy is another base."""
+    import assay
+    from assay.adapters import attach, load_adapter, save_adapter
+    from assay.errors import AssayError
+
+    wrong = []
+    for method in ("lora", "tinylora"):
+        trained = attach(assay.load(granite), method, rank=2, targets="attention")
+        folder = save_adapter(trained, root / f"adapter-{method}")
+        for index, (label, changes, other) in enumerate(CHANGES):
+            copy = shutil.copytree(granite, root / f"{method}-{index}")
+            edit_config(copy, changes)
+            try:
+                load_adapter(assay.load(copy), folder)
+                refused = False
+            except AssayError as error:
+                refused = "\n" not in str(error) and "base_model" in str(error)
+            if refused != other:
+                wrong.append(f"{method}: {label}: {'refused' if refused else 'loaded'}")
+    return wrong
+
+
+def resume_outcomes(root: Path) -> list[str]:
+    """Misjudged resume cases: a run of the text run's Llama stopped after one step, its base's
+    config.json changed (RESUME_CHANGES), resumed: refused (exit 2, one line naming the
+    fingerprint) exactly when the change makes another base; the config is put back after
+    each case."""
+    import contextlib
+    import io
+
+    from assay.cli import main
+    from assay_testing.text_run import save_text_run
+
+    keys = save_text_run(root / "ws", seed=0)
+    model = Path(keys["model"])
+    original = (model / "config.json").read_text()
+    settings = {**keys, "adapter": {"rank": 2, "targets": ["q_proj"]}, "steps": 2, "seed": 1}
+    quiet = ["--json", "--no-progress"]
+    wrong = []
+    for index, (label, changes, other) in enumerate(RESUME_CHANGES):
+        run = root / f"run-{index}"
+        config = root / f"run-{index}.yaml"
+        config.write_text(yaml.safe_dump({**settings, "output": {"dir": str(run)}}))
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            assert main(["train", str(config), *quiet, "--stop-at", "1"]) == 0
+            edit_config(model, changes)
+            code = main(["train", str(config), *quiet, "--resume", str(run)])
+        (model / "config.json").write_text(original)
+        said = err.getvalue()
+        refused = code == 2 and said.count("\n") == 1 and "fingerprint differs" in said
+        if refused != other:
+            wrong.append(f"resume: {label}: {'refused' if refused else f'exit {code}'}")
+    return wrong
