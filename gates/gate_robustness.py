@@ -245,15 +245,17 @@ def test_a_base_is_its_weights_and_its_numerics(gate, tmp_path, monkeypatch):
     from assay_testing.tiny import save_tiny
 
     granite = save_tiny("granite", tmp_path / "tiny", seed=0, gguf=False)["hf"]
-    cases = 2 * len(base_identity.CHANGES) + len(base_identity.RESUME_CHANGES)
+    cases = base_identity.ADAPTER_CASES + 2 * len(base_identity.RESUME_CHANGES)
     claim = gate.claim(
         "identity.base_refused",
         f"{cases} cases: a PEFT-format and a TinyLoRA adapter trained on a tiny Granite, each "
-        "loaded onto a copy of it whose config.json changes embedding_multiplier, "
-        "logits_scaling, rms_norm_eps, the rope theta or the family (the same weights), and a "
-        "run stopped after one step resumed after its base's rms_norm_eps or rope theta "
-        "changed: each refused in one line naming the base; a context length no forward pass "
-        "reads changes nothing (loads, resumes)",
+        "loaded onto a copy of it whose config.json changes embedding_multiplier (to 1, or by "
+        "a millionth), logits_scaling, rms_norm_eps, the rope theta or the family (the same "
+        "weights); a run stopped after one step, resumed and generated from after its base's "
+        "rms_norm_eps or rope theta changed: each refused in one line naming the base; four "
+        "malformed recorded numerics (strings, a 400-digit integer): one line, no exception; "
+        "a context length no forward pass reads changes nothing, and a Mistral adapter loads "
+        "onto the same model's GGUF",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="cases misjudged",
@@ -268,6 +270,8 @@ def test_a_base_is_its_weights_and_its_numerics(gate, tmp_path, monkeypatch):
     def misjudged(where: Path) -> list[str]:
         return [
             *base_identity.adapter_outcomes(granite, where / "adapters"),
+            *base_identity.malformed_outcomes(granite),
+            *base_identity.gguf_outcomes(where / "gguf"),
             *base_identity.resume_outcomes(where / "resume"),
         ]
 

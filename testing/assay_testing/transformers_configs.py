@@ -25,11 +25,13 @@ TINY = {
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
 }
 ABSENT = object()
 LLAMA3 = {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+LLAMA3_READ = (*LLAMA3, "original_max_position_embeddings")
 CHOICES: dict[str, list[Any]] = {
+    # absent, each family has its own default, which a Llama-3 rope's original context takes
+    "max_position_embeddings": [ABSENT, 128, 128, 128],
     "head_dim": [ABSENT, None, 8, 16, "8"],
     "attention_bias": [ABSENT, False, True, 0, None],
     "mlp_bias": [ABSENT, False, 0, None],
@@ -119,7 +121,9 @@ def as_transformers(hf: dict) -> dict | None:
         "head_dim": getattr(config, "head_dim", None) or hf["hidden_size"] // 4,
         "rope_type": rope.get("rope_type", "default"),
         "rope_theta": float(rope["rope_theta"]),
-        "llama3": {k: float(rope[k]) for k in LLAMA3} if rope["rope_type"] == "llama3" else None,
+        "llama3": (
+            {k: float(rope[k]) for k in LLAMA3_READ} if rope["rope_type"] == "llama3" else None
+        ),
         "windows": windows,
         "tied": bool(config.tie_word_embeddings),
     }
@@ -139,7 +143,7 @@ def as_assay(hf: dict) -> dict | str:
         "head_dim": config.head_dim,
         "rope_type": "llama3" if scaling else "default",
         "rope_theta": config.rope_theta,
-        "llama3": {k: scaling[k] for k in LLAMA3} if scaling else None,
+        "llama3": {k: float(scaling[k]) for k in LLAMA3_READ} if scaling else None,
         "windows": {config.sliding_window},
         "tied": config.tie_word_embeddings,
     }

@@ -7,11 +7,20 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import assay
 from assay.adapters import attach, load_adapter, save_adapter
+from assay.adapters.base_identity import (
+    NUMERICS_KEY,
+    base_record,
+    check_recorded_base,
+    first_difference,
+)
 from assay.errors import ConfigError
 from assay.model.hf_fields import GRANITE_SCALARS
 
@@ -87,3 +96,51 @@ def test_the_same_weights_under_another_config_are_another_base(
         load_adapter(assay.load(other), folder)
     harmless = _copy_with(source, tmp_path / "harmless", max_position_embeddings=4096)
     load_adapter(assay.load(harmless), folder)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=12,
+)
+
+
+KEYS = st.sampled_from(["rope_inverse_frequencies", "hidden_size", "qk_norm", "new"])
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(key=KEYS, value=JSON | st.integers(min_value=10**300, max_value=10**400))
+def test_any_recorded_numerics_is_judged_in_one_line(fresh, key, value):
+    """The second attack: strings in the recorded rope, or a 400-digit integer, raised Python
+    exceptions out of the comparison. Any JSON value now loads (when it is ours) or is refused
+    with one ConfigError line."""
+    model = fresh()
+    recorded = {**base_record(model)}
+    recorded[NUMERICS_KEY] = {**recorded[NUMERICS_KEY], key: value}
+    try:
+        check_recorded_base(Path("a/assay_adapter.json"), model, recorded)
+    except ConfigError as error:
+        assert "\n" not in str(error) and f"{NUMERICS_KEY}." in str(error)
+
+
+def test_a_multiplier_a_millionth_off_is_another_base(tiny_models, tmp_path):
+    """The second attack: embedding_multiplier 12 -> 12.0001 changed the logits and the adapter
+    loaded (a relative tolerance on every real); reals are compared exactly now."""
+    source = tiny_models["granite"]["hf"]
+    trained = attach(assay.load(source), "lora", rank=2, targets="attention")
+    folder = save_adapter(trained, tmp_path / "a")
+    factor = json.loads((source / "config.json").read_text())["embedding_multiplier"]
+    other = _copy_with(source, tmp_path, embedding_multiplier=factor * (1 + 1e-6))
+    with pytest.raises(ConfigError, match=r"base_model_numerics\.embedding_multiplier"):
+        load_adapter(assay.load(other), folder)
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "qwen3", "granite", "llama3"])
+def test_a_models_gguf_and_folder_are_the_same_base(tiny_models, family):
+    """The second attack: a Mistral adapter was refused on its own GGUF (which llama.cpp files
+    under llama, without the window that never binds)."""
+    folder = assay.load(tiny_models[family]["hf"]).config.numerics()
+    gguf = assay.load(tiny_models[family]["gguf"]).config.numerics()
+    assert first_difference(folder, gguf) is None

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import assay
-from assay.errors import ModelFileError, UnsupportedModelError
+from assay.errors import ConfigError, ModelFileError, UnsupportedModelError
 from assay.model.gguf_export import write_gguf
 from assay.model.safetensors import SafetensorsSource
 
@@ -237,3 +237,39 @@ def test_a_declared_layer_count_past_the_tensors_held_is_refused_before_allocati
     assert main(["info", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and why in err, err
+
+
+def test_a_tied_config_over_a_stored_head_of_its_own_is_refused(tiny_models, tmp_path):
+    """The second attack: tie_word_embeddings true over a folder that stores a different
+    lm_head.weight; transformers 5 unties and computes with the stored head, assay tied and
+    dropped it (logits 147% off). The control: a stored head equal to the embedding (as some
+    checkpoints keep it) loads."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = shutil.copytree(tiny_models["mistral"]["hf"], tmp_path / "tied")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["tie_word_embeddings"] is False
+    (folder / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    with pytest.raises(ModelFileError, match=r"lm_head.weight differs from embed_tokens.weight"):
+        assay.load(folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    assert assay.load(folder).config.tie_word_embeddings
+
+
+def test_a_gguf_of_a_model_whose_window_binds_is_refused(tiny_models, tmp_path):
+    """The second attack: a Mistral with sliding_window 4 exported as GGUF, which has no key
+    for a window, read back attending over everything (logits 4.14 off). A window no shorter
+    than the context never binds, and exports (the tiny Mistral's, 4096 of 512)."""
+    import dataclasses
+
+    source = SafetensorsSource(tiny_models["mistral"]["hf"])
+    tensors = {name: source.read(name) for name in source.config.expected_shapes()}
+    windowed = dataclasses.replace(source.config, sliding_window=4)
+    with pytest.raises(ConfigError, match=r"a GGUF has no key for this model's sliding window"):
+        write_gguf(tmp_path / "windowed.gguf", windowed, tensors)
+    assert not list(tmp_path.iterdir())
+    write_gguf(tmp_path / "unbound.gguf", source.config, tensors)

@@ -349,3 +349,20 @@ def test_resume_onto_the_same_weights_under_another_config_is_refused(workspace,
     (model / "config.json").write_text(original)
     _edit_config(model, max_position_embeddings=4096)
     assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0
+
+
+def test_generate_from_a_checkpoint_onto_another_config_is_refused(workspace, capsys):
+    """The second attack: generate --checkpoint restored a run onto the same weights under
+    another config (eval and export refused it). The control: the first config generates."""
+    config, run = workspace
+    model = Path(yaml.safe_load(config.read_text())["model"])
+    original = (model / "config.json").read_text()
+    assert main(["train", str(config), "--json", "--no-progress"]) == 0
+    _edit_config(model, rms_norm_eps=1e-2)
+    capsys.readouterr()
+    prompt = ["--prompt", "a", "--max-new-tokens", "1"]
+    assert main(["generate", str(config), "--checkpoint", str(run), *prompt]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the same weights under another config" in err, err
+    (model / "config.json").write_text(original)
+    assert main(["generate", str(config), "--checkpoint", str(run), *prompt]) == 0

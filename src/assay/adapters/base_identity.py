@@ -19,8 +19,9 @@ from assay.errors import ConfigError
 
 SHA_KEY = "base_model_sha256"
 NUMERICS_KEY = "base_model_numerics"
-# reals a GGUF stores in float32 and a config.json in float64, or a rope computed from divisors
-# rather than from scaling parameters, agree to a few float32 ulps
+ROPE_KEY = "rope_inverse_frequencies"
+# a rope computed from a GGUF's divisors rather than from a config's scaling parameters agrees
+# to a few float32 ulps; every other value is compared exactly (both sides are float32 already)
 REAL_TOLERANCE = 1e-5
 
 
@@ -43,29 +44,41 @@ def base_record(model: Any) -> dict[str, Any]:
     return record
 
 
-def _same(recorded: Any, ours: Any) -> bool:
-    if isinstance(recorded, bool) or isinstance(ours, bool) or recorded is None or ours is None:
-        return recorded is ours
-    if isinstance(recorded, list) and isinstance(ours, list):
-        return len(recorded) == len(ours) and all(map(_same, recorded, ours))
-    if isinstance(recorded, (int, float)) and isinstance(ours, (int, float)):
-        return math.isclose(recorded, ours, rel_tol=REAL_TOLERANCE)
-    return recorded == ours
+def _same(key: str, recorded: Any, ours: Any) -> bool:
+    """Whether a recorded numerics value is ours: the same JSON kind and value, except the rope's
+    frequencies, which agree within REAL_TOLERANCE (a GGUF's divisors against a config's
+    scaling). Any value, however malformed, gets an answer and no exception."""
+    if key == ROPE_KEY:
+        return (
+            isinstance(recorded, list)
+            and isinstance(ours, list)
+            and len(recorded) == len(ours)
+            and all(
+                type(r) is float and math.isclose(r, o, rel_tol=REAL_TOLERANCE)
+                for r, o in zip(recorded, ours, strict=True)
+            )
+        )
+    return type(recorded) is type(ours) and recorded == ours
 
 
 def first_difference(recorded: dict[str, Any], ours: dict[str, Any]) -> str | None:
-    """The first numerics key whose recorded value is not ``ours``'s (reals within
-    REAL_TOLERANCE), or None when they agree; a key only one side has differs."""
+    """The first numerics key whose recorded value is not ``ours``'s (see _same), or None when
+    they agree; a key only one side has differs."""
     for key in sorted(set(recorded) | set(ours)):
-        if key not in recorded or key not in ours or not _same(recorded[key], ours[key]):
+        if key not in recorded or key not in ours or not _same(key, recorded[key], ours[key]):
             return key
     return None
 
 
 def _shown(value: Any) -> str:
+    """A short view of any JSON value (a long list is cut after three items)."""
     if isinstance(value, list):
-        return f"[{', '.join(f'{v:.6g}' for v in value[:3])}{', ...' if len(value) > 3 else ''}]"
-    return repr(value)
+        items = ", ".join(_shown(v) for v in value[:3])
+        return f"[{items}{', ...' if len(value) > 3 else ''}]"
+    if type(value) is float:
+        return f"{value:.6g}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_recorded_base(

@@ -30,7 +30,7 @@ def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
     from assay.model.tokenizer import check_fits
     from assay.settings.loader import load_train_config
     from assay.train.build import build_model, build_tokenizer, trainable_parameters
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint import load_checkpoint, other_model
 
     config = load_train_config(config_path)
     tokenizer = build_tokenizer(config)  # before the weights: a bad one costs no decoding
@@ -38,8 +38,9 @@ def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
     check_fits(tokenizer, base.config.vocab_size, str(config.model))
     if checkpoint is not None:
         saved = load_checkpoint(checkpoint)
-        if saved.fingerprints["model"] != base.fingerprint.canonical_sha256:
-            raise AssayError(f"{saved.path}: was trained on another model than {config.model}")
+        differs = other_model(saved.fingerprints, base)
+        if differs:
+            raise AssayError(f"{saved.path}: was trained on {differs}, not {config.model}")
         saved.restore(trainable_parameters(base), rng=False)
     return base, tokenizer
 

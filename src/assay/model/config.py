@@ -59,6 +59,15 @@ MISTRAL_WINDOW = 4096
 QWEN2_WINDOW = 4096
 QWEN2_WINDOW_LAYERS = 28
 QWEN3_HEAD_DIM = 128
+# max_position_embeddings when config.json leaves it out (a Llama-3 rope without its own
+# original context takes this one)
+DEFAULT_CONTEXT = {
+    "llama": 2048,
+    "mistral": 131072,
+    "qwen2": 32768,
+    "qwen3": 32768,
+    "granite": 2048,
+}
 # families whose transformers model reads a null head_dim as the default (hidden / heads)
 NULL_HEAD_DIM_IS_DEFAULT = ("llama", "mistral")
 # the general.architecture values read from GGUF (llama.cpp files Mistral under llama)
@@ -176,14 +185,23 @@ class ModelConfig:
             return None if value is None else struct.unpack("f", struct.pack("f", value))[0]
 
         return {
-            "architecture": self.architecture,
+            # Mistral is Llama's layout (its window is sliding_window below), and a GGUF files
+            # it under llama: the same model read from either is the same base
+            "architecture": "llama" if self.architecture == "mistral" else self.architecture,
             **{name: getattr(self, name) for name in SIZE_FIELDS},
             "rms_norm_eps": real(self.rms_norm_eps),
             "tie_word_embeddings": self.tie_word_embeddings,
             "attention_bias": self.attention_bias,
             "qk_norm": self.qk_norm,
             **{name: real(getattr(self, name)) for name in GRANITE_SCALARS},
-            "sliding_window": self.sliding_window,
+            # a window no shorter than the context never binds: the same as none (a Mistral's
+            # GGUF, which has no window key, is the same base as its folder)
+            "sliding_window": (
+                self.sliding_window
+                if self.sliding_window is not None
+                and self.sliding_window < self.max_position_embeddings
+                else None
+            ),
             "rope_inverse_frequencies": rope_inverse_frequencies(self).tolist(),
         }
 
@@ -299,7 +317,9 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     layers = whole("num_hidden_layers", "num_layers")
     # transformers >= 5 folds rope_theta and rope_scaling into rope_parameters.
     rope = rope_parameters(hf)
-    context = whole("max_position_embeddings", "max_position_embeddings", 2048)
+    context = whole(
+        "max_position_embeddings", "max_position_embeddings", DEFAULT_CONTEXT[model_type]
+    )
     theta_value = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
     theta = _real(theta_value, "rope_theta", where, "rope_theta")
     scaling = None

@@ -90,6 +90,14 @@ def write_gguf(
         raise ConfigError(f"GGUF tensor type {tensor_type!r} is not supported; use F32 or F16")
     qtype, np_dtype = _TYPES[tensor_type]
     target = Path(path)
+    window = config.sliding_window
+    if window is not None and window < config.max_position_embeddings:
+        # no key of llama.cpp's llama or qwen2 holds a window: the file would attend over the
+        # whole context, another model than the one exported
+        raise ConfigError(
+            f"{target}: a GGUF has no key for this model's sliding window ({window} of its "
+            f"{config.max_position_embeddings} positions); export safetensors instead"
+        )
     arch = gguf_architecture(config)
     # a fresh name of our own: a user's file beside the target is never truncated or removed
     fd, name = tempfile.mkstemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent)

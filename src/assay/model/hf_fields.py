@@ -150,7 +150,11 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule("rms_norm_eps", ALL, READ, "a positive number up to 1"),
     FieldRule("rope_theta", ALL, READ, "a positive number up to 1e12 (or in rope_parameters)"),
     FieldRule(
-        "max_position_embeddings", ALL, READ, "a positive integer up to 16,777,216 (default 2048)"
+        "max_position_embeddings",
+        ALL,
+        READ,
+        "a positive integer up to 16,777,216 (default as transformers: 2048 for llama and "
+        "granite, 32768 for qwen2 and qwen3, 131072 for mistral)",
     ),
     FieldRule("tie_word_embeddings", ALL, READ, "true or false (default false); nothing else"),
     FieldRule(

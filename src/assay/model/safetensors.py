@@ -127,8 +127,19 @@ class SafetensorsSource:
                 self._dtypes[ours] = entry["dtype"]
                 self._shapes[ours] = tuple(entry["shape"])
         # HF keeps a tied head in some checkpoints; it is the embedding, not a second parameter.
-        if self.config.tie_word_embeddings:
-            self._where.pop("lm_head.weight", None)
+        # A stored head that differs is another model: transformers 5 then unties and computes
+        # with it, so reading it as tied would drop a tensor the logits depend on.
+        stored = self._where.get("lm_head.weight")
+        if self.config.tie_word_embeddings and stored is not None:
+            if "embed_tokens.weight" in self._where and not torch.equal(
+                self.read("lm_head.weight"), self.read("embed_tokens.weight")
+            ):
+                raise ModelFileError(
+                    f"{stored}: lm_head.weight differs from embed_tokens.weight while "
+                    "config.json says tie_word_embeddings true (transformers computes with the "
+                    "stored head); set tie_word_embeddings to false"
+                )
+            self._where.pop("lm_head.weight")
 
     @staticmethod
     def _shard_files(directory: Path) -> list[Path]:
