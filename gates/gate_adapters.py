@@ -60,6 +60,7 @@ WHICH = [
     "qwen2",
     "qwen3",
     "granite",
+    "olmo2",
 ]
 
 
@@ -81,6 +82,11 @@ def qwen3(tmp_path_factory) -> Subject:
 @pytest.fixture(scope="module")
 def granite(tmp_path_factory) -> Subject:
     return tiny_subject("granite", tmp_path_factory.mktemp("granite"))
+
+
+@pytest.fixture(scope="module")
+def olmo2(tmp_path_factory) -> Subject:
+    return tiny_subject("olmo2", tmp_path_factory.mktemp("olmo2"))
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)

@@ -23,6 +23,7 @@ import base_identity  # noqa: E402
 import config_cases  # noqa: E402
 import fuzz  # noqa: E402
 import fuzz_loaders  # noqa: E402
+import same_function  # noqa: E402
 from corpus_harness import judge_message, run_case, run_case_subprocess  # noqa: E402
 from corpus_inputs import INJECTION, injection_record, live_markup  # noqa: E402
 from corpus_robust import CLASSES as ISSUE16  # noqa: E402
@@ -208,11 +209,12 @@ def test_config_is_read_as_transformers_reads_it(gate, monkeypatch):
     files = transformers_configs.generated(151, n)
     claim = gate.claim(
         "config.read_as_transformers",
-        f"{n} generated config.json files over five families, each combining up to five of "
-        "head_dim, attention_bias, mlp_bias, tie_word_embeddings, the sliding-window keys, "
-        "rope_parameters, rope_scaling and rope_theta: each file transformers 5 refuses or "
-        "cannot run a forward pass on is refused in one line naming the file, and each file "
-        "assay reads, transformers reads with the same head size, rope, window and tied head",
+        f"{n} generated config.json files over the {len(transformers_configs.CLASSES)} "
+        "families, each combining up to five of head_dim, attention_bias, mlp_bias, "
+        "tie_word_embeddings, the sliding-window keys, rope_parameters, rope_scaling, "
+        "rope_theta and rms_norm_eps: each file transformers 5 refuses or cannot run a forward "
+        "pass on is refused in one line naming the file, and each file assay reads, "
+        "transformers reads with the same head size, rope, window, tied head and norm epsilon",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="files misjudged",
@@ -289,6 +291,62 @@ def test_a_base_is_its_weights_and_its_numerics(gate, tmp_path, monkeypatch):
         "attack)",
         len(misjudged(tmp_path / "control")),
     )
+
+
+def test_a_file_is_read_and_written_as_transformers_computes_it(gate, tmp_path):
+    """Issue 51's second attack: a tied config over a folder that stores its own head loaded
+    with the head dropped (logits 147% off), and a Mistral whose window binds was exported as a
+    GGUF that attends over everything (logits 4.14 off). OLMo 2's GGUF, which assay does not
+    read back, joins them (docs/models.md)."""
+    from assay_testing import defects
+    from assay_testing.tiny import save_tiny
+
+    gate.seed(0, 3)
+    tiny = tmp_path / "tiny"
+    mistral = save_tiny("mistral", tiny, seed=0, gguf=False)["hf"]
+    olmo2 = save_tiny("olmo2", tiny, seed=3, gguf=False)["hf"]
+    claim = gate.claim(
+        "files.same_function",
+        "5 cases: a tiny Mistral folder with tie_word_embeddings set true over its own head is "
+        "refused in one line naming its weights file, and over a head equal to the embedding "
+        "loads with transformers' logits (within 1e-4); a GGUF export of it with a sliding "
+        "window of 4 and of a tiny OLMo 2 are refused in one line naming the target, with "
+        "nothing written, and with its own window (no shorter than its context) is written and "
+        "read back with its logits",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="cases misjudged",
+        code=[
+            "assay.model.safetensors",
+            "assay.model.gguf_export",
+            "assay_testing.defects.model",
+            "same_function",
+        ],
+    )
+
+    def misjudged(where: Path) -> list[str]:
+        return [
+            *same_function.tied_head_outcomes(mistral, where / "tied"),
+            *same_function.gguf_outcomes(mistral, olmo2, where / "gguf"),
+        ]
+
+    wrong = misjudged(tmp_path / "product")
+    claim.measure(len(wrong))
+    gate.note(f"same-function cases misjudged: {wrong}")
+    found = []
+    for defect in (
+        "model.safetensors.tied_head_dropped",
+        "model.gguf_export.window_dropped",
+        "model.gguf_export.any_family",
+    ):
+        with defects.inject(defect):
+            found += misjudged(tmp_path / defect)
+    claim.control(
+        "the same cases with each of the three checks removed in turn (the tied head, the "
+        "window, the family)",
+        len(found),
+    )
+    gate.note(f"same-function cases misjudged with the checks removed: {found}")
 
 
 def _hub_outcomes(cache: Path, local: Path) -> list[str]:

@@ -518,6 +518,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ("gates/gate_logits.py::test_bf16_compute_upcasts[qwen2]",),
     ),
     Mutant(
+        "model.decoder.rmsnorm_weight_after_cast",
+        ("gates/gate_logits.py::test_bf16_compute_upcasts[olmo2]",),
+    ),
+    Mutant(
+        "model.decoder.post_feedforward_norm_skipped",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[olmo2]",),
+    ),
+    Mutant(
+        "model.config.olmo2_eps_default",
+        ("tests/model/test_config_as_transformers.py::test_olmo2_reads_its_own_epsilon_default",),
+    ),
+    Mutant(
+        "model.safetensors.tied_head_dropped",
+        ("gates/gate_robustness.py::test_a_file_is_read_and_written_as_transformers_computes_it",),
+    ),
+    Mutant(
+        "model.gguf_export.window_dropped",
+        ("gates/gate_robustness.py::test_a_file_is_read_and_written_as_transformers_computes_it",),
+    ),
+    Mutant(
+        "model.gguf_export.any_family",
+        ("gates/gate_robustness.py::test_a_file_is_read_and_written_as_transformers_computes_it",),
+    ),
+    Mutant(
         "model.decoder.attention_skip_upcast",
         ("gates/gate_logits.py::test_bf16_compute_upcasts[qwen2]",),
     ),

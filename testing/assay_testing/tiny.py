@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-FAMILIES = ("qwen2", "mistral", "llama3", "qwen3", "granite")
+FAMILIES = ("qwen2", "mistral", "llama3", "qwen3", "granite", "olmo2")
 
 _COMMON: dict[str, Any] = {
     "vocab_size": 320,
@@ -29,10 +29,17 @@ _COMMON: dict[str, Any] = {
 
 
 def hf_config(family: str, **overrides: Any):
-    """A transformers config for one tiny family (``qwen2``, ``mistral``, ``llama3``, ``qwen3``
-    or ``granite``; Qwen3's heads are 24 wide, so q is wider than the hidden size; Granite's
-    four scalars are far from 1, as granite-3's are)."""
-    from transformers import GraniteConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    """A transformers config for one tiny family (``qwen2``, ``mistral``, ``llama3``, ``qwen3``,
+    ``granite`` or ``olmo2``; Qwen3's heads are 24 wide, so q is wider than the hidden size;
+    Granite's four scalars are far from 1, as granite-3's are)."""
+    from transformers import (
+        GraniteConfig,
+        LlamaConfig,
+        MistralConfig,
+        Olmo2Config,
+        Qwen2Config,
+        Qwen3Config,
+    )
 
     kwargs = {**_COMMON, **overrides}
     if family == "qwen2":
@@ -59,6 +66,8 @@ def hf_config(family: str, **overrides: Any):
             "logits_scaling": 8.0,
         }
         return GraniteConfig(**{**scalars, **kwargs}, tie_word_embeddings=True)
+    if family == "olmo2":
+        return Olmo2Config(**kwargs, tie_word_embeddings=False)
     raise ValueError(f"unknown tiny family {family!r}; expected one of {FAMILIES}")
 
 
@@ -77,10 +86,19 @@ def build_reference(family: str, seed: int = 0, **overrides: Any):
     return model.eval()
 
 
+def writes_gguf(family: str) -> bool:
+    """Whether assay writes and reads a GGUF of the tiny ``family`` (not of OLMo 2)."""
+    from assay.model.config import GGUF_ARCHITECTURES, SAME_LAYOUT_AS
+
+    architecture = "llama" if family == "llama3" else family
+    return SAME_LAYOUT_AS.get(architecture, architecture) in GGUF_ARCHITECTURES
+
+
 def save_tiny(
     family: str, directory: Path, seed: int = 0, gguf: bool = True, **overrides: Any
 ) -> dict[str, Path]:
-    """Save a tiny model as safetensors (``hf``) and GGUF (``gguf``); returns their paths.
+    """Save a tiny model as safetensors (``hf``) and, where assay writes the family's GGUF, as
+    GGUF (``gguf``); returns their paths.
 
     ``overrides`` change the config (e.g. ``num_hidden_layers=6``).
     """
@@ -92,11 +110,28 @@ def save_tiny(
     hf_dir = directory / f"{family}{suffix}-hf"
     model.save_pretrained(hf_dir)
     paths = {"hf": hf_dir}
-    if gguf:
+    if gguf and writes_gguf(family):
         source = SafetensorsSource(hf_dir)
         tensors = {name: source.read(name) for name in source.config.expected_shapes()}
         paths["gguf"] = write_gguf(directory / f"{family}{suffix}.gguf", source.config, tensors)
     return paths
+
+
+def edit_config(folder: Path, **changes: Any) -> None:
+    """Give the config.json of the model folder ``folder`` the ``changes``, its weights left
+    as they are: a rope theta goes where transformers 5 wrote it, and read as Llama a Granite's
+    scalars are nulled (a Llama file may not ask for them)."""
+    import json
+
+    from assay.model.hf_fields import GRANITE_SCALARS
+
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text())
+    if "rope_theta" in changes and isinstance(config.get("rope_parameters"), dict):
+        config["rope_parameters"]["rope_theta"] = changes.pop("rope_theta")
+    if changes.get("model_type") == "llama":
+        changes = {**dict.fromkeys(GRANITE_SCALARS), **changes}
+    path.write_text(json.dumps({**config, **changes}))
 
 
 def llama_config(**overrides: Any):

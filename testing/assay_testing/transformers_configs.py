@@ -5,7 +5,8 @@ transformers' own config class and model and to assay's reader.
 
 The invariant (docs/models.md): a file transformers refuses, or cannot run a forward pass on,
 assay refuses in one line naming the file; a file assay reads, transformers reads too, with the
-same head size, rope (type, theta and Llama-3 factors), sliding window and tied head. assay may
+same head size, rope (type, theta and Llama-3 factors), sliding window, tied head and norm
+epsilon. assay may
 refuse a file transformers runs only for a feature docs/models.md says it does not build.
 Integral floats (``2.0`` layers) are not drawn: assay reads them as integers on purpose.
 """
@@ -59,6 +60,7 @@ CHOICES: dict[str, list[Any]] = {
         {"type": "llama3", **LLAMA3, "original_max_position_embeddings": 64},
     ],
     "rope_theta": [ABSENT, 777.0, 10000.0],
+    "rms_norm_eps": [ABSENT, 1e-6, 1e-5],
 }
 CLASSES = {
     "llama": "LlamaConfig",
@@ -66,6 +68,7 @@ CLASSES = {
     "qwen2": "Qwen2Config",
     "qwen3": "Qwen3Config",
     "granite": "GraniteConfig",
+    "olmo2": "Olmo2Config",
 }
 # words of the refusals docs/models.md states for features assay does not build
 DOCUMENTED = ("sliding and", "attention_bias True is not supported", "layer_types")
@@ -126,6 +129,7 @@ def as_transformers(hf: dict) -> dict | None:
         ),
         "windows": windows,
         "tied": bool(config.tie_word_embeddings),
+        "rms_norm_eps": float(config.rms_norm_eps),
     }
 
 
@@ -146,6 +150,7 @@ def as_assay(hf: dict) -> dict | str:
         "llama3": {k: float(scaling[k]) for k in LLAMA3_READ} if scaling else None,
         "windows": {config.sliding_window},
         "tied": config.tie_word_embeddings,
+        "rms_norm_eps": config.rms_norm_eps,
     }
 
 

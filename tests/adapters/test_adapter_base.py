@@ -22,7 +22,7 @@ from assay.adapters.base_identity import (
     first_difference,
 )
 from assay.errors import ConfigError
-from assay.model.hf_fields import GRANITE_SCALARS
+from assay_testing.tiny import edit_config
 
 FORMATS = {"lora": "assay_adapter.json", "tinylora": "tinylora_config.json"}
 
@@ -57,14 +57,9 @@ def test_an_adapter_that_records_no_base_warns_in_one_line(fresh, tmp_path, meth
 
 def _copy_with(folder, tmp_path, **changes):
     """A copy of the model folder ``folder`` whose config.json has ``changes`` (its weights the
-    same bytes); a rope theta goes where transformers 5 wrote it."""
-    copy = tmp_path / "copy"
-    shutil.copytree(folder, copy)
-    path = copy / "config.json"
-    config = json.loads(path.read_text())
-    if "rope_theta" in changes and isinstance(config.get("rope_parameters"), dict):
-        config["rope_parameters"]["rope_theta"] = changes.pop("rope_theta")
-    path.write_text(json.dumps({**config, **changes}))
+    same bytes)."""
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    edit_config(copy, **changes)
     return copy
 
 
@@ -87,8 +82,6 @@ def test_the_same_weights_under_another_config_are_another_base(
     the base's numerics, and the first that differs is named. The control: a change no forward
     pass reads (the context length) loads."""
     source = tiny_models["granite"]["hf"]
-    if changes.get("model_type") == "llama":
-        changes = {**changes, **dict.fromkeys(GRANITE_SCALARS)}
     trained = attach(assay.load(source), method, rank=2, targets="attention")
     folder = save_adapter(trained, tmp_path / "a")
     other = _copy_with(source, tmp_path, **changes)

@@ -56,6 +56,15 @@ def test_the_attacks_files_are_refused(fields):
     assert isinstance(as_assay(hf), str)
 
 
+def test_olmo2_reads_its_own_epsilon_default():
+    """transformers' OLMo 2 takes 1e-5 where config.json leaves rms_norm_eps out, every other
+    family 1e-6."""
+    for family in sorted(CLASSES):
+        hf = {"model_type": family, **TINY}
+        assert as_assay(hf)["rms_norm_eps"] == as_transformers(hf)["rms_norm_eps"], family
+    assert as_assay({"model_type": "olmo2", **TINY})["rms_norm_eps"] == 1e-5
+
+
 def test_the_attacks_rope_is_transformers_rope():
     """A legacy rope_scaling replaces rope_parameters whole, so the top-level rope_theta
     applies (the attack's file: assay took rope_parameters' theta, 86% off in the logits)."""

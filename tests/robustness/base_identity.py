@@ -9,11 +9,12 @@ assay judged it as the rule says."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import yaml
+
+from assay_testing.tiny import edit_config
 
 # (label, config.json changes, whether the changed folder is another base)
 CHANGES = (
@@ -39,21 +40,6 @@ RESUME_CHANGES = tuple(
 ADAPTER_CASES = 2 * len(CHANGES) + len(MALFORMED) + 1
 
 
-def edit_config(folder: Path, changes: dict) -> None:
-    """Give the config.json of the model folder ``folder`` the ``changes`` (a rope theta where
-    transformers 5 wrote it; read as Llama, Granite's scalars nulled)."""
-    from assay.model.hf_fields import GRANITE_SCALARS
-
-    path = folder / "config.json"
-    config = json.loads(path.read_text())
-    changes = dict(changes)
-    if "rope_theta" in changes and isinstance(config.get("rope_parameters"), dict):
-        config["rope_parameters"]["rope_theta"] = changes.pop("rope_theta")
-    if changes.get("model_type") == "llama":
-        changes.update(dict.fromkeys(GRANITE_SCALARS))
-    path.write_text(json.dumps({**config, **changes}))
-
-
 def adapter_outcomes(granite: Path, root: Path) -> list[str]:
     """Misjudged adapter cases: for each format (PEFT folder, TinyLoRA) and each of CHANGES,
     the adapter trained on ``granite`` loaded onto the changed copy must be refused (one line,
@@ -68,7 +54,7 @@ def adapter_outcomes(granite: Path, root: Path) -> list[str]:
         folder = save_adapter(trained, root / f"adapter-{method}")
         for index, (label, changes, other) in enumerate(CHANGES):
             copy = shutil.copytree(granite, root / f"{method}-{index}")
-            edit_config(copy, changes)
+            edit_config(copy, **changes)
             try:
                 load_adapter(assay.load(copy), folder)
                 refused = False
@@ -143,7 +129,7 @@ def resume_outcomes(root: Path) -> list[str]:
         err = io.StringIO()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             assert main(["train", str(config), *quiet, "--stop-at", "1"]) == 0
-            edit_config(model, changes)
+            edit_config(model, **changes)
             generate = ["generate", str(config), "--checkpoint", str(run), "--prompt", "a"]
             generated = main([*generate, "--max-new-tokens", "1"])
             said_by_generate = err.getvalue()

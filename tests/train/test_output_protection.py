@@ -13,6 +13,7 @@ import yaml
 from assay.cli import main
 from assay.train.run_dir import RUN_FORMAT, RUN_MARKER, claim_run_dir, not_started
 from assay_testing.text_run import save_text_run
+from assay_testing.tiny import edit_config
 
 
 @pytest.fixture
@@ -324,11 +325,6 @@ def test_resume_under_another_tokenizer_is_refused(workspace, tmp_path, capsys):
     assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0
 
 
-def _edit_config(folder: Path, **changes) -> None:
-    path = Path(folder) / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
-
-
 def test_resume_onto_the_same_weights_under_another_config_is_refused(workspace, capsys):
     """Issue 51's attack: a base whose config.json changed a value of the forward pass (here the
     norm epsilon; Granite's multipliers in the attack) has the same weights, and --resume used
@@ -339,7 +335,7 @@ def test_resume_onto_the_same_weights_under_another_config_is_refused(workspace,
     model = Path(yaml.safe_load(config.read_text())["model"])
     original = (model / "config.json").read_text()
     assert main(["train", str(config), "--json", "--no-progress", "--stop-at", "1"]) == 0
-    _edit_config(model, rms_norm_eps=1e-2)
+    edit_config(model, rms_norm_eps=1e-2)
     before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
     capsys.readouterr()
     assert main(["train", str(config), "--no-progress", "--resume", str(run)]) == 2
@@ -347,7 +343,7 @@ def test_resume_onto_the_same_weights_under_another_config_is_refused(workspace,
     assert err.count("\n") == 1 and "model_numerics fingerprint differs" in err, err
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
     (model / "config.json").write_text(original)
-    _edit_config(model, max_position_embeddings=4096)
+    edit_config(model, max_position_embeddings=4096)
     assert main(["train", str(config), "--json", "--no-progress", "--resume", str(run)]) == 0
 
 
@@ -358,7 +354,7 @@ def test_generate_from_a_checkpoint_onto_another_config_is_refused(workspace, ca
     model = Path(yaml.safe_load(config.read_text())["model"])
     original = (model / "config.json").read_text()
     assert main(["train", str(config), "--json", "--no-progress"]) == 0
-    _edit_config(model, rms_norm_eps=1e-2)
+    edit_config(model, rms_norm_eps=1e-2)
     capsys.readouterr()
     prompt = ["--prompt", "a", "--max-new-tokens", "1"]
     assert main(["generate", str(config), "--checkpoint", str(run), *prompt]) == 2

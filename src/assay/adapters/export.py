@@ -36,6 +36,7 @@ _HF_CLASSES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "granite": "GraniteForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
 }
 
 
@@ -95,7 +96,7 @@ def hf_config(config) -> dict:
         "pad_token_id": config.pad_token_id,
         "dtype": "float32",
     }
-    if config.architecture in ("llama", "qwen3", "granite"):
+    if config.architecture in ("llama", "qwen3", "granite", "olmo2"):
         out["attention_bias"] = False  # each would put it on o too; refused when reading
     if config.architecture in ("llama", "granite"):
         out["mlp_bias"] = False

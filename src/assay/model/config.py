@@ -16,7 +16,7 @@ from typing import Any
 from assay.errors import ModelFileError, UnsupportedModelError
 from assay.model.hf_fields import ABSENT, GRANITE_SCALARS, check_refused_fields, rope_parameters
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "granite")
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2")
 # The positive integers that size a decoder (the memory predictor reads these alone).
 SIZE_FIELDS = (
     "vocab_size",
@@ -67,16 +67,30 @@ DEFAULT_CONTEXT = {
     "qwen2": 32768,
     "qwen3": 32768,
     "granite": 2048,
+    "olmo2": 2048,
 }
+# rms_norm_eps when config.json leaves it out (transformers' defaults)
+DEFAULT_RMS_NORM_EPS = {"olmo2": 1e-5}
+RMS_NORM_EPS = 1e-6
 # families whose transformers model reads a null head_dim as the default (hidden / heads)
 NULL_HEAD_DIM_IS_DEFAULT = ("llama", "mistral")
-# the general.architecture values read from GGUF (llama.cpp files Mistral under llama)
+# the general.architecture values read from GGUF (llama.cpp files Mistral under llama; OLMo 2's
+# GGUF is neither read nor written)
 GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "granite")
+# families that are another's layout under another name: Mistral is Llama's (its window is a
+# setting), and llama.cpp files it under llama
+SAME_LAYOUT_AS = {"mistral": "llama"}
 # GGUF files whose Q and K rows llama.cpp stores permuted (its Llama conversion, Granite's too)
 PERMUTED_GGUF = ("llama", "granite")
 
-# families whose attention RMS-normalises each head of q and k (a weight of head_dim) before RoPE
-QK_NORM_FAMILIES = ("qwen3",)
+# families whose attention RMS-normalises q and k before RoPE: each head (a weight of head_dim)
+# in Qwen3, the whole projection (a weight of q_size and of kv_size) in OLMo 2
+QK_NORM_FAMILIES = ("qwen3", "olmo2")
+WHOLE_QK_NORM_FAMILIES = ("olmo2",)
+# families whose layers normalise each branch's output before its residual add (OLMo 2's
+# post_attention_layernorm and post_feedforward_layernorm) instead of its input; their RMSNorm
+# multiplies by its weight before casting back to the compute dtype
+POST_NORM_FAMILIES = ("olmo2",)
 
 
 @dataclass(frozen=True)
@@ -85,7 +99,9 @@ class ModelConfig:
 
     ``architecture`` picks the family: ``llama`` (Llama, SmolLM2), ``mistral`` (Llama layout with
     an optional sliding window), ``qwen2`` (bias on q, k and v), ``qwen3`` (``qk_norm``: each
-    head of q and k RMS-normalised before RoPE) or ``granite`` (embeddings times
+    head of q and k RMS-normalised before RoPE), ``olmo2`` (``post_norm``: each branch's output
+    RMS-normalised before its residual add, no norm on its input; the whole q and k projections
+    RMS-normalised before RoPE) or ``granite`` (embeddings times
     ``embedding_multiplier``, each residual branch times ``residual_multiplier``, attention
     scores times ``attention_multiplier`` instead of head_dim^-0.5, logits divided by
     ``logits_scaling``). ``rope_scaling`` holds HF's
@@ -164,6 +180,19 @@ class ModelConfig:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def post_norm(self) -> bool:
+        """Each branch's output, not its input, is normalised (OLMo 2)."""
+        return self.architecture in POST_NORM_FAMILIES
+
+    @property
+    def qk_norm_widths(self) -> tuple[int, int]:
+        """The widths of the q and k norms' weights: head_dim each (Qwen3, per head) or the
+        whole projections' (OLMo 2)."""
+        if self.architecture in WHOLE_QK_NORM_FAMILIES:
+            return self.q_size, self.kv_size
+        return self.head_dim, self.head_dim
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable view (divisors as a list, scaling as a plain dict)."""
         out = dataclasses.asdict(self)
@@ -185,9 +214,9 @@ class ModelConfig:
             return None if value is None else struct.unpack("f", struct.pack("f", value))[0]
 
         return {
-            # Mistral is Llama's layout (its window is sliding_window below), and a GGUF files
-            # it under llama: the same model read from either is the same base
-            "architecture": "llama" if self.architecture == "mistral" else self.architecture,
+            # a GGUF files Mistral under llama (its window is sliding_window below): the same
+            # model read from either is the same base
+            "architecture": SAME_LAYOUT_AS.get(self.architecture, self.architecture),
             **{name: getattr(self, name) for name in SIZE_FIELDS},
             "rms_norm_eps": real(self.rms_norm_eps),
             "tie_word_embeddings": self.tie_word_embeddings,
@@ -216,14 +245,16 @@ class ModelConfig:
         shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (self.vocab_size, h)}
         for i in range(self.num_layers):
             p = f"layers.{i}."
-            shapes[p + "input_layernorm.weight"] = (h,)
+            if not self.post_norm:
+                shapes[p + "input_layernorm.weight"] = (h,)
             shapes[p + "self_attn.q_proj.weight"] = (q, h)
             shapes[p + "self_attn.k_proj.weight"] = (kv, h)
             shapes[p + "self_attn.v_proj.weight"] = (kv, h)
             shapes[p + "self_attn.o_proj.weight"] = (h, q)
             if self.qk_norm:
-                shapes[p + "self_attn.q_norm.weight"] = (self.head_dim,)
-                shapes[p + "self_attn.k_norm.weight"] = (self.head_dim,)
+                q_norm, k_norm = self.qk_norm_widths
+                shapes[p + "self_attn.q_norm.weight"] = (q_norm,)
+                shapes[p + "self_attn.k_norm.weight"] = (k_norm,)
             if self.attention_bias:
                 shapes[p + "self_attn.q_proj.bias"] = (q,)
                 shapes[p + "self_attn.k_proj.bias"] = (kv,)
@@ -232,6 +263,8 @@ class ModelConfig:
             shapes[p + "mlp.gate_proj.weight"] = (f, h)
             shapes[p + "mlp.up_proj.weight"] = (f, h)
             shapes[p + "mlp.down_proj.weight"] = (h, f)
+            if self.post_norm:
+                shapes[p + "post_feedforward_layernorm.weight"] = (h,)
         shapes["norm.weight"] = (h,)
         if not self.tie_word_embeddings:
             shapes["lm_head.weight"] = (self.vocab_size, h)
@@ -361,7 +394,12 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         ),
         head_dim=_integer(head_dim, "head_dim", where, "head_dim"),
         rope_theta=theta,
-        rms_norm_eps=_real(hf.get("rms_norm_eps", 1e-6), "rms_norm_eps", where, "rms_norm_eps"),
+        rms_norm_eps=_real(
+            hf.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS.get(model_type, RMS_NORM_EPS)),
+            "rms_norm_eps",
+            where,
+            "rms_norm_eps",
+        ),
         max_position_embeddings=context,
         tie_word_embeddings=tied,
         # Qwen2 always has a q, k, v bias; Llama's attention_bias (q, k, v and o) is refused
@@ -389,8 +427,8 @@ def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str)
     """The window every layer attends within, or None for full causal attention, as
     transformers reads ``family``'s keys; ModelFileError for layers that would mix the two
     (assay applies one attention kind to every layer)."""
-    if family in ("llama", "granite"):
-        return None  # transformers' Llama and Granite never read sliding_window
+    if family in ("llama", "granite", "olmo2"):
+        return None  # transformers' Llama, Granite and OLMo 2 never read sliding_window
     if family == "mistral":
         window = hf.get("sliding_window", MISTRAL_WINDOW)
         return (

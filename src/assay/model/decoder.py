@@ -1,5 +1,5 @@
-"""One Llama-family decoder that config switches between Llama/SmolLM2, Mistral, Qwen2, Qwen3 and
-Granite.
+"""One Llama-family decoder that config switches between Llama/SmolLM2, Mistral, Qwen2, Qwen3,
+Granite and OLMo 2.
 
 Reads top to bottom: RMSNorm, rotary tables, attention, MLP, a layer, the decoder. Parameter
 names follow HF's (minus the ``model.`` prefix) so that PEFT-style keys map one to one.
@@ -18,17 +18,27 @@ from assay.model.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
-    """x * rsqrt(mean(x^2) + eps), computed in fp32, cast back, then times weight."""
+    """x * rsqrt(mean(x^2) + eps), computed in fp32, cast back, then times weight; with
+    ``weight_in_fp32`` (OLMo 2's) times weight in fp32, then cast back. The two orders differ
+    only when the compute dtype is narrower than fp32."""
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, weight_in_fp32: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.weight_in_fp32 = weight_in_fp32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.weight_in_fp32:
+            return (self.weight * h).to(x.dtype)
         return self.weight * h.to(x.dtype)
+
+
+def rms_norm(config: ModelConfig, dim: int) -> RMSNorm:
+    """The family's RMSNorm over ``dim`` features."""
+    return RMSNorm(dim, config.rms_norm_eps, weight_in_fp32=config.post_norm)
 
 
 def rope_inverse_frequencies(
@@ -76,8 +86,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    """Grouped-query attention through SDPA with the softmax in fp32; with ``qk_norm`` (Qwen3)
-    each head of q and k is RMS-normalised (a weight of head_dim) before RoPE."""
+    """Grouped-query attention through SDPA with the softmax in fp32; with ``qk_norm`` q and k
+    are RMS-normalised before RoPE, each head alone (Qwen3) or each projection whole (OLMo 2)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -88,8 +98,10 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, config.kv_size, bias=bias)
         self.o_proj = nn.Linear(config.q_size, h, bias=False)
         if config.qk_norm:
-            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
-            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
+            q_width, k_width = config.qk_norm_widths
+            self.q_norm = rms_norm(config, q_width)
+            self.k_norm = rms_norm(config, k_width)
+        self.whole_qk_norm = config.qk_norm and config.qk_norm_widths[0] == config.q_size
 
     def forward(
         self,
@@ -102,9 +114,12 @@ class Attention(nn.Module):
         and the queries attend over the whole cached run (``mask`` must then be explicit)."""
         c = self.config
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, c.num_heads, c.head_dim)
-        k = self.k_proj(x).view(b, t, c.num_kv_heads, c.head_dim)
-        if c.qk_norm:
+        q, k = self.q_proj(x), self.k_proj(x)
+        if self.whole_qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(b, t, c.num_heads, c.head_dim)
+        k = k.view(b, t, c.num_kv_heads, c.head_dim)
+        if c.qk_norm and not self.whole_qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
@@ -173,14 +188,22 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
     """Pre-norm attention then pre-norm MLP, each with a residual (each branch scaled by
-    Granite's ``residual_multiplier`` where it is not 1)."""
+    Granite's ``residual_multiplier`` where it is not 1). With ``post_norm`` (OLMo 2) each
+    branch takes the residual stream as it is and its output is normalised before the add:
+    ``post_attention_layernorm`` after attention, ``post_feedforward_layernorm`` after the MLP
+    (transformers' names, so the weights map one to one)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        h = config.hidden_size
+        self.post_norm = config.post_norm
+        if not self.post_norm:
+            self.input_layernorm = rms_norm(config, h)
         self.self_attn = Attention(config)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = rms_norm(config, h)
         self.mlp = MLP(config)
+        if self.post_norm:
+            self.post_feedforward_layernorm = rms_norm(config, h)
         self.residual_multiplier = config.residual_multiplier
 
     def _branch(self, out: torch.Tensor) -> torch.Tensor:
@@ -193,6 +216,9 @@ class DecoderLayer(nn.Module):
         mask: torch.Tensor | None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
+        if self.post_norm:
+            x = x + self.post_attention_layernorm(self.self_attn(x, rope, mask, cache))
+            return x + self.post_feedforward_layernorm(self.mlp(x))
         x = x + self._branch(self.self_attn(self.input_layernorm(x), rope, mask, cache))
         return x + self._branch(self.mlp(self.post_attention_layernorm(x)))
 
@@ -227,7 +253,7 @@ class Decoder(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = rms_norm(config, config.hidden_size)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight

@@ -14,7 +14,13 @@ from gguf import GGMLQuantizationType, GGUFWriter
 
 from assay.atomic import TMP_MARK, file_mode, fsync_dir, fsync_file
 from assay.errors import ConfigError
-from assay.model.config import GGUF_GRANITE_KEYS, PERMUTED_GGUF, ModelConfig
+from assay.model.config import (
+    GGUF_ARCHITECTURES,
+    GGUF_GRANITE_KEYS,
+    PERMUTED_GGUF,
+    SAME_LAYOUT_AS,
+    ModelConfig,
+)
 from assay.model.gguf import gguf_name, permute_qk
 from assay.model.gguf_seal import placeholder_metadata, seal
 
@@ -27,7 +33,7 @@ _TYPES = {
 def gguf_architecture(config: ModelConfig) -> str:
     """llama.cpp files Mistral under ``llama``; Qwen2, Qwen3 and Granite keep their own
     names."""
-    return "llama" if config.architecture == "mistral" else config.architecture
+    return SAME_LAYOUT_AS.get(config.architecture, config.architecture)
 
 
 def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
@@ -99,6 +105,11 @@ def write_gguf(
             f"{config.max_position_embeddings} positions); export safetensors instead"
         )
     arch = gguf_architecture(config)
+    if arch not in GGUF_ARCHITECTURES:
+        raise ConfigError(
+            f"{target}: assay writes no GGUF of {arch} (its reader could not read it back); "
+            "export safetensors instead"
+        )
     # a fresh name of our own: a user's file beside the target is never truncated or removed
     fd, name = tempfile.mkstemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent)
     os.close(fd)

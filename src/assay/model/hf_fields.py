@@ -18,7 +18,7 @@ from typing import Any
 
 from assay.errors import UnsupportedModelError
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2")
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
 ROPE_TYPES = ("default", "llama3")
@@ -115,9 +115,10 @@ NO_EFFECT = "no effect"
 
 ALL = FAMILIES
 NOT_GRANITE = tuple(f for f in FAMILIES if f != "granite")
+PRE_NORM = tuple(f for f in FAMILIES if f != "olmo2")
 RULES: tuple[FieldRule, ...] = (
     FieldRule(
-        "model_type", ALL, READ, "llama, mistral, qwen2, qwen3 or granite (picks the family)"
+        "model_type", ALL, READ, "llama, mistral, qwen2, qwen3, granite or olmo2 (picks the family)"
     ),
     FieldRule("vocab_size", ALL, READ, "a positive integer up to 4,194,304"),
     FieldRule("hidden_size", ALL, READ, "a positive integer up to 131,072"),
@@ -135,10 +136,10 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "head_dim",
-        ("qwen2", "granite"),
+        ("qwen2", "granite", "olmo2"),
         READ,
         "a positive integer up to 2,048 (default hidden / heads when absent; null is refused, "
-        "as transformers' Qwen2 and Granite cannot run it)",
+        "as transformers' Qwen2, Granite and OLMo 2 cannot run it)",
     ),
     FieldRule(
         "head_dim",
@@ -147,14 +148,19 @@ RULES: tuple[FieldRule, ...] = (
         "a positive integer up to 2,048 (default 128 when absent; null is refused, as "
         "transformers' Qwen3 refuses it)",
     ),
-    FieldRule("rms_norm_eps", ALL, READ, "a positive number up to 1"),
+    FieldRule(
+        "rms_norm_eps",
+        ALL,
+        READ,
+        "a positive number up to 1 (default as transformers: 1e-5 for olmo2, 1e-6 for the others)",
+    ),
     FieldRule("rope_theta", ALL, READ, "a positive number up to 1e12 (or in rope_parameters)"),
     FieldRule(
         "max_position_embeddings",
         ALL,
         READ,
-        "a positive integer up to 16,777,216 (default as transformers: 2048 for llama and "
-        "granite, 32768 for qwen2 and qwen3, 131072 for mistral)",
+        "a positive integer up to 16,777,216 (default as transformers: 2048 for llama, "
+        "granite and olmo2, 32768 for qwen2 and qwen3, 131072 for mistral)",
     ),
     FieldRule("tie_word_embeddings", ALL, READ, "true or false (default false); nothing else"),
     FieldRule(
@@ -189,7 +195,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "attention_bias",
-        ("llama", "qwen3", "granite"),
+        ("llama", "qwen3", "granite", "olmo2"),
         REFUSED,
         "false (this bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
         accepts=_false,
@@ -208,13 +214,16 @@ RULES: tuple[FieldRule, ...] = (
         accepts=_false,
     ),
     FieldRule(
-        "mlp_bias", ("mistral", "qwen2", "qwen3"), NO_EFFECT, "ignored as transformers ignores it"
+        "mlp_bias",
+        ("mistral", "qwen2", "qwen3", "olmo2"),
+        NO_EFFECT,
+        "ignored as transformers ignores it",
     ),
     FieldRule(
         "sliding_window",
-        ("llama", "granite"),
+        ("llama", "granite", "olmo2"),
         NO_EFFECT,
-        "ignored as transformers' Llama and Granite ignore it (full causal attention)",
+        "ignored as transformers' Llama, Granite and OLMo 2 ignore it (full causal attention)",
     ),
     FieldRule(
         "sliding_window",
@@ -224,10 +233,9 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "layer_types",
-        ("llama", "granite"),
+        ("llama", "granite", "olmo2"),
         REFUSED,
-        "absent, or full_attention for every layer (transformers' Llama and Granite cannot run "
-        "a sliding layer)",
+        "absent, or full_attention for every layer (these families have no sliding layer)",
         accepts=lambda v: v is ABSENT or (isinstance(v, list) and set(v) <= {"full_attention"}),
     ),
     FieldRule(
@@ -302,13 +310,21 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "norm kind (no key)",
-        ALL,
+        PRE_NORM,
         NO_EFFECT,
         "fixed by model_type: RMSNorm x * w (not Gemma's x * (1 + w)), before attention and MLP",
     ),
     FieldRule(
+        "norm kind (no key)",
+        ("olmo2",),
+        READ,
+        "fixed by model_type: RMSNorm x * w (w applied in fp32) on the output of attention and "
+        "of the MLP before each residual add (post_attention_layernorm, "
+        "post_feedforward_layernorm); no norm on a branch's input",
+    ),
+    FieldRule(
         "q/k norm (no key)",
-        ("llama", "mistral", "qwen2"),
+        ("llama", "mistral", "qwen2", "granite"),
         NO_EFFECT,
         "fixed by model_type: none",
     ),
@@ -317,6 +333,13 @@ RULES: tuple[FieldRule, ...] = (
         ("qwen3",),
         READ,
         "fixed by model_type: RMSNorm over each head of q and k (q_norm, k_norm) before RoPE",
+    ),
+    FieldRule(
+        "q/k norm (no key)",
+        ("olmo2",),
+        READ,
+        "fixed by model_type: RMSNorm over the whole q and k projections (q_norm of heads x "
+        "head_dim, k_norm of kv heads x head_dim) before RoPE",
     ),
     FieldRule(
         "embedding scale (no key)",

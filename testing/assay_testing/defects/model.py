@@ -13,6 +13,74 @@ DEFECTS: tuple[Defect, ...] = (
         (Edit("assay.model.decoder:RMSNorm.forward", "h = x.float()", "h = x"),),
     ),
     Defect(
+        "model.decoder.rmsnorm_weight_after_cast",
+        "OLMo 2's RMSNorm multiplies by its weight after casting back, as Llama's does",
+        (
+            Edit(
+                "assay.model.decoder:RMSNorm.forward",
+                "if self.weight_in_fp32:",
+                "if False:",
+            ),
+        ),
+    ),
+    # OLMo 2's blocks: the post-norm on the MLP's output, and transformers' default epsilon
+    Defect(
+        "model.decoder.post_feedforward_norm_skipped",
+        "an OLMo 2 layer adds the MLP's output to the residual without its post-norm",
+        (
+            Edit(
+                "assay.model.decoder:DecoderLayer.forward",
+                "return x + self.post_feedforward_layernorm(self.mlp(x))",
+                "return x + self.mlp(x)",
+            ),
+        ),
+    ),
+    Defect(
+        "model.config.olmo2_eps_default",
+        "an OLMo 2 config.json without rms_norm_eps gets the 1e-6 of the other families",
+        (
+            Edit(
+                "assay.model.config:config_from_hf",
+                "DEFAULT_RMS_NORM_EPS.get(model_type, RMS_NORM_EPS)",
+                "RMS_NORM_EPS",
+            ),
+        ),
+    ),
+    # a file read or written as another function than transformers computes from it
+    Defect(
+        "model.safetensors.tied_head_dropped",
+        "a tied config over a stored head of its own drops that head unread and ties",
+        (
+            Edit(
+                "assay.model.safetensors:SafetensorsSource.__init__",
+                'if "embed_tokens.weight" in self._where and not torch.equal(',
+                "if False and not torch.equal(",
+            ),
+        ),
+    ),
+    Defect(
+        "model.gguf_export.window_dropped",
+        "a model whose sliding window binds is exported as a GGUF, which has no window key",
+        (
+            Edit(
+                "assay.model.gguf_export:write_gguf",
+                "if window is not None and window < config.max_position_embeddings:",
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
+        "model.gguf_export.any_family",
+        "a family whose GGUF assay does not read back (OLMo 2) is exported as GGUF",
+        (
+            Edit(
+                "assay.model.gguf_export:write_gguf",
+                "if arch not in GGUF_ARCHITECTURES:",
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
         "model.decoder.attention_skip_upcast",
         "attention scores and softmax run in the input dtype",
         (
