@@ -526,6 +526,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[olmo2]",),
     ),
     Mutant(
+        "model.config.odd_head_dim",
+        ("gates/gate_robustness.py::test_config_is_read_as_transformers_reads_it",),
+    ),
+    Mutant(
+        "model.config.layer_types_any_length",
+        ("gates/gate_robustness.py::test_config_is_read_as_transformers_reads_it",),
+    ),
+    Mutant(
         "model.config.olmo2_eps_default",
         ("tests/model/test_config_as_transformers.py::test_olmo2_reads_its_own_epsilon_default",),
     ),

@@ -33,18 +33,20 @@ LLAMA3_READ = (*LLAMA3, "original_max_position_embeddings")
 CHOICES: dict[str, list[Any]] = {
     # absent, each family has its own default, which a Llama-3 rope's original context takes
     "max_position_embeddings": [ABSENT, 128, 128, 128],
-    "head_dim": [ABSENT, None, 8, 16, "8"],
+    "head_dim": [ABSENT, None, 8, 16, "8", 15],
     "attention_bias": [ABSENT, False, True, 0, None],
     "mlp_bias": [ABSENT, False, 0, None],
     "tie_word_embeddings": [ABSENT, False, True, 0],
     "use_sliding_window": [ABSENT, False, True, 0],
-    "sliding_window": [ABSENT, None, 4, 8],
+    "sliding_window": [ABSENT, None, 4, 8, "x"],
+    "attention_chunk_size": [ABSENT, None, 8],
     "max_window_layers": [ABSENT, 0, 1, 2],
     "layer_types": [
         ABSENT,
         ["full_attention", "full_attention"],
         ["sliding_attention", "sliding_attention"],
         ["full_attention", "sliding_attention"],
+        ["full_attention"],
     ],
     "rope_parameters": [
         ABSENT,
@@ -71,7 +73,13 @@ CLASSES = {
     "olmo2": "Olmo2Config",
 }
 # words of the refusals docs/models.md states for features assay does not build
-DOCUMENTED = ("sliding and", "attention_bias True is not supported", "layer_types")
+DOCUMENTED = (
+    "sliding and",
+    "attention_bias True is not supported",
+    "layer_types",
+    "two meanings of one file",
+    "chunked attention is Llama 4's",
+)
 
 
 def config_file(family: str, chosen: dict[str, Any]) -> dict:

@@ -53,6 +53,14 @@ def _with(family: str, rule: FieldRule, value) -> dict:
     return _config(family, **{rule.key: value})
 
 
+def _per_layer(rule: FieldRule, value):
+    """A drawn layer_types list as one kind per layer (its first repeated), so that the row
+    alone judges it: another length is refused apart, in every family."""
+    if rule.key == "layer_types" and isinstance(value, list) and value:
+        return value[:1] * GOOD["num_hidden_layers"]
+    return value
+
+
 def _refusal(config: dict) -> str:
     with pytest.raises(AssayError) as info:
         config_from_hf(config, WHERE)
@@ -65,6 +73,7 @@ def _refusal(config: dict) -> str:
 @given(case=st.sampled_from(REFUSING), value=ANY_VALUE)
 def test_no_value_a_row_refuses_loads(case, value):
     rule, family = case
+    value = _per_layer(rule, value)
     if rule.accepts(value):
         config_from_hf(_with(family, rule, value), WHERE)  # inside the row: it loads
         return
@@ -125,7 +134,11 @@ def test_the_largest_published_shapes_are_inside_the_ranges():
 
 
 def test_sliding_window_is_read_as_transformers_reads_each_family():
-    assert config_from_hf(_config("llama", sliding_window=8), WHERE).sliding_window is None
+    # Llama's forward ignores a window and transformers' cache applies it: refused, unless
+    # layer_types names every layer full attention (the cache then ignores it too)
+    assert "two meanings of one file" in _refusal(_config("llama", sliding_window=8))
+    full = _config("llama", sliding_window=8, layer_types=["full_attention"] * 4)
+    assert config_from_hf(full, WHERE).sliding_window is None
     assert config_from_hf(_config("mistral"), WHERE).sliding_window == 4096
     assert config_from_hf(_config("mistral", sliding_window=None), WHERE).sliding_window is None
     assert config_from_hf(_config("mistral", sliding_window=64), WHERE).sliding_window == 64

@@ -152,6 +152,13 @@ class ModelConfig:
                 f"config: num_heads {self.num_heads} is not a multiple of "
                 f"num_kv_heads {self.num_kv_heads}"
             )
+        if self.head_dim % 2:
+            # RoPE rotates pairs of features: an odd head has a feature with no partner, and
+            # transformers refuses it too
+            raise ModelFileError(
+                f"config: head_dim must be even (RoPE rotates pairs of features), "
+                f"got {self.head_dim}"
+            )
         # every other number a decoder computes with: a zero or negative one trains on NaN
         scaling = dict(self.rope_scaling or {})
         positive = {
@@ -348,6 +355,7 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     hidden = whole("hidden_size", "hidden_size")
     heads = whole("num_attention_heads", "num_heads")
     layers = whole("num_hidden_layers", "num_layers")
+    _check_layer_types(hf, layers, where)
     # transformers >= 5 folds rope_theta and rope_scaling into rope_parameters.
     rope = rope_parameters(hf)
     context = whole(
@@ -415,6 +423,20 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     )
 
 
+def _check_layer_types(hf: Mapping[str, Any], layers: int, where: str) -> None:
+    """ModelFileError naming the file unless ``layer_types`` is absent, null, or one kind
+    name per layer (transformers refuses any other length in every family)."""
+    kinds = hf.get("layer_types")
+    if kinds is None:
+        return
+    if (
+        not isinstance(kinds, list)
+        or len(kinds) != layers
+        or not all(isinstance(kind, str) for kind in kinds)
+    ):
+        raise ModelFileError(f"{where}: layer_types must list one kind per layer ({layers})")
+
+
 def _granite_scalars(hf: Mapping[str, Any], family: str, where: str) -> dict[str, Any]:
     """Granite's four scalars as transformers reads them (each 1 when absent); nothing for
     another family, whose file may not ask for them (hf_fields refuses them by name)."""
@@ -437,6 +459,12 @@ def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str)
     use = hf.get("use_sliding_window", False)
     if not isinstance(use, bool):
         raise ModelFileError(f"{where}: use_sliding_window must be true or false, got {use!r}")
+    declared = hf.get("sliding_window")
+    if declared is not None and (isinstance(declared, bool) or not isinstance(declared, int)):
+        # typed even where use_sliding_window leaves it unread, as transformers types it
+        raise ModelFileError(
+            f"{where}: sliding_window must be an integer or null, got {declared!r}"
+        )
     window = hf.get("sliding_window", QWEN2_WINDOW) if use else None
     kinds = hf.get("layer_types")
     if kinds is None:
@@ -449,12 +477,6 @@ def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str)
             "sliding_attention" if window is not None and i >= first else "full_attention"
             for i in range(layers)
         ]
-    if (
-        not isinstance(kinds, list)
-        or len(kinds) != layers
-        or not all(isinstance(kind, str) for kind in kinds)
-    ):
-        raise ModelFileError(f"{where}: layer_types must list one kind per layer ({layers})")
     unknown = set(kinds) - {"full_attention", "sliding_attention"}
     if unknown:
         raise UnsupportedModelError(

@@ -69,6 +69,18 @@ def _partial_rotary(hf: Mapping[str, Any]) -> Any:
     return ABSENT
 
 
+def _all_full(kinds: Any) -> bool:
+    """A non-empty list that names full_attention for each of its layers (its length is
+    checked where the layers are read)."""
+    return isinstance(kinds, list) and bool(kinds) and all(k == "full_attention" for k in kinds)
+
+
+def _unread_window(hf: Mapping[str, Any]) -> Any:
+    """sliding_window as transformers' cache reads it in a family whose forward ignores it:
+    absent when layer_types names every layer full_attention (the cache then slides nothing)."""
+    return ABSENT if _all_full(hf.get("layer_types")) else hf.get("sliding_window", ABSENT)
+
+
 def _off(value: Any) -> bool:
     """False, null or zero: the feature is not asked for."""
     if value is None or value is False:
@@ -132,20 +144,20 @@ RULES: tuple[FieldRule, ...] = (
         "head_dim",
         ("llama", "mistral"),
         READ,
-        "a positive integer up to 2,048 (default hidden / heads, absent or null)",
+        "an even positive integer up to 2,048 (default hidden / heads, absent or null)",
     ),
     FieldRule(
         "head_dim",
         ("qwen2", "granite", "olmo2"),
         READ,
-        "a positive integer up to 2,048 (default hidden / heads when absent; null is refused, "
-        "as transformers' Qwen2, Granite and OLMo 2 cannot run it)",
+        "an even positive integer up to 2,048 (default hidden / heads when absent; null is "
+        "refused, as transformers' Qwen2, Granite and OLMo 2 cannot run it)",
     ),
     FieldRule(
         "head_dim",
         ("qwen3",),
         READ,
-        "a positive integer up to 2,048 (default 128 when absent; null is refused, as "
+        "an even positive integer up to 2,048 (default 128 when absent; null is refused, as "
         "transformers' Qwen3 refuses it)",
     ),
     FieldRule(
@@ -222,8 +234,19 @@ RULES: tuple[FieldRule, ...] = (
     FieldRule(
         "sliding_window",
         ("llama", "granite", "olmo2"),
-        NO_EFFECT,
-        "ignored as transformers' Llama, Granite and OLMo 2 ignore it (full causal attention)",
+        REFUSED,
+        "null or absent, unless layer_types names every layer full_attention (these families' "
+        "forward ignores it, but transformers' cache then keeps only the window, so its cached "
+        "generation and its forward would be two meanings of one file)",
+        accepts=lambda v: v is ABSENT or v is None,
+        value=_unread_window,
+    ),
+    FieldRule(
+        "attention_chunk_size",
+        ALL,
+        REFUSED,
+        "null (chunked attention is Llama 4's, not built; transformers' cache would chunk)",
+        accepts=lambda v: v is ABSENT or v is None,
     ),
     FieldRule(
         "sliding_window",
@@ -236,7 +259,7 @@ RULES: tuple[FieldRule, ...] = (
         ("llama", "granite", "olmo2"),
         REFUSED,
         "absent, or full_attention for every layer (these families have no sliding layer)",
-        accepts=lambda v: v is ABSENT or (isinstance(v, list) and set(v) <= {"full_attention"}),
+        accepts=lambda v: v is ABSENT or v is None or _all_full(v),
     ),
     FieldRule(
         "layer_types",

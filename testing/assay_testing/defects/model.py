@@ -35,6 +35,21 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
+    # the outside attack on OLMo 2: what transformers refuses, assay refuses
+    Defect(
+        "model.config.odd_head_dim",
+        "an odd head_dim loads (RoPE then has a feature with no partner)",
+        (
+            Edit(
+                "assay.model.config:ModelConfig.__post_init__", "if self.head_dim % 2:", "if False:"
+            ),
+        ),
+    ),
+    Defect(
+        "model.config.layer_types_any_length",
+        "a layer_types list of another length than the layers loads",
+        (Edit("assay.model.config:_check_layer_types", "or len(kinds) != layers", ""),),
+    ),
     Defect(
         "model.config.olmo2_eps_default",
         "an OLMo 2 config.json without rms_norm_eps gets the 1e-6 of the other families",
