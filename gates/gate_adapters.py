@@ -61,6 +61,7 @@ WHICH = [
     "qwen3",
     "granite",
     "olmo2",
+    "phi3",
 ]
 
 
@@ -87,6 +88,11 @@ def granite(tmp_path_factory) -> Subject:
 @pytest.fixture(scope="module")
 def olmo2(tmp_path_factory) -> Subject:
     return tiny_subject("olmo2", tmp_path_factory.mktemp("olmo2"))
+
+
+@pytest.fixture(scope="module")
+def phi3(tmp_path_factory) -> Subject:
+    return tiny_subject("phi3", tmp_path_factory.mktemp("phi3"))
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)
@@ -215,7 +221,7 @@ def test_fresh_adapters_are_exact_no_ops(gate, request, which):
         with torch.no_grad():
             claim.measure(differing(model(subject.ids), subject.base))
             if method == "full":
-                model.layers[0].mlp.up_proj.weight.view(-1)[0] += 1e-3
+                model.layers[0].mlp.down_proj.weight.view(-1)[0] += 1e-3
                 name = "one base weight + 1e-3"
             else:
                 adapter = adapter_modules(model)[0][1]

@@ -296,21 +296,27 @@ def test_a_base_is_its_weights_and_its_numerics(gate, tmp_path, monkeypatch):
 def test_a_file_is_read_and_written_as_transformers_computes_it(gate, tmp_path):
     """Issue 51's second attack: a tied config over a folder that stores its own head loaded
     with the head dropped (logits 147% off), and a Mistral whose window binds was exported as a
-    GGUF that attends over everything (logits 4.14 off). OLMo 2's GGUF, which assay does not
-    read back, joins them (docs/models.md)."""
+    GGUF that attends over everything (logits 4.14 off). Each family whose GGUF assay does not
+    read back (OLMo 2, Phi-3: the tiny registry's) joins them (docs/models.md)."""
     from assay_testing import defects
-    from assay_testing.tiny import save_tiny
+    from assay_testing.tiny import FAMILIES, save_tiny, writes_gguf
 
     gate.seed(0, 3)
     tiny = tmp_path / "tiny"
     mistral = save_tiny("mistral", tiny, seed=0, gguf=False)["hf"]
-    olmo2 = save_tiny("olmo2", tiny, seed=3, gguf=False)["hf"]
+    # with no window, so that the family alone decides (a binding window is refused apart)
+    unwritten = {
+        family: save_tiny(family, tiny, seed=3, gguf=False, sliding_window=None)["hf"]
+        for family in FAMILIES
+        if not writes_gguf(family)
+    }
     claim = gate.claim(
         "files.same_function",
-        "5 cases: a tiny Mistral folder with tie_word_embeddings set true over its own head is "
-        "refused in one line naming its weights file, and over a head equal to the embedding "
-        "loads with transformers' logits (within 1e-4); a GGUF export of it with a sliding "
-        "window of 4 and of a tiny OLMo 2 are refused in one line naming the target, with "
+        f"{4 + len(unwritten)} cases: a tiny Mistral folder with tie_word_embeddings set true "
+        "over its own head is refused in one line naming its weights file, and over a head "
+        "equal to the embedding loads with transformers' logits (within 1e-4); a GGUF export "
+        f"of it with a sliding window of 4 and of a tiny {', '.join(unwritten)} (each family "
+        "whose GGUF assay does not read) are refused in one line naming the target, with "
         "nothing written, and with its own window (no shorter than its context) is written and "
         "read back with its logits",
         kind="correctness",
@@ -327,7 +333,7 @@ def test_a_file_is_read_and_written_as_transformers_computes_it(gate, tmp_path):
     def misjudged(where: Path) -> list[str]:
         return [
             *same_function.tied_head_outcomes(mistral, where / "tied"),
-            *same_function.gguf_outcomes(mistral, olmo2, where / "gguf"),
+            *same_function.gguf_outcomes(mistral, unwritten, where / "gguf"),
         ]
 
     wrong = misjudged(tmp_path / "product")

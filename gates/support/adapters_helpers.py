@@ -64,7 +64,8 @@ def smollm2_subject() -> Subject:
 
 def tiny_subject(family: str, folder: Path) -> Subject:
     """A tiny random model of ``family`` (``assay_testing.tiny``: qwen2 with its biased q/k/v,
-    qwen3 with its q/k norms, granite with its four scalars, olmo2 with its post-norms) saved
+    qwen3 with its q/k norms, granite with its four scalars, olmo2 with its post-norms, phi3
+    with its fused projections) saved
     under ``folder``, two rows of ids."""
     from assay_testing.tiny import save_tiny
 

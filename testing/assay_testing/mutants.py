@@ -506,6 +506,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/train/test_preflight.py::test_rows_are_read_before_the_model",),
     ),
     Mutant(
+        "adapters.inject.fused_part_alone",
+        ("gates/gate_robustness.py::test_bad_inputs_fail_cleanly",),
+        budget_s=600.0,
+    ),
+    Mutant(
         "adapters.export.in_place",
         ("tests/test_export_protection.py::test_a_non_empty_destination_is_refused_unless_forced",),
     ),
@@ -524,6 +529,22 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "model.decoder.post_feedforward_norm_skipped",
         ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[olmo2]",),
+    ),
+    Mutant(
+        "model.decoder.fused_k_v_swapped",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[phi3]",),
+    ),
+    Mutant(
+        "model.decoder.gate_up_halves_swapped",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[phi3]",),
+    ),
+    Mutant(
+        "model.config.phi3_window_unread",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[phi3]",),
+    ),
+    Mutant(
+        "model.config.phi3_pad_default",
+        ("gates/gate_robustness.py::test_config_is_read_as_transformers_reads_it",),
     ),
     Mutant(
         "model.config.odd_head_dim",

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-FAMILIES = ("qwen2", "mistral", "llama3", "qwen3", "granite", "olmo2")
+FAMILIES = ("qwen2", "mistral", "llama3", "qwen3", "granite", "olmo2", "phi3")
 
 _COMMON: dict[str, Any] = {
     "vocab_size": 320,
@@ -30,13 +30,15 @@ _COMMON: dict[str, Any] = {
 
 def hf_config(family: str, **overrides: Any):
     """A transformers config for one tiny family (``qwen2``, ``mistral``, ``llama3``, ``qwen3``,
-    ``granite`` or ``olmo2``; Qwen3's heads are 24 wide, so q is wider than the hidden size;
-    Granite's four scalars are far from 1, as granite-3's are)."""
+    ``granite``, ``olmo2`` or ``phi3``; Qwen3's heads are 24 wide, so q is wider than the hidden
+    size; Granite's four scalars are far from 1, as granite-3's are; Phi-3's q, k and v are one
+    projection, as are its gate and up, and its sliding window of 32 binds on longer rows)."""
     from transformers import (
         GraniteConfig,
         LlamaConfig,
         MistralConfig,
         Olmo2Config,
+        Phi3Config,
         Qwen2Config,
         Qwen3Config,
     )
@@ -68,6 +70,11 @@ def hf_config(family: str, **overrides: Any):
         return GraniteConfig(**{**scalars, **kwargs}, tie_word_embeddings=True)
     if family == "olmo2":
         return Olmo2Config(**kwargs, tie_word_embeddings=False)
+    if family == "phi3":
+        # transformers' default pad id (32000) is outside a tiny vocabulary; a window of 32
+        # binds on longer prompts, as Phi-3-mini's 2047 does on long ones
+        phi3 = {"pad_token_id": 0, "sliding_window": 32}
+        return Phi3Config(**{**phi3, **kwargs}, tie_word_embeddings=False)
     raise ValueError(f"unknown tiny family {family!r}; expected one of {FAMILIES}")
 
 
@@ -87,7 +94,7 @@ def build_reference(family: str, seed: int = 0, **overrides: Any):
 
 
 def writes_gguf(family: str) -> bool:
-    """Whether assay writes and reads a GGUF of the tiny ``family`` (not of OLMo 2)."""
+    """Whether assay writes and reads a GGUF of the tiny ``family`` (not of OLMo 2 or Phi-3)."""
     from assay.model.config import GGUF_ARCHITECTURES, SAME_LAYOUT_AS
 
     architecture = "llama" if family == "llama3" else family

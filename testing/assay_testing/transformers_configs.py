@@ -63,6 +63,10 @@ CHOICES: dict[str, list[Any]] = {
     ],
     "rope_theta": [ABSENT, 777.0, 10000.0],
     "rms_norm_eps": [ABSENT, 1e-6, 1e-5],
+    "resid_pdrop": [ABSENT, 0.0, 0.1],
+    "pad_token_id": [ABSENT, None, 3, 64, -1, -65],
+    # Phi-3's default pad id (32000) is outside the first and inside the second
+    "vocab_size": [ABSENT, 64, 32064],
 }
 CLASSES = {
     "llama": "LlamaConfig",
@@ -71,6 +75,7 @@ CLASSES = {
     "qwen3": "Qwen3Config",
     "granite": "GraniteConfig",
     "olmo2": "Olmo2Config",
+    "phi3": "Phi3Config",
 }
 # words of the refusals docs/models.md states for features assay does not build
 DOCUMENTED = (
@@ -79,13 +84,19 @@ DOCUMENTED = (
     "layer_types",
     "two meanings of one file",
     "chunked attention is Llama 4's",
+    "assay trains without dropout",
 )
+
+
+# Phi-3's vocabulary: transformers' default pad id (32000) is inside it, as in every Phi-3 file
+TINY_VOCAB = {"phi3": 32064}
 
 
 def config_file(family: str, chosen: dict[str, Any]) -> dict:
     """The tiny ``family`` config.json with the ``chosen`` keys (ABSENT ones left out)."""
     fields = {key: value for key, value in chosen.items() if value is not ABSENT}
-    return json.loads(json.dumps({"model_type": family, **TINY, **fields}))
+    vocab = {"vocab_size": TINY_VOCAB.get(family, TINY["vocab_size"])}
+    return json.loads(json.dumps({"model_type": family, **TINY, **vocab, **fields}))
 
 
 def generated(seed: int, count: int) -> list[dict]:
@@ -122,7 +133,7 @@ def as_transformers(hf: dict) -> dict | None:
     finally:
         transformers.logging.set_verbosity(verbosity)
     rope = dict(config.rope_parameters)
-    window = config.sliding_window if family in ("mistral", "qwen2", "qwen3") else None
+    window = config.sliding_window if family in ("mistral", "qwen2", "qwen3", "phi3") else None
     kinds = getattr(config, "layer_types", None)
     if family in ("qwen2", "qwen3") and kinds is not None:
         windows = {window if kind == "sliding_attention" else None for kind in kinds}

@@ -20,8 +20,10 @@ CLASSES = {
     "shortcuts": "rule 2: a finished run resumed under another model, data or a damaged "
     "checkpoint is refused before the 'already finished' exit",
     "derived": "rule 3: products of settings in range (learning rate x decay, LoRA+'s ratio, "
-    "the adapter's scale alpha / rank, rows per step and per run) and TinyLoRA's rank against "
-    "the model's weights checked where they are formed, by train and estimate",
+    "the adapter's scale alpha / rank, rows per step and per run), TinyLoRA's rank against "
+    "the model's weights and the targets against the model's projection layout (a part of "
+    "Phi-3's fused qkv_proj alone, a fused name on a model that holds the parts apart) checked "
+    "where they are formed, by train and estimate",
     "claim_ids": "rule 4: claim ids (and a HEADLINE naming one) with surrounding whitespace or "
     "not NFKC-normal refused",
     "ledger_files": "rule 6: a LEDGER, CORRECTIONS or receipt that is a device or links out of "
@@ -124,6 +126,12 @@ def derived_cases(root: Path, model: Path) -> list[Case]:
             {"adapter": {"method": "tinylora", "r": 10**6, "targets": ["q_proj"]}},
             "adapter.r",
         ),
+        "fused_target_on_projections_apart": (
+            {"adapter": {**base["adapter"], "targets": ["qkv_proj"]}},
+            "adapter.targets",
+        ),
+        # base_config targets q_proj alone: a part of Phi-3's qkv_proj
+        "part_of_a_fused_projection": ({"model": str(_phi3(folder, model))}, "adapter.targets"),
     }
     cases = []
     for name, (change, where) in edits.items():
@@ -139,7 +147,21 @@ def derived_cases(root: Path, model: Path) -> list[Case]:
     cases.append(
         Case("derived.estimate_adapter_scale", "derived", argv, path, "adapter.alpha", folder)
     )
+    path = folder / "part_of_a_fused_projection.yaml"
+    argv = ("estimate", str(path), "--budget", "4GiB", "--json")
+    where = "adapter.targets"
+    cases.append(
+        Case("derived.estimate_part_of_a_fused_projection", "derived", argv, path, where, folder)
+    )
     return cases
+
+
+def _phi3(folder: Path, model: Path) -> Path:
+    """A tiny Phi-3 folder (q, k, v fused in qkv_proj) with the vocabulary of ``model``'s."""
+    from assay_testing.tiny import save_tiny
+
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    return save_tiny("phi3", folder / "phi3", seed=4, gguf=False, vocab_size=vocab)["hf"]
 
 
 def claim_id_cases(root: Path) -> list[Case]:

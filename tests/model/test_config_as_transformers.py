@@ -57,10 +57,10 @@ def test_the_attacks_files_are_refused(fields):
 
 
 def test_olmo2_reads_its_own_epsilon_default():
-    """transformers' OLMo 2 takes 1e-5 where config.json leaves rms_norm_eps out, every other
-    family 1e-6."""
+    """transformers' OLMo 2 and Phi-3 take 1e-5 where config.json leaves rms_norm_eps out, every
+    other family 1e-6."""
     for family in sorted(CLASSES):
-        hf = {"model_type": family, **TINY}
+        hf = config_file(family, {})
         assert as_assay(hf)["rms_norm_eps"] == as_transformers(hf)["rms_norm_eps"], family
     assert as_assay({"model_type": "olmo2", **TINY})["rms_norm_eps"] == 1e-5
 

@@ -54,8 +54,10 @@ def saved_bytes(run, exclude: tuple[torch.Tensor, ...] = ()) -> int:
     return sum(seen.values())
 
 
-def test_an_mlp_layer_keeps_two_ffn_wide_tensors(monkeypatch):
-    mlp = MLP(SimpleNamespace(hidden_size=32, intermediate_size=96)).requires_grad_(False)
+@pytest.mark.parametrize("fused", [False, True], ids=["apart", "gate_up_proj"])
+def test_an_mlp_layer_keeps_two_ffn_wide_tensors(monkeypatch, fused):
+    shape = SimpleNamespace(hidden_size=32, intermediate_size=96, fused_projections=fused)
+    mlp = MLP(shape).requires_grad_(False)
     x = torch.randn(1, 10, 32, requires_grad=True)
     wide = 10 * 96 * 4
     params = tuple(mlp.parameters())

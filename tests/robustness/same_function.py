@@ -86,11 +86,12 @@ def tied_head_outcomes(untied: Path, root: Path) -> list[str]:
     return wrong
 
 
-def gguf_outcomes(mistral: Path, olmo2: Path, root: Path) -> list[str]:
-    """Three exports as GGUF: the Mistral folder ``mistral`` with a window of 4 (binding) and
-    with its own window (no shorter than its context) and the OLMo 2 folder ``olmo2``. The
-    binding window and OLMo 2 must be refused in one line naming the target, with nothing
-    written; the unbound window must be written and read back with the model's logits."""
+def gguf_outcomes(mistral: Path, unwritten: dict[str, Path], root: Path) -> list[str]:
+    """GGUF exports: the Mistral folder ``mistral`` with a window of 4 (binding) and with its
+    own window (no shorter than its context), and each folder of ``unwritten`` (a family whose
+    GGUF assay does not read back, by name). The binding window and those families must be
+    refused in one line naming the target, with nothing written; the unbound window must be
+    written and read back with the model's logits."""
     import assay
     from assay.model.gguf_export import write_gguf
     from assay.model.safetensors import SafetensorsSource
@@ -100,7 +101,7 @@ def gguf_outcomes(mistral: Path, olmo2: Path, root: Path) -> list[str]:
     for label, folder, window, refused in (
         ("a binding window", mistral, WINDOW, True),
         ("a window no shorter than the context", mistral, None, False),
-        ("an OLMo 2", olmo2, None, True),
+        *((f"a {family}", folder, None, True) for family, folder in unwritten.items()),
     ):
         out = root / label.replace(" ", "-")
         out.mkdir(parents=True)

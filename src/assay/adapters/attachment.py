@@ -117,11 +117,12 @@ def attach(
                 "bf16/NF4-stored weights"
             )
         model.requires_grad_(True)
-        names = target_names("all-linear")
+        names = target_names("all-linear", fused=model.config.fused_projections)
         spec = AdapterSpec("full", 0, 0.0, names, layer_indices(len(model.layers), None), seed)
         model.assay_adapter_spec = spec
         return model
-    adapt = LayerwiseAttach(len(model.layers), method, resolved, targets, layers, seed)
+    fused = model.config.fused_projections
+    adapt = LayerwiseAttach(len(model.layers), method, resolved, targets, layers, seed, fused)
     for index, layer in enumerate(model.layers):
         adapt(index, layer)
     adapt.finish(model)
@@ -145,14 +146,16 @@ def layerwise_attach(
     targets: str | Sequence[str] = "attention",
     layers: Iterable[int] | None = None,
     seed: int = 0,
+    fused: bool = False,
     **options: Any,
 ) -> LayerwiseAttach:
     """``attach``'s arguments, checked as ``attach`` checks them, as a per-layer attacher for
-    a model of ``num_layers`` layers. Method ``full`` trains the whole base and is refused."""
+    a model of ``num_layers`` layers (``fused``: laid out as Phi-3, ``qkv_proj`` and
+    ``gate_up_proj``). Method ``full`` trains the whole base and is refused."""
     if registered(method).trains_base:
         raise ConfigError(f"method {method!r} trains the base: it cannot be attached per layer")
     resolved = _checked_options(method, rank, alpha, options)
-    return LayerwiseAttach(num_layers, method, resolved, targets, layers, seed)
+    return LayerwiseAttach(num_layers, method, resolved, targets, layers, seed, fused)
 
 
 class LayerwiseAttach:
@@ -171,12 +174,13 @@ class LayerwiseAttach:
         targets: str | Sequence[str],
         layers: Iterable[int] | None,
         seed: int,
+        fused: bool = False,
     ) -> None:
         self.entry = registered(method)
         self.method, self.targets, self.seed = method, targets, seed
         self.options = asdict(options)
         self.layers = layer_indices(num_layers, layers)
-        self.names = target_names(targets)
+        self.names = target_names(targets, fused)
         self.num_layers = num_layers
         self.generator = torch.Generator().manual_seed(seed)
         self.implementation, self.shared = self.entry.adapter_class(), {}

@@ -24,6 +24,7 @@ from assay.adapters.io import save_adapter
 from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_manifest
 from assay.atomic import atomic_write_bytes, staged_directory
 from assay.errors import ConfigError
+from assay.model.config import WINDOW_FOR_EVERY_LAYER
 from assay.model.gguf_seal import seal_holds
 from assay.model.hf_fields import GRANITE_SCALARS
 
@@ -37,6 +38,7 @@ _HF_CLASSES = {
     "qwen3": "Qwen3ForCausalLM",
     "granite": "GraniteForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 
 
@@ -102,7 +104,7 @@ def hf_config(config) -> dict:
         out["mlp_bias"] = False
     if config.architecture == "granite":
         out.update({key: getattr(config, key) for key in GRANITE_SCALARS})
-    if config.architecture == "mistral":
+    if config.architecture in WINDOW_FOR_EVERY_LAYER:
         out["sliding_window"] = config.sliding_window
     if config.architecture in ("qwen2", "qwen3"):
         # one attention kind for every layer: sliding from layer 0 on, or none

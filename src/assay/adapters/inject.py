@@ -14,15 +14,23 @@ from assay.errors import ConfigError
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 GROUPS = {"attention": ATTENTION, "mlp": MLP, "all-linear": ATTENTION + MLP}
-PARENT = {**dict.fromkeys(ATTENTION, "self_attn"), **dict.fromkeys(MLP, "mlp")}
+# a fused projection (Phi-3's) and the projections it holds, in its row order
+FUSED = {"qkv_proj": ATTENTION[:3], "gate_up_proj": MLP[:2]}
+PARENT = {
+    **dict.fromkeys((*ATTENTION, "qkv_proj"), "self_attn"),
+    **dict.fromkeys((*MLP, "gate_up_proj"), "mlp"),
+}
+# site order within a layer: the adapters' seeded initialisation draws in this order
+ORDER = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj")
+ORDER += ("gate_up_proj", "down_proj")
 
 
-def target_names(targets: str | Sequence[str]) -> tuple[str, ...]:
-    """Projection names for a group (attention, mlp, all-linear) or an explicit list."""
+def target_names(targets: str | Sequence[str], fused: bool = False) -> tuple[str, ...]:
+    """Projection names for a group (attention, mlp, all-linear) or an explicit list, as the
+    model's layers hold them: with ``fused`` (Phi-3's layout) the projections a fused one holds
+    are named by it, and must be targeted all together (PEFT can only wrap it whole)."""
     if isinstance(targets, str):
-        if targets in GROUPS:
-            return GROUPS[targets]
-        targets = [targets]
+        targets = GROUPS.get(targets, [targets])
     names = list(targets)
     unknown = [n for n in names if n not in PARENT]
     if unknown or not names:
@@ -30,8 +38,29 @@ def target_names(targets: str | Sequence[str]) -> tuple[str, ...]:
             f"targets: unknown projection(s) {unknown or names!r}; expected a group "
             f"({', '.join(GROUPS)}) or names from {', '.join(PARENT)}"
         )
-    order = ATTENTION + MLP
-    return tuple(sorted(set(names), key=order.index))
+    chosen = set(names)
+    for whole, held in FUSED.items():
+        asked = chosen & set(held)
+        if fused and asked:
+            if asked != set(held):
+                raise ConfigError(
+                    f"targets: this model holds {', '.join(held)} in one {whole}; target all "
+                    f"of them (or {whole}), not {', '.join(sorted(asked, key=ORDER.index))} alone"
+                )
+            chosen = (chosen - asked) | {whole}
+        elif not fused and whole in chosen:
+            raise ConfigError(
+                f"targets: {whole} is a fused projection (Phi-3's); this model holds "
+                f"{', '.join(held)} apart: name them"
+            )
+    return tuple(sorted(chosen, key=ORDER.index))
+
+
+def projection_parts(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` with each fused projection replaced by the projections it holds: the names a
+    shape-only account (the memory predictor, the FLOP count) sizes."""
+    out = [part for name in names for part in FUSED.get(name, (name,))]
+    return tuple(sorted(set(out), key=ORDER.index))
 
 
 def layer_indices(num_layers: int, layers: Iterable[int] | None) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.cli.load_progress import load_progress
+from assay.model.config import FUSED_PROJECTION_FAMILIES
 from assay.settings import STORAGES
 from assay.settings import rule as setting_rule
 from assay.storage.registry import storage
@@ -80,6 +81,13 @@ def _print_info(info: dict[str, Any]) -> None:
         f"{c['rope_scaling'] or ('gguf rope_freqs' if c['rope_freq_divisors'] else 'none')}; "
         f"tied embeddings {c['tie_word_embeddings']}; qkv bias {c['attention_bias']}"
     )
+    window = c["sliding_window"]
+    layout = (
+        "q, k, v fused in qkv_proj, gate and up in gate_up_proj"
+        if c["architecture"] in FUSED_PROJECTION_FAMILIES
+        else "projections apart"
+    )
+    print(f"  attention     window {f'{window:,} tokens' if window else 'none'}; {layout}")
     print(f"  parameters    {fp['parameter_count']:,} ({fp['decoded_fp32_bytes']:,} bytes in fp32)")
     types = ", ".join(f"{n} {k}" for k, n in sorted(info["tensor_types"].items()))
     print(f"  tensor types  {types}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from assay.adapters.inject import projection_parts
 from assay.adapters.registry import method
 from assay.memory.predict import SHAPE_FIELDS, Plan, Prediction, predict, shape, with_changes
 from assay.model.config import ModelConfig, check_layers_held, config_from_gguf
@@ -57,7 +58,9 @@ def plan_from_config(config: Any, model: ModelConfig) -> Plan:
         method=adapter.method,
         # TinyLoRA has no LoRA rank: its own r, u and sharing set its memory
         rank=adapter.r if tiny else adapter.rank or 1,
-        targets=tuple(adapter.targets),
+        # a fused projection (Phi-3) is sized as its parts, an adapter each: a little more than
+        # its one adapter holds
+        targets=projection_parts(adapter.targets),
         stream_buffers=config.stream.buffers if config.stream is not None else None,
         stream_recompute=config.stream.recompute if config.stream is not None else True,
         seq_len=config.data.seq_len,

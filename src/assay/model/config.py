@@ -16,7 +16,7 @@ from typing import Any
 from assay.errors import ModelFileError, UnsupportedModelError
 from assay.model.hf_fields import ABSENT, GRANITE_SCALARS, check_refused_fields, rope_parameters
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2")
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
 # The positive integers that size a decoder (the memory predictor reads these alone).
 SIZE_FIELDS = (
     "vocab_size",
@@ -56,6 +56,9 @@ LIMITS: dict[str, float] = {
 }
 # transformers' defaults where a family's config.json leaves a key out
 MISTRAL_WINDOW = 4096
+# families whose sliding_window, when set, binds every layer, with transformers' default for
+# an absent key (Mistral's 4096; Phi-3's none)
+WINDOW_FOR_EVERY_LAYER: dict[str, int | None] = {"mistral": MISTRAL_WINDOW, "phi3": None}
 QWEN2_WINDOW = 4096
 QWEN2_WINDOW_LAYERS = 28
 QWEN3_HEAD_DIM = 128
@@ -68,9 +71,12 @@ DEFAULT_CONTEXT = {
     "qwen3": 32768,
     "granite": 2048,
     "olmo2": 2048,
+    "phi3": 4096,
 }
+# pad_token_id when config.json leaves it out (transformers' Phi-3 default; the others' is none)
+DEFAULT_PAD_TOKEN = {"phi3": 32000}
 # rms_norm_eps when config.json leaves it out (transformers' defaults)
-DEFAULT_RMS_NORM_EPS = {"olmo2": 1e-5}
+DEFAULT_RMS_NORM_EPS = {"olmo2": 1e-5, "phi3": 1e-5}
 RMS_NORM_EPS = 1e-6
 # families whose transformers model reads a null head_dim as the default (hidden / heads)
 NULL_HEAD_DIM_IS_DEFAULT = ("llama", "mistral")
@@ -91,6 +97,10 @@ WHOLE_QK_NORM_FAMILIES = ("olmo2",)
 # post_attention_layernorm and post_feedforward_layernorm) instead of its input; their RMSNorm
 # multiplies by its weight before casting back to the compute dtype
 POST_NORM_FAMILIES = ("olmo2",)
+# families whose layers hold q, k and v in one projection (qkv_proj: q's rows, then k's, then
+# v's) and gate and up in another (gate_up_proj: gate's rows first), as Phi-3 stores them; an
+# adapter wraps each fused projection whole, as PEFT does
+FUSED_PROJECTION_FAMILIES = ("phi3",)
 
 
 @dataclass(frozen=True)
@@ -101,7 +111,9 @@ class ModelConfig:
     an optional sliding window), ``qwen2`` (bias on q, k and v), ``qwen3`` (``qk_norm``: each
     head of q and k RMS-normalised before RoPE), ``olmo2`` (``post_norm``: each branch's output
     RMS-normalised before its residual add, no norm on its input; the whole q and k projections
-    RMS-normalised before RoPE) or ``granite`` (embeddings times
+    RMS-normalised before RoPE), ``phi3`` (``fused_projections``: q, k and v in one
+    ``qkv_proj``, gate and up in one ``gate_up_proj``; an optional window on every layer) or
+    ``granite`` (embeddings times
     ``embedding_multiplier``, each residual branch times ``residual_multiplier``, attention
     scores times ``attention_multiplier`` instead of head_dim^-0.5, logits divided by
     ``logits_scaling``). ``rope_scaling`` holds HF's
@@ -193,10 +205,20 @@ class ModelConfig:
         return self.architecture in POST_NORM_FAMILIES
 
     @property
+    def fused_projections(self) -> bool:
+        """q, k and v are one ``qkv_proj``, gate and up one ``gate_up_proj`` (Phi-3)."""
+        return self.architecture in FUSED_PROJECTION_FAMILIES
+
+    @property
+    def whole_qk_norm(self) -> bool:
+        """q and k are each normalised as one whole projection (OLMo 2), not head by head."""
+        return self.qk_norm and self.architecture in WHOLE_QK_NORM_FAMILIES
+
+    @property
     def qk_norm_widths(self) -> tuple[int, int]:
         """The widths of the q and k norms' weights: head_dim each (Qwen3, per head) or the
         whole projections' (OLMo 2)."""
-        if self.architecture in WHOLE_QK_NORM_FAMILIES:
+        if self.whole_qk_norm:
             return self.q_size, self.kv_size
         return self.head_dim, self.head_dim
 
@@ -254,9 +276,12 @@ class ModelConfig:
             p = f"layers.{i}."
             if not self.post_norm:
                 shapes[p + "input_layernorm.weight"] = (h,)
-            shapes[p + "self_attn.q_proj.weight"] = (q, h)
-            shapes[p + "self_attn.k_proj.weight"] = (kv, h)
-            shapes[p + "self_attn.v_proj.weight"] = (kv, h)
+            if self.fused_projections:
+                shapes[p + "self_attn.qkv_proj.weight"] = (q + 2 * kv, h)
+            else:
+                shapes[p + "self_attn.q_proj.weight"] = (q, h)
+                shapes[p + "self_attn.k_proj.weight"] = (kv, h)
+                shapes[p + "self_attn.v_proj.weight"] = (kv, h)
             shapes[p + "self_attn.o_proj.weight"] = (h, q)
             if self.qk_norm:
                 q_norm, k_norm = self.qk_norm_widths
@@ -267,8 +292,11 @@ class ModelConfig:
                 shapes[p + "self_attn.k_proj.bias"] = (kv,)
                 shapes[p + "self_attn.v_proj.bias"] = (kv,)
             shapes[p + "post_attention_layernorm.weight"] = (h,)
-            shapes[p + "mlp.gate_proj.weight"] = (f, h)
-            shapes[p + "mlp.up_proj.weight"] = (f, h)
+            if self.fused_projections:
+                shapes[p + "mlp.gate_up_proj.weight"] = (2 * f, h)
+            else:
+                shapes[p + "mlp.gate_proj.weight"] = (f, h)
+                shapes[p + "mlp.up_proj.weight"] = (f, h)
             shapes[p + "mlp.down_proj.weight"] = (h, f)
             if self.post_norm:
                 shapes[p + "post_feedforward_layernorm.weight"] = (h,)
@@ -388,10 +416,11 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     if head_dim is ABSENT or (head_dim is None and model_type in NULL_HEAD_DIM_IS_DEFAULT):
         head_dim = QWEN3_HEAD_DIM if model_type == "qwen3" else hidden // heads
     kv_heads = hf.get("num_key_value_heads")
+    vocab = whole("vocab_size", "vocab_size")
     return _built(
         where,
         architecture=model_type,
-        vocab_size=whole("vocab_size", "vocab_size"),
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=whole("intermediate_size", "intermediate_size"),
         num_layers=layers,
@@ -419,8 +448,24 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         rope_scaling=scaling,
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=eos[0] if isinstance(eos, list) else eos,
-        pad_token_id=hf.get("pad_token_id"),
+        pad_token_id=_pad_token(hf, model_type, vocab, where),
     )
+
+
+def _pad_token(hf: Mapping[str, Any], family: str, vocab: int, where: str) -> int | None:
+    """pad_token_id as transformers reads it (its family's default when absent), or
+    ModelFileError naming the file for an id transformers cannot build the embedding with: one
+    outside -vocab_size..vocab_size - 1 (PyTorch's padding_idx range), or not an integer."""
+    pad = hf.get("pad_token_id", DEFAULT_PAD_TOKEN.get(family))
+    if pad is None:
+        return None
+    if isinstance(pad, bool) or not isinstance(pad, int) or not -vocab <= pad < vocab:
+        shown = "absent, so " if "pad_token_id" not in hf else ""
+        raise ModelFileError(
+            f"{where}: pad_token_id ({shown}{pad!r}) must be a token id below vocab_size "
+            f"{vocab}, or null; transformers cannot build the embedding with it"
+        )
+    return pad
 
 
 def _check_layer_types(hf: Mapping[str, Any], layers: int, where: str) -> None:
@@ -451,8 +496,8 @@ def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str)
     (assay applies one attention kind to every layer)."""
     if family in ("llama", "granite", "olmo2"):
         return None  # transformers' Llama, Granite and OLMo 2 never read sliding_window
-    if family == "mistral":
-        window = hf.get("sliding_window", MISTRAL_WINDOW)
+    if family in WINDOW_FOR_EVERY_LAYER:
+        window = hf.get("sliding_window", WINDOW_FOR_EVERY_LAYER[family])
         return (
             None if window is None else _integer(window, "sliding_window", where, "sliding_window")
         )

@@ -1,5 +1,5 @@
 """One Llama-family decoder that config switches between Llama/SmolLM2, Mistral, Qwen2, Qwen3,
-Granite and OLMo 2.
+Granite, OLMo 2 and Phi-3.
 
 Reads top to bottom: RMSNorm, rotary tables, attention, MLP, a layer, the decoder. Parameter
 names follow HF's (minus the ``model.`` prefix) so that PEFT-style keys map one to one.
@@ -87,21 +87,25 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 class Attention(nn.Module):
     """Grouped-query attention through SDPA with the softmax in fp32; with ``qk_norm`` q and k
-    are RMS-normalised before RoPE, each head alone (Qwen3) or each projection whole (OLMo 2)."""
+    are RMS-normalised before RoPE, each head alone (Qwen3) or each projection whole (OLMo 2);
+    with ``fused_projections`` (Phi-3) q, k and v come from one ``qkv_proj``, in that order."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         h, bias = config.hidden_size, config.attention_bias
-        self.q_proj = nn.Linear(h, config.q_size, bias=bias)
-        self.k_proj = nn.Linear(h, config.kv_size, bias=bias)
-        self.v_proj = nn.Linear(h, config.kv_size, bias=bias)
+        if config.fused_projections:
+            self.qkv_proj = nn.Linear(h, config.q_size + 2 * config.kv_size, bias=bias)
+        else:
+            self.q_proj = nn.Linear(h, config.q_size, bias=bias)
+            self.k_proj = nn.Linear(h, config.kv_size, bias=bias)
+            self.v_proj = nn.Linear(h, config.kv_size, bias=bias)
         self.o_proj = nn.Linear(config.q_size, h, bias=False)
         if config.qk_norm:
             q_width, k_width = config.qk_norm_widths
             self.q_norm = rms_norm(config, q_width)
             self.k_norm = rms_norm(config, k_width)
-        self.whole_qk_norm = config.qk_norm and config.qk_norm_widths[0] == config.q_size
+        self.whole_qk_norm = config.whole_qk_norm
 
     def forward(
         self,
@@ -114,7 +118,7 @@ class Attention(nn.Module):
         and the queries attend over the whole cached run (``mask`` must then be explicit)."""
         c = self.config
         b, t, _ = x.shape
-        q, k = self.q_proj(x), self.k_proj(x)
+        q, k, v = self._qkv(x)
         if self.whole_qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(b, t, c.num_heads, c.head_dim)
@@ -122,7 +126,7 @@ class Attention(nn.Module):
         if c.qk_norm and not self.whole_qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = self.v_proj(x).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        v = v.view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
@@ -141,6 +145,13 @@ class Attention(nn.Module):
             scale=c.head_dim**-0.5 if c.attention_multiplier is None else c.attention_multiplier,
         ).to(x.dtype)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, c.q_size))
+
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The q, k and v projections of ``x``, from three projections or from slices of one."""
+        if not self.config.fused_projections:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q_size, kv_size = self.config.q_size, self.config.kv_size
+        return self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)
 
 
 class _SiluMul(torch.autograd.Function):
@@ -173,17 +184,26 @@ class _SiluMul(torch.autograd.Function):
 
 
 class MLP(nn.Module):
-    """down(silu(gate(x)) * up(x)); the product saves only gate(x) and up(x) (_SiluMul)."""
+    """down(silu(gate(x)) * up(x)); the product saves only gate(x) and up(x) (_SiluMul). With
+    ``fused_projections`` (Phi-3) gate and up are the two halves of one ``gate_up_proj``."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         h, f = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, f, bias=False)
-        self.up_proj = nn.Linear(h, f, bias=False)
+        self.fused = config.fused_projections
+        if self.fused:
+            self.gate_up_proj = nn.Linear(h, 2 * f, bias=False)
+        else:
+            self.gate_proj = nn.Linear(h, f, bias=False)
+            self.up_proj = nn.Linear(h, f, bias=False)
         self.down_proj = nn.Linear(f, h, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(_SiluMul.apply(self.gate_proj(x), self.up_proj(x)))
+        if self.fused:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(_SiluMul.apply(gate, up))
 
 
 class DecoderLayer(nn.Module):

@@ -61,6 +61,14 @@ def projection_shapes(config: Any) -> dict[str, tuple[int, int]]:
     }
 
 
+def _adapter_shapes(config: Any) -> dict[str, tuple[int, int]]:
+    """(in, out) of every projection an adapter may wrap, Phi-3's fused two included."""
+    shapes = projection_shapes(config)
+    h, q = shapes["q_proj"]
+    (_, kv), (_, f) = shapes["k_proj"], shapes["gate_proj"]
+    return {**shapes, "qkv_proj": (h, q + 2 * kv), "gate_up_proj": (h, 2 * f)}
+
+
 def matmul_parameters(config: Any) -> int:
     """P: weights that take part in a matmul (every layer's projections plus the LM head)."""
     per_layer = sum(i * o for i, o in projection_shapes(config).values())
@@ -121,11 +129,11 @@ def step_flops(
     """
     tokens = batch * seq
     p = matmul_parameters(config)
-    shapes = projection_shapes(config)
     layers = config.num_layers
     adapter_forward = 0
     if lora_rank is not None:
-        per_layer = sum(lora_rank * sum(shapes[t]) for t in _targets(lora_targets))
+        adapted = _adapter_shapes(config)
+        per_layer = sum(lora_rank * sum(adapted[t]) for t in _targets(lora_targets))
         adapter_forward = 2 * tokens * per_layer * layers
     attention_forward = 2 * batch * seq * seq * config.head_dim * config.num_heads * layers
     recompute_flops = 0

@@ -18,10 +18,12 @@ from typing import Any
 
 from assay.errors import UnsupportedModelError
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
 ROPE_TYPES = ("default", "llama3")
+# transformers' Phi-3 refuses every rope type but default and longrope (not built)
+PHI3_ROPE_TYPES = ("default",)
 # Granite's four scalars, as config.json names them (each 1 in every other family)
 GRANITE_SCALARS = (
     "embedding_multiplier",
@@ -128,9 +130,13 @@ NO_EFFECT = "no effect"
 ALL = FAMILIES
 NOT_GRANITE = tuple(f for f in FAMILIES if f != "granite")
 PRE_NORM = tuple(f for f in FAMILIES if f != "olmo2")
+NOT_PHI3 = tuple(f for f in FAMILIES if f != "phi3")
 RULES: tuple[FieldRule, ...] = (
     FieldRule(
-        "model_type", ALL, READ, "llama, mistral, qwen2, qwen3, granite or olmo2 (picks the family)"
+        "model_type",
+        ALL,
+        READ,
+        "llama, mistral, qwen2, qwen3, granite, olmo2 or phi3 (picks the family)",
     ),
     FieldRule("vocab_size", ALL, READ, "a positive integer up to 4,194,304"),
     FieldRule("hidden_size", ALL, READ, "a positive integer up to 131,072"),
@@ -148,10 +154,10 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "head_dim",
-        ("qwen2", "granite", "olmo2"),
+        ("qwen2", "granite", "olmo2", "phi3"),
         READ,
         "an even positive integer up to 2,048 (default hidden / heads when absent; null is "
-        "refused, as transformers' Qwen2, Granite and OLMo 2 cannot run it)",
+        "refused, as transformers' Qwen2, Granite, OLMo 2 and Phi-3 cannot run it)",
     ),
     FieldRule(
         "head_dim",
@@ -164,7 +170,8 @@ RULES: tuple[FieldRule, ...] = (
         "rms_norm_eps",
         ALL,
         READ,
-        "a positive number up to 1 (default as transformers: 1e-5 for olmo2, 1e-6 for the others)",
+        "a positive number up to 1 (default as transformers: 1e-5 for olmo2 and phi3, 1e-6 for "
+        "the others)",
     ),
     FieldRule("rope_theta", ALL, READ, "a positive number up to 1e12 (or in rope_parameters)"),
     FieldRule(
@@ -172,15 +179,23 @@ RULES: tuple[FieldRule, ...] = (
         ALL,
         READ,
         "a positive integer up to 16,777,216 (default as transformers: 2048 for llama, "
-        "granite and olmo2, 32768 for qwen2 and qwen3, 131072 for mistral)",
+        "granite and olmo2, 4096 for phi3, 32768 for qwen2 and qwen3, 131072 for mistral)",
     ),
     FieldRule("tie_word_embeddings", ALL, READ, "true or false (default false); nothing else"),
     FieldRule(
         "rope_scaling.rope_type",
-        ALL,
+        NOT_PHI3,
         REFUSED,
         "default or llama3 (linear, dynamic, yarn and longrope are not built)",
         accepts=lambda v: v is ABSENT or v in ROPE_TYPES,
+        value=_rope_type,
+    ),
+    FieldRule(
+        "rope_scaling.rope_type",
+        ("phi3",),
+        REFUSED,
+        "default (longrope, the only other type transformers' Phi-3 runs, is not built)",
+        accepts=lambda v: v is ABSENT or v in PHI3_ROPE_TYPES,
         value=_rope_type,
     ),
     FieldRule(
@@ -214,9 +229,10 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "attention_bias",
-        ("mistral", "qwen2"),
+        ("mistral", "qwen2", "phi3"),
         NO_EFFECT,
-        "ignored as transformers ignores it (mistral: no bias; qwen2: always q, k, v bias)",
+        "ignored as transformers ignores it (mistral and phi3: no bias; qwen2: always q, k, v "
+        "bias)",
     ),
     FieldRule(
         "mlp_bias",
@@ -227,7 +243,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "mlp_bias",
-        ("mistral", "qwen2", "qwen3", "olmo2"),
+        ("mistral", "qwen2", "qwen3", "olmo2", "phi3"),
         NO_EFFECT,
         "ignored as transformers ignores it",
     ),
@@ -255,6 +271,13 @@ RULES: tuple[FieldRule, ...] = (
         "a positive integer up to 16,777,216, or null for none (default 4096, as transformers)",
     ),
     FieldRule(
+        "sliding_window",
+        ("phi3",),
+        READ,
+        "a positive integer up to 16,777,216 binding every layer, or null for none (default "
+        "none, as transformers)",
+    ),
+    FieldRule(
         "layer_types",
         ("llama", "granite", "olmo2"),
         REFUSED,
@@ -263,7 +286,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "layer_types",
-        ("mistral",),
+        ("mistral", "phi3"),
         REFUSED,
         "absent (per-layer attention kinds are Ministral's, not built)",
         accepts=lambda v: v is ABSENT,
@@ -347,7 +370,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "q/k norm (no key)",
-        ("llama", "mistral", "qwen2", "granite"),
+        ("llama", "mistral", "qwen2", "granite", "phi3"),
         NO_EFFECT,
         "fixed by model_type: none",
     ),
@@ -375,6 +398,35 @@ RULES: tuple[FieldRule, ...] = (
         NOT_GRANITE,
         NO_EFFECT,
         "fixed by model_type: embeddings are not scaled (Gemma's sqrt(hidden) is not built)",
+    ),
+    FieldRule(
+        "resid_pdrop",
+        ("phi3",),
+        REFUSED,
+        "0 or null (transformers' Phi-3 drops out each branch's output in training; assay "
+        "trains without dropout)",
+        accepts=lambda v: v is ABSENT or _off(v),
+    ),
+    FieldRule(
+        "embd_pdrop, original_max_position_embeddings",
+        ("phi3",),
+        NO_EFFECT,
+        "ignored as transformers 5 ignores them (the second is read by longrope only, which is "
+        "refused)",
+    ),
+    FieldRule(
+        "projection layout (no key)",
+        NOT_PHI3,
+        NO_EFFECT,
+        "fixed by model_type: q_proj, k_proj, v_proj, gate_proj and up_proj apart",
+    ),
+    FieldRule(
+        "projection layout (no key)",
+        ("phi3",),
+        READ,
+        "fixed by model_type: q, k and v in one qkv_proj (q's rows, then k's, then v's), gate and "
+        "up in one gate_up_proj (gate's rows first); adapters wrap each fused projection whole, "
+        "as PEFT does",
     ),
     FieldRule("pretraining_tp", ALL, NO_EFFECT, "ignored as transformers 5 ignores it"),
     FieldRule("torch_dtype, dtype", ALL, NO_EFFECT, "storage is chosen by the run's settings"),

@@ -50,7 +50,8 @@ class AdapterConfig:
         **_LORA,
     )
     targets: tuple[str, ...] = setting(
-        "Projection names to adapt.",
+        "Projection names to adapt (Phi-3 fuses q, k, v into qkv_proj and gate, up into "
+        "gate_up_proj: name a fused one or all of its parts).",
         "array",
         DEFAULT_TARGETS,
         items={"enum": list(PROJECTIONS)},

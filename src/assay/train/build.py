@@ -83,8 +83,14 @@ def build_runner(
         from assay.model.loader import open_source
         from assay.stream.offload import load_into_disk_tier
 
-        layers = open_source(path).config.num_layers
-        adapt = layerwise_attach(layers, method, seed=seed, **adapter_options)
+        model = open_source(path).config
+        adapt = layerwise_attach(
+            model.num_layers,
+            method,
+            seed=seed,
+            fused=model.fused_projections,
+            **adapter_options,
+        )
         base, store, _ = load_into_disk_tier(path, storage=storage, adapt=adapt)
         adapt.finish(base)
     else:

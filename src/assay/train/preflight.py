@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from assay.adapters.inject import target_names
+from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.settings import TrainConfig
@@ -30,11 +32,19 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
     - ``stream.buffers`` beyond the number of layers;
     - ``data.seq_len`` beyond the model's context length (``max_position_embeddings``);
       positions past it were never trained and RoPE scaling does not cover them;
+    - ``adapter.targets`` that the model's layout cannot wrap (a part of a fused projection
+      alone, or a fused projection's name in a model that holds its parts apart);
     - TinyLoRA's ``adapter.r`` beyond a target's rank bound (the smaller of its weight's two
       dimensions: the SVD it keeps r singular directions of has no more).
     """
     model = model if model is not None else model_config(config)
     source = Path(config.source)
+    targets: tuple[str, ...] = ()
+    if not registered(config.adapter.method).trains_base:  # full fine-tuning has no targets
+        try:
+            targets = target_names(config.adapter.targets, model.fused_projections)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: adapter.{error}") from None
     layers = config.adapter.layers
     if layers is not None:
         outside = [i for i in layers if not 0 <= i < model.num_layers]
@@ -49,7 +59,7 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
             f"{source}: stream.buffers: {stream.buffers} exceeds the model's {model.num_layers} "
             f"layers (valid 2..{model.num_layers}; more buffers than layers is the resident run)"
         )
-    _check_tinylora_rank(config, model, source)
+    _check_tinylora_rank(config, model, targets, source)
     context = model.max_position_embeddings
     if config.data.seq_len > context:
         raise ConfigError(
@@ -58,7 +68,9 @@ def check_against_model(config: TrainConfig, model: ModelConfig | None = None) -
         )
 
 
-def _check_tinylora_rank(config: TrainConfig, model: ModelConfig, source: Path) -> None:
+def _check_tinylora_rank(
+    config: TrainConfig, model: ModelConfig, targets: tuple[str, ...], source: Path
+) -> None:
     adapter = config.adapter
     if adapter.r is None:  # TinyLoRA's alone: the settings leave it None for other methods
         return
@@ -67,7 +79,7 @@ def _check_tinylora_rank(config: TrainConfig, model: ModelConfig, source: Path) 
         for name, shape in model.expected_shapes().items()
         if name.startswith("layers.0.") and name.endswith("_proj.weight")
     }
-    tightest = min(((bounds[t], t) for t in adapter.targets if t in bounds), default=None)
+    tightest = min(((bounds[t], t) for t in targets if t in bounds), default=None)
     if tightest is not None and adapter.r > tightest[0]:
         bound, target = tightest
         raise ConfigError(

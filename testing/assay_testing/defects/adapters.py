@@ -231,4 +231,11 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
+    # assay.adapters.inject: Phi-3's fused projections are targeted whole
+    Defect(
+        "adapters.inject.fused_part_alone",
+        "a part of a fused projection targeted alone (q_proj of Phi-3's qkv_proj) wraps the "
+        "whole fused projection instead of being refused",
+        (Edit("assay.adapters.inject:target_names", "if asked != set(held):", "if False:"),),
+    ),
 )

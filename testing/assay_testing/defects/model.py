@@ -35,6 +35,52 @@ DEFECTS: tuple[Defect, ...] = (
             ),
         ),
     ),
+    # Phi-3's blocks: the row order of its fused projections, its window and its pad default
+    Defect(
+        "model.decoder.fused_k_v_swapped",
+        "Phi-3's qkv_proj is read as q, v, k: the k and v rows swapped",
+        (
+            Edit(
+                "assay.model.decoder:Attention._qkv",
+                "return self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)",
+                "q, k, v = self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)\n"
+                "        return q, v, k",
+            ),
+        ),
+    ),
+    Defect(
+        "model.decoder.gate_up_halves_swapped",
+        "Phi-3's gate_up_proj is read up first, gate second",
+        (
+            Edit(
+                "assay.model.decoder:MLP.forward",
+                "gate, up = self.gate_up_proj(x).chunk(2, dim=-1)",
+                "up, gate = self.gate_up_proj(x).chunk(2, dim=-1)",
+            ),
+        ),
+    ),
+    Defect(
+        "model.config.phi3_window_unread",
+        "a Phi-3's sliding_window is read as Qwen2's, unused without use_sliding_window",
+        (
+            Edit(
+                "assay.model.config:_sliding_window",
+                "if family in WINDOW_FOR_EVERY_LAYER:",
+                'if family == "mistral":',
+            ),
+        ),
+    ),
+    Defect(
+        "model.config.phi3_pad_default",
+        "a Phi-3 config.json without pad_token_id is read with no pad, not transformers' 32000",
+        (
+            Edit(
+                "assay.model.config:_pad_token",
+                'pad = hf.get("pad_token_id", DEFAULT_PAD_TOKEN.get(family))',
+                'pad = hf.get("pad_token_id")',
+            ),
+        ),
+    ),
     # the outside attack on OLMo 2: what transformers refuses, assay refuses
     Defect(
         "model.config.odd_head_dim",
