@@ -26,9 +26,9 @@ def test_groups_resolve_to_the_fused_projections():
 
 
 def test_a_part_alone_is_refused_naming_its_fused_projection():
-    with pytest.raises(ConfigError, match="one qkv_proj.*not q_proj, v_proj alone"):
+    with pytest.raises(ConfigError, match=r"one qkv_proj.*not q_proj, v_proj alone"):
         target_names(["q_proj", "v_proj"], fused=True)
-    with pytest.raises(ConfigError, match="one gate_up_proj.*not up_proj alone"):
+    with pytest.raises(ConfigError, match=r"one gate_up_proj.*not up_proj alone"):
         target_names(["up_proj"], fused=True)
 
 
