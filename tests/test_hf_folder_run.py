@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from assay.cli import main
@@ -93,6 +94,30 @@ def test_a_merged_export_is_a_whole_folder_transformers_loads_with_its_tokenizer
         (bare / name).unlink()
     with pytest.raises((OSError, ValueError, TypeError)):
         AutoTokenizer.from_pretrained(bare)
+
+
+@pytest.mark.parametrize("tier", ["ram", "disk"])
+def test_a_streamed_run_exports_the_merged_model_of_its_resident_twin(workspace, tmp_path, tier):
+    """A run streamed from RAM or disk keeps its base off the modules; its merged export (which
+    reads every base weight) is the model a resident run of the same config merges, bit for
+    bit, since streamed training is bitwise resident training."""
+    from safetensors.torch import load_file
+
+    config = yaml.safe_load((workspace / "config.yaml").read_text())
+    merged = {}
+    for name, stream in (("resident", None), (tier, {"tier": tier, "buffers": 2})):
+        run = tmp_path / f"run-{name}"
+        changed = {**config, "output": {**config["output"], "dir": str(run)}}
+        if stream is not None:
+            changed["stream"] = stream
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(changed))
+        assert main(["train", str(path), "--json", "--no-progress"]) == 0
+        out = tmp_path / f"merged-{name}"
+        assert main(["export", str(run), "--format", "safetensors", "--out", str(out)]) == 0
+        merged[name] = load_file(out / "model.safetensors")
+    assert merged["resident"].keys() == merged[tier].keys()
+    assert all(torch.equal(merged["resident"][k], merged[tier][k]) for k in merged["resident"])
 
 
 def test_a_bad_tokenizer_is_refused_before_any_weight_is_decoded(

@@ -4,6 +4,7 @@ GGUF model."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     _outside_the_run(out_dir, run_dir)
     check_destination(out_dir, force=args.force, format=args.format)
+    if args.format != "peft" and config.stream is not None:
+        # a merged model reads every base weight, which a streamed run's base keeps off the
+        # module (on disk or in the layer pool): build it resident for the merge
+        config = dataclasses.replace(config, stream=None)
     with load_progress("model"):
         _, base = build_model(config)
     checkpoint = load_checkpoint(checkpoint_dir)
