@@ -62,6 +62,7 @@ WHICH = [
     "granite",
     "olmo2",
     "phi3",
+    "gemma3",
 ]
 
 
@@ -93,6 +94,11 @@ def olmo2(tmp_path_factory) -> Subject:
 @pytest.fixture(scope="module")
 def phi3(tmp_path_factory) -> Subject:
     return tiny_subject("phi3", tmp_path_factory.mktemp("phi3"))
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory) -> Subject:
+    return tiny_subject("gemma3", tmp_path_factory.mktemp("gemma3"))
 
 
 @pytest.mark.parametrize("method", PEFT_METHODS)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -148,11 +149,46 @@ def without_scalar(name: str) -> Callable[[torch.nn.Module], torch.nn.Module]:
     return broken
 
 
-def without_window(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` attending over every earlier position: its sliding window left out."""
-    model.config = dataclasses.replace(model.config, sliding_window=None)
+def with_config(**changes: Any) -> Callable[[torch.nn.Module], torch.nn.Module]:
+    """A control that reads ``model`` with ``changes`` to its config (the decoder's and each
+    attention's copy)."""
+
+    def broken(model: torch.nn.Module) -> torch.nn.Module:
+        model.config = dataclasses.replace(model.config, **changes)
+        for layer in model.layers:
+            layer.self_attn.config = model.config
+        return model
+
+    return broken
+
+
+def without_norm_offset(model: torch.nn.Module) -> torch.nn.Module:
+    """Gemma's norms read as x * w, not x * (1 + w)."""
+    for module in model.modules():
+        if hasattr(module, "offset"):
+            module.offset = 0.0
+    return model
+
+
+def without_embedding_scale(model: torch.nn.Module) -> torch.nn.Module:
+    """The embeddings fed to the first layer unscaled (Gemma's sqrt(hidden) left out)."""
+    model.embed = lambda ids: model.embed_tokens(ids)  # a plain function shadows the method
+    return model
+
+
+def without_pre_feedforward_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """Gemma's layers feeding the MLP its input unnormalised (one norm of the sandwich out)."""
     for layer in model.layers:
-        layer.self_attn.config = model.config
+        layer.pre_feedforward_layernorm = torch.nn.Identity()
+    return model
+
+
+def with_silu(model: torch.nn.Module) -> torch.nn.Module:
+    """The MLP's GELU (tanh) read as SiLU."""
+    from assay.model.decoder import GATED_PRODUCTS
+
+    for layer in model.layers:
+        layer.mlp.gated_product = GATED_PRODUCTS["silu"]
     return model
 
 
@@ -161,7 +197,22 @@ def family_blocks_left_out(config, tokens: int) -> list[tuple[str, Callable]]:
     a sliding window shorter than the ``tokens`` compared, left out."""
     found: list[tuple[str, Callable]] = []
     if config.sliding_window is not None and config.sliding_window < tokens:
-        found.append((f"sliding window ({config.sliding_window}) left out", without_window))
+        wide = with_config(sliding_window=config.max_position_embeddings)
+        found.append((f"sliding window ({config.sliding_window}) left out", wide))
+    if config.norm_offset:
+        found.append(("norms as x * w, not x * (1 + w)", without_norm_offset))
+    if config.scaled_embeddings:
+        found.append(("embeddings not scaled by sqrt(hidden)", without_embedding_scale))
+    if config.sandwich_norm:
+        found.append(("pre-feedforward norm left out", without_pre_feedforward_norm))
+    if config.activation != "silu":
+        found.append(("SiLU in place of GELU (tanh)", with_silu))
+    if config.rope_local_theta is not None:
+        found.append(
+            ("sliding layers at the full layers' rope theta", with_config(rope_local_theta=None))
+        )
+    if config.query_pre_attn_scalar is not None:
+        found.append(("attention scaled by head_dim^-0.5", with_config(query_pre_attn_scalar=None)))
     if config.qk_norm:
         found.append(("q and k norms left out", without_qk_norm))
     if config.post_norm:

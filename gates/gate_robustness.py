@@ -7,6 +7,7 @@ The corpus is generated in the session (tests/corpus/generate.py) from a fresh t
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -183,19 +184,6 @@ def test_config_fields_are_read_or_refused(gate, monkeypatch):
     )
 
 
-def _merged_rope(hf):
-    """The rope reading issue 51's attack broke: rope_scaling merged over rope_parameters (as
-    assay read it before), where transformers 5 replaces one with the other."""
-    rope = dict(hf["rope_parameters"]) if isinstance(hf.get("rope_parameters"), dict) else {}
-    legacy = hf.get("rope_scaling")
-    if isinstance(legacy, dict):
-        legacy = dict(legacy)
-        if "type" in legacy and "rope_type" not in legacy:
-            legacy["rope_type"] = legacy.pop("type")
-        rope.update(legacy)
-    return rope
-
-
 def test_config_is_read_as_transformers_reads_it(gate, monkeypatch):
     """Issue 51's second attack: files that combine interdependent keys (a null head_dim, 0 for
     a boolean, sliding keys that contradict, rope_scaling beside rope_parameters and a theta)
@@ -211,10 +199,12 @@ def test_config_is_read_as_transformers_reads_it(gate, monkeypatch):
         "config.read_as_transformers",
         f"{n} generated config.json files over the {len(transformers_configs.CLASSES)} "
         "families, each combining up to five of head_dim, attention_bias, mlp_bias, "
-        "tie_word_embeddings, the sliding-window keys, rope_parameters, rope_scaling, "
-        "rope_theta and rms_norm_eps: each file transformers 5 refuses or cannot run a forward "
-        "pass on is refused in one line naming the file, and each file assay reads, "
-        "transformers reads with the same head size, rope, window, tied head and norm epsilon",
+        "tie_word_embeddings, the sliding-window and layer-kind keys, rope_parameters (flat or "
+        "per layer kind), rope_scaling, rope_theta, rms_norm_eps, pad_token_id, vocab_size, "
+        "resid_pdrop and Gemma 3's keys: each file transformers 5 refuses or cannot run a "
+        "forward pass on is refused in one line naming the file, and each file assay reads, "
+        "transformers reads with the same head size, rope per layer kind, window per layer, "
+        "attention scale, tied head and norm epsilon",
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="files misjudged",
@@ -229,10 +219,11 @@ def test_config_is_read_as_transformers_reads_it(gate, monkeypatch):
     gate.note(f"transformers config cases misjudged: {wrong[:3]}")
     refused = sum(isinstance(transformers_configs.as_assay(hf), str) for hf in files)
     gate.note(f"transformers config cases: {refused} of {n} refused by assay")
-    monkeypatch.setattr(assay.model.config, "rope_parameters", _merged_rope)
+    for table in ("DEFAULT_HEAD_DIM", "DEFAULT_RMS_NORM_EPS", "DEFAULT_TIED", "DEFAULT_PAD_TOKEN"):
+        monkeypatch.setattr(assay.model.config, table, {})
     claim.control(
-        "the same files with rope_scaling merged over rope_parameters (assay's reading before "
-        "the attack)",
+        "the same files read with every family's own defaults dropped (Llama's head size, norm "
+        "epsilon, untied head and no pad where a key is absent)",
         len(transformers_configs.misjudged(files)),
     )
 
@@ -293,20 +284,30 @@ def test_a_base_is_its_weights_and_its_numerics(gate, tmp_path, monkeypatch):
     )
 
 
+def _window_unbound(folder: Path) -> Path:
+    """``folder`` with its sliding window, if it has one, widened to its context: a window that
+    binds is refused apart, so the family alone decides."""
+    from assay_testing.tiny import edit_config
+
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("sliding_window") is not None:
+        edit_config(folder, sliding_window=config["max_position_embeddings"])
+    return folder
+
+
 def test_a_file_is_read_and_written_as_transformers_computes_it(gate, tmp_path):
     """Issue 51's second attack: a tied config over a folder that stores its own head loaded
     with the head dropped (logits 147% off), and a Mistral whose window binds was exported as a
     GGUF that attends over everything (logits 4.14 off). Each family whose GGUF assay does not
-    read back (OLMo 2, Phi-3: the tiny registry's) joins them (docs/models.md)."""
+    read back (OLMo 2, Phi-3, Gemma 3: the tiny registry's) joins them (docs/models.md)."""
     from assay_testing import defects
     from assay_testing.tiny import FAMILIES, save_tiny, writes_gguf
 
     gate.seed(0, 3)
     tiny = tmp_path / "tiny"
     mistral = save_tiny("mistral", tiny, seed=0, gguf=False)["hf"]
-    # with no window, so that the family alone decides (a binding window is refused apart)
     unwritten = {
-        family: save_tiny(family, tiny, seed=3, gguf=False, sliding_window=None)["hf"]
+        family: _window_unbound(save_tiny(family, tiny, seed=3, gguf=False)["hf"])
         for family in FAMILIES
         if not writes_gguf(family)
     }

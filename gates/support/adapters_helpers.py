@@ -65,7 +65,7 @@ def smollm2_subject() -> Subject:
 def tiny_subject(family: str, folder: Path) -> Subject:
     """A tiny random model of ``family`` (``assay_testing.tiny``: qwen2 with its biased q/k/v,
     qwen3 with its q/k norms, granite with its four scalars, olmo2 with its post-norms, phi3
-    with its fused projections) saved
+    with its fused projections, gemma3 with its sandwich norms and two kinds of layer) saved
     under ``folder``, two rows of ids."""
     from assay_testing.tiny import save_tiny
 

@@ -543,6 +543,26 @@ MUTANTS: tuple[Mutant, ...] = (
         ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[phi3]",),
     ),
     Mutant(
+        "model.decoder.norm_offset_dropped",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[gemma3]",),
+    ),
+    Mutant(
+        "model.decoder.embedding_scale_dropped",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[gemma3]",),
+    ),
+    Mutant(
+        "model.decoder.pre_feedforward_norm_skipped",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[gemma3]",),
+    ),
+    Mutant(
+        "model.config.local_rope_theta_unread",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[gemma3]",),
+    ),
+    Mutant(
+        "model.config.sliding_kind_unwindowed",
+        ("gates/gate_logits.py::test_tiny_family_logits_match_transformers[gemma3]",),
+    ),
+    Mutant(
         "model.config.phi3_pad_default",
         ("gates/gate_robustness.py::test_config_is_read_as_transformers_reads_it",),
     ),

@@ -12,7 +12,10 @@ from typing import Any
 
 import torch
 
-FAMILIES = ("qwen2", "mistral", "llama3", "qwen3", "granite", "olmo2", "phi3")
+FAMILIES = ("qwen2", "mistral", "llama3", "qwen3", "granite", "olmo2", "phi3", "gemma3")
+
+# the model_type of each tiny family whose name is not its own
+ARCHITECTURE = {"llama3": "llama", "gemma3": "gemma3_text"}
 
 _COMMON: dict[str, Any] = {
     "vocab_size": 320,
@@ -32,8 +35,11 @@ def hf_config(family: str, **overrides: Any):
     """A transformers config for one tiny family (``qwen2``, ``mistral``, ``llama3``, ``qwen3``,
     ``granite``, ``olmo2`` or ``phi3``; Qwen3's heads are 24 wide, so q is wider than the hidden
     size; Granite's four scalars are far from 1, as granite-3's are; Phi-3's q, k and v are one
-    projection, as are its gate and up, and its sliding window of 32 binds on longer rows)."""
+    projection, as are its gate and up, and its sliding window of 32 binds on longer rows;
+    Gemma 3 (``gemma3``, model_type gemma3_text) has a sliding layer and a full one, each with
+    its own rope theta, a window of 32 and an attention scale other than head_dim's)."""
     from transformers import (
+        Gemma3TextConfig,
         GraniteConfig,
         LlamaConfig,
         MistralConfig,
@@ -75,6 +81,16 @@ def hf_config(family: str, **overrides: Any):
         # binds on longer prompts, as Phi-3-mini's 2047 does on long ones
         phi3 = {"pad_token_id": 0, "sliding_window": 32}
         return Phi3Config(**{**phi3, **kwargs}, tie_word_embeddings=False)
+    if family == "gemma3":
+        layers = kwargs.get("num_hidden_layers", _COMMON["num_hidden_layers"])
+        gemma = {
+            "head_dim": 16,
+            "query_pre_attn_scalar": 24,
+            "sliding_window": 32,
+            "layer_types": [("full_attention", "sliding_attention")[i % 2] for i in range(layers)],
+            "pad_token_id": 0,
+        }
+        return Gemma3TextConfig(**{**gemma, **kwargs}, tie_word_embeddings=True)
     raise ValueError(f"unknown tiny family {family!r}; expected one of {FAMILIES}")
 
 
@@ -94,10 +110,11 @@ def build_reference(family: str, seed: int = 0, **overrides: Any):
 
 
 def writes_gguf(family: str) -> bool:
-    """Whether assay writes and reads a GGUF of the tiny ``family`` (not of OLMo 2 or Phi-3)."""
+    """Whether assay writes and reads a GGUF of the tiny ``family`` (not of OLMo 2, Phi-3 or
+    Gemma 3)."""
     from assay.model.config import GGUF_ARCHITECTURES, SAME_LAYOUT_AS
 
-    architecture = "llama" if family == "llama3" else family
+    architecture = ARCHITECTURE.get(family, family)
     return SAME_LAYOUT_AS.get(architecture, architecture) in GGUF_ARCHITECTURES
 
 

@@ -52,6 +52,12 @@ CHOICES: dict[str, list[Any]] = {
         ABSENT,
         {"rope_type": "default", "rope_theta": 500.0},
         {"rope_type": "llama3", "rope_theta": 900.0, **LLAMA3},
+        {
+            "full_attention": {"rope_type": "default", "rope_theta": 300.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 30.0},
+        },
+        {"full_attention": {"rope_type": "linear", "factor": 2.0}},
+        {"sliding_attention": {"rope_type": "default"}},
     ],
     "rope_scaling": [
         ABSENT,
@@ -67,7 +73,17 @@ CHOICES: dict[str, list[Any]] = {
     "pad_token_id": [ABSENT, None, 3, 64, -1, -65],
     # Phi-3's default pad id (32000) is outside the first and inside the second
     "vocab_size": [ABSENT, 64, 32064],
+    # Gemma 3's keys (read only by model_type gemma3_text; query_pre_attn_scalar refused elsewhere)
+    "query_pre_attn_scalar": [ABSENT, 24, 64.0, 0, "x"],
+    "sliding_window_pattern": [ABSENT, 1, 2, 0],
+    "rope_local_base_freq": [ABSENT, 50.0],
+    "use_bidirectional_attention": [ABSENT, False, True],
+    "hidden_activation": [ABSENT, "gelu_pytorch_tanh", "silu"],
 }
+# families whose transformers model applies sliding_window, and those of them whose layers
+# each have their own kind (layer_types)
+WINDOWED = ("mistral", "qwen2", "qwen3", "phi3", "gemma3_text")
+PER_LAYER_KINDS = ("qwen2", "qwen3", "gemma3_text")
 CLASSES = {
     "llama": "LlamaConfig",
     "mistral": "MistralConfig",
@@ -76,6 +92,7 @@ CLASSES = {
     "granite": "GraniteConfig",
     "olmo2": "Olmo2Config",
     "phi3": "Phi3Config",
+    "gemma3_text": "Gemma3TextConfig",
 }
 # words of the refusals docs/models.md states for features assay does not build
 DOCUMENTED = (
@@ -85,6 +102,11 @@ DOCUMENTED = (
     "two meanings of one file",
     "chunked attention is Llama 4's",
     "assay trains without dropout",
+    "bidirectional attention",
+    "hidden_activation",
+    "query_pre_attn_scalar",
+    "linear, the larger Gemma 3's",
+    "a rope per layer kind",
 )
 
 
@@ -132,21 +154,32 @@ def as_transformers(hf: dict) -> dict | None:
         return None
     finally:
         transformers.logging.set_verbosity(verbosity)
-    rope = dict(config.rope_parameters)
-    window = config.sliding_window if family in ("mistral", "qwen2", "qwen3", "phi3") else None
+    layers = hf["num_hidden_layers"]
+    window = config.sliding_window if family in WINDOWED else None
     kinds = getattr(config, "layer_types", None)
-    if family in ("qwen2", "qwen3") and kinds is not None:
-        windows = {window if kind == "sliding_attention" else None for kind in kinds}
+    if family in PER_LAYER_KINDS and kinds is not None:
+        windows = tuple(window if kind == "sliding_attention" else None for kind in kinds)
     else:
-        windows = {window}
+        windows = (window,) * layers
+    head_dim = getattr(config, "head_dim", None) or hf["hidden_size"] // 4
+    if family == "gemma3_text":
+        ropes = {kind: dict(config.rope_parameters[kind]) for kind in sorted(set(kinds))}
+        scale = config.query_pre_attn_scalar**-0.5
+    else:
+        ropes = {None: dict(config.rope_parameters)}
+        scale = config.attention_multiplier if family == "granite" else head_dim**-0.5
     return {
-        "head_dim": getattr(config, "head_dim", None) or hf["hidden_size"] // 4,
-        "rope_type": rope.get("rope_type", "default"),
-        "rope_theta": float(rope["rope_theta"]),
-        "llama3": (
-            {k: float(rope[k]) for k in LLAMA3_READ} if rope["rope_type"] == "llama3" else None
-        ),
+        "head_dim": head_dim,
+        "ropes": {
+            kind: (
+                rope.get("rope_type", "default"),
+                float(rope["rope_theta"]),
+                {k: float(rope[k]) for k in LLAMA3_READ} if rope["rope_type"] == "llama3" else None,
+            )
+            for kind, rope in ropes.items()
+        },
         "windows": windows,
+        "attention_scale": scale,
         "tied": bool(config.tie_word_embeddings),
         "rms_norm_eps": float(config.rms_norm_eps),
     }
@@ -162,12 +195,16 @@ def as_assay(hf: dict) -> dict | str:
     except AssayError as error:
         return str(error)
     scaling = config.rope_scaling
+    llama3 = {k: float(scaling[k]) for k in LLAMA3_READ} if scaling else None
+    kinds = sorted(set(config.layer_types)) if config.layer_types else [None]
     return {
         "head_dim": config.head_dim,
-        "rope_type": "llama3" if scaling else "default",
-        "rope_theta": config.rope_theta,
-        "llama3": {k: float(scaling[k]) for k in LLAMA3_READ} if scaling else None,
-        "windows": {config.sliding_window},
+        "ropes": {
+            kind: ("llama3" if scaling else "default", config.rope_theta_of(kind), llama3)
+            for kind in kinds
+        },
+        "windows": tuple(config.window_of(kind) for kind in config.layer_kinds),
+        "attention_scale": config.attention_scale,
         "tied": config.tie_word_embeddings,
         "rms_norm_eps": config.rms_norm_eps,
     }

@@ -75,5 +75,5 @@ def test_the_attacks_rope_is_transformers_rope():
         "rope_scaling": {"rope_type": "default"},
         "rope_theta": 777.0,
     }
-    assert as_transformers(hf)["rope_theta"] == 777.0
-    assert as_assay(hf)["rope_theta"] == 777.0
+    assert as_transformers(hf)["ropes"][None][1] == 777.0
+    assert as_assay(hf)["ropes"][None][1] == 777.0

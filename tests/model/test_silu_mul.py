@@ -1,5 +1,5 @@
-"""The MLP's silu(gate) * up keeps two FFN-wide tensors for backward, not three, and its
-output and gradients are bit for bit those of plain autograd."""
+"""The MLP's act(gate) * up (SiLU, and Gemma's tanh-approximated GELU) keeps two FFN-wide tensors
+for backward, not three, and its output and gradients are bit for bit those of plain autograd."""
 
 from __future__ import annotations
 
@@ -9,18 +9,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from assay.model.decoder import MLP, _SiluMul
+from assay.model.decoder import GATED_PRODUCTS, MLP, _SiluMul
+
+ACTIVATIONS = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 64, 96), (3, 7, 37)])
-def test_output_and_gradients_equal_autograds_bitwise(dtype, shape):
+def test_output_and_gradients_equal_autograds_bitwise(dtype, shape, activation):
     gen = torch.Generator().manual_seed(0)
     gate, up, grad = (torch.randn(shape, generator=gen).to(dtype) for _ in range(3))
     gate.requires_grad_(True)
     up.requires_grad_(True)
-    plain = F.silu(gate) * up
-    fused = _SiluMul.apply(gate, up)
+    plain = ACTIVATIONS[activation](gate) * up
+    fused = GATED_PRODUCTS[activation].apply(gate, up)
     assert torch.equal(plain, fused)
     for want, got in zip(
         torch.autograd.grad(plain, (gate, up), grad),
@@ -56,7 +59,9 @@ def saved_bytes(run, exclude: tuple[torch.Tensor, ...] = ()) -> int:
 
 @pytest.mark.parametrize("fused", [False, True], ids=["apart", "gate_up_proj"])
 def test_an_mlp_layer_keeps_two_ffn_wide_tensors(monkeypatch, fused):
-    shape = SimpleNamespace(hidden_size=32, intermediate_size=96, fused_projections=fused)
+    shape = SimpleNamespace(
+        hidden_size=32, intermediate_size=96, fused_projections=fused, activation="silu"
+    )
     mlp = MLP(shape).requires_grad_(False)
     x = torch.randn(1, 10, 32, requires_grad=True)
     wide = 10 * 96 * 4

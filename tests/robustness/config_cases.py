@@ -24,6 +24,7 @@ BASE = {
     "max_position_embeddings": 256,
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
+    "pad_token_id": 0,  # Phi-3's default (32000) is outside this vocabulary
 }
 VALUES = (
     None,
@@ -79,8 +80,11 @@ class Case:
 
 
 def _config(family: str, key: str, value) -> dict:
-    if key == "rope_scaling.rope_type":
+    if key.endswith("rope_scaling.rope_type"):
         return {"model_type": family, **BASE, "rope_scaling": {"rope_type": value, "factor": 2.0}}
+    if key == "rope_parameters.<kind>":
+        # the row reads which layer kind the rope is keyed by: any key of one is refused
+        return {"model_type": family, **BASE, "rope_parameters": {"full_attention": {}}}
     return {"model_type": family, **BASE, key: value}
 
 

@@ -39,6 +39,7 @@ _HF_CLASSES = {
     "granite": "GraniteForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
 
 
@@ -98,7 +99,7 @@ def hf_config(config) -> dict:
         "pad_token_id": config.pad_token_id,
         "dtype": "float32",
     }
-    if config.architecture in ("llama", "qwen3", "granite", "olmo2"):
+    if config.architecture in ("llama", "qwen3", "granite", "olmo2", "gemma3_text"):
         out["attention_bias"] = False  # each would put it on o too; refused when reading
     if config.architecture in ("llama", "granite"):
         out["mlp_bias"] = False
@@ -106,6 +107,9 @@ def hf_config(config) -> dict:
         out.update({key: getattr(config, key) for key in GRANITE_SCALARS})
     if config.architecture in WINDOW_FOR_EVERY_LAYER:
         out["sliding_window"] = config.sliding_window
+    if config.architecture == "gemma3_text":
+        del out["hidden_act"]  # Gemma 3 reads hidden_activation
+        out.update(_gemma3_config(config))
     if config.architecture in ("qwen2", "qwen3"):
         # one attention kind for every layer: sliding from layer 0 on, or none
         sliding = config.sliding_window is not None
@@ -113,6 +117,20 @@ def hf_config(config) -> dict:
         out["sliding_window"] = config.sliding_window
         out["max_window_layers"] = 0 if sliding else config.num_layers
     return out
+
+
+def _gemma3_config(config) -> dict:
+    """Gemma 3's keys: its activation, attention scale, per-layer kinds and a rope per kind."""
+    return {
+        "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": config.query_pre_attn_scalar,
+        "sliding_window": config.sliding_window,
+        "layer_types": list(config.layer_types),
+        "rope_parameters": {
+            kind: {"rope_type": "default", "rope_theta": config.rope_theta_of(kind)}
+            for kind in ("full_attention", "sliding_attention")
+        },
+    }
 
 
 def export_merged(

@@ -82,12 +82,18 @@ def _print_info(info: dict[str, Any]) -> None:
         f"tied embeddings {c['tie_word_embeddings']}; qkv bias {c['attention_bias']}"
     )
     window = c["sliding_window"]
+    kinds = c["layer_types"]
+    if kinds and window:
+        sliding = kinds.count("sliding_attention")
+        window_text = f"{window:,} tokens on {sliding} of {len(kinds)} layers"
+    else:
+        window_text = f"{window:,} tokens" if window else "none"
     layout = (
         "q, k, v fused in qkv_proj, gate and up in gate_up_proj"
         if c["architecture"] in FUSED_PROJECTION_FAMILIES
         else "projections apart"
     )
-    print(f"  attention     window {f'{window:,} tokens' if window else 'none'}; {layout}")
+    print(f"  attention     window {window_text}; {layout}")
     print(f"  parameters    {fp['parameter_count']:,} ({fp['decoded_fp32_bytes']:,} bytes in fp32)")
     types = ", ".join(f"{n} {k}" for k, n in sorted(info["tensor_types"].items()))
     print(f"  tensor types  {types}")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from assay.model.config import ModelConfig
-
 
 class LayerCache:
     """One layer's keys and values so far; ``extend`` appends and returns the whole run."""
@@ -37,19 +35,20 @@ class KVCache:
 
 
 def cached_attention_mask(
-    config: ModelConfig, past: int, new: int, padding: torch.Tensor, device: torch.device
+    window: int | None, past: int, new: int, padding: torch.Tensor, device: torch.device
 ) -> torch.Tensor:
     """Boolean [B, 1, new, past + new] (True = attend) for ``new`` queries after ``past`` keys.
 
     Query i sits at absolute index past + i and sees key j when j <= past + i, the key is not
-    padding (``padding`` is [B, past + new], 1 = real token), and, for a sliding window, when
-    past + i - j < window. Every query also sees itself, so a padded query row is never empty.
+    padding (``padding`` is [B, past + new], 1 = real token), and, for a sliding ``window``,
+    when past + i - j < window. Every query also sees itself, so a padded query row is never
+    empty.
     """
     total = past + new
     query = torch.arange(past, total, device=device)[:, None]
     key = torch.arange(total, device=device)[None, :]
     allowed = key <= query
-    if config.sliding_window is not None:
-        allowed = allowed & (query - key < config.sliding_window)
+    if window is not None:
+        allowed = allowed & (query - key < window)
     allowed = allowed[None, None] & padding.bool()[:, None, None, :]
     return allowed | (key == query)[None, None]

@@ -14,9 +14,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import ModelFileError, UnsupportedModelError
-from assay.model.hf_fields import ABSENT, GRANITE_SCALARS, check_refused_fields, rope_parameters
+from assay.model.hf_fields import (
+    ABSENT,
+    GRANITE_SCALARS,
+    check_refused_fields,
+    gemma3_rope,
+    rope_parameters,
+)
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
+SUPPORTED_ARCHITECTURES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "granite",
+    "olmo2",
+    "phi3",
+    "gemma3_text",
+)
 # The positive integers that size a decoder (the memory predictor reads these alone).
 SIZE_FIELDS = (
     "vocab_size",
@@ -53,6 +68,8 @@ LIMITS: dict[str, float] = {
     "residual_multiplier": 1e4,
     "attention_multiplier": 1e4,
     "logits_scaling": 1e4,
+    # Gemma 3's attention scale is query_pre_attn_scalar^-0.5 (256 in every published one)
+    "query_pre_attn_scalar": 1 << 20,
 }
 # transformers' defaults where a family's config.json leaves a key out
 MISTRAL_WINDOW = 4096
@@ -61,7 +78,15 @@ MISTRAL_WINDOW = 4096
 WINDOW_FOR_EVERY_LAYER: dict[str, int | None] = {"mistral": MISTRAL_WINDOW, "phi3": None}
 QWEN2_WINDOW = 4096
 QWEN2_WINDOW_LAYERS = 28
-QWEN3_HEAD_DIM = 128
+# head_dim when config.json leaves it out: these families' own, the others' hidden / heads
+DEFAULT_HEAD_DIM = {"qwen3": 128, "gemma3_text": 256}
+GEMMA3_QUERY_PRE_ATTN_SCALAR = 256
+GEMMA3_WINDOW = 4096
+# every n-th Gemma 3 layer is full attention, the others sliding, when layer_types is absent
+GEMMA3_WINDOW_PATTERN = 6
+# rope theta of Gemma 3's full-attention and sliding layers when config.json leaves them out
+GEMMA3_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
+LAYER_KINDS = ("full_attention", "sliding_attention")
 # max_position_embeddings when config.json leaves it out (a Llama-3 rope without its own
 # original context takes this one)
 DEFAULT_CONTEXT = {
@@ -72,9 +97,12 @@ DEFAULT_CONTEXT = {
     "granite": 2048,
     "olmo2": 2048,
     "phi3": 4096,
+    "gemma3_text": 131072,
 }
 # pad_token_id when config.json leaves it out (transformers' Phi-3 default; the others' is none)
-DEFAULT_PAD_TOKEN = {"phi3": 32000}
+DEFAULT_PAD_TOKEN = {"phi3": 32000, "gemma3_text": 0}
+# tie_word_embeddings when config.json leaves it out (transformers' Gemma 3 ties; the others not)
+DEFAULT_TIED = {"gemma3_text": True}
 # rms_norm_eps when config.json leaves it out (transformers' defaults)
 DEFAULT_RMS_NORM_EPS = {"olmo2": 1e-5, "phi3": 1e-5}
 RMS_NORM_EPS = 1e-6
@@ -89,14 +117,30 @@ SAME_LAYOUT_AS = {"mistral": "llama"}
 # GGUF files whose Q and K rows llama.cpp stores permuted (its Llama conversion, Granite's too)
 PERMUTED_GGUF = ("llama", "granite")
 
+# ModelConfig reals that may be None (the family does not have them), and the LIMITS key of each
+_OPTIONAL_REALS = ("rope_local_theta", "query_pre_attn_scalar")
+_LIMIT_OF = {"rope_local_theta": "rope_theta"}
+
 # families whose attention RMS-normalises q and k before RoPE: each head (a weight of head_dim)
 # in Qwen3, the whole projection (a weight of q_size and of kv_size) in OLMo 2
-QK_NORM_FAMILIES = ("qwen3", "olmo2")
+QK_NORM_FAMILIES = ("qwen3", "olmo2", "gemma3_text")
 WHOLE_QK_NORM_FAMILIES = ("olmo2",)
 # families whose layers normalise each branch's output before its residual add (OLMo 2's
 # post_attention_layernorm and post_feedforward_layernorm) instead of its input; their RMSNorm
 # multiplies by its weight before casting back to the compute dtype
 POST_NORM_FAMILIES = ("olmo2",)
+# families whose layers normalise each branch's input and its output (Gemma 3's four norms:
+# input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
+# post_feedforward_layernorm)
+SANDWICH_NORM_FAMILIES = ("gemma3_text",)
+# families whose RMSNorm multiplies by its weight in fp32 before casting back (Llama casts first)
+NORM_WEIGHT_IN_FP32_FAMILIES = ("olmo2", "gemma3_text")
+# families whose RMSNorm weight is stored as an offset from 1: x * (1 + w) (Gemma's)
+OFFSET_NORM_FAMILIES = ("gemma3_text",)
+# families whose embeddings are multiplied by sqrt(hidden_size), rounded to the embedding's dtype
+SCALED_EMBEDDING_FAMILIES = ("gemma3_text",)
+# the MLP's gate activation: SiLU, or GELU with the tanh approximation (Gemma's)
+GELU_TANH_FAMILIES = ("gemma3_text",)
 # families whose layers hold q, k and v in one projection (qkv_proj: q's rows, then k's, then
 # v's) and gate and up in another (gate_up_proj: gate's rows first), as Phi-3 stores them; an
 # adapter wraps each fused projection whole, as PEFT does
@@ -145,6 +189,10 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
+    # per layer, full_attention or sliding_attention (Gemma 3); None: one kind for every layer
+    layer_types: tuple[str, ...] | None = None
+    rope_local_theta: float | None = None  # the sliding layers' rope theta (Gemma 3)
+    query_pre_attn_scalar: int | None = None  # attention scaled by its ^-0.5 (Gemma 3)
 
     def __post_init__(self) -> None:
         if self.architecture not in SUPPORTED_ARCHITECTURES:
@@ -181,15 +229,84 @@ class ModelConfig:
             **{key: getattr(self, key) for key in GRANITE_SCALARS},
             **{f"rope_scaling.{k}": v for k, v in scaling.items() if k != "rope_type"},
             **{f"rope_freq_divisors[{i}]": v for i, v in enumerate(self.rope_freq_divisors or ())},
+            "rope_local_theta": self.rope_local_theta,
+            "query_pre_attn_scalar": self.query_pre_attn_scalar,
         }
+        optional = ("sliding_window", "attention_multiplier", *_OPTIONAL_REALS)
         for name, value in positive.items():
-            if name in ("sliding_window", "attention_multiplier") and value is None:
+            if name in optional and value is None:
                 continue
-            limit = LIMITS[name.split("[")[0].removeprefix("rope_scaling.")]
+            limit = LIMITS[_LIMIT_OF.get(name, name).split("[")[0].removeprefix("rope_scaling.")]
             if not _finite(value) or not 0 < value <= limit:
                 raise ModelFileError(
                     f"config field {name} must be a positive number up to {limit:g}, got {value!r}"
                 )
+        self._check_layer_types()
+
+    def _check_layer_types(self) -> None:
+        kinds = self.layer_types
+        if kinds is None:
+            return
+        if len(kinds) != self.num_layers or not set(kinds) <= set(LAYER_KINDS):
+            raise ModelFileError(
+                f"config field layer_types must name full_attention or sliding_attention for "
+                f"each of the {self.num_layers} layers, got {kinds!r}"
+            )
+        if "sliding_attention" in kinds and self.sliding_window is None:
+            raise ModelFileError(
+                "config: layer_types names sliding_attention layers but sliding_window is none"
+            )
+
+    @property
+    def layer_kinds(self) -> tuple[str | None, ...]:
+        """Each layer's attention kind (full_attention or sliding_attention), or None for every
+        layer of a model with one kind (``sliding_window``, if set, binds them all)."""
+        return self.layer_types or (None,) * self.num_layers
+
+    def window_of(self, kind: str | None) -> int | None:
+        """The sliding window of a layer of ``kind`` (:attr:`layer_kinds`), or None."""
+        return None if kind == "full_attention" else self.sliding_window
+
+    def rope_theta_of(self, kind: str | None) -> float:
+        """The rope theta of a layer of ``kind``: Gemma 3's sliding layers have their own."""
+        if kind == "sliding_attention" and self.rope_local_theta is not None:
+            return self.rope_local_theta
+        return self.rope_theta
+
+    @property
+    def attention_scale(self) -> float:
+        """The attention scores' scale: query_pre_attn_scalar^-0.5 (Gemma 3), Granite's
+        attention_multiplier, or head_dim^-0.5."""
+        if self.query_pre_attn_scalar is not None:
+            return self.query_pre_attn_scalar**-0.5
+        if self.attention_multiplier is not None:
+            return self.attention_multiplier
+        return self.head_dim**-0.5
+
+    @property
+    def sandwich_norm(self) -> bool:
+        """Each branch's input and output are normalised (Gemma 3)."""
+        return self.architecture in SANDWICH_NORM_FAMILIES
+
+    @property
+    def norm_weight_in_fp32(self) -> bool:
+        """RMSNorm multiplies by its weight in fp32, then casts back (OLMo 2, Gemma 3)."""
+        return self.architecture in NORM_WEIGHT_IN_FP32_FAMILIES
+
+    @property
+    def norm_offset(self) -> float:
+        """What RMSNorm adds to its stored weight: 1 for Gemma's x * (1 + w), else 0."""
+        return 1.0 if self.architecture in OFFSET_NORM_FAMILIES else 0.0
+
+    @property
+    def scaled_embeddings(self) -> bool:
+        """The embeddings are multiplied by sqrt(hidden_size) (Gemma 3)."""
+        return self.architecture in SCALED_EMBEDDING_FAMILIES
+
+    @property
+    def activation(self) -> str:
+        """The MLP gate's activation: ``silu``, or ``gelu_tanh`` (Gemma 3)."""
+        return "gelu_tanh" if self.architecture in GELU_TANH_FAMILIES else "silu"
 
     @property
     def q_size(self) -> int:
@@ -229,6 +346,8 @@ class ModelConfig:
             out["rope_freq_divisors"] = list(self.rope_freq_divisors)
         if self.rope_scaling is not None:
             out["rope_scaling"] = dict(self.rope_scaling)
+        if self.layer_types is not None:
+            out["layer_types"] = list(self.layer_types)
         return out
 
     def numerics(self) -> dict[str, Any]:
@@ -261,7 +380,22 @@ class ModelConfig:
                 else None
             ),
             "rope_inverse_frequencies": rope_inverse_frequencies(self).tolist(),
+            # Gemma 3's alone (a key only where set, so other families' fingerprints stand)
+            **self._per_layer_numerics(real),
         }
+
+    def _per_layer_numerics(self, real: Any) -> dict[str, Any]:
+        from assay.model.decoder import rope_inverse_frequencies
+
+        out: dict[str, Any] = {}
+        if self.layer_types is not None:
+            out["layer_types"] = list(self.layer_types)
+        if self.rope_local_theta is not None:
+            local = rope_inverse_frequencies(self, kind="sliding_attention")
+            out["rope_local_inverse_frequencies"] = local.tolist()
+        if self.query_pre_attn_scalar is not None:
+            out["query_pre_attn_scalar"] = real(self.query_pre_attn_scalar)
+        return out
 
     def numerics_sha256(self) -> str:
         """sha256 of :meth:`numerics` as sorted JSON: equal for configs that compute alike."""
@@ -297,8 +431,10 @@ class ModelConfig:
             else:
                 shapes[p + "mlp.gate_proj.weight"] = (f, h)
                 shapes[p + "mlp.up_proj.weight"] = (f, h)
+            if self.sandwich_norm:
+                shapes[p + "pre_feedforward_layernorm.weight"] = (h,)
             shapes[p + "mlp.down_proj.weight"] = (h, f)
-            if self.post_norm:
+            if self.post_norm or self.sandwich_norm:
                 shapes[p + "post_feedforward_layernorm.weight"] = (h,)
         shapes["norm.weight"] = (h,)
         if not self.tie_word_embeddings:
@@ -371,7 +507,7 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     for key in ("rope_parameters", "rope_scaling"):
         if hf.get(key) is not None and not isinstance(hf[key], Mapping):
             raise ModelFileError(f"{where}: {key} must be an object, got {hf[key]!r}")
-    tied = hf.get("tie_word_embeddings", False)
+    tied = hf.get("tie_word_embeddings", DEFAULT_TIED.get(model_type, False))
     if not isinstance(tied, bool):
         raise ModelFileError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
     check_refused_fields(hf, model_type, where)
@@ -414,11 +550,10 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     # integer) where transformers refuses it (Qwen3) or cannot run it (Qwen2, Granite)
     head_dim = hf.get("head_dim", ABSENT)
     if head_dim is ABSENT or (head_dim is None and model_type in NULL_HEAD_DIM_IS_DEFAULT):
-        head_dim = QWEN3_HEAD_DIM if model_type == "qwen3" else hidden // heads
+        head_dim = DEFAULT_HEAD_DIM.get(model_type, hidden // heads)
     kv_heads = hf.get("num_key_value_heads")
     vocab = whole("vocab_size", "vocab_size")
-    return _built(
-        where,
+    fields = dict(
         architecture=model_type,
         vocab_size=vocab,
         hidden_size=hidden,
@@ -444,12 +579,93 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         attention_bias=model_type == "qwen2",
         qk_norm=model_type in QK_NORM_FAMILIES,
         **_granite_scalars(hf, model_type, where),
-        sliding_window=_sliding_window(hf, model_type, layers, where),
+        sliding_window=None,
         rope_scaling=scaling,
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=eos[0] if isinstance(eos, list) else eos,
         pad_token_id=_pad_token(hf, model_type, vocab, where),
     )
+    if model_type == "gemma3_text":
+        fields.update(_gemma3_fields(hf, hidden, heads, layers, where))
+    else:
+        fields["sliding_window"] = _sliding_window(hf, model_type, layers, where)
+    return _built(where, **fields)
+
+
+def _gemma3_fields(
+    hf: Mapping[str, Any], hidden: int, heads: int, layers: int, where: str
+) -> dict[str, Any]:
+    """Gemma 3's per-layer attention as transformers' ``Gemma3TextConfig`` reads it: the kind
+    of each layer (``layer_types``, or every ``sliding_window_pattern``-th layer full), the
+    sliding layers' window, a rope theta for each kind (``rope_parameters`` per kind, or the
+    legacy ``rope_theta`` and ``rope_local_base_freq``) and the attention scale's
+    ``query_pre_attn_scalar``. Refused by name: what transformers refuses (a hidden size the
+    heads do not divide, a pattern that is no positive integer) and bidirectional attention."""
+    if hidden % heads:
+        raise ModelFileError(
+            f"{where}: hidden_size {hidden} is not a multiple of num_attention_heads {heads} "
+            "(transformers' Gemma 3 refuses it)"
+        )
+    bidirectional = hf.get("use_bidirectional_attention", False)
+    if bidirectional not in (False, None):
+        raise UnsupportedModelError(
+            f"{where}: use_bidirectional_attention {bidirectional!r} is not supported; expected "
+            "false (assay trains causal language models)"
+        )
+    kinds = hf.get("layer_types")
+    if kinds is None:
+        pattern = hf.get("sliding_window_pattern", GEMMA3_WINDOW_PATTERN)
+        every = _integer(pattern, "sliding_window_pattern", where, "num_layers")
+        kinds = [
+            "sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)
+        ]
+    unknown = set(kinds) - set(LAYER_KINDS)
+    if unknown:
+        raise UnsupportedModelError(
+            f"{where}: layer_types holds {sorted(map(str, unknown))[0]!r}; "
+            "expected full_attention or sliding_attention"
+        )
+    window = hf.get("sliding_window", GEMMA3_WINDOW)
+    if window is None:
+        raise ModelFileError(
+            f"{where}: sliding_window must be a positive integer (Gemma 3 builds a sliding "
+            "mask whatever its layers); transformers cannot run a null one either"
+        )
+    chosen = hf.get("rope_parameters")
+    legacy = hf.get("rope_scaling")
+    if (
+        legacy is not None
+        and chosen is not None
+        and not isinstance(chosen.get("full_attention"), Mapping)
+    ):
+        raise ModelFileError(
+            f"{where}: rope_scaling is set beside a rope_parameters without a full_attention "
+            "object to update; transformers cannot read it either"
+        )
+    theta = {}
+    for kind, legacy in (
+        ("full_attention", "rope_theta"),
+        ("sliding_attention", "rope_local_base_freq"),
+    ):
+        value = gemma3_rope(hf, kind).get("rope_theta", hf.get(legacy, GEMMA3_THETA[kind]))
+        theta[kind] = _real(value, f"rope_parameters.{kind}.rope_theta", where, "rope_theta")
+    scalar = hf.get("query_pre_attn_scalar", GEMMA3_QUERY_PRE_ATTN_SCALAR)
+    # an integer, as transformers types it (its strict config refuses 256.0)
+    if isinstance(scalar, float):
+        raise ModelFileError(
+            f"{where}: query_pre_attn_scalar must be a positive integer up to "
+            f"{LIMITS['query_pre_attn_scalar']:,.0f}, got {scalar!r}"
+        )
+    return {
+        "layer_types": tuple(kinds),
+        "sliding_window": _integer(window, "sliding_window", where, "sliding_window"),
+        "rope_theta": theta["full_attention"],
+        "rope_local_theta": theta["sliding_attention"],
+        "rope_scaling": None,  # a rope_parameters that names no kind is not read
+        "query_pre_attn_scalar": _integer(
+            scalar, "query_pre_attn_scalar", where, "query_pre_attn_scalar"
+        ),
+    }
 
 
 def _pad_token(hf: Mapping[str, Any], family: str, vocab: int, where: str) -> int | None:

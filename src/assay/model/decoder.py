@@ -1,5 +1,5 @@
 """One Llama-family decoder that config switches between Llama/SmolLM2, Mistral, Qwen2, Qwen3,
-Granite, OLMo 2 and Phi-3.
+Granite, OLMo 2, Phi-3 and Gemma 3.
 
 Reads top to bottom: RMSNorm, rotary tables, attention, MLP, a layer, the decoder. Parameter
 names follow HF's (minus the ``model.`` prefix) so that PEFT-style keys map one to one.
@@ -7,6 +7,9 @@ Projections are called as modules, so storage and adapters can replace them in p
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,18 +22,24 @@ from assay.model.config import ModelConfig
 
 class RMSNorm(nn.Module):
     """x * rsqrt(mean(x^2) + eps), computed in fp32, cast back, then times weight; with
-    ``weight_in_fp32`` (OLMo 2's) times weight in fp32, then cast back. The two orders differ
-    only when the compute dtype is narrower than fp32."""
+    ``weight_in_fp32`` (OLMo 2's, Gemma's) times weight in fp32, then cast back. The two orders
+    differ only when the compute dtype is narrower than fp32. With ``offset`` 1 (Gemma's) the
+    stored weight w scales by 1 + w."""
 
-    def __init__(self, dim: int, eps: float, weight_in_fp32: bool = False) -> None:
+    def __init__(
+        self, dim: int, eps: float, weight_in_fp32: bool = False, offset: float = 0.0
+    ) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.full((dim,), 1.0 - offset))
         self.eps = eps
         self.weight_in_fp32 = weight_in_fp32
+        self.offset = offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.offset:
+            return (h * (self.offset + self.weight.float())).to(x.dtype)
         if self.weight_in_fp32:
             return (self.weight * h).to(x.dtype)
         return self.weight * h.to(x.dtype)
@@ -38,17 +47,22 @@ class RMSNorm(nn.Module):
 
 def rms_norm(config: ModelConfig, dim: int) -> RMSNorm:
     """The family's RMSNorm over ``dim`` features."""
-    return RMSNorm(dim, config.rms_norm_eps, weight_in_fp32=config.post_norm)
+    return RMSNorm(
+        dim,
+        config.rms_norm_eps,
+        weight_in_fp32=config.norm_weight_in_fp32,
+        offset=config.norm_offset,
+    )
 
 
 def rope_inverse_frequencies(
-    config: ModelConfig, device: torch.device | None = None
+    config: ModelConfig, device: torch.device | None = None, kind: str | None = None
 ) -> torch.Tensor:
-    """theta^(-2k/d) for k < d/2 in fp32, with Llama-3 scaling or GGUF divisors applied."""
+    """theta^(-2k/d) for k < d/2 in fp32, with Llama-3 scaling or GGUF divisors applied; the
+    theta of the layers of ``kind`` (Gemma 3's sliding layers have their own)."""
     d = config.head_dim
-    inv = 1.0 / (
-        config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d)
-    )
+    theta = config.rope_theta_of(kind)
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
     if config.rope_freq_divisors is not None:
         return inv / torch.tensor(config.rope_freq_divisors, dtype=torch.float32, device=device)
     scaling = config.rope_scaling
@@ -67,10 +81,11 @@ def rope_inverse_frequencies(
 
 
 def rope_tables(
-    config: ModelConfig, positions: torch.Tensor, dtype: torch.dtype
+    config: ModelConfig, positions: torch.Tensor, dtype: torch.dtype, kind: str | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape [B, 1, T, head_dim] for positions [B, T], in the rotate-half layout."""
-    inv = rope_inverse_frequencies(config, positions.device)
+    """cos and sin of shape [B, 1, T, head_dim] for positions [B, T], in the rotate-half layout,
+    for the layers of ``kind``."""
+    inv = rope_inverse_frequencies(config, positions.device, kind)
     freqs = positions.float()[..., None] * inv
     angles = torch.cat((freqs, freqs), dim=-1)[:, None]
     return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -142,7 +157,7 @@ class Attention(nn.Module):
             v,
             attn_mask=mask,
             is_causal=mask is None,
-            scale=c.head_dim**-0.5 if c.attention_multiplier is None else c.attention_multiplier,
+            scale=c.attention_scale,
         ).to(x.dtype)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, c.q_size))
 
@@ -154,42 +169,63 @@ class Attention(nn.Module):
         return self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)
 
 
-class _SiluMul(torch.autograd.Function):
-    """silu(gate) * up, saving only its inputs: silu is recomputed in backward, so a layer
-    keeps two FFN-wide tensors instead of autograd's three (silu's input and output, up), and
-    one (gate) when only up needs a gradient.
+def _gated_product(
+    activation: Callable[[torch.Tensor], torch.Tensor],
+    activation_backward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    name: str,
+) -> type[torch.autograd.Function]:
+    """An autograd function for ``activation(gate) * up`` that saves only its inputs: the
+    activation is recomputed in backward, so a layer keeps two FFN-wide tensors instead of
+    autograd's three (the activation's input and output, up), and one (gate) when only up needs
+    a gradient. ``activation_backward(grad, gate)`` is the activation's aten backward.
 
-    Guarantees: the output and both gradients equal those of ``F.silu(gate) * up`` bit for bit
-    (the same aten ops on the same operands; IEEE products commute), and backward holds no
+    Guarantees: the output and both gradients equal those of ``activation(gate) * up`` bit for
+    bit (the same aten ops on the same operands; IEEE products commute), and backward holds no
     more FFN-wide tensors at once than autograd's (the up gradient forms in the recomputed
-    silu, after the gate's temporary is freed).
+    activation, after the gate's temporary is freed).
     """
 
-    @staticmethod
-    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        # up is needed only for gate's gradient; gate for either (silu is recomputed from it)
+    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        # up is needed only for gate's gradient; gate for either (the activation is recomputed)
         ctx.save_for_backward(gate, up if ctx.needs_input_grad[0] else None)
-        return F.silu(gate) * up
+        return activation(gate) * up
 
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         gate, up = ctx.saved_tensors
         grad_gate = grad_up = None
         # gate's gradient first, so its temporary (grad * up) is gone before up's forms
         if ctx.needs_input_grad[0]:
-            grad_gate = torch.ops.aten.silu_backward(grad * up, gate)
+            grad_gate = activation_backward(grad * up, gate)
         if ctx.needs_input_grad[1]:
-            grad_up = F.silu(gate).mul_(grad)
+            grad_up = activation(gate).mul_(grad)
         return grad_gate, grad_up
+
+    methods = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    return type(name, (torch.autograd.Function,), methods)
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+def _gelu_tanh_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.gelu_backward(grad, x, approximate="tanh")
+
+
+_SiluMul = _gated_product(F.silu, torch.ops.aten.silu_backward, "_SiluMul")
+_GeluTanhMul = _gated_product(_gelu_tanh, _gelu_tanh_backward, "_GeluTanhMul")
+GATED_PRODUCTS = {"silu": _SiluMul, "gelu_tanh": _GeluTanhMul}
 
 
 class MLP(nn.Module):
-    """down(silu(gate(x)) * up(x)); the product saves only gate(x) and up(x) (_SiluMul). With
-    ``fused_projections`` (Phi-3) gate and up are the two halves of one ``gate_up_proj``."""
+    """down(act(gate(x)) * up(x)), act SiLU or (Gemma's) tanh-approximated GELU; the product
+    saves only gate(x) and up(x) (_gated_product). With ``fused_projections`` (Phi-3) gate and
+    up are the two halves of one ``gate_up_proj``."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         h, f = config.hidden_size, config.intermediate_size
+        self.gated_product = GATED_PRODUCTS[config.activation]
         self.fused = config.fused_projections
         if self.fused:
             self.gate_up_proj = nn.Linear(h, 2 * f, bias=False)
@@ -203,7 +239,7 @@ class MLP(nn.Module):
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(_SiluMul.apply(gate, up))
+        return self.down_proj(self.gated_product.apply(gate, up))
 
 
 class DecoderLayer(nn.Module):
@@ -211,18 +247,28 @@ class DecoderLayer(nn.Module):
     Granite's ``residual_multiplier`` where it is not 1). With ``post_norm`` (OLMo 2) each
     branch takes the residual stream as it is and its output is normalised before the add:
     ``post_attention_layernorm`` after attention, ``post_feedforward_layernorm`` after the MLP
-    (transformers' names, so the weights map one to one)."""
+    (transformers' names, so the weights map one to one). With ``sandwich_norm`` (Gemma 3) each
+    branch's input and output are normalised: ``input_layernorm`` and
+    ``post_attention_layernorm`` around attention, ``pre_feedforward_layernorm`` and
+    ``post_feedforward_layernorm`` around the MLP.
 
-    def __init__(self, config: ModelConfig) -> None:
+    ``kind`` is the layer's attention kind (:attr:`ModelConfig.layer_kinds`): where a model has
+    two, ``rope`` and ``mask`` map each kind to its tables and mask, and the layer takes its own.
+    """
+
+    def __init__(self, config: ModelConfig, kind: str | None = None) -> None:
         super().__init__()
         h = config.hidden_size
-        self.post_norm = config.post_norm
+        self.kind = kind
+        self.post_norm, self.sandwich_norm = config.post_norm, config.sandwich_norm
         if not self.post_norm:
             self.input_layernorm = rms_norm(config, h)
         self.self_attn = Attention(config)
         self.post_attention_layernorm = rms_norm(config, h)
+        if self.sandwich_norm:
+            self.pre_feedforward_layernorm = rms_norm(config, h)
         self.mlp = MLP(config)
-        if self.post_norm:
+        if self.post_norm or self.sandwich_norm:
             self.post_feedforward_layernorm = rms_norm(config, h)
         self.residual_multiplier = config.residual_multiplier
 
@@ -232,10 +278,19 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        mask: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor] | Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+        mask: torch.Tensor | Mapping[str, torch.Tensor | None] | None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
+        if isinstance(rope, Mapping):
+            rope = rope[self.kind]
+        if isinstance(mask, Mapping):
+            mask = mask[self.kind]
+        if self.sandwich_norm:
+            attended = self.self_attn(self.input_layernorm(x), rope, mask, cache)
+            x = x + self.post_attention_layernorm(attended)
+            fed = self.mlp(self.pre_feedforward_layernorm(x))
+            return x + self.post_feedforward_layernorm(fed)
         if self.post_norm:
             x = x + self.post_attention_layernorm(self.self_attn(x, rope, mask, cache))
             return x + self.post_feedforward_layernorm(self.mlp(x))
@@ -244,13 +299,18 @@ class DecoderLayer(nn.Module):
 
 
 def attention_mask(
-    config: ModelConfig, seq_len: int, padding: torch.Tensor | None, device: torch.device
+    config: ModelConfig,
+    seq_len: int,
+    padding: torch.Tensor | None,
+    device: torch.device,
+    kind: str | None = None,
 ) -> torch.Tensor | None:
-    """A boolean [B or 1, 1, T, T] mask (True = attend), or None for plain causal attention.
+    """A boolean [B or 1, 1, T, T] mask (True = attend), or None for plain causal attention,
+    for the layers of ``kind``.
 
-    Padding masks use 1 for real tokens. Mistral's sliding window only bites past its length.
+    Padding masks use 1 for real tokens. A sliding window only bites past its length.
     """
-    window = config.sliding_window
+    window = config.window_of(kind)
     if padding is None and (window is None or seq_len <= window):
         return None
     i = torch.arange(seq_len, device=device)
@@ -272,7 +332,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, kind) for kind in config.layer_kinds)
         self.norm = rms_norm(config, config.hidden_size)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
@@ -285,19 +345,38 @@ class Decoder(nn.Module):
         input_ids: torch.Tensor,
         attention_mask_2d: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
-        """Embeddings (times Granite's ``embedding_multiplier``), rotary tables and the attention
-        mask: everything a layer needs."""
+    ) -> tuple[torch.Tensor, Any, Any]:
+        """Embeddings (scaled where the family scales them), rotary tables and the attention
+        mask: everything a layer needs. A model whose layers are of two kinds (Gemma 3) gets a
+        table and a mask per kind, by kind (:class:`DecoderLayer` takes its own)."""
         x = self.embed(input_ids)
         b, t = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
-        rope = rope_tables(self.config, position_ids, x.dtype)
-        return x, rope, attention_mask(self.config, t, attention_mask_2d, input_ids.device)
+        device = input_ids.device
+
+        def per_kind(kind: str | None) -> tuple[tuple[torch.Tensor, torch.Tensor], Any]:
+            rope = rope_tables(self.config, position_ids, x.dtype, kind)
+            return rope, attention_mask(self.config, t, attention_mask_2d, device, kind)
+
+        return x, *self._by_kind(per_kind)
+
+    def _by_kind(self, build: Callable[[str | None], tuple[Any, Any]]) -> tuple[Any, Any]:
+        """(rope, mask) from ``build(kind)``: as built for a model of one kind, else a dict of
+        each per kind."""
+        kinds = sorted(set(self.config.layer_types or ()))
+        if not kinds:
+            return build(None)
+        built = {kind: build(kind) for kind in kinds}
+        return {k: v[0] for k, v in built.items()}, {k: v[1] for k, v in built.items()}
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The token embeddings the first layer takes (Granite scales them)."""
+        """The token embeddings the first layer takes: Granite multiplies them by its
+        ``embedding_multiplier``; Gemma by sqrt(hidden_size) rounded to their dtype first, as
+        transformers does."""
         x = self.embed_tokens(input_ids)
+        if self.config.scaled_embeddings:
+            return x * torch.tensor(self.config.hidden_size**0.5, dtype=x.dtype)
         scale = self.config.embedding_multiplier
         return x if scale == 1.0 else x * scale
 
@@ -348,8 +427,13 @@ class Decoder(nn.Module):
         """
         x = self.embed(input_ids)
         t = input_ids.shape[1]
-        rope = rope_tables(self.config, position_ids, x.dtype)
-        mask = cached_attention_mask(self.config, cache.length, t, attention_mask, x.device)
+
+        def per_kind(kind: str | None) -> tuple[tuple[torch.Tensor, torch.Tensor], Any]:
+            rope = rope_tables(self.config, position_ids, x.dtype, kind)
+            window = self.config.window_of(kind)
+            return rope, cached_attention_mask(window, cache.length, t, attention_mask, x.device)
+
+        rope, mask = self._by_kind(per_kind)
         for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
             x = layer(x, rope, mask, layer_cache)
         cache.length += t

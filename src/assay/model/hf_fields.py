@@ -18,9 +18,12 @@ from typing import Any
 
 from assay.errors import UnsupportedModelError
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3", "gemma3_text")
+GEMMA = ("gemma3_text",)
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
+# Gemma's activation: GELU with the tanh approximation, as torch computes it
+GELU_TANH_NAMES = ("gelu_pytorch_tanh",)
 ROPE_TYPES = ("default", "llama3")
 # transformers' Phi-3 refuses every rope type but default and longrope (not built)
 PHI3_ROPE_TYPES = ("default",)
@@ -56,8 +59,44 @@ def rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
     return rope
 
 
+def gemma3_rope(hf: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """Gemma 3's rope settings for its layers of ``kind`` (full_attention or sliding_attention)
+    as transformers 5's ``Gemma3TextConfig`` builds them: ``rope_parameters[kind]`` (a flat
+    ``rope_parameters`` names no kind and is not read), the full layers' updated with a legacy
+    ``rope_scaling``, a ``type`` read as ``rope_type``. The theta the settings leave out is the
+    caller's (``rope_theta`` or ``rope_local_base_freq``)."""
+    chosen = hf.get("rope_parameters")
+    own = chosen.get(kind) if isinstance(chosen, Mapping) else None
+    rope = dict(own) if isinstance(own, Mapping) else {}
+    legacy = hf.get("rope_scaling")
+    if kind == "full_attention" and isinstance(legacy, Mapping):
+        rope.update(legacy)
+    if "type" in rope and "rope_type" not in rope:
+        rope["rope_type"] = rope.pop("type")
+    return rope
+
+
 def _rope_type(hf: Mapping[str, Any]) -> Any:
     return rope_parameters(hf).get("rope_type", ABSENT)
+
+
+def _rope_per_kind(hf: Mapping[str, Any]) -> Any:
+    """The first layer kind rope_parameters is keyed by, or absent."""
+    chosen = hf.get("rope_parameters")
+    if isinstance(chosen, Mapping):
+        for kind in ("full_attention", "sliding_attention"):
+            if kind in chosen:
+                return kind
+    return ABSENT
+
+
+def _gemma3_rope_types(hf: Mapping[str, Any]) -> Any:
+    """The first rope type of Gemma 3's two kinds of layer that is not default, or absent."""
+    for kind in ("full_attention", "sliding_attention"):
+        found = gemma3_rope(hf, kind).get("rope_type", ABSENT)
+        if found is not ABSENT and found != "default":
+            return found
+    return ABSENT
 
 
 def _partial_rotary(hf: Mapping[str, Any]) -> Any:
@@ -129,14 +168,17 @@ NO_EFFECT = "no effect"
 
 ALL = FAMILIES
 NOT_GRANITE = tuple(f for f in FAMILIES if f != "granite")
-PRE_NORM = tuple(f for f in FAMILIES if f != "olmo2")
+PRE_NORM = tuple(f for f in FAMILIES if f not in ("olmo2", "gemma3_text"))
 NOT_PHI3 = tuple(f for f in FAMILIES if f != "phi3")
+LLAMA_ROPE = tuple(f for f in FAMILIES if f not in ("phi3", "gemma3_text"))
+NOT_GEMMA = tuple(f for f in FAMILIES if f not in GEMMA)
+NOT_GRANITE_OR_GEMMA = tuple(f for f in NOT_GRANITE if f not in GEMMA)
 RULES: tuple[FieldRule, ...] = (
     FieldRule(
         "model_type",
         ALL,
         READ,
-        "llama, mistral, qwen2, qwen3, granite, olmo2 or phi3 (picks the family)",
+        "llama, mistral, qwen2, qwen3, granite, olmo2, phi3 or gemma3_text (picks the family)",
     ),
     FieldRule("vocab_size", ALL, READ, "a positive integer up to 4,194,304"),
     FieldRule("hidden_size", ALL, READ, "a positive integer up to 131,072"),
@@ -167,6 +209,14 @@ RULES: tuple[FieldRule, ...] = (
         "transformers' Qwen3 refuses it)",
     ),
     FieldRule(
+        "head_dim",
+        GEMMA,
+        READ,
+        "an even positive integer up to 2,048 (default 256 when absent; null is refused, as "
+        "transformers' Gemma 3 refuses it); hidden_size must be a multiple of the heads, as "
+        "transformers requires",
+    ),
+    FieldRule(
         "rms_norm_eps",
         ALL,
         READ,
@@ -179,12 +229,18 @@ RULES: tuple[FieldRule, ...] = (
         ALL,
         READ,
         "a positive integer up to 16,777,216 (default as transformers: 2048 for llama, "
-        "granite and olmo2, 4096 for phi3, 32768 for qwen2 and qwen3, 131072 for mistral)",
+        "granite and olmo2, 4096 for phi3, 32768 for qwen2 and qwen3, 131072 for mistral and "
+        "gemma3_text)",
     ),
-    FieldRule("tie_word_embeddings", ALL, READ, "true or false (default false); nothing else"),
+    FieldRule(
+        "tie_word_embeddings",
+        ALL,
+        READ,
+        "true or false (default false; true for gemma3_text, as transformers); nothing else",
+    ),
     FieldRule(
         "rope_scaling.rope_type",
-        NOT_PHI3,
+        LLAMA_ROPE,
         REFUSED,
         "default or llama3 (linear, dynamic, yarn and longrope are not built)",
         accepts=lambda v: v is ABSENT or v in ROPE_TYPES,
@@ -199,11 +255,49 @@ RULES: tuple[FieldRule, ...] = (
         value=_rope_type,
     ),
     FieldRule(
+        "rope_parameters.<kind>",
+        NOT_GEMMA,
+        REFUSED,
+        "absent (a rope per layer kind is Gemma 3's: transformers' Qwen cannot read one, and "
+        "the other families ignore it)",
+        accepts=lambda v: v is ABSENT,
+        value=_rope_per_kind,
+    ),
+    FieldRule(
+        "rope_parameters.<kind>.rope_type, rope_scaling.rope_type",
+        GEMMA,
+        REFUSED,
+        "default for both kinds of layer (linear, the larger Gemma 3's, is not built)",
+        accepts=lambda v: v is ABSENT or v == "default",
+        value=_gemma3_rope_types,
+    ),
+    FieldRule(
+        "rope_parameters.<kind>.rope_theta, rope_theta, rope_local_base_freq",
+        GEMMA,
+        READ,
+        "a positive number up to 1e12 for each kind of layer: full_attention's (default "
+        "rope_theta, else 1,000,000) and sliding_attention's (default rope_local_base_freq, "
+        "else 10,000); a rope_parameters that names no kind is not read, as transformers",
+    ),
+    FieldRule(
         "hidden_act",
-        ALL,
+        NOT_GEMMA,
         REFUSED,
         "silu or swish (both SiLU)",
         accepts=lambda v: v is ABSENT or v in SILU_NAMES,
+    ),
+    FieldRule(
+        "hidden_act",
+        GEMMA,
+        NO_EFFECT,
+        "ignored as transformers' Gemma 3 ignores it (it reads hidden_activation)",
+    ),
+    FieldRule(
+        "hidden_activation",
+        GEMMA,
+        REFUSED,
+        "gelu_pytorch_tanh (the default; GELU with the tanh approximation)",
+        accepts=lambda v: v is ABSENT or v in GELU_TANH_NAMES,
     ),
     FieldRule(
         "partial_rotary_factor",
@@ -222,7 +316,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "attention_bias",
-        ("llama", "qwen3", "granite", "olmo2"),
+        ("llama", "qwen3", "granite", "olmo2", "gemma3_text"),
         REFUSED,
         "false (this bias is on q, k, v and o; assay builds the q, k, v bias of qwen2 only)",
         accepts=_false,
@@ -243,7 +337,7 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "mlp_bias",
-        ("mistral", "qwen2", "qwen3", "olmo2", "phi3"),
+        ("mistral", "qwen2", "qwen3", "olmo2", "phi3", "gemma3_text"),
         NO_EFFECT,
         "ignored as transformers ignores it",
     ),
@@ -301,22 +395,45 @@ RULES: tuple[FieldRule, ...] = (
         "attn_logit_softcapping",
         ALL,
         REFUSED,
-        "null (soft-capping is Gemma's, not built)",
+        "null (soft-capping is Gemma 2's, not built)",
         accepts=lambda v: v is ABSENT or v is None,
     ),
     FieldRule(
         "final_logit_softcapping",
         ALL,
         REFUSED,
-        "null (soft-capping is Gemma's, not built)",
+        "null (soft-capping is Gemma 2's, not built)",
         accepts=lambda v: v is ABSENT or v is None,
     ),
     FieldRule(
         "query_pre_attn_scalar",
-        ALL,
+        NOT_GEMMA,
         REFUSED,
         "null (attention is scaled by head_dim^-0.5)",
         accepts=lambda v: v is ABSENT or v is None,
+    ),
+    FieldRule(
+        "query_pre_attn_scalar",
+        GEMMA,
+        READ,
+        "a positive number up to 1,048,576 (default 256): attention scores are scaled by its "
+        "^-0.5, not head_dim's",
+    ),
+    FieldRule(
+        "sliding_window, layer_types, sliding_window_pattern",
+        GEMMA,
+        READ,
+        "layer_types names full_attention or sliding_attention per layer (absent: every "
+        "sliding_window_pattern-th layer full, default 6); sliding layers attend within "
+        "sliding_window (a positive integer up to 16,777,216, default 4096; null is refused, "
+        "as transformers cannot run it)",
+    ),
+    FieldRule(
+        "use_bidirectional_attention",
+        GEMMA,
+        REFUSED,
+        "false or null (bidirectional attention is EmbeddingGemma's, not a causal LM's)",
+        accepts=lambda v: v is ABSENT or v is None or v is False,
     ),
     *(
         FieldRule(
@@ -362,6 +479,14 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "norm kind (no key)",
+        GEMMA,
+        READ,
+        "fixed by model_type: RMSNorm x * (1 + w), w applied in fp32, on each branch's input "
+        "and output (input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, "
+        "post_feedforward_layernorm)",
+    ),
+    FieldRule(
+        "norm kind (no key)",
         ("olmo2",),
         READ,
         "fixed by model_type: RMSNorm x * w (w applied in fp32) on the output of attention and "
@@ -382,6 +507,13 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "q/k norm (no key)",
+        GEMMA,
+        READ,
+        "fixed by model_type: RMSNorm x * (1 + w) over each head of q and k (q_norm, k_norm) "
+        "before RoPE",
+    ),
+    FieldRule(
+        "q/k norm (no key)",
         ("olmo2",),
         READ,
         "fixed by model_type: RMSNorm over the whole q and k projections (q_norm of heads x "
@@ -391,13 +523,26 @@ RULES: tuple[FieldRule, ...] = (
         "embedding scale (no key)",
         ("granite",),
         READ,
-        "embedding_multiplier (above); Gemma's sqrt(hidden) is not built",
+        "embedding_multiplier (above)",
     ),
     FieldRule(
         "embedding scale (no key)",
-        NOT_GRANITE,
+        NOT_GRANITE_OR_GEMMA,
         NO_EFFECT,
-        "fixed by model_type: embeddings are not scaled (Gemma's sqrt(hidden) is not built)",
+        "fixed by model_type: embeddings are not scaled",
+    ),
+    FieldRule(
+        "embedding scale (no key)",
+        GEMMA,
+        READ,
+        "fixed by model_type: embeddings times sqrt(hidden_size), the factor rounded to the "
+        "embedding's dtype first",
+    ),
+    FieldRule(
+        "activation (no key)",
+        NOT_GEMMA,
+        NO_EFFECT,
+        "fixed by model_type: SiLU (hidden_act, above, may only name it)",
     ),
     FieldRule(
         "resid_pdrop",

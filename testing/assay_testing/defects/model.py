@@ -43,8 +43,8 @@ DEFECTS: tuple[Defect, ...] = (
             Edit(
                 "assay.model.decoder:Attention._qkv",
                 "return self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)",
-                "q, k, v = self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)\n"
-                "        return q, v, k",
+                "return (lambda q, k, v: (q, v, k))("
+                "*self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1))",
             ),
         ),
     ),
@@ -78,6 +78,62 @@ DEFECTS: tuple[Defect, ...] = (
                 "assay.model.config:_pad_token",
                 'pad = hf.get("pad_token_id", DEFAULT_PAD_TOKEN.get(family))',
                 'pad = hf.get("pad_token_id")',
+            ),
+        ),
+    ),
+    # Gemma 3's blocks: the norm offset, the embedding scale, the sandwich, the per-kind rope
+    Defect(
+        "model.decoder.norm_offset_dropped",
+        "Gemma's RMSNorm scales by its stored weight w, not by 1 + w",
+        (
+            Edit(
+                "assay.model.decoder:RMSNorm.forward",
+                "return (h * (self.offset + self.weight.float())).to(x.dtype)",
+                "return (h * self.weight.float()).to(x.dtype)",
+            ),
+        ),
+    ),
+    Defect(
+        "model.decoder.embedding_scale_dropped",
+        "Gemma's embeddings reach the first layer without the sqrt(hidden) factor",
+        (
+            Edit(
+                "assay.model.decoder:Decoder.embed",
+                "if self.config.scaled_embeddings:",
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
+        "model.decoder.pre_feedforward_norm_skipped",
+        "a Gemma layer feeds its MLP the residual stream without the pre-feedforward norm",
+        (
+            Edit(
+                "assay.model.decoder:DecoderLayer.forward",
+                "fed = self.mlp(self.pre_feedforward_layernorm(x))",
+                "fed = self.mlp(x)",
+            ),
+        ),
+    ),
+    Defect(
+        "model.config.local_rope_theta_unread",
+        "Gemma 3's sliding layers rotate at the full layers' rope theta",
+        (
+            Edit(
+                "assay.model.config:ModelConfig.rope_theta_of",
+                'if kind == "sliding_attention" and self.rope_local_theta is not None:',
+                "if False:",
+            ),
+        ),
+    ),
+    Defect(
+        "model.config.sliding_kind_unwindowed",
+        "Gemma 3's sliding layers attend over everything: the window is applied to no kind",
+        (
+            Edit(
+                "assay.model.config:ModelConfig.window_of",
+                'return None if kind == "full_attention" else self.sliding_window',
+                "return None if kind is not None else self.sliding_window",
             ),
         ),
     ),
