@@ -17,7 +17,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", metavar="DIR", help="trainables to evaluate")
     parser.add_argument("--data", metavar="FILE", help="JSONL to score (default data.eval)")
     parser.add_argument("--device", default="auto", type=device_option, help=DEVICE_HELP)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

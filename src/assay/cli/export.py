@@ -24,14 +24,19 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help="peft: the adapter alone; safetensors/gguf: merged full model",
     )
     parser.add_argument("--out", required=True, help="output folder (peft, safetensors) or file")
-    parser.add_argument("--gguf-type", choices=("F32", "F16"), default="F32")
+    parser.add_argument(
+        "--gguf-type",
+        choices=("F32", "F16"),
+        default="F32",
+        help="tensor type of a --format gguf export (default F32)",
+    )
     parser.add_argument(
         "--force",
         action="store_true",
         help="replace an earlier assay export at --out (anything else is refused)",
     )
     parser.add_argument("--config", help="train config (default: the run dir's config.yaml)")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
 
 
 def _outside_the_run(out: Path, run: Path) -> None:

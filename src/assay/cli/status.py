@@ -24,6 +24,7 @@ from typing import Any
 
 from assay.cli.dispatch import one_line
 from assay.errors import AssayError
+from assay.qualify.publishing.wording import plural
 
 RECENT = 20  # steps the tokens/s and ETA are averaged over
 STATES = ("running", "finished", "stopped", "failed")
@@ -284,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
     loss = "-" if status["loss"] is None else f"{status['loss']:.4f}"
     speed = "-" if status["tokens_per_s"] is None else f"{status['tokens_per_s']:,.0f}"
     print(f"{status['run']}: {status['state']}{why} at step {status['step']} of {status['steps']}")
-    print(f"loss {loss}, {speed} tokens/s (last {RECENT} steps)")
+    window = min(RECENT, status["step"] or 0)  # a run shorter than the window averages less
+    print(f"loss {loss}, {speed} tokens/s (last {plural(window, 'step')})")
     print(f"checkpoint {status['checkpoint'] or '-'}")
     print(f"elapsed {_clock(status['elapsed_s'])} training, eta {_clock(status['eta_s'])}")
     return 0

@@ -19,6 +19,7 @@ from assay.adapters.registry import help_text as adapter_methods_help
 from assay.cli.dispatch import DEVICE_HELP, device_option, resolve_device
 from assay.cli.load_progress import load_progress
 from assay.errors import AssayError, ConfigError
+from assay.qualify.publishing.wording import plural
 from assay.settings import rule as setting_rule
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ def _print_summary(summary: dict[str, Any], as_json: bool, device_choice: str = 
     ranks = f" on {summary['world_size']} ranks" if summary.get("world_size", 1) > 1 else ""
     where = f" on {summary['device_choice']}" if summary.get("device_choice") else ""
     print(
-        f"trained {summary['steps_this_run']} steps (to step {summary['steps']}){ranks}{where}: "
+        f"trained {plural(summary['steps_this_run'], 'step')} (to step {summary['steps']})"
+        f"{ranks}{where}: "
         f"final loss {summary['final_loss']:.4f}{eval_text}, {summary['tokens_per_s']:.0f} "
         "tokens/s"
     )
