@@ -14,21 +14,19 @@ import yaml
 
 from assay.cli import main
 from assay_testing.hf_tokenizers import save_byte_fallback_folder
-from assay_testing.tiny import save_tiny
+from assay_testing.tiny import FAMILIES, save_tiny
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
-    """A tiny llama3 folder whose vocabulary is its own tokenizer's, a chat data file and a
-    LoRA config that names the folder alone."""
+def _workspace(root: Path, family: str) -> Path:
+    """Under ``root``: a tiny ``family`` folder whose vocabulary is its own tokenizer's, a chat
+    data file and a LoRA config that names the folder alone."""
     from assay.model.tokenizer import load_tokenizer
 
-    root = tmp_path_factory.mktemp("hf-run")
     tokenizer = save_byte_fallback_folder(root / "tokenizer")
     vocab = load_tokenizer(tokenizer).vocab_size
-    model = save_tiny("llama3", root, seed=5, gguf=False, vocab_size=vocab)["hf"]
+    model = save_tiny(family, root, seed=5, gguf=False, vocab_size=vocab)["hf"]
     for file in tokenizer.iterdir():
         shutil.copy(file, model / file.name)
     rows = [
@@ -45,6 +43,40 @@ def workspace(tmp_path_factory) -> Path:
     }
     (root / "config.yaml").write_text(yaml.safe_dump(config))
     return root
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """The llama3 workspace (``_workspace``) the tests below share."""
+    return _workspace(tmp_path_factory.mktemp("hf-run"), "llama3")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_folder_trains_evaluates_generates_and_exports(tmp_path, family, capsys):
+    """Issue 51's bar: a folder save_pretrained wrote, of every family, trains, evaluates,
+    generates and exports with no GGUF anywhere; its merged export loads in transformers with
+    the logits of the base under the exported PEFT adapter."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    root = _workspace(tmp_path, family)
+    config, run = str(root / "config.yaml"), str(root / "run")
+    model = yaml.safe_load((root / "config.yaml").read_text())["model"]
+    data = str(root / "chat.jsonl")
+    assert main(["train", config, "--json", "--no-progress"]) == 0
+    assert main(["eval", config, "--checkpoint", run, "--data", data, "--json"]) == 0
+    argv = ["generate", model, "--prompt", "The quick", "--chat", "--max-new-tokens", "2"]
+    assert main([*argv, "--json"]) == 0
+    for fmt in ("peft", "safetensors"):
+        assert main(["export", run, "--format", fmt, "--out", str(root / fmt)]) == 0
+    capsys.readouterr()
+    assert not list(root.rglob("*.gguf"))
+    ids = torch.arange(3, 40)[None]
+    with torch.no_grad():
+        base = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+        adapted = PeftModel.from_pretrained(base, root / "peft")(input_ids=ids).logits
+        merged = AutoModelForCausalLM.from_pretrained(root / "safetensors", dtype=torch.float32)
+        assert (merged(input_ids=ids).logits - adapted).abs().max().item() <= 1e-4
 
 
 def test_a_folder_trains_evaluates_and_generates_without_a_gguf(workspace, capsys):
