@@ -129,14 +129,17 @@ def test_a_merged_export_is_a_whole_folder_transformers_loads_with_its_tokenizer
 
 
 @pytest.mark.parametrize("tier", ["ram", "disk"])
-def test_a_streamed_run_exports_the_merged_model_of_its_resident_twin(workspace, tmp_path, tier):
-    """A run streamed from RAM or disk keeps its base off the modules; its merged export (which
-    reads every base weight) is the model a resident run of the same config merges, bit for
-    bit, since streamed training is bitwise resident training."""
+def test_a_streamed_run_exports_and_generates_as_its_resident_twin(
+    workspace, tmp_path, tier, capsys
+):
+    """A run streamed from RAM or disk keeps its base off the modules; its merged export and
+    its cached generation (which read every base weight) are the resident run's, bit for bit,
+    since streamed training is bitwise resident training (the outside attack: both crashed
+    with a traceback for the disk tier)."""
     from safetensors.torch import load_file
 
     config = yaml.safe_load((workspace / "config.yaml").read_text())
-    merged = {}
+    merged, generated = {}, {}
     for name, stream in (("resident", None), (tier, {"tier": tier, "buffers": 2})):
         run = tmp_path / f"run-{name}"
         changed = {**config, "output": {**config["output"], "dir": str(run)}}
@@ -148,6 +151,11 @@ def test_a_streamed_run_exports_the_merged_model_of_its_resident_twin(workspace,
         out = tmp_path / f"merged-{name}"
         assert main(["export", str(run), "--format", "safetensors", "--out", str(out)]) == 0
         merged[name] = load_file(out / "model.safetensors")
+        capsys.readouterr()
+        argv = ["generate", str(path), "--checkpoint", str(run), "--prompt", "The quick"]
+        assert main([*argv, "--max-new-tokens", "3", "--json"]) == 0
+        generated[name] = json.loads(capsys.readouterr().out)["tokens"]
+    assert generated["resident"] == generated[tier]
     assert merged["resident"].keys() == merged[tier].keys()
     assert all(torch.equal(merged["resident"][k], merged[tier][k]) for k in merged["resident"])
 

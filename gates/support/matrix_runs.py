@@ -30,8 +30,6 @@ from assay_testing.matrix import AXES, Cell, Workspace, reference_of, train_conf
 
 STOP = 2
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-# transformers' names for the tiny builders of each architecture assay reads
-TINY = {"llama": "llama3"}
 PROMPTS = ("Hi.", "NF4 stores four bits.", "Resume.", "Rank zero logs.")
 CHOSEN = (" A gate holds.", " Bitwise.", " Exact.", " One line.")
 REJECTED = (" Maybe.", " Close enough, roughly.", " No.", " Later, perhaps never.")
@@ -51,10 +49,10 @@ def build_workspace(root: Path) -> Workspace:
     from assay.model.config import SUPPORTED_ARCHITECTURES
     from assay_testing.byte_tokenizer import save_byte_tokenizer
     from assay_testing.text_run import ROWS
-    from assay_testing.tiny import save_tiny
+    from assay_testing.tiny import family_of, save_tiny
 
     models = {
-        arch: save_tiny(TINY.get(arch, arch), root, seed=i, gguf=False)["hf"]
+        arch: save_tiny(family_of(arch), root, seed=i, gguf=False)["hf"]
         for i, arch in enumerate(SUPPORTED_ARCHITECTURES)
     }
     save_byte_tokenizer(root / "bytes.gguf")

@@ -109,6 +109,11 @@ def build_reference(family: str, seed: int = 0, **overrides: Any):
     return model.eval()
 
 
+def family_of(architecture: str) -> str:
+    """The tiny family that builds a model of ``architecture`` (a model_type assay reads)."""
+    return next((f for f, a in ARCHITECTURE.items() if a == architecture), architecture)
+
+
 def writes_gguf(family: str) -> bool:
     """Whether assay writes and reads a GGUF of the tiny ``family`` (not of OLMo 2, Phi-3 or
     Gemma 3)."""

@@ -68,7 +68,11 @@ CHOICES: dict[str, list[Any]] = {
         {"type": "llama3", **LLAMA3, "original_max_position_embeddings": 64},
     ],
     "rope_theta": [ABSENT, 777.0, 10000.0],
-    "rms_norm_eps": [ABSENT, 1e-6, 1e-5],
+    "rms_norm_eps": [ABSENT, 1e-6, 1e-5, 1],
+    "attention_dropout": [ABSENT, 0, 0.0, None, False],
+    "partial_rotary_factor": [ABSENT, 1, 1.0, None, 0.5],
+    "embd_pdrop": [ABSENT, 0.0, "x"],
+    "original_max_position_embeddings": [ABSENT, 64, 0.5, None],
     "resid_pdrop": [ABSENT, 0.0, 0.1],
     "pad_token_id": [ABSENT, None, 3, 64, -1, -65],
     # Phi-3's default pad id (32000) is outside the first and inside the second
@@ -107,6 +111,7 @@ DOCUMENTED = (
     "query_pre_attn_scalar",
     "linear, the larger Gemma 3's",
     "a rope per layer kind",
+    "rotary embedding over the whole head",
 )
 
 

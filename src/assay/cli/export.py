@@ -4,7 +4,6 @@ GGUF model."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -53,7 +52,7 @@ def _outside_the_run(out: Path, run: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from assay.adapters.export import check_destination, export
     from assay.settings.loader import load_train_config
-    from assay.train.build import build_model, trainable_parameters
+    from assay.train.build import build_model, build_resident_model, trainable_parameters
     from assay.train.checkpoint import load_checkpoint, other_model
     from assay.train.loop import RUN_CONFIG
 
@@ -67,12 +66,10 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     _outside_the_run(out_dir, run_dir)
     check_destination(out_dir, force=args.force, format=args.format)
-    if args.format != "peft" and config.stream is not None:
-        # a merged model reads every base weight, which a streamed run's base keeps off the
-        # module (on disk or in the layer pool): build it resident for the merge
-        config = dataclasses.replace(config, stream=None)
+    # a merge reads every base weight (a PEFT folder only the trainables)
+    build = build_model if args.format == "peft" else build_resident_model
     with load_progress("model"):
-        _, base = build_model(config)
+        _, base = build(config)
     checkpoint = load_checkpoint(checkpoint_dir)
     differs = other_model(checkpoint.fingerprints, base)
     if differs:

@@ -29,12 +29,12 @@ def _is_config(path: Path) -> bool:
 def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
     from assay.model.tokenizer import check_fits
     from assay.settings.loader import load_train_config
-    from assay.train.build import build_model, build_tokenizer, trainable_parameters
+    from assay.train.build import build_resident_model, build_tokenizer, trainable_parameters
     from assay.train.checkpoint import load_checkpoint, other_model
 
     config = load_train_config(config_path)
     tokenizer = build_tokenizer(config)  # before the weights: a bad one costs no decoding
-    _, base = build_model(config)
+    _, base = build_resident_model(config)  # cached decoding reads every base weight
     check_fits(tokenizer, base.config.vocab_size, str(config.model))
     if checkpoint is not None:
         saved = load_checkpoint(checkpoint)

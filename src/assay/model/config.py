@@ -483,6 +483,25 @@ def _real(value: Any, key: str, where: str, limit: str) -> float:
     return float(value)
 
 
+def _whole_or_real(value: Any, key: str, where: str) -> int | float:
+    """A positive number in LIMITS[key]'s range, kept an integer where it is one (transformers
+    computes a Llama 3 rope with a fractional original context too)."""
+    real = _real(value, key, where, key)
+    return int(value) if isinstance(value, int) else real
+
+
+def _float_kind(value: Any, key: str, where: str) -> Any:
+    """``value``, unless it is a JSON integer where transformers 5 types the field as a float
+    (its strict config refuses ``"rms_norm_eps": 1``); other kinds are left to the range check."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        shown = repr(value) if abs(value) < 10**20 else "a larger one"
+        raise ModelFileError(
+            f"{where}: {key} must be a positive number written as a float (1e-05), got the "
+            f"integer {shown}; transformers 5 refuses an integer there"
+        )
+    return value
+
+
 def _built(where: str, **fields: Any) -> ModelConfig:
     """ModelConfig(**fields), its refusals naming the file they came from."""
     try:
@@ -528,7 +547,8 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     theta_value = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
     theta = _real(theta_value, "rope_theta", where, "rope_theta")
     scaling = None
-    if rope.get("rope_type", "default") == "llama3":
+    # Gemma 3 reads a rope per layer kind (_gemma3_fields), never this flat one
+    if rope.get("rope_type", "default") == "llama3" and model_type != "gemma3_text":
         scaling = {
             "rope_type": "llama3",
             "factor": _real(_require(rope, "factor", where), "factor", where, "factor"),
@@ -536,12 +556,14 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
                 key: _real(rope.get(key, default), key, where, key)
                 for key, default in (("low_freq_factor", 1.0), ("high_freq_factor", 4.0))
             },
-            # absent, transformers takes the model's own context length
-            "original_max_position_embeddings": _integer(
-                rope.get("original_max_position_embeddings", context),
+            # a top-level one wins, as in transformers; then the rope's own; then the context
+            "original_max_position_embeddings": _whole_or_real(
+                hf.get(
+                    "original_max_position_embeddings",
+                    rope.get("original_max_position_embeddings", context),
+                ),
                 "original_max_position_embeddings",
                 where,
-                "original_max_position_embeddings",
             ),
         }
     eos = hf.get("eos_token_id")
@@ -567,7 +589,11 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         head_dim=_integer(head_dim, "head_dim", where, "head_dim"),
         rope_theta=theta,
         rms_norm_eps=_real(
-            hf.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS.get(model_type, RMS_NORM_EPS)),
+            _float_kind(
+                hf.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS.get(model_type, RMS_NORM_EPS)),
+                "rms_norm_eps",
+                where,
+            ),
             "rms_norm_eps",
             where,
             "rms_norm_eps",

@@ -20,6 +20,7 @@ from assay.errors import UnsupportedModelError
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3", "gemma3_text")
 GEMMA = ("gemma3_text",)
+LAYER_KINDS = ("full_attention", "sliding_attention")
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
 # Gemma's activation: GELU with the tanh approximation, as torch computes it
@@ -100,10 +101,13 @@ def _gemma3_rope_types(hf: Mapping[str, Any]) -> Any:
 
 
 def _partial_rotary(hf: Mapping[str, Any]) -> Any:
-    """The first partial_rotary_factor, top-level or in the rope settings, that is not 1."""
+    """The first partial_rotary_factor, top-level, in the rope settings or in a layer kind's,
+    that is not 1."""
     for value in (
         hf.get("partial_rotary_factor", ABSENT),
         rope_parameters(hf).get("partial_rotary_factor", ABSENT),
+        # Gemma 3's rope per layer kind (other families refuse such a rope by name)
+        *(gemma3_rope(hf, kind).get("partial_rotary_factor", ABSENT) for kind in LAYER_KINDS),
     ):
         if value is not ABSENT and not _one(value):
             return value
@@ -122,14 +126,6 @@ def _unread_window(hf: Mapping[str, Any]) -> Any:
     return ABSENT if _all_full(hf.get("layer_types")) else hf.get("sliding_window", ABSENT)
 
 
-def _off(value: Any) -> bool:
-    """False, null or zero: the feature is not asked for."""
-    if value is None or value is False:
-        return True
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return number and value == 0
-
-
 def _false(value: Any) -> bool:
     """Absent or JSON false: a field transformers types as a boolean, where 0 and null are
     refused as transformers 5 refuses them, not read as false."""
@@ -137,8 +133,19 @@ def _false(value: Any) -> bool:
 
 
 def _one(value: Any) -> bool:
+    """Numerically 1 (not a boolean): the feature is not asked for."""
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return value is None or (number and value == 1)
+    return number and value == 1
+
+
+def _number(value: Any) -> bool:
+    """A JSON number (int or float, not a boolean), as transformers types ``float | int``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _zero(value: Any) -> bool:
+    """A JSON number equal to 0: dropout not asked for, in the kind transformers accepts."""
+    return _number(value) and value == 0
 
 
 @dataclass(frozen=True)
@@ -255,6 +262,13 @@ RULES: tuple[FieldRule, ...] = (
         value=_rope_type,
     ),
     FieldRule(
+        "original_max_position_embeddings",
+        LLAMA_ROPE,
+        READ,
+        "a positive number up to 16,777,216: a Llama 3 rope's original context, ahead of the "
+        "rope settings' own (then the model's context), as transformers reads it",
+    ),
+    FieldRule(
         "rope_parameters.<kind>",
         NOT_GEMMA,
         REFUSED,
@@ -301,9 +315,18 @@ RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         "partial_rotary_factor",
-        ALL,
+        NOT_PHI3,
         REFUSED,
         "1 or null, top-level or in rope_parameters (rotary embedding over the whole head)",
+        accepts=lambda v: v is ABSENT or v is None or _one(v),
+        value=_partial_rotary,
+    ),
+    FieldRule(
+        "partial_rotary_factor",
+        ("phi3",),
+        REFUSED,
+        "1, top-level or in rope_parameters (rotary embedding over the whole head; null is "
+        "refused, as transformers' Phi-3 multiplies by it)",
         accepts=lambda v: v is ABSENT or _one(v),
         value=_partial_rotary,
     ),
@@ -311,8 +334,9 @@ RULES: tuple[FieldRule, ...] = (
         "attention_dropout",
         ALL,
         REFUSED,
-        "0 or null (assay trains without attention dropout)",
-        accepts=lambda v: v is ABSENT or _off(v),
+        "0 (assay trains without attention dropout; null is refused, as transformers' config "
+        "or its training forward refuses it)",
+        accepts=lambda v: v is ABSENT or _zero(v),
     ),
     FieldRule(
         "attention_bias",
@@ -548,16 +572,23 @@ RULES: tuple[FieldRule, ...] = (
         "resid_pdrop",
         ("phi3",),
         REFUSED,
-        "0 or null (transformers' Phi-3 drops out each branch's output in training; assay "
-        "trains without dropout)",
-        accepts=lambda v: v is ABSENT or _off(v),
+        "0 (transformers' Phi-3 drops out each branch's output in training; assay trains "
+        "without dropout)",
+        accepts=lambda v: v is ABSENT or _zero(v),
     ),
     FieldRule(
-        "embd_pdrop, original_max_position_embeddings",
+        "embd_pdrop",
         ("phi3",),
-        NO_EFFECT,
-        "ignored as transformers 5 ignores them (the second is read by longrope only, which is "
-        "refused)",
+        REFUSED,
+        "a number (transformers 5 types it so, and then ignores it)",
+        accepts=lambda v: v is ABSENT or _number(v),
+    ),
+    FieldRule(
+        "original_max_position_embeddings",
+        ("phi3",),
+        REFUSED,
+        "an integer (transformers 5 types it so; only longrope, which is refused, reads it)",
+        accepts=lambda v: v is ABSENT or (isinstance(v, int) and not isinstance(v, bool)),
     ),
     FieldRule(
         "projection layout (no key)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -56,6 +57,16 @@ def build_model(
     )
     base.assay_base_model = base_model(config)
     return runner, base
+
+
+def build_resident_model(
+    config: TrainConfig, device: str | torch.device = "cpu"
+) -> tuple[nn.Module, nn.Module]:
+    """``build_model`` with the base held resident whatever the config's ``stream`` says: for
+    work that reads every base weight outside the stream engine (a merged export, generation
+    with a KV cache), which a streamed base keeps off its modules. Streamed training is bitwise
+    resident training, so the trainables restored onto it compute the same model."""
+    return build_model(dataclasses.replace(config, stream=None), device)
 
 
 def build_runner(
