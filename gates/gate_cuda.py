@@ -29,8 +29,8 @@ NO_CUDA = "no CUDA device: run harness/gpu_qualify.sh (--gate-device cuda) on a 
 VRAM_CODE = (
     "assay.memory.predict",
     "assay.memory.measure",
-    "assay.adapters.registry",
-    "assay.storage.registry",
+    "assay.settings.methods",
+    "assay.settings.storages",
     "assay_bench.cuda_peaks",
 )
 BENCH_CODE = ("assay_bench.subjects", "assay_bench.step", "assay_bench.device")

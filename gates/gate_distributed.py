@@ -350,7 +350,7 @@ def test_checkpoint_from_two_ranks_resumes_on_one(gate, runs):
         kind="correctness",
         threshold=Threshold("<=", LOSS_BOUND, tolerance=0.1),
         unit="max abs (loss)",
-        code=[*IMPLEMENTATION, "assay.train.checkpoint_state"],
+        code=[*IMPLEMENTATION, "assay.train.checkpoint.state"],
     )
     claim.measure(gap(single["resume.ws1_continuation"]))
     claim.control("resume with a fresh optimizer state", gap(single["resume.fresh_optimizer"]))

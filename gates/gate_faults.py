@@ -344,7 +344,7 @@ def test_a_diverged_run_stops_and_writes_nothing_bad(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="broken rules",
-        code=("assay.train.loop", "assay.cli.train", "assay.cli.status", "assay.train.run_state"),
+        code=("assay.train.loop", "assay.cli.train", "assay.cli.status", "assay.train.run.state"),
     )
     claim.measure(_diverging_run(tmp_path / "clean", ""))
     claim.control(
@@ -375,8 +375,8 @@ def test_a_full_disk_at_every_write_names_the_file(gate, tmp_path):
         code=(
             "assay.atomic",
             "assay.train.checkpoint",
-            "assay.train.run_dir",
-            "assay.train.run_lock",
+            "assay.train.run.folder",
+            "assay.train.run.lock",
             "assay.cli.train",
             "full_disk",
         ),

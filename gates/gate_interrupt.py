@@ -322,7 +322,7 @@ def test_a_signal_before_the_first_step_ends_in_one_line_and_leaves_nothing(gate
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="breaks",
-        code=(*CODE, "assay.cli.dispatch", "assay.train.run_dir"),
+        code=(*CODE, "assay.cli.dispatch", "assay.train.run.folder"),
     )
     claim.measure(len(breaks))
     gate.note(f"before-training trials: {len(trials)}; breaks: {breaks or 'none'}")

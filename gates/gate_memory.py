@@ -35,8 +35,8 @@ COHORT = Path(__file__).parent / "support" / "memory_cases.yaml"
 # the predictor, and what the measuring child runs for a cohort row (reported at its exit)
 COHORT_CODE = (
     "assay.memory.predict",
-    "assay.adapters.registry",
-    "assay.storage.registry",
+    "assay.settings.methods",
+    "assay.settings.storages",
     "assay.memory.measure",
     "assay.memory.peak",
     "assay.train.losses",

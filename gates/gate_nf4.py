@@ -41,7 +41,7 @@ IMPLEMENTATION = (
     "assay.storage.nf4",
     "assay.storage.linear",
     "assay.storage.apply",
-    "assay.storage.registry",
+    "assay.settings.storages",
     "assay.memory.accounting",
     "support.nf4_helpers",  # the gate's helpers, moved out of this file
 )

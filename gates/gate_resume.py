@@ -29,7 +29,7 @@ HEADLINE = "resume.lora-float32"
 IMPLEMENTATION = (
     "assay.train.loop",
     "assay.train.checkpoint",
-    "assay.train.checkpoint_state",
+    "assay.train.checkpoint.state",
     "assay.train.build",
     "assay.train.data",
     "assay.atomic",
@@ -385,7 +385,7 @@ def test_rng_streams_restore_exactly(gate):
     import numpy as np
     import torch
 
-    from assay.train.checkpoint_state import capture_rng, restore_rng
+    from assay.train.checkpoint.state import capture_rng, restore_rng
 
     gate.seed(1, 2, 3)
     streams = {
@@ -415,7 +415,7 @@ def test_rng_streams_restore_exactly(gate):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="streams with different draws",
-        code=["assay.train.checkpoint_state"],
+        code=["assay.train.checkpoint.state"],
     )
     claim.measure(differing())
     for stream in streams:
@@ -506,11 +506,11 @@ def test_resealed_settings_edits_are_refused(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="edits resumed",
-        code=("assay.train.checkpoint_check", "assay.train.loop", "assay.cli.train"),
+        code=("assay.train.checkpoint.check", "assay.train.loop", "assay.cli.train"),
     )
     claim.measure(_edits_accepted(tmp_path / "clean", ""))
     claim.control(
         "optimizer settings taken from the checkpoint unchecked "
-        "(train.checkpoint_check.optimizer_settings_unchecked)",
-        _edits_accepted(tmp_path / "defect", "train.checkpoint_check.optimizer_settings_unchecked"),
+        "(train.checkpoint.check.optimizer_settings_unchecked)",
+        _edits_accepted(tmp_path / "defect", "train.checkpoint.check.optimizer_settings_unchecked"),
     )

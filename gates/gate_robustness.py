@@ -47,7 +47,7 @@ READERS = (
     "assay.model.gguf",
     "assay.model.safetensors",
     "assay.model.loader",
-    "assay.train.data_rows",
+    "assay.train.data.rows",
     "assay.settings.loader",
     "assay.settings.yaml_reader",
     "assay.settings",
@@ -457,15 +457,15 @@ def test_nothing_unpickles(gate):
 ISSUE16_READERS = (
     "assay.bounded",
     "assay.train.preflight",
-    "assay.train.checkpoint_check",
-    "assay.train.run_dir",
-    "assay.train.run_lock",
-    "assay.train.checkpoint_layout",
+    "assay.train.checkpoint.check",
+    "assay.train.run.folder",
+    "assay.train.run.lock",
+    "assay.train.checkpoint.layout",
     "assay.adapters.manifest",
     "assay.adapters.export",
     "assay.adapters.peft_io",
     "assay.cli.checkpoint_arg",
-    "assay.train.data_rows",
+    "assay.train.data.rows",
 )
 
 
@@ -488,7 +488,7 @@ ISSUE30_READERS = (
     "assay.bounded",
     "assay.settings.yaml_reader",
     "assay.train.preflight",
-    "assay.train.run_dir",
+    "assay.train.run.folder",
     "assay.cli.train",
     "assay.cli.estimate",
     "assay.distributed.context",
@@ -500,14 +500,14 @@ ISSUE41_READERS = (
     "assay.bounded",
     "assay.cli.status",
     "assay.cli.train",
-    "assay.train.run_dir",
-    "assay.train.run_lock",
-    "assay.train.run_state",
+    "assay.train.run.folder",
+    "assay.train.run.lock",
+    "assay.train.run.state",
     "assay.train.report",
     "assay.settings.yaml_scalars",
     "assay.settings.yaml_reader",
     "assay.train.checkpoint",
-    "assay.train.data_rows",
+    "assay.train.data.rows",
     "assay.qualify.ledger.archive",
     "assay.qualify.ledger.tar_stream",
     "assay.qualify.ledger.import_commit",
@@ -532,14 +532,14 @@ ISSUE52_READERS = (
 # class -> its product controls: (fault point that removes a guard, case-name filter) each
 PRODUCT_CONTROLS = {
     "bounds": [("bounded.unbounded_aliases", "alias_bomb")],
-    "surrogate": [("train.data_rows.allow_surrogates", "text_value")],
+    "surrogate": [("train.data.rows.allow_surrogates", "text_value")],
     "numbers": [("bounded.long_integers_read", "jsonl")],
     "legal": [("settings.yaml_reader.merge_keys_refused", "merge_keys")],
     "line_separators": [("bounded.split_lines_at_every_break", "ledger_comment")],
     "export": [("cli.checkpoint_arg.parent_taken", "_not_a_run")],
     "replace": [
-        ("train.run_dir.any_folder_is_a_run", "overwrite_"),
-        ("train.run_dir.edits_unchecked", "_edited_"),
+        ("train.run.folder.any_folder_is_a_run", "overwrite_"),
+        ("train.run.folder.edits_unchecked", "_edited_"),
         ("adapters.export.gguf_seal_unchecked", "gguf_edited"),
     ],
     "shortcuts": [("cli.train.finished_before_checks", "shortcuts.")],
@@ -623,7 +623,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
         code=[
             "assay.bounded",
             "assay.settings.yaml_reader",
-            "assay.train.data_rows",
+            "assay.train.data.rows",
             "fuzz_loaders",
         ],
     )
@@ -632,7 +632,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
     gate.note(f"fuzz jsonl: {rows.examples} examples, samples {rows.samples or 'none'}")
     from assay_testing import defects
 
-    with defects.inject("train.data_rows.allow_surrogates"):
+    with defects.inject("train.data.rows.allow_surrogates"):
         control = fuzz_loaders.fuzz_jsonl_reader(tmp_path / "rows-control", n, 32)
     claim.control("the JSONL examples with the lone-surrogate check removed", control.unexpected)
 
@@ -654,7 +654,7 @@ def test_loaders_fuzzed_within_bounds(gate, tmp_path, corpus_runs):
         code=[
             "assay.bounded",
             "assay.settings.yaml_reader",
-            "assay.train.data_rows",
+            "assay.train.data.rows",
             "fuzz_loaders",
         ],
     )
@@ -709,7 +709,7 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="misjudged pairs",
-        code=("assay.qualify.publishing.compare", "assay.qualify.publishing.compare_sides"),
+        code=("assay.qualify.publishing.compare", "assay.qualify.publishing.compare.sides"),
     )
     wrong = misjudged(cases, compare_json)
     claim.measure(len(wrong))

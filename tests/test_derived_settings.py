@@ -98,7 +98,7 @@ def test_the_adapter_scale_is_checked_where_it_is_formed(tmp_path, method, rank,
     run; refused in one line naming adapter.alpha. The ceiling is exact at its edge for alpha
     over rank and over sqrt(rank), and an accepted config's scale is what the adapter uses."""
     from assay.adapters.lora import lora_scaling
-    from assay.adapters.registry import SCALE_CEILING
+    from assay.settings.methods import SCALE_CEILING
 
     path = _config(tmp_path, 1e-4, 0.0, 16.0, 1, 1, 2, alpha=1e39)
     config = yaml.safe_load(path.read_text())

@@ -5,7 +5,8 @@ holds only what both halves share.
   adapters -> stream -> train), the qualification framework imports nothing of the trainer,
   and ``qualify``'s own parts point down. Every import counts here, including those inside
   functions: a lazy import is still a dependency.
-- No module-level import cycle anywhere in the product.
+- No module-level import cycle anywhere in the product, and no circle between its packages
+  (counting every import, as the layers do).
 - The package root holds at most 8 modules beside its packages, and none of them is a command,
   a registry or a schema.
 - Settings, the registries and the memory predictor import without torch.
@@ -29,8 +30,7 @@ PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("assay", "atomic", "bounded", "digest", "lazy"),
-    ("registries",),  # assay.adapters.registry, assay.storage.registry: no torch
-    ("settings",),
+    ("settings",),  # with the method and storage registries: no torch
     ("model",),
     ("storage",),
     ("adapters",),
@@ -39,9 +39,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("memory", "distributed"),
     ("cli",),
 )
-# The registries live inside their packages but import no torch, so settings (below the
-# packages) can read them: they are a layer of their own.
-REGISTRIES = ("assay.adapters.registry", "assay.storage.registry")
 # The framework stands apart: it may use the package root, the atomic writer, the bounded
 # readers, the file digests and the lazy package attributes, nothing else.
 INDEPENDENT = {"qualify": {"assay", "errors", "atomic", "bounded", "digest", "lazy", "qualify"}}
@@ -113,8 +110,6 @@ def unit(module: str) -> str:
     parts = module.split(".")
     if parts[0] != "assay":
         return parts[0]
-    if module in REGISTRIES:
-        return "registries"
     return parts[1] if len(parts) > 1 else "assay"
 
 
@@ -257,6 +252,28 @@ def test_no_module_level_import_cycle_in_the_product():
     assert cycles(import_graph(module_level=True), "assay") == []
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between the product's parts (``unit``), every import counted."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for source, targets in graph.items():
+        for target in targets:
+            if unit(source) != unit(target):
+                found[f"assay.{unit(source)}"].add(f"assay.{unit(target)}")
+    return found
+
+
+def test_no_import_circle_between_packages():
+    assert cycles(package_graph(import_graph()), "assay") == []
+
+
+def test_the_package_circle_check_catches_a_circle_through_modules():
+    graph = {
+        "assay.adapters.lora": {"assay.settings.training"},
+        "assay.settings.training": {"assay.adapters.attachment"},
+    }
+    assert cycles(package_graph(graph), "assay") == [["assay.adapters", "assay.settings"]]
+
+
 def test_module_level_imports_skip_functions_and_type_checking():
     source = (
         "import a\nif TYPE_CHECKING:\n    import b\ntry:\n    import c\nexcept E:\n"
@@ -296,8 +313,8 @@ TORCH_FREE = (
     "assay.settings",
     "assay.settings.loader",
     "assay.settings.schema",
-    "assay.adapters.registry",
-    "assay.storage.registry",
+    "assay.settings.methods",
+    "assay.settings.storages",
     "assay.memory.predict",
     "assay.memory.plan",
     "assay.model.config",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from assay.adapters.registry import METHODS, NAMES, from_peft_flags
-from assay.storage.registry import STORAGE_ENTRIES, STORAGES
+from assay.settings.methods import METHODS, NAMES, from_peft_flags
+from assay.settings.storages import STORAGE_ENTRIES, STORAGES
 
 PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
 REGISTRIES = {"adapters/registry.py", "storage/registry.py"}

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from assay.atomic import replace_generated
 from assay.cli import main
 from assay.errors import AssayError
-from assay.train.run_dir import RUN_MARKER
+from assay.train.run.folder import RUN_MARKER
 from assay_testing.text_run import save_text_run
 from assay_testing.tree_listing import tree_listing
 
@@ -172,7 +172,7 @@ def test_controls_each_command_replaces_what_it_wrote(trained):
 def test_overwrite_refuses_a_run_that_holds_files_train_did_not_write(trained, extra):
     """A run folder with a user's notes (or the config being run) added is still a run, but
     --overwrite would delete them with it: refused, nothing changed (adversary case F2)."""
-    from assay.train.run_dir import written_by_train
+    from assay.train.run.folder import written_by_train
 
     root, keys, run = trained
     extra = {n: b for n, b in extra.items() if not written_by_train(n)}
@@ -190,8 +190,8 @@ def test_overwrite_refuses_a_run_that_holds_files_train_did_not_write(trained, e
 def test_every_entry_of_a_real_run_is_one_train_writes(trained):
     """RUN_ENTRIES is the list --overwrite trusts: a real run's folder holds nothing else."""
     from assay.train.loop import METRICS, RUN_CONFIG
-    from assay.train.run_dir import RUN_ENTRIES, written_by_train
-    from assay.train.run_state import RUN_STATE
+    from assay.train.run.folder import RUN_ENTRIES, written_by_train
+    from assay.train.run.state import RUN_STATE
 
     _root, _keys, run = trained
     assert {METRICS, RUN_CONFIG, RUN_STATE} <= RUN_ENTRIES

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from assay.cli import main
-from assay.train.run_state import RUN_STATE
+from assay.train.run.state import RUN_STATE
 
 
 def _status(capsys, run):
@@ -177,7 +177,7 @@ def test_latest_naming_a_missing_checkpoint_is_one_line(tmp_path, capsys):
 def test_a_lock_file_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
     import os
 
-    from assay.train.run_lock import LOCK_NAME
+    from assay.train.run.lock import LOCK_NAME
 
     run = _run_folder(tmp_path)
     (run / RUN_STATE).write_text(json.dumps({"state": "running", "pid": 2**22 + 7}))
@@ -207,7 +207,7 @@ def test_finished_with_steps_left_says_the_files_disagree(tmp_path, capsys):
 
 
 def test_a_failure_with_a_multi_line_message_is_one_line_in_the_state():
-    from assay.train.run_state import failure_line
+    from assay.train.run.state import failure_line
 
     error = RuntimeError("first line of torch's text\n\nSet TORCHDYNAMO_VERBOSE=1 for more\n")
     assert failure_line(error) == "RuntimeError: first line of torch's text"

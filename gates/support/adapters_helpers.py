@@ -20,14 +20,14 @@ ATTACHING = (
     "assay.adapters.attachment",
     "assay.adapters.inject",
     "assay.adapters.base",
-    "assay.adapters.registry",
+    "assay.settings.methods",
 )
 METHOD_CODE = {
     "full": (),
     "lora": ("assay.adapters.lora",),
     "rslora": ("assay.adapters.lora",),
     "lora_fa": ("assay.adapters.lora",),
-    "loraplus": ("assay.adapters.lora", "assay.adapters.loraplus"),
+    "loraplus": ("assay.adapters.lora",),
     "dora": ("assay.adapters.lora", "assay.adapters.dora"),
     "tinylora": ("assay.adapters.tinylora",),
 }

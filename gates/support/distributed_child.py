@@ -36,7 +36,7 @@ from assay.qualify.plugin.child_imports import report_at_exit
 from assay.settings.loader import load_train_config
 from assay.train.data import Batch, Cursor
 from assay.train.loop import Trainer
-from assay.train.run_dir import RUN_MARKER
+from assay.train.run.folder import RUN_MARKER
 from assay_testing import defects
 
 

@@ -16,7 +16,7 @@ from assay.adapters import attach
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay.train.data import collate
-from assay.train.data_masks import Example
+from assay.train.data.masks import Example
 from assay.train.losses import LSE_ROWS
 from assay_testing import defects
 from assay_testing.real_model import smollm2_path

@@ -104,11 +104,11 @@ CODE = (
     "assay.train.objective",
     "assay.train.losses",
     "assay.train.data",
-    "assay.train.data_masks",
+    "assay.train.data.masks",
     "assay.train.build",
     "assay.adapters.lora",
     "assay.adapters.attachment",
-    "assay.adapters.registry",
+    "assay.settings.methods",
     "assay.model.decoder",
 )
 # The controls' power is the defects': a change to a patch stales the claims it controls.
@@ -119,7 +119,7 @@ TRAINING_DEFECTS = (
     ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)"),
     ("adapters.lora.forward_unscaled", "LoRA forward without the scale"),
     ("adapters.lora.b_nonzero_init", "B initialised non-zero"),
-    ("train.data_masks.prompt_scored", "prompt tokens scored"),
+    ("train.data.masks.prompt_scored", "prompt tokens scored"),
     ("train.losses.mask_ignored", "loss mask ignored"),
     ("train.objective.ce_micro_normalised", "each micro-batch divided by its own tokens"),
 )
@@ -127,7 +127,7 @@ TRAINING_DEFECTS = (
 METHOD_DEFECTS = {
     "lora": (
         ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)", SHORT),
-        ("train.data_masks.prompt_scored", "prompt tokens scored", SHORT),
+        ("train.data.masks.prompt_scored", "prompt tokens scored", SHORT),
     ),
     "rslora": (("adapters.lora.rslora_scale", "rsLoRA scaled by alpha/r", SHORT),),
     # norm_not_detached moved the loss 2.2e-4 but the adapters only 1.6e-4 in 3 steps (the
@@ -137,7 +137,7 @@ METHOD_DEFECTS = {
     # bf16 controls run the whole recipe: the bf16 loss claim is on the mean over the run
     "bf16": (
         ("adapters.lora.lora_scale_sqrt", "LoRA scaled by alpha/sqrt(r)", 20),
-        ("train.data_masks.prompt_scored", "prompt tokens scored", 20),
+        ("train.data.masks.prompt_scored", "prompt tokens scored", 20),
     ),
     "nf4_double_quant": (
         ("storage.nf4.nested_offset_dropped", "NF4 dequantized without the nested offset", SHORT),

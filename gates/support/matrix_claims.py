@@ -22,8 +22,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from assay.adapters.registry import METHODS
 from assay.qualify import Threshold, Tolerance
+from assay.settings.methods import METHODS
 from assay_testing.matrix import AXES, Cell, cell_label, uncovered, witness
 from support.matrix_runs import (
     Outcome,
@@ -90,7 +90,7 @@ def coverage_claim(strength: int, cells: int) -> dict:
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="required units in no cell",
-        code=("assay_testing.matrix", "assay.settings.loader", "assay.adapters.registry"),
+        code=("assay_testing.matrix", "assay.settings.loader", "assay.settings.methods"),
     )
 
 

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.adapters.registry import METHODS
 from assay.errors import ConfigError
 from assay.model.config import SUPPORTED_ARCHITECTURES
 from assay.settings import rule
 from assay.settings.choices import LOSSES, PRECISIONS, PREFERENCE_LOSSES
 from assay.settings.loader import train_config_from_dict
-from assay.storage.registry import STORAGES
+from assay.settings.methods import METHODS
+from assay.settings.storages import STORAGES
 
 RESIDENCIES = (
     "resident",

@@ -147,15 +147,15 @@ MUTANTS: tuple[Mutant, ...] = (
         (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
     ),
     Mutant(
-        "train.data_masks.first_token_scored",
+        "train.data.masks.first_token_scored",
         (_DA + "test_text_rows_score_every_token_after_the_first_including_eos",),
     ),
     Mutant(
-        "train.data_masks.prompt_scored",
+        "train.data.masks.prompt_scored",
         (_DA + "test_prompt_completion_scores_only_the_completion_and_its_eos",),
     ),
     Mutant(
-        "train.data_masks.text_without_eos",
+        "train.data.masks.text_without_eos",
         (_DA + "test_text_rows_score_every_token_after_the_first_including_eos",),
     ),
     Mutant("train.preference.dpo_beta_sign", (_PR + "test_dpo_variants_at_known_points",)),
@@ -206,7 +206,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/train/test_checkpoint_files_verified.py::test_a_flipped_bit_in_any_file_is_refused_naming_it",
         ),
     ),
-    Mutant("train.checkpoint_state.adam_step_lost", (_RESUME,)),
+    Mutant("train.checkpoint.state.adam_step_lost", (_RESUME,)),
     Mutant(
         "train.loop.scheduler_not_restored",
         (_LP + "test_resume_in_a_fresh_trainer_is_bitwise_exact",),
@@ -233,11 +233,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "train.run_dir.any_folder_is_a_run",
+        "train.run.folder.any_folder_is_a_run",
         ("tests/test_replacing_commands.py::test_no_command_replaces_a_folder_it_did_not_write",),
     ),
     Mutant(
-        "train.run_dir.edits_unchecked",
+        "train.run.folder.edits_unchecked",
         (
             "tests/test_replacing_commands.py::"
             "test_overwrite_and_resume_refuse_a_run_whose_files_changed_since_train_wrote_them"
@@ -306,7 +306,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "train.checkpoint_check.optimizer_settings_unchecked",
+        "train.checkpoint.check.optimizer_settings_unchecked",
         (
             "tests/train/test_resume_settings.py::test_an_edited_optimizer_setting_is_refused_naming_it",
         ),
@@ -502,7 +502,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_bounded.py::test_merge_keys_share_settings_and_x_keys_hold_anchors",),
     ),
     Mutant(
-        "train.data_rows.allow_surrogates",
+        "train.data.rows.allow_surrogates",
         ("tests/train/test_preflight.py::test_rows_are_read_before_the_model",),
     ),
     Mutant(

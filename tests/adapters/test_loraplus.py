@@ -7,13 +7,13 @@ and the same gradients, assay's optimizer must take bitwise the same step.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 from peft.optimizers import create_loraplus_optimizer
 
 from assay.adapters import adapter_modules, attach
-from assay.adapters.attachment import learning_rate_scales
 from assay.errors import ConfigError
 from assay.settings.loader import train_config_from_dict
 from assay.train.build import build_optimizer, trainable_parameters
@@ -41,11 +41,16 @@ def _step(model, optimizer, ids):
     optimizer.step()
 
 
-def test_b_trains_lr_ratio_times_faster_than_a(fresh):
+def test_b_trains_lr_ratio_times_faster_than_a(fresh, tmp_path):
     model = attach(fresh(), "loraplus", rank=4, lr_ratio=RATIO)
-    scales = learning_rate_scales(model)
+    params = trainable_parameters(model)
+    optimizer = build_optimizer(_config(tmp_path, lr_ratio=RATIO), params)
+    rate = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
     names = [n for n, _ in adapter_modules(model)]
-    assert scales == {f"{n}.lora_B": RATIO for n in names}
+    assert {n: rate[id(p)] for n, p in params.items()} == {
+        **{f"{n}.lora_A": LR for n in names},
+        **{f"{n}.lora_B": LR * RATIO for n in names},
+    }
 
 
 def test_a_step_equals_peft_loraplus_optimizer(fresh, ids, tmp_path):
@@ -54,9 +59,7 @@ def test_a_step_equals_peft_loraplus_optimizer(fresh, ids, tmp_path):
         torch.nn.init.normal_(adapter.lora_B, generator=torch.Generator().manual_seed(5))
     theirs = copy.deepcopy(ours)
     params = trainable_parameters(ours)
-    optimizer = build_optimizer(
-        _config(tmp_path, lr_ratio=RATIO), params, learning_rate_scales(ours)
-    )
+    optimizer = build_optimizer(_config(tmp_path, lr_ratio=RATIO), params)
     reference = create_loraplus_optimizer(
         theirs, torch.optim.AdamW, lr=LR, loraplus_lr_ratio=RATIO, loraplus_weight_decay=0.1
     )
@@ -68,7 +71,9 @@ def test_a_step_equals_peft_loraplus_optimizer(fresh, ids, tmp_path):
     assert all(torch.equal(mine[n], peft[n]) for n in mine)
     # the control: plain LoRA's optimizer (one rate) takes another step
     plain = copy.deepcopy(theirs)
-    single = build_optimizer(_config(tmp_path, lr_ratio=RATIO), trainable_parameters(plain))
+    config = _config(tmp_path, lr_ratio=RATIO)
+    lora = dataclasses.replace(config, adapter=dataclasses.replace(config.adapter, method="lora"))
+    single = build_optimizer(lora, trainable_parameters(plain))
     _step(plain, single, ids)
     _step(theirs, reference, ids)
     moved = trainable_parameters(plain)

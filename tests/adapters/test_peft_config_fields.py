@@ -15,8 +15,8 @@ from safetensors import safe_open
 from assay.adapters import adapter_modules, attach
 from assay.adapters.inject import GROUPS
 from assay.adapters.peft_io import check_base, save_peft, spec_from_peft
-from assay.adapters.registry import PEFT_METHODS
 from assay.errors import ConfigError
+from assay.settings.methods import PEFT_METHODS
 
 CASES = {
     "lora-all-layers": ("lora", {"targets": ["q_proj", "v_proj"]}),

@@ -47,7 +47,7 @@ class HoldLock:
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
-        from assay.train.run_lock import acquire
+        from assay.train.run.lock import acquire
 
         lock = acquire(self.folder, "another writer")
         try:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from assay.adapters.registry import NAMES
 from assay.memory.predict import Plan, predict, shape
+from assay.settings.methods import NAMES
 
 TINY = shape(
     vocab_size=2048,

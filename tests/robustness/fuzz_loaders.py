@@ -174,7 +174,7 @@ def fuzz_jsonl_reader(root: Path, examples: int, seed: int) -> FuzzReport:
     """Read ``examples`` hostile JSONL files; each must read or raise DataError."""
     from hypothesis import seed as fixed_seed
 
-    from assay.train.data_rows import DataError, read_rows
+    from assay.train.data.rows import DataError, read_rows
 
     root.mkdir(parents=True, exist_ok=True)
     report = FuzzReport()

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from assay.adapters.registry import METHODS
 from assay.errors import ConfigError
 from assay.model.config import SUPPORTED_ARCHITECTURES
 from assay.settings import rule
 from assay.settings.choices import LOSSES, PRECISIONS
 from assay.settings.loader import train_config_from_dict
-from assay.storage.registry import STORAGES
+from assay.settings.methods import METHODS
+from assay.settings.storages import STORAGES
 from assay_testing import matrix
 
 REGISTRIES = {

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from assay.cli import main
-from assay.train.run_state import RUN_STATE
+from assay.train.run.state import RUN_STATE
 
 
 @pytest.mark.parametrize("lr", [1e30, float("inf")])

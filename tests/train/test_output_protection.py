@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from assay.cli import main
-from assay.train.run_dir import RUN_FORMAT, RUN_MARKER, claim_run_dir, not_started
+from assay.train.run.folder import RUN_FORMAT, RUN_MARKER, claim_run_dir, not_started
 from assay_testing.text_run import save_text_run
 from assay_testing.tiny import edit_config
 

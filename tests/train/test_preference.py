@@ -12,7 +12,7 @@ import torch
 
 from assay.settings import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.data import collate
-from assay.train.data_masks import Example, TokenSeq
+from assay.train.data.masks import Example, TokenSeq
 from assay.train.objective import Objective, mismatched
 from assay.train.preference import (
     PreferenceSettings,

@@ -9,7 +9,7 @@ import yaml
 
 from assay.errors import ConfigError
 from assay.settings.loader import load_train_config
-from assay.train.data_rows import DataError, read_rows
+from assay.train.data.rows import DataError, read_rows
 from assay.train.preflight import check_against_model, check_rows
 from assay_testing.text_run import save_text_run
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from assay.settings.loader import train_config_from_dict
-from assay.train.checkpoint_state import CheckpointError
+from assay.train.checkpoint.state import CheckpointError
 from assay.train.loop import Trainer
 from assay_testing.forgery import reseal
 from assay_testing.text_run import save_text_run

@@ -19,8 +19,8 @@ import yaml
 
 from assay.cli import main
 from assay.errors import ConfigError
-from assay.train.run_lock import LOCK_NAME, acquire, lock_held, same_process, start_ticks
-from assay.train.run_state import RUN_STATE
+from assay.train.run.lock import LOCK_NAME, acquire, lock_held, same_process, start_ticks
+from assay.train.run.state import RUN_STATE
 
 CHILD = Path(__file__).with_name("_paused_train_child.py")
 

@@ -11,7 +11,7 @@ import torch
 
 from assay.model.tokenizer import Tokenizer, load_tokenizer
 from assay.train.data import BatchIterator, Cursor, collate, dataset_fingerprint, load_dataset
-from assay.train.data_rows import DataError
+from assay.train.data.rows import DataError
 
 CHAT = [
     {"role": "user", "content": "hi"},

@@ -1,7 +1,7 @@
 """assay.adapters: full, LoRA, rsLoRA, LoRA-FA, DoRA and TinyLoRA around frozen projections.
 
 ``attach(model, method=..., targets="attention", layers=None, seed=0, **options)`` wraps the
-target projections in place; ``assay.adapters.registry`` (no torch) holds every method's
+target projections in place; ``assay.settings.methods`` (no torch) holds every method's
 options, defaults and constraints. ``disable``/``enable``/``disabled`` bypass every adapter
 (the DPO reference), ``merge``/``unmerge`` fold them into float32 weights, and
 ``save_adapter``/``load_adapter`` use PEFT's format (TinyLoRA: its own).
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from assay.lazy import lazy_attributes
 
-# Imported on first use, so that a sub-module that needs no torch (the registry, the
-# config) can be imported without loading torch through this package.
+# Imported on first use, so that importing the package loads no torch.
 _LAZY = {
     "AdapterLinear": "assay.adapters.base",
     "AdapterSpec": "assay.adapters.attachment",

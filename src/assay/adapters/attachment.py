@@ -1,6 +1,6 @@
 """``attach``: put one adapter method on a decoder's target projections, in place.
 
-Methods: every entry of the method registry (``assay.adapters.registry.NAMES``): ``full``
+Methods: every entry of the method registry (``assay.settings.methods.NAMES``): ``full``
 (every parameter trains; float32 storage only), ``lora``, ``rslora``, ``lora_fa``,
 ``loraplus``, ``dora`` and ``tinylora``. The arguments are kept on the model as an
 ``AdapterSpec`` (``model.assay_adapter_spec``) so that saving and export know what was built.
@@ -17,10 +17,9 @@ from torch import nn
 
 from assay.adapters.base import AdapterLinear
 from assay.adapters.inject import PARENT, layer_indices, target_names
-from assay.adapters.registry import NAMES, LoRAOptions, build_options
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
-from assay.settings.training import check_adapter_options
+from assay.settings.methods import NAMES, LoRAOptions, build_options
+from assay.settings.methods import method as registered
 
 METHODS = NAMES
 
@@ -69,16 +68,6 @@ def adapter_modules(model: nn.Module) -> list[tuple[str, AdapterLinear]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, AdapterLinear)]
 
 
-def learning_rate_scales(model: nn.Module) -> dict[str, float]:
-    """Qualified parameter name -> multiple of the run's learning rate, for every adapter
-    parameter that does not train at the run's rate (LoRA+'s B)."""
-    return {
-        f"{name}.{param}": scale
-        for name, adapter in adapter_modules(model)
-        for param, scale in adapter.learning_rate_scales().items()
-    }
-
-
 def _has_stored_weights(model: nn.Module) -> bool:
     return any(getattr(m, "assay_storage", False) for m in model.modules())
 
@@ -96,7 +85,7 @@ def attach(
 ) -> nn.Module:
     """Attach ``method`` to ``model`` in place and return it.
 
-    Options and their defaults come from ``assay.adapters.registry``: the LoRA family takes
+    Options and their defaults come from ``assay.settings.methods``: the LoRA family takes
     ``rank`` (8), ``alpha`` (16) and ``dropout`` (0, PEFT's ``lora_dropout``); ``tinylora``
     takes ``u`` (13), ``r`` (2) and ``sharing`` ("global" or "per_target"). ``rank`` and
     ``alpha`` are accepted by every method so one call shape serves all, and are ignored by
@@ -132,9 +121,7 @@ def attach(
 def _checked_options(method: str, rank: int | None, alpha: float | None, options: dict) -> Any:
     if issubclass(registered(method).options, LoRAOptions):
         options = {"rank": rank, "alpha": alpha, **options}
-    resolved = build_options(method, options)
-    check_adapter_options(asdict(resolved))
-    return resolved
+    return build_options(method, options)
 
 
 def layerwise_attach(

@@ -50,11 +50,6 @@ class AdapterLinear(nn.Module):
         ``options``. ``shared`` is one dict per ``attach`` call, for state every site shares."""
         raise NotImplementedError(f"{cls.__name__} does not implement wrap")
 
-    def learning_rate_scales(self) -> dict[str, float]:
-        """Parameter name (within this module) -> multiple of the run's learning rate it
-        trains at; a parameter not named trains at the run's rate."""
-        return {}
-
     assay_adapter = True
     assay_base = ("base",)
     method = "abstract"

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from torch import nn
 
 from assay.adapters.attachment import adapter_modules
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
+from assay.settings.methods import method as registered
 
 
 def _adapters(model: nn.Module, action: str):

@@ -13,7 +13,7 @@ from torch import nn
 
 from assay.adapters.base import dense_weight
 from assay.adapters.lora import LoRALinear
-from assay.adapters.registry import LoRAOptions
+from assay.settings.methods import LoRAOptions
 
 
 class DoRALinear(LoRALinear):

@@ -13,9 +13,9 @@ from types import ModuleType
 
 from torch import nn
 
-from assay.adapters.registry import FILE_FORMATS
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
+from assay.settings.methods import FILE_FORMATS
+from assay.settings.methods import method as registered
 
 
 def _format(name: str) -> ModuleType:

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from assay.adapters.base import AdapterLinear
-from assay.adapters.registry import LORA_FAMILY, LoRAOptions
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
+from assay.settings.methods import LORA_FAMILY, LoRAOptions
+from assay.settings.methods import method as registered
 
 
 def lora_scaling(method: str, rank: int, alpha: float) -> float:

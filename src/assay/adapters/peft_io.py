@@ -30,9 +30,9 @@ from assay.adapters.files import (
 )
 from assay.adapters.inject import GROUPS, PARENT
 from assay.adapters.manifest import verify_manifest
-from assay.adapters.registry import PEFT_METHODS, from_peft_flags
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
+from assay.settings.methods import PEFT_METHODS, from_peft_flags
+from assay.settings.methods import method as registered
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -270,6 +270,6 @@ def _check_declared_rank(weights: Path, rank: int) -> None:
         raise ConfigError(f"{weights}: holds no lora_A or lora_B factor to check r={rank} against")
 
 
-# the folder-format contract of assay.adapters.registry.FILE_FORMATS
+# the folder-format contract of assay.settings.methods.FILE_FORMATS
 save = save_peft
 load = load_peft

@@ -25,8 +25,8 @@ from assay.adapters.files import (
     write_safetensors_atomic,
 )
 from assay.adapters.manifest import verify_manifest
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
+from assay.settings.methods import method as registered
 
 CONFIG = "tinylora_config.json"
 WEIGHTS = "tinylora_model.safetensors"
@@ -110,6 +110,6 @@ def _check_declared_sizes(folder: Path, spec: AdapterSpec) -> None:
         raise ConfigError(f"{weights}: holds no tiny_v vector to check u={u} against")
 
 
-# the folder-format contract of assay.adapters.registry.FILE_FORMATS
+# the folder-format contract of assay.settings.methods.FILE_FORMATS
 save = save_tinylora
 load = load_tinylora

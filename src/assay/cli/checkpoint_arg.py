@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from assay.errors import AssayError
-from assay.train.checkpoint_layout import LATEST, MANIFEST, run_holding
+from assay.train.checkpoint.layout import LATEST, MANIFEST, run_holding
 
 
 def checkpoint_run(path: Path) -> Path:

@@ -104,7 +104,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "compare",
-        "assay.qualify.publishing.compare_report",
+        "assay.qualify.publishing.compare.report",
         False,
         "what changed between two sets of receipts: flips, regressions, bounds, standings",
         "compare_arguments",

@@ -62,10 +62,10 @@ def _defaults(name: str) -> Any:
 def _with_options(config: Any, args: argparse.Namespace, model: Any, label: str) -> Any:
     """``config`` with the command line's --storage, --stream-buffers and --seq, each checked
     against ``model`` (ConfigError naming the option and the valid range)."""
-    from assay.adapters.registry import method
     from assay.errors import ConfigError
     from assay.settings import StreamConfig
-    from assay.storage.registry import storage
+    from assay.settings.methods import method
+    from assay.settings.storages import storage
 
     changes: dict[str, Any] = {}
     if args.storage is not None:
@@ -109,7 +109,7 @@ def defaults_line() -> str:
 
 
 def _settings_line(plan: dict[str, Any]) -> str:
-    from assay.adapters.registry import method
+    from assay.settings.methods import method
 
     trains = f"{plan['method']} rank {plan['rank']} on {','.join(plan['targets'])}"
     trains = "full (every weight)" if method(plan["method"]).trains_base else trains

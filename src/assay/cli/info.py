@@ -12,7 +12,7 @@ from assay.cli.load_progress import load_progress
 from assay.model.config import FUSED_PROJECTION_FAMILIES
 from assay.settings import STORAGES
 from assay.settings import rule as setting_rule
-from assay.storage.registry import storage
+from assay.settings.storages import storage
 
 
 def _model_info(args: argparse.Namespace) -> dict[str, Any]:

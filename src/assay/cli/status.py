@@ -190,7 +190,7 @@ def _liveness(run_dir: Path, state: dict[str, Any]) -> tuple[str, str | None]:
     """(state, reason) of a run whose state file says running: running while its lock is
     held or its pid is alive with the start time it recorded; a bare pid proves nothing (the
     kernel reuses pids), so a run that recorded no start time is unknown while the pid exists."""
-    from assay.train.run_lock import LOCK_NAME, lock_held, same_process
+    from assay.train.run.lock import LOCK_NAME, lock_held, same_process
 
     pid = state.get("pid")
     locked = _present(run_dir / LOCK_NAME) and lock_held(run_dir)
@@ -223,7 +223,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     and the field) when it is not a run or one of its files is malformed."""
     from assay.settings.yaml_reader import read_yaml
     from assay.train.loop import METRICS, RUN_CONFIG
-    from assay.train.run_state import RUN_STATE
+    from assay.train.run.state import RUN_STATE
 
     if not run_dir.is_dir() or not _present(run_dir / RUN_CONFIG):
         raise AssayError(f"{run_dir}: not a run directory (no {RUN_CONFIG})")

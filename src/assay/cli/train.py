@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assay.adapters.registry import help_text as adapter_methods_help
 from assay.cli.dispatch import DEVICE_HELP, device_option, resolve_device
 from assay.cli.load_progress import load_progress
 from assay.errors import AssayError, ConfigError
 from assay.qualify.publishing.wording import plural
 from assay.settings import rule as setting_rule
+from assay.settings.methods import help_text as adapter_methods_help
 
 if TYPE_CHECKING:
     from assay.train.graceful import GracefulStop
@@ -214,7 +214,7 @@ def preflight(config) -> None:
 def _claim_output(config, args: argparse.Namespace):
     """Check and lock the run dir for this process (main process only): refuse one that
     holds a run unless --resume/--overwrite, and one another process is writing."""
-    from assay.train.run_dir import claim_run_dir
+    from assay.train.run.folder import claim_run_dir
 
     return claim_run_dir(
         Path(config.output.dir), str(args.config), resume=args.resume, overwrite=args.overwrite
@@ -282,7 +282,7 @@ def _choose_device(args: argparse.Namespace) -> None:
     """Settle ``args.device`` (``auto`` resolved; a resumed run keeps its device where it still
     exists) and check that this torch has it, before anything loads; ``args.device_choice``
     says which and why, for the summary (the progress bar names the device too)."""
-    from assay.train.checkpoint_layout import run_holding
+    from assay.train.checkpoint.layout import run_holding
     from assay.train.loop import recorded_device
 
     # a run folder, a step folder, or one killed before its first checkpoint (its metrics

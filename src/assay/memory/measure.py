@@ -176,10 +176,10 @@ def build_plan_run(plan: dict[str, Any]) -> tuple[Callable[[], Any], int, dict[s
     divided by the step's tokens, backward per micro-batch, then AdamW.
     """
     from assay.adapters import attach
-    from assay.adapters.registry import method
     from assay.model import Decoder, ModelConfig
+    from assay.settings.methods import method
+    from assay.settings.storages import storage
     from assay.storage import apply_storage
-    from assay.storage.registry import storage
     from assay.stream.layout import base_tensors
     from assay.train.losses import chunked_cross_entropy, cross_entropy
     from assay.train.objective import head_weight

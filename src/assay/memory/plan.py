@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from assay.adapters.inject import projection_parts
-from assay.adapters.registry import method
 from assay.memory.predict import SHAPE_FIELDS, Plan, Prediction, predict, shape, with_changes
 from assay.model.config import ModelConfig, check_layers_held, config_from_gguf
 from assay.settings import default
-from assay.storage.registry import storage
+from assay.settings.methods import method
+from assay.settings.storages import storage
 
 
 def gib(n: int) -> str:

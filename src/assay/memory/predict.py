@@ -23,10 +23,10 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from assay.adapters.registry import method
 from assay.model.config import SIZE_FIELDS, ModelConfig
 from assay.settings import DEFAULT_TARGETS, PREFERENCE_LOSSES, default
-from assay.storage.registry import Storage, storage
+from assay.settings.methods import method
+from assay.settings.storages import Storage, storage
 
 ATTENTION = DEFAULT_TARGETS
 MLP = ("gate_proj", "up_proj", "down_proj")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from assay.lazy import lazy_attributes
 
-# Imported on first use, so that a sub-module that needs no torch (the registry, the
-# config) can be imported without loading torch through this package.
+# Imported on first use, so that a sub-module that needs no torch (the config) can be
+# imported without loading torch through this package.
 _LAZY = {
     "Decoder": "assay.model.decoder",
     "Fingerprint": "assay.model.loader",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from assay.storage.registry import STORAGES
+from assay.settings.storages import STORAGES
 
 __all__ = ["STORAGES"]  # the storage registry's names, re-exported for the settings
 

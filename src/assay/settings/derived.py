@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assay.adapters.registry import SCALE_CEILING
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
+from assay.settings.methods import SCALE_CEILING
+from assay.settings.methods import method as registered
 
 FLOAT32_MAX = 3.4028234663852886e38
 EXACT_INTEGER = 2**53 - 1  # the largest integer below 2^53: float64 (JSON) holds up to it exactly
@@ -67,25 +67,26 @@ def derived_numbers(config: Any) -> list[Derived]:
         ),
         Derived("the learning rate (optim.lr)", "optim.lr", lr, FLOAT32_MAX),
     ]
-    for name, ratio in _lr_ratios(config).items():
+    options = config.adapter.options()
+    method = registered(config.adapter.method)
+    for param, option in method.factor_learning_rates:
+        name, ratio = param.removeprefix("lora_"), options[option]
         found.append(
             Derived(
-                f"{name}'s learning rate (optim.lr x adapter.lr_ratio)",
-                "adapter.lr_ratio",
+                f"{name}'s learning rate (optim.lr x adapter.{option})",
+                f"adapter.{option}",
                 lr * ratio,
                 FLOAT32_MAX,
             )
         )
         found.append(
             Derived(
-                f"{name}'s decay per step (optim.lr x adapter.lr_ratio x optim.weight_decay)",
-                "adapter.lr_ratio",
+                f"{name}'s decay per step (optim.lr x adapter.{option} x optim.weight_decay)",
+                f"adapter.{option}",
                 lr * ratio * optim.weight_decay,
                 FLOAT32_MAX,
             )
         )
-    options = config.adapter.options()
-    method = registered(config.adapter.method)
     if method.scaled:
         root = "sqrt(adapter.rank)" if method.scale_root else "adapter.rank"
         found.append(
@@ -114,12 +115,6 @@ def derived_numbers(config: Any) -> list[Derived]:
         )
     )
     return found
-
-
-def _lr_ratios(config: Any) -> dict[str, float]:
-    """Parameter group -> its learning rate over ``optim.lr``, for methods that ask for one."""
-    ratio = config.adapter.options().get("lr_ratio")
-    return {} if ratio is None else {"B": ratio}
 
 
 def _shown(value: float) -> str:

@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 from assay.settings import (
     PREFERENCE_LOSSES,
@@ -37,9 +36,10 @@ from assay.settings import (
 from assay.settings.choices import REFERENCE_FREE_LOSSES
 from assay.settings.derived import check_derived
 from assay.settings.hub import cached_snapshot, hub_name
+from assay.settings.methods import method as registered
 from assay.settings.schema import yaml_body
+from assay.settings.storages import storage as registered_storage
 from assay.settings.yaml_reader import check_schema, read_yaml
-from assay.storage.registry import storage as registered_storage
 
 __all__ = [
     "config_as_yaml",

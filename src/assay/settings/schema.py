@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from assay.adapters.registry import NAMES as METHOD_NAMES
 from assay.settings import SIZE_UNITS, STORAGES, Rule, TrainConfig, rules, section_class
+from assay.settings.methods import NAMES as METHOD_NAMES
 
 SCHEMA_ID = "assay.train-config/1"
 SCHEMA_DESCRIPTION = (

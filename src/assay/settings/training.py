@@ -4,31 +4,44 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from assay.adapters.registry import (
-    LORA_FAMILY,
-    METHODS,
-    NAMES,
-    SHARINGS,
-    LoRAOptions,
-    LoRAPlusOptions,
-    TinyLoRAOptions,
-    option_names,
-)
-from assay.errors import ConfigError
 from assay.settings.choices import DEFAULT_TARGETS, FORMATS, LOSSES, PREFERENCE_LOSSES, PROJECTIONS
+from assay.settings.methods import METHODS, NAMES, option_names
 from assay.settings.rule import setting
 
 # methods that put adapters on target projections (not the base weights themselves)
 ADAPTED = tuple(n for n, m in METHODS.items() if not m.trains_base)
-_LORA = {"applies": LORA_FAMILY, "applies_text": "lora family", "base": "lora"}
-_TINY = {"applies": ("tinylora",), "base": "lora"}
+DEFAULT_METHOD = "lora"
+
+
+def with_method_options(cls: type) -> type:
+    """Adds every method option to the ``adapter`` section ``cls`` as a key, before
+    ``dataclass`` reads its fields: in the order the registry first declares each, with its
+    rule as its options class states it, applying under the methods that take it (in the
+    class's ``family`` words when several do), None where it does not apply."""
+    takers: dict[str, list[str]] = {}
+    declared: dict[str, tuple[dataclasses.Field[Any], type]] = {}
+    for entry in METHODS.values():
+        for found in dataclasses.fields(entry.options):
+            takers.setdefault(found.name, []).append(entry.name)
+            declared.setdefault(found.name, (found, entry.options))
+    for name, (found, owner) in declared.items():
+        applies = tuple(takers[name])
+        words = getattr(owner, "family", None) if len(applies) > 1 else None
+        rule = dataclasses.replace(found.metadata["rule"], applies=applies, applies_text=words)
+        cls.__annotations__[name] = f"{found.type} | None"
+        default = rule.default_for(DEFAULT_METHOD)
+        setattr(cls, name, dataclasses.field(default=default, metadata={"rule": rule}))
+    return cls
 
 
 @dataclass(frozen=True)
+@with_method_options
 class AdapterConfig:
-    """What trains. Keys that do not apply to ``method`` are None."""
+    """What trains. Keys that do not apply to ``method`` are None. Besides ``method``,
+    ``targets`` and ``layers``, each method's options are keys (``rank``, ``lr_ratio``, ``u``,
+    ...), declared once in their options class (``assay.settings.methods``)."""
 
     selector: ClassVar[str] = "method"
     selector_word: ClassVar[str] = "method"
@@ -38,16 +51,8 @@ class AdapterConfig:
         "alpha/sqrt(rank)), lora_fa (A frozen), loraplus (B learns lr_ratio times faster), "
         "dora, tinylora.",
         "string",
-        "lora",
+        DEFAULT_METHOD,
         choices=NAMES,
-    )
-    rank: int | None = setting("Adapter rank r.", "integer", LoRAOptions.rank, minimum=1, **_LORA)
-    alpha: float | None = setting(
-        "Scale numerator: alpha/rank, or alpha/sqrt(rank) for rslora.",
-        "number",
-        LoRAOptions.alpha,
-        exclusive_minimum=0,
-        **_LORA,
     )
     targets: tuple[str, ...] = setting(
         "Projection names to adapt (Phi-3 fuses q, k, v into qkv_proj and gate, up into "
@@ -60,7 +65,7 @@ class AdapterConfig:
         applies=ADAPTED,
         applies_text="adapter methods (full trains every weight)",
         held=True,
-        base="lora",
+        base=DEFAULT_METHOD,
     )
     layers: tuple[int, ...] | None = setting(
         "Block indices to adapt (0-based).",
@@ -72,53 +77,17 @@ class AdapterConfig:
         unique=True,
         applies=ADAPTED,
         applies_text="adapter methods (full trains every weight)",
-        base="lora",
-    )
-    u: int | None = setting(
-        "Length of the trainable vector v per sharing group (with global sharing, the whole "
-        "model trains this many numbers).",
-        "integer",
-        TinyLoRAOptions.u,
-        minimum=1,
-        **_TINY,
-    )
-    r: int | None = setting(
-        "Rank of the truncated SVD of each frozen weight.",
-        "integer",
-        TinyLoRAOptions.r,
-        minimum=1,
-        **_TINY,
-    )
-    sharing: str | None = setting(
-        "global (one v for all targets) or per_target.",
-        "string",
-        TinyLoRAOptions.sharing,
-        choices=SHARINGS,
-        **_TINY,
-    )
-    dropout: float | None = setting(
-        "PEFT's lora_dropout: inverted dropout on the adapter input while training (the base "
-        "path never sees it); 0 is off.",
-        "number",
-        LoRAOptions.dropout,
-        minimum=0,
-        exclusive_maximum=1,
-        **_LORA,
-    )
-
-    lr_ratio: float | None = setting(
-        "LoRA+: B's learning rate over A's (PEFT's loraplus_lr_ratio).",
-        "number",
-        LoRAPlusOptions.lr_ratio,
-        exclusive_minimum=0,
-        applies=("loraplus",),
-        base="lora",
+        base=DEFAULT_METHOD,
     )
 
     def options(self) -> dict[str, Any]:
         """The method's own options for ``attach`` (keys that do not apply left out)."""
         names = option_names(self.method)
         return {k: getattr(self, k) for k in names if getattr(self, k) is not None}
+
+    if TYPE_CHECKING:  # the method options, added by with_method_options
+
+        def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -224,15 +193,3 @@ class LossConfig:
         applies_text="dpo with dpo_variant robust",
         base="ce",
     )
-
-
-def check_adapter_options(options: dict[str, Any], *, where: str = "") -> None:
-    """ConfigError naming the first adapter option (given from Python: ``attach``, a saved
-    adapter's spec) that breaks its setting rule; the rules are the only statement of the
-    options' bounds, and the schema a YAML config is checked by is generated from them."""
-    found = {f.name: f.metadata["rule"] for f in dataclasses.fields(AdapterConfig)}
-    prefix = f"{where}: " if where else ""
-    for key, value in options.items():
-        problem = found[key].violation(value)
-        if problem:
-            raise ConfigError(f"{prefix}{key} {problem}")

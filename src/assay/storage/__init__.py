@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from assay.lazy import lazy_attributes
 
-# Imported on first use, so that a sub-module that needs no torch (the registry, the
-# config) can be imported without loading torch through this package.
+# Imported on first use, so that importing the package loads no torch.
 _LAZY = {
     "DEFAULT_TILE_BYTES": "assay.storage.linear",
     "DenseWeight": "assay.storage.dense",
     "FrozenEmbedding": "assay.storage.linear",
     "FrozenLinear": "assay.storage.linear",
     "NF4Weight": "assay.storage.nf4",
-    "STORAGES": "assay.storage.registry",
+    "STORAGES": "assay.settings.storages",
     "apply_storage": "assay.storage.apply",
     "check_storage": "assay.storage.apply",
     "make_store": "assay.storage.apply",

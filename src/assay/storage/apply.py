@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from assay.settings.storages import storage as registered_storage
 from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
-from assay.storage.registry import storage as registered_storage
 
 StorageHook = Callable[[str, nn.Module, str], None]
 _HOOKS: OrderedDict[int, StorageHook] = OrderedDict()

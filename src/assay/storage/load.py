@@ -28,8 +28,8 @@ def load_stored(
     once storage has packed it, before the next layer is decoded (``device`` None: no move at
     the end, for a ``then`` that moves each layer's tensors elsewhere)."""
     # Imported here so that float32 loads never pay for importing bitsandbytes.
+    from assay.settings.storages import storage as registered_storage
     from assay.storage import apply_storage, check_storage, quantize_embeddings
-    from assay.storage.registry import storage as registered_storage
 
     check_storage(storage)
     packs = not registered_storage(storage).keeps_parameters

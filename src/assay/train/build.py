@@ -8,7 +8,7 @@ import os
 import random
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +17,11 @@ from torch import nn
 
 from assay.adapters import attach
 from assay.adapters.attachment import layerwise_attach
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 from assay.model.tokenizer import Tokenizer, load_tokenizer
 from assay.settings import StreamConfig, TrainConfig
 from assay.settings.loader import base_model, model_path, tokenizer_path
+from assay.settings.methods import method as registered
 from assay.storage.load import load
 from assay.train.data import Dataset, load_dataset
 
@@ -199,16 +199,12 @@ def decay_groups(params: dict[str, nn.Parameter]) -> tuple[list[str], list[str]]
     return decay, [name for name, p in params.items() if p.dim() < 2]
 
 
-def build_optimizer(
-    config: TrainConfig,
-    params: dict[str, nn.Parameter],
-    lr_scales: dict[str, float] | None = None,
-) -> torch.optim.AdamW:
+def build_optimizer(config: TrainConfig, params: dict[str, nn.Parameter]) -> torch.optim.AdamW:
     """AdamW over ``params``: one group with the config's weight decay for matrices, one with
-    none for vectors (``decay_groups``); an empty group is left out. A parameter that
-    ``lr_scales`` names trains at that multiple of ``optim.lr``, in a group of its own scale
-    after the others (LoRA+'s B)."""
-    optim, scales = config.optim, lr_scales or {}
+    none for vectors (``decay_groups``); an empty group is left out. An adapter parameter that
+    the method trains at a multiple of ``optim.lr`` (LoRA+'s B: ``adapter.lr_ratio``) is in a
+    group of its own rate, after the others."""
+    optim, scales = config.optim, learning_rate_scales(config, params)
     decay, plain = decay_groups(params)
     groups = []
     for scale in sorted({1.0, *scales.values()}):
@@ -218,6 +214,15 @@ def build_optimizer(
                 group = {"params": [params[n] for n in chosen], "weight_decay": wd}
                 groups.append(group if scale == 1.0 else {**group, "lr": optim.lr * scale})
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps)
+
+
+def learning_rate_scales(config: TrainConfig, names: Iterable[str]) -> dict[str, float]:
+    """Parameter name -> multiple of ``optim.lr``, for each of ``names`` whose adapter
+    parameter the config's method trains at another rate (its entry's
+    ``factor_learning_rates``, valued from the config's options)."""
+    adapter = config.adapter
+    by_leaf = registered(adapter.method).learning_rate_scales(adapter.options())
+    return {n: by_leaf[n.rpartition(".")[2]] for n in names if n.rpartition(".")[2] in by_leaf}
 
 
 def lr_factor(config: TrainConfig) -> Callable[[int], float]:

@@ -27,7 +27,6 @@ import yaml
 from torch import nn
 from tqdm import tqdm
 
-from assay.adapters.attachment import learning_rate_scales
 from assay.atomic import atomic_write_bytes
 from assay.bounded import JSONL_BYTES, parse_json, read_capped
 from assay.errors import DivergedError
@@ -51,7 +50,7 @@ from assay.train.checkpoint import (
     model_fingerprints,
     save_checkpoint,
 )
-from assay.train.checkpoint_check import check_restorable
+from assay.train.checkpoint.check import check_restorable
 from assay.train.data import (
     Batch,
     BatchIterator,
@@ -62,8 +61,8 @@ from assay.train.data import (
     tokens_fingerprint,
 )
 from assay.train.objective import Objective
-from assay.train.run_dir import mark_new_run, not_started, record_written
-from assay.train.run_state import recorded_state
+from assay.train.run.folder import mark_new_run, not_started, record_written
+from assay.train.run.state import recorded_state
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.yaml"
@@ -118,7 +117,7 @@ class Trainer:
         self.train_data, self.eval_data = build_datasets(config, self.tokenizer)
         self.model = self._wrap(runner)
         self.params = trainable_parameters(self.base)
-        self.optimizer = build_optimizer(config, self.params, learning_rate_scales(self.base))
+        self.optimizer = build_optimizer(config, self.params)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(config))
         self.batches = self._batches(Cursor(seed=config.seed))
         self.objective = Objective(config, self.model, self.base)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from assay.adapters.inject import target_names
-from assay.adapters.registry import method as registered
 from assay.errors import ConfigError
 from assay.model.config import ModelConfig
 from assay.settings import TrainConfig
 from assay.settings.loader import model_path, tokenizer_path
+from assay.settings.methods import method as registered
 
 
 def model_config(config: TrainConfig) -> ModelConfig:
@@ -104,7 +104,7 @@ def check_rows(config: TrainConfig) -> None:
     """Parse the train (and eval) rows, so malformed JSONL, lone surrogates and unknown roles
     are refused (DataError naming file:line) before the model loads. Tokenizing, and the
     length checks that need it, happen later in ``build_datasets``."""
-    from assay.train.data_rows import read_rows
+    from assay.train.data.rows import read_rows
 
     for path in (config.data.train, config.data.eval):
         if path is not None:

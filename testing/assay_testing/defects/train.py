@@ -8,25 +8,25 @@ from assay_testing.patching import Edit
 
 DEFECTS: tuple[Defect, ...] = (
     Defect(
-        "train.run_dir.any_folder_is_a_run",
+        "train.run.folder.any_folder_is_a_run",
         "a non-empty folder without the run marker counts as a run, so --overwrite moves a "
         "user's files aside and deletes them after the first checkpoint",
         (
-            Edit("assay.train.run_dir:_check", "elif not is_marked_run(out):", "elif False:"),
+            Edit("assay.train.run.folder:_check", "elif not is_marked_run(out):", "elif False:"),
             Edit(
-                "assay.train.run_dir:_check_replaceable",
+                "assay.train.run.folder:_check_replaceable",
                 "extra = not_written_by_train(out)",
                 "extra = []",
             ),
         ),
     ),
     Defect(
-        "train.run_dir.edits_unchecked",
+        "train.run.folder.edits_unchecked",
         "a run whose own files the user changed since train wrote them (a note appended to the "
         "metrics, a checkpoint file edited) is replaced by --overwrite and rewritten by --resume",
         (
             Edit(
-                "assay.train.run_dir:_refuse_changed",
+                "assay.train.run.folder:_refuse_changed",
                 "changed = changed_since_written(run, read_later=read_later)",
                 "changed = []",
             ),
@@ -99,11 +99,11 @@ DEFECTS: tuple[Defect, ...] = (
         (Edit("assay.train.loop:_check_finite", "if not math.isfinite(value):", "if False:"),),
     ),
     Defect(
-        "train.checkpoint_check.optimizer_settings_unchecked",
+        "train.checkpoint.check.optimizer_settings_unchecked",
         "resume trusts optimizer.json's settings (lr, betas, eps, weight decay) over the config",
         (
             Edit(
-                "assay.train.checkpoint_check:check_optimizer_settings",
+                "assay.train.checkpoint.check:check_optimizer_settings",
                 'saved_groups = checkpoint.optimizer_meta["param_groups"]',
                 "return",
             ),
@@ -192,11 +192,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "train.checkpoint_state.adam_step_lost",
+        "train.checkpoint.state.adam_step_lost",
         "optimizer restore drops each parameter's step count (bias correction restarts)",
         (
             Edit(
-                "assay.train.checkpoint_state:optimizer_from_files",
+                "assay.train.checkpoint.state:optimizer_from_files",
                 "            if entry:\n",
                 '            if "step" in entry:\n'
                 '                entry["step"] = torch.zeros_like(entry["step"])\n'
@@ -252,53 +252,53 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "train.data_masks.first_token_scored",
+        "train.data.masks.first_token_scored",
         "the first token (which has no prefix) is marked as scored",
         (
             Edit(
-                "assay.train.data_masks:RowEncoder._finish",
+                "assay.train.data.masks:RowEncoder._finish",
                 "if scored:",
                 "if scored and False:",
             ),
         ),
     ),
     Defect(
-        "train.data_masks.prompt_scored",
+        "train.data.masks.prompt_scored",
         "completion-only masking scores the prompt too",
         (
             Edit(
-                "assay.train.data_masks:RowEncoder._pair",
+                "assay.train.data.masks:RowEncoder._pair",
                 "(self._bos + self.tok.encode(prompt), False)",
                 "(self._bos + self.tok.encode(prompt), True)",
             ),
             # the same defect for chat rows: the prompt's rendering scored with the answer
             Edit(
-                "assay.train.data_masks:RowEncoder._pair",
+                "assay.train.data.masks:RowEncoder._pair",
                 "(self.tok.encode(head), False)",
                 "(self.tok.encode(head), True)",
             ),
             Edit(
-                "assay.train.data_masks:RowEncoder._conversation",
+                "assay.train.data.masks:RowEncoder._conversation",
                 "mine = any(first < end and last > start for start, end in spans)",
                 "mine = True",
             ),
         ),
     ),
     Defect(
-        "train.data_masks.text_without_eos",
+        "train.data.masks.text_without_eos",
         "text rows are not terminated with EOS, so EOS is never learned",
         (
             Edit(
-                "assay.train.data_masks:RowEncoder.encode",
+                "assay.train.data.masks:RowEncoder.encode",
                 "if not self._adds_eos():",
                 "if not self._adds_eos() and False:",
             ),
         ),
     ),
     Defect(
-        "train.data_rows.allow_surrogates",
+        "train.data.rows.allow_surrogates",
         "rows with lone surrogate escapes pass",
-        (Edit("assay.train.data_rows:read_rows", "bad = lone_surrogate(data)", "bad = None"),),
+        (Edit("assay.train.data.rows:read_rows", "bad = lone_surrogate(data)", "bad = None"),),
     ),
     Defect(
         "train.loop.scheduler_not_restored",

@@ -21,8 +21,8 @@ import torch
 
 from assay.model.tokenizer import Tokenizer
 from assay.settings import default as setting_default
-from assay.train.data_masks import Example, RowEncoder, TokenSeq
-from assay.train.data_rows import DataError, read_rows
+from assay.train.data.masks import Example, RowEncoder, TokenSeq
+from assay.train.data.rows import DataError, read_rows
 
 SEQ_LEN: int = setting_default("data.seq_len")
 
@@ -126,7 +126,7 @@ def load_dataset(
     seq_len: int = SEQ_LEN,
     truncate: bool = False,
 ) -> Dataset:
-    """Read, validate and tokenize a JSONL file (see data_rows and data_masks for the rules).
+    """Read, validate and tokenize a JSONL file (see data.rows and data.masks for the rules).
 
     ``mask`` None picks ``all`` for text rows and ``completion_only`` otherwise. Raises
     DataError naming the file and line for any malformed, too-long or unscored row.

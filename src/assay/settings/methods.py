@@ -1,9 +1,12 @@
-"""The adapter registry: every method's name, options (with their one default) and constraints.
+"""The adapter methods: every method's name, what it trains, and its options, each declared once.
 
-This is the single home of what a method is. ``attach``, the train-config parser, PEFT I/O,
-the CLI help and the train-config schema's enums all read it, and a test fails when the shipped
-schema, these dataclasses and the Python API disagree. It imports no torch, so config checking
-and planning run without it.
+This is the single home of what a method is. Each option is a field of its method's options
+dataclass carrying its setting rule (help, default, bounds), so the train config's ``adapter``
+section (``assay.settings.training.AdapterConfig``), the checks on options given from Python,
+the JSON Schema, the docs' settings table and the CLI help all derive from one declaration.
+``attach``, PEFT I/O, the optimizer and the memory predictor ask an entry (``scaled``,
+``trains_base``, ``magnitude``, ``factor_learning_rates``, ...) rather than comparing names. It
+imports no torch, so config checking and planning run without it.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import dataclasses
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from assay.errors import ConfigError
+from assay.settings.rule import setting
 
 SHARINGS = ("global", "per_target")
 
@@ -34,9 +38,24 @@ class LoRAOptions:
     """LoRA-family options, as PEFT's ``LoraConfig`` names them (``r``, ``lora_alpha``,
     ``lora_dropout``). ``dropout`` is applied to the adapter's input only while training."""
 
-    rank: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
+    #: how the settings docs name the methods that take these options
+    family: ClassVar[str] = "lora family"
+
+    rank: int = setting("Adapter rank r.", "integer", 8, minimum=1)
+    alpha: float = setting(
+        "Scale numerator: alpha/rank, or alpha/sqrt(rank) for rslora.",
+        "number",
+        16.0,
+        exclusive_minimum=0,
+    )
+    dropout: float = setting(
+        "PEFT's lora_dropout: inverted dropout on the adapter input while training (the base "
+        "path never sees it); 0 is off.",
+        "number",
+        0.0,
+        minimum=0,
+        exclusive_maximum=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -44,7 +63,12 @@ class LoRAPlusOptions(LoRAOptions):
     """LoRA+ (Hayou et al., 2024): LoRA whose B factor learns ``lr_ratio`` times faster than
     A (PEFT's ``create_loraplus_optimizer``, ``loraplus_lr_ratio``)."""
 
-    lr_ratio: float = 16.0
+    lr_ratio: float = setting(
+        "LoRA+: B's learning rate over A's (PEFT's loraplus_lr_ratio).",
+        "number",
+        16.0,
+        exclusive_minimum=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -53,9 +77,17 @@ class TinyLoRAOptions:
     With ``global`` sharing the whole model trains exactly ``u`` numbers (13, as the paper's
     title has it)."""
 
-    u: int = 13
-    r: int = 2
-    sharing: str = "global"
+    u: int = setting(
+        "Length of the trainable vector v per sharing group (with global sharing, the whole "
+        "model trains this many numbers).",
+        "integer",
+        13,
+        minimum=1,
+    )
+    r: int = setting("Rank of the truncated SVD of each frozen weight.", "integer", 2, minimum=1)
+    sharing: str = setting(
+        "global (one v for all targets) or per_target.", "string", "global", choices=SHARINGS
+    )
 
 
 @dataclass(frozen=True)
@@ -83,6 +115,14 @@ class Method:
     #: the ``AdapterLinear`` class that implements it, as ``"module:Class"`` (imported only
     #: when a model is adapted, so the registry needs no torch); None for ``full``
     implementation: str | None = None
+    #: (adapter parameter, option): that parameter of every adapter trains at the option's
+    #: value times the run's learning rate, in an optimizer group of its own (LoRA+'s B)
+    factor_learning_rates: tuple[tuple[str, str], ...] = ()
+
+    def learning_rate_scales(self, options: dict[str, Any]) -> dict[str, float]:
+        """Adapter parameter name -> multiple of the run's learning rate it trains at, under
+        the method's resolved ``options``; a parameter not named trains at the run's rate."""
+        return {param: float(options[option]) for param, option in self.factor_learning_rates}
 
     @property
     def scaled(self) -> bool:
@@ -159,7 +199,8 @@ METHODS: dict[str, Method] = {
             "loraplus",
             "LoRA whose B learns lr_ratio times faster than A (LoRA+)",
             LoRAPlusOptions,
-            implementation="assay.adapters.loraplus:LoRAPlusLinear",
+            implementation=LORA,
+            factor_learning_rates=(("lora_B", "lr_ratio"),),
         ),
         Method(
             "dora",
@@ -219,8 +260,8 @@ def defaults(name: str) -> dict[str, Any]:
 def build_options(name: str, given: dict[str, Any], *, where: str = "") -> Any:
     """The options dataclass of ``name`` from ``given`` (None values mean "the default").
 
-    Raises ConfigError naming ``where`` for an option the method does not take. The values'
-    bounds are the setting rules' (``assay.settings.training.check_adapter_options``).
+    Raises ConfigError naming ``where`` for an option the method does not take, or the first
+    option that breaks its setting rule.
     """
     prefix = f"{where}: " if where else ""
     allowed = option_names(name)
@@ -229,7 +270,12 @@ def build_options(name: str, given: dict[str, Any], *, where: str = "") -> Any:
         raise ConfigError(
             f"{prefix}method {name!r} takes no option(s) {extra}; allowed: {list(allowed)}"
         )
-    return method(name).options(**{k: v for k, v in given.items() if v is not None})
+    options = method(name).options(**{k: v for k, v in given.items() if v is not None})
+    for field in dataclasses.fields(options):
+        problem = field.metadata["rule"].violation(getattr(options, field.name))
+        if problem:
+            raise ConfigError(f"{prefix}{field.name} {problem}")
+    return options
 
 
 def help_text() -> str:

@@ -41,7 +41,7 @@ from assay.atomic import (
     write_synced,
 )
 from assay.bounded import JSON_BYTES, InputTooLarge, parse_json, read_capped
-from assay.train.checkpoint_layout import (
+from assay.train.checkpoint.layout import (
     CHECKPOINT_FILES,
     LATEST,
     MANIFEST,
@@ -49,7 +49,7 @@ from assay.train.checkpoint_layout import (
     not_in_a_checkpoint,
     step_dirname,
 )
-from assay.train.checkpoint_state import (
+from assay.train.checkpoint.state import (
     CheckpointError,
     capture_rng,
     optimizer_from_files,

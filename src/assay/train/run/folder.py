@@ -10,7 +10,7 @@ The marker also records what train wrote (:func:`record_written`, at the start, 
 checkpoint and at the end of a run): ``--overwrite`` and ``--resume`` refuse a run whose files
 were changed since (:func:`changed_since_written`), so neither deletes or rewrites a user's
 edit of a run's own files. :func:`claim_run_dir` checks, then takes the folder's lock
-(:mod:`assay.train.run_lock`) and checks again under it, so of two processes started together
+(:mod:`assay.train.run.lock`) and checks again under it, so of two processes started together
 exactly one trains and the other is refused naming it.
 
 ``--overwrite`` is whole or nothing: the old run is renamed aside in one step
@@ -36,14 +36,14 @@ from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import JSONL_BYTES, InputTooLarge, parse_json, read_capped, read_json_file
 from assay.digest import feed
 from assay.errors import ConfigError
-from assay.train.checkpoint_layout import (
+from assay.train.checkpoint.layout import (
     CHECKPOINT_FILES,
     LATEST,
     MANIFEST,
     STEP_FOLDER,
     not_in_a_checkpoint,
 )
-from assay.train.run_lock import LOCK_NAME, RunLock, acquire, is_lock_record, refuse_if_held
+from assay.train.run.lock import LOCK_NAME, RunLock, acquire, is_lock_record, refuse_if_held
 
 RUN_MARKER = ".assay-run"
 RUN_FORMAT = "assay.run/1"  # an on-disk format id: never renamed

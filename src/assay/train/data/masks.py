@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from assay.model.tokenizer import Tokenizer
-from assay.train.data_rows import DataError, Row
+from assay.train.data.rows import DataError, Row
 
 MASKS = ("all", "completion_only")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.atomic import atomic_write_bytes
-from assay.train.run_lock import start_ticks
+from assay.train.run.lock import start_ticks
 
 RUN_STATE = "run-state.json"
 

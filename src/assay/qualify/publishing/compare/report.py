@@ -24,7 +24,7 @@ from assay.qualify.publishing.compare import (
     compare_sides,
     root_of,
 )
-from assay.qualify.publishing.compare_sides import opened
+from assay.qualify.publishing.compare.sides import opened
 from assay.qualify.publishing.render import cell, plain_text
 from assay.qualify.publishing.wording import number_text, plural
 

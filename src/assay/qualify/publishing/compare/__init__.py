@@ -38,7 +38,7 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.qualify.core.threshold import margin, meets, tolerance_base, tolerance_of, worse_than
-from assay.qualify.publishing.compare_sides import Side
+from assay.qualify.publishing.compare.sides import Side
 
 CHANGES = (
     "flipped to fail",

@@ -22,7 +22,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from assay.train.checkpoint import Checkpoint
-from assay.train.checkpoint_state import CheckpointError
+from assay.train.checkpoint.state import CheckpointError
 
 
 def _fail(checkpoint: Checkpoint, file: str, field: str, message: str) -> CheckpointError:
