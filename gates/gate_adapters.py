@@ -26,9 +26,9 @@ import assay
 from assay.adapters import adapter_modules, attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
-from support.adapters_file_helpers import base_digests, lora_fa_a_changes, train_steps
-from support.adapters_helpers import EXACT, PEFT_METHODS, code, smollm2_subject, tiny_subject
-from support.adapters_parity_helpers import (
+from support.adapters.file_helpers import base_digests, lora_fa_a_changes, train_steps
+from support.adapters.helpers import EXACT, PEFT_METHODS, code, smollm2_subject, tiny_subject
+from support.adapters.parity_helpers import (
     ALPHA,
     PARITY,
     RANK,
@@ -354,7 +354,7 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
         kind="correctness",
         threshold=EXACT,
         unit="changed A elements + A tensors in the optimizer",
-        code=code("lora_fa", "assay.train.build", "support.adapters_file_helpers"),
+        code=code("lora_fa", "assay.train.build", "support.adapters.file_helpers"),
     )
     fa.measure(lora_fa_a_changes(model, qwen2.ids, trainable_parameters(model)))
     model = unfreeze_a(subject("lora_fa"))
@@ -379,7 +379,7 @@ def test_frozen_tensors_do_not_move(gate, qwen2):
             threshold=EXACT,
             unit="changed base tensors",
             code=code(
-                "lora", "assay.train.build", *STORAGE_CODE[storage], "support.adapters_file_helpers"
+                "lora", "assay.train.build", *STORAGE_CODE[storage], "support.adapters.file_helpers"
             ),
         )
         claim.measure(sum(before[k] != after.get(k) for k in before))

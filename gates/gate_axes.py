@@ -3,7 +3,7 @@ residency, micro-batches, precision, compile, loss, interruption, distribution, 
 read from the registries and setting rules, runs in at least one cell, and each cell trains
 like its resident, straight-through, one-process reference: bitwise in one process, within a
 stated bound across ranks. gate-matrix runs every pair of values outside CI
-(``nox -s gate-matrix``); both measure with ``support.matrix_claims``.
+(``nox -s gate-matrix``); both measure with ``support.matrix.claims``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from assay_testing.matrix import covering, uncovered
-from support.matrix_claims import (
+from support.matrix.claims import (
     CONTROLS,
     DISTRIBUTED_CONTROL,
     axes_note,
@@ -27,13 +27,13 @@ from support.matrix_claims import (
     verdict_words,
     without_newest_method,
 )
-from support.matrix_runs import build_workspace
+from support.matrix.runs import build_workspace
 from support.threshold_moves import correct_moved_thresholds
 
 HEADLINE = "cells.single_process"
 STRENGTH = 1
 # the float32 distributed bound's move, a dated correction citing the receipt that failed under
-# the old one (the evidence is in support.matrix_claims beside DISTRIBUTED_BOUNDS)
+# the old one (the evidence is in support.matrix.claims beside DISTRIBUTED_BOUNDS)
 THRESHOLD_MOVES = (
     (
         "96ffec9c325c1d3bbab9e441cbe77b3efecc2e0c94b487b3edf29df34bc39991",

@@ -5,7 +5,7 @@ under by more than 2%); streamed device peak independent of depth; pinned host m
 (RssShmem beside RssAnon); bitsandbytes ``matmul_4bit`` backward through recycled slot buffers
 (the NF4 stale-gradient class); the copy stream's wait before a slot is reused, repeated so the
 unguarded control must mismatch at least once; bf16 compute parity with transformers in bf16;
-timed steps (gates/support/cuda_helpers.py) against the same-session bf16 GEMM ceiling,
+timed steps (gates/support/cuda/helpers.py) against the same-session bf16 GEMM ceiling,
 transformers+PEFT, transformers+bitsandbytes and the resident model, quoted with the SM clock.
 Each claim reports the device its tensors were on (``claim.ran_on``).
 
@@ -318,14 +318,14 @@ def test_bf16_parity_with_transformers(gate):
 
 def test_throughput_against_ceiling_and_peft(gate):
     needs_cuda(gate, "throughput.gemm_fraction", "throughput.vs_peft")
-    from support.cuda_helpers import bf16_lora_steps
+    from support.cuda.helpers import bf16_lora_steps
 
     bf16_lora_steps(gate, BENCH_CODE)
 
 
 def test_streamed_and_nf4_steps(gate):
     needs_cuda(gate, "throughput.stream_vs_resident", "throughput.nf4_vs_bnb")
-    from support.cuda_helpers import nf4_steps, streamed_steps
+    from support.cuda.helpers import nf4_steps, streamed_steps
 
     streamed_steps(gate, BENCH_CODE)
     nf4_steps(gate, BENCH_CODE)

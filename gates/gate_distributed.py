@@ -1,7 +1,7 @@
 """gate-distributed: data-parallel (DDP) and sharded (FSDP2) training on torch.distributed, with
 2 processes over gloo on CPU (NCCL on a multi-GPU box: harness/distributed_nccl.py).
 
-Everything world-size-2 runs in ONE torchrun job (gates/support/distributed_child.py ``ranks``), the
+Everything world-size-2 runs in ONE torchrun job (gates/support/distributed/child.py ``ranks``), the
 world-size-1 side in one plain process (``single``); this module only compares what they
 wrote. The model is a tiny random Llama (2 layers, hidden 64, vocab 320) with a byte-level
 tokenizer, so the gate costs process start-up, not arithmetic.
@@ -17,13 +17,13 @@ import torch
 from safetensors.torch import load_file
 
 from assay.qualify import Threshold
-from support.distributed_helpers import _run, _specification
+from support.distributed.helpers import _run, _specification
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "ddp.one_update"
 
 WORLD = 2
-CHILD = Path(__file__).parent / "support" / "distributed_child.py"
+CHILD = Path(__file__).parent / "support" / "distributed" / "child.py"
 IMPLEMENTATION = (
     "assay.distributed.context",
     "assay.distributed.sampler",
@@ -290,7 +290,7 @@ def test_fsdp_one_update_equals_one_process(gate, runs):
 
 
 # float32 sums in another order. This was the matrix cells' float32 bound until 2026-12-07, when
-# one Adam-amplified element moved theirs to 1e-4 (support.matrix_claims); this cell has held
+# one Adam-amplified element moved theirs to 1e-4 (support.matrix.claims); this cell has held
 # 1e-5 in every run, so its claim keeps it.
 ORPO_BOUND = 1e-5
 
@@ -299,8 +299,8 @@ def test_fsdp_trains_a_preference_loss_like_one_process(gate, tmp_path):
     """A preference loss reads the LM head's weight itself (chunked log-probs), outside any
     module's forward: under FSDP2 it must read the gathered weight, and ORPO's NLL term must be
     one token mean over both ranks' chosen completions."""
-    from support.matrix_claims import DISTRIBUTED_CONTROL
-    from support.matrix_runs import build_workspace, largest_difference, reference_run, run_cell
+    from support.matrix.claims import DISTRIBUTED_CONTROL
+    from support.matrix.runs import build_workspace, largest_difference, reference_run, run_cell
     from support.plain_cell import plain_cell
 
     cell = plain_cell(loss="orpo", distributed="fsdp")
@@ -318,7 +318,7 @@ def test_fsdp_trains_a_preference_loss_like_one_process(gate, tmp_path):
         code=(
             *IMPLEMENTATION,
             "assay.train.objective",
-            "support.matrix_runs",
+            "support.matrix.runs",
             "support.plain_cell",
         ),
     )

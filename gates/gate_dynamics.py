@@ -7,7 +7,7 @@ micro-batch 1: LoRA, rsLoRA and DoRA in fp32, and LoRA on an NF4 double-quant ba
 transformers + bitsandbytes QLoRA (fp32 compute) on the same quantized bytes (a claim of its
 own), each controlled by its own defects. The reference is
 written from the definitions assay documents, never by calling assay's data, loss or schedule
-code (``gates/support/dynamics_reference.py``). A streamed run (RAM tier) is bitwise equal to the
+code (``gates/support/dynamics/reference.py``). A streamed run (RAM tier) is bitwise equal to the
 resident one, and the adapter's initialisation is gated on its own (B exactly zero, A the law
 PEFT draws), since the dynamics claims copy assay's initial adapter into PEFT.
 
@@ -21,7 +21,7 @@ Chunked cross-entropy trains as PEFT's plain cross-entropy does, at the same bou
 a chunk over rows of 15 to 23 scored tokens (every row crosses chunk edges), controlled by chunk-
 edge and mask defects on the path the trainer takes; DPO's row-chunked log-probs (chunks of 37,
 logsumexp 16 rows at a time) equal gate-preference's formula on full logits on SmolLM2, controlled
-by chunk-edge defects (``gates/support/dynamics_chunked_helpers.py``).
+by chunk-edge defects (``gates/support/dynamics/chunked_helpers.py``).
 
 LoRA with gradient accumulation 4 and the six training defects a quality gate must catch moved
 to gate-quality on 2026-12-03 (issue 28: they are its headline); this gate checks that
@@ -45,8 +45,8 @@ from assay.storage.nf4 import NF4Weight
 from assay_testing import defects
 from assay_testing.peers import hf_model, peft_lora
 from assay_testing.real_model import smollm2_path
-from support.dynamics_chunked_helpers import chunk_notes, claim_dpo_chunks
-from support.dynamics_helpers import (
+from support.dynamics.chunked_helpers import chunk_notes, claim_dpo_chunks
+from support.dynamics.helpers import (
     adapters,
     assay_trainer,
     claim_method,
@@ -57,7 +57,7 @@ from support.dynamics_helpers import (
     short_run,
     train_losses,
 )
-from support.dynamics_recipes import (
+from support.dynamics.recipes import (
     A_LAW_KS,
     BF16,
     BF16_BOUNDS,

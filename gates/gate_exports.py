@@ -32,7 +32,7 @@ from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
 from assay_testing import defects
 from assay_testing.tiny import FAMILIES as TINY_FAMILIES
-from support.adapters_file_helpers import (
+from support.adapters.file_helpers import (
     corrupt_tensors,
     ours_loads_peft,
     peft_loads_ours,
@@ -40,8 +40,8 @@ from support.adapters_file_helpers import (
     rewrite_folder,
     transformers_error,
 )
-from support.adapters_helpers import EXACT, PEFT_METHODS, code, files_code, tiny_subject
-from support.adapters_parity_helpers import (
+from support.adapters.helpers import EXACT, PEFT_METHODS, code, files_code, tiny_subject
+from support.adapters.parity_helpers import (
     ALPHA,
     PARITY,
     RANK,
@@ -110,7 +110,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
             method,
             "assay.adapters.export",
             "assay.adapters.manifest",
-            "support.adapters_file_helpers",
+            "support.adapters.file_helpers",
         ),
     )
     export(ours, tmp_path / "ours", "peft")
@@ -144,7 +144,7 @@ def test_peft_folders_round_trip_both_ways(gate, qwen2, tmp_path, method):
         kind="correctness",
         threshold=PARITY,
         unit="max abs error",
-        code=files_code(method, "support.adapters_file_helpers"),
+        code=files_code(method, "support.adapters.file_helpers"),
     )
     theirs.save_pretrained(tmp_path / "peft")
     back.measure(ours_loads_peft(qwen2, tmp_path / "peft", reference))
@@ -175,7 +175,7 @@ def test_merged_exports_load_in_transformers_and_gguf(gate, qwen2, tmp_path):
     merged = (
         *code("lora"),
         "assay.adapters.export",
-        "support.adapters_file_helpers",
+        "support.adapters.file_helpers",
     )
     gate.seed(SEED, 10, 11)
     ours = randomize_adapters(qwen2.fresh("lora"), seed=10)
@@ -286,7 +286,7 @@ def test_every_family_exports_to_transformers_and_peft(gate, family, tmp_path):
         kind="correctness",
         threshold=EXPORT,
         unit="max abs error",
-        code=(*code("lora"), "assay.adapters.export", "support.adapters_file_helpers"),
+        code=(*code("lora"), "assay.adapters.export", "support.adapters.file_helpers"),
     )
     folder = export_merged(ours, tmp_path / "merged", format="safetensors")
     merged.measure(transformers_error(folder, subject.ids, expected))
@@ -311,7 +311,7 @@ def test_every_family_exports_to_transformers_and_peft(gate, family, tmp_path):
             "lora",
             "assay.adapters.export",
             "assay.adapters.manifest",
-            "support.adapters_file_helpers",
+            "support.adapters.file_helpers",
         ),
     )
     export(ours, tmp_path / "peft", "peft")

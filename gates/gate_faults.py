@@ -89,7 +89,7 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
     from assay_testing import defects
 
     # an honest ledger and nine ways to forge it
-    from support import faults_tamper_cases as tamper_cases
+    from support.faults import tamper_cases
 
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (openssh-client) is not installed: the signature case needs it")
@@ -103,7 +103,7 @@ def test_tampered_ledgers_are_detected(gate, tmp_path):
         threshold=Threshold("==", 0),
         unit="tamper cases unseen",
         code=[
-            str(Path(__file__).parent / "support" / "faults_tamper_cases.py"),
+            str(Path(__file__).parent / "support" / "faults" / "tamper_cases.py"),
             "assay.qualify.ledger.chain",
             "assay.qualify.ledger.sign",
             "assay.qualify.judging.stale",

@@ -5,7 +5,7 @@ good checkpoint.
 
 Every run is a real ``assay train`` process on a tiny model with NEFTune noise on (so training
 draws from torch's RNG). The first claims' signals come from this process at a random moment;
-the second-signal trials send theirs from inside the child (gates/support/interrupt_child.py),
+the second-signal trials send theirs from inside the child (gates/support/interrupt/child.py),
 just before a chosen file write of the stop's own save, so the second lands in that save on any
 machine.
 """
@@ -210,7 +210,7 @@ def test_a_second_signal_stops_at_once_and_keeps_the_last_good_checkpoint(gate, 
     reference = run_dir(config(setup, "straight"))
     if not (reference / "latest").exists():
         assert train(config(setup, "straight")).returncode == 0
-    child = Path(__file__).parent / "support" / "interrupt_child.py"
+    child = Path(__file__).parent / "support" / "interrupt" / "child.py"
 
     def twice(name: str, step: int, write: int, faults: str = "") -> list[str]:
         path = config(setup, name, save_every=5)
@@ -276,9 +276,9 @@ def test_a_signal_before_the_first_step_ends_in_one_line_and_leaves_nothing(gate
     what it raised) was lost, the run trained on. The window runs from the command's imports
     to the first step: each phase gets each signal from inside it (the child chooses the
     moment, the signal is real)."""
-    from support.interrupt_early_child import PHASES
+    from support.interrupt.early_child import PHASES
 
-    child = Path(__file__).parent / "support" / "interrupt_early_child.py"
+    child = Path(__file__).parent / "support" / "interrupt" / "early_child.py"
     stopped = config(setup, "early-stopped")
     assert train(stopped, "--stop-at", "3").returncode == 0
 

@@ -4,7 +4,7 @@ read from the registries and setting rules, runs together in at least one cell (
 the full product), and each cell trains like its resident, straight-through, one-process
 reference: bitwise in one process, within a stated bound across ranks. A long gate, run alone
 with ``nox -s gate-matrix``; CI runs gate-axes (every single value). Both measure
-with ``support.matrix_claims``.
+with ``support.matrix.claims``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from assay_testing.matrix import covering, uncovered
-from support.matrix_claims import (
+from support.matrix.claims import (
     CONTROLS,
     DISTRIBUTED_CONTROL,
     axes_note,
@@ -28,7 +28,7 @@ from support.matrix_claims import (
     verdict_words,
     without_newest_method,
 )
-from support.matrix_runs import build_workspace
+from support.matrix.runs import build_workspace
 
 HEADLINE = "cells.single_process"
 STRENGTH = 2

@@ -1,6 +1,6 @@
 """gate-memory: the memory model predicts the device peak of a training step, prospectively.
 
-Predictions for every row of gates/support/memory_cases.yaml are frozen first, as a hashed,
+Predictions for every row of gates/support/memory/cases.yaml are frozen first, as a hashed,
 timestamped JSON written before any measurement runs (its sha256 is recorded as an input).
 Each row is then measured in a fresh subprocess (assay.memory.measure). "Device peak" on CPU
 is defined as gate-stream defines it: the static bytes of the tensors the run keeps on the
@@ -31,7 +31,7 @@ from assay_testing import defects
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "cohort.max_abs_error"
 
-COHORT = Path(__file__).parent / "support" / "memory_cases.yaml"
+COHORT = Path(__file__).parent / "support" / "memory" / "cases.yaml"
 # the predictor, and what the measuring child runs for a cohort row (reported at its exit)
 COHORT_CODE = (
     "assay.memory.predict",

@@ -2,7 +2,7 @@
 lossless within its spacing, agrees with transformers + bitsandbytes on SmolLM2, and keeps
 bytes and load peak small.
 
-The codec reference is gates/support/nf4_reference.py (no bitsandbytes, no assay). Controls: the
+The codec reference is gates/support/nf4/reference.py (no bitsandbytes, no assay). Controls: the
 reference with the nibble order swapped; a decoder that skips the nested offset; perturbed and
 scrambled block scales; storage without double quant; a loader that densifies every layer first;
 assay's own reads with nibbles swapped, decoded in bf16, or looked up in sorted order.
@@ -31,8 +31,8 @@ from assay.storage.nf4 import NF4Weight
 from assay_testing.peers import hf_bnb_reference
 from assay_testing.placement import device_of
 from assay_testing.real_model import override, smollm2_path
-from support import nf4_reference as ref
-from support.nf4_helpers import PeakCensus, dense_layer_bytes
+from support.nf4 import reference as ref
+from support.nf4.helpers import PeakCensus, dense_layer_bytes
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "codec.bit_exact"
@@ -43,7 +43,7 @@ IMPLEMENTATION = (
     "assay.storage.apply",
     "assay.settings.storages",
     "assay.memory.accounting",
-    "support.nf4_helpers",  # the gate's helpers, moved out of this file
+    "support.nf4.helpers",  # the gate's helpers, moved out of this file
 )
 MODEL_CODE = (*IMPLEMENTATION, "assay.model.loader", "assay.storage.load")  # a whole model loaded
 PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -109,7 +109,7 @@ def _codec_claim(gate, inputs, device: str) -> None:
         kind="correctness",
         threshold=Threshold(">=", len(inputs)),
         unit="tensors bit-exact",
-        code=["support.nf4_reference"],  # bitsandbytes against the reference: no assay code
+        code=["support.nf4.reference"],  # bitsandbytes against the reference: no assay code
     )
     claim.measure(sum(codec_matches(w, device) for _, w in inputs))
     claim.ran_on(device)  # codec_matches quantizes each weight on this device
@@ -130,7 +130,7 @@ def test_codec_is_bit_exact(gate, codec_inputs):
         "outliers, odd sizes, 1e-30, 1e30)"
     )
     gate.note(
-        "format facts the reference had to encode for bit-exactness (see nf4_reference.py): "
+        "format facts the reference had to encode for bit-exactness (see nf4/reference.py): "
         "full blocks scale by the fp32 reciprocal, a trailing partial block divides; a zero "
         "trailing block stores absmax 1e-38; odd counts pad with code 7; the CPU kernel's "
         "nested 8-bit codes go through a 65,536-point grid, not a plain nearest search"
@@ -183,7 +183,7 @@ def test_roundtrip_within_half_spacing(gate, codec_inputs):
         unit="max error / allowed",
         # bitsandbytes' own round trip (the bytes assay stores, gate-nf4's codec claim), judged
         # by the reference's spacing: no assay module runs here
-        code=["support.nf4_reference"],
+        code=["support.nf4.reference"],
     )
     worst, control = 0.0, 0.0
     for _, weight in codec_inputs:
@@ -273,7 +273,7 @@ def _decode_claim(gate, device: str) -> None:
         kind="correctness",
         threshold=Threshold(">=", total),
         unit="reads bit-exact",
-        code=["assay.storage.nf4", "support.nf4_reference"],
+        code=["assay.storage.nf4", "support.nf4.reference"],
     )
     claim.measure(exact)
     claim.ran_on(device)

@@ -26,7 +26,7 @@ from assay.qualify import Threshold
 from assay.train.data import collate
 from assay_testing.real_model import smollm2_path
 from assay_testing.tiny import smollm2_shaped
-from support.preference_helpers import (
+from support.preference.helpers import (
     adapted,
     inputs,
     leaky,
@@ -38,7 +38,7 @@ from support.preference_helpers import (
     trainables,
     unequal,
 )
-from support.preference_reference import completion_logps, formula_loss, pair_batch
+from support.preference.reference import completion_logps, formula_loss, pair_batch
 
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "loss.dpo"
@@ -47,8 +47,8 @@ IMPLEMENTATION = (
     "assay.train.preference",
     "assay.train.objective",
     "assay.adapters.control",
-    "support.preference_reference",
-    "support.preference_helpers",  # the gate's helpers, moved out of this file
+    "support.preference.reference",
+    "support.preference.helpers",  # the gate's helpers, moved out of this file
 )
 FORMULA_CODE = (*IMPLEMENTATION, "assay.train.data")
 PEAK_CODE = (*IMPLEMENTATION, "assay.memory.peak", "assay.train.losses")
@@ -350,14 +350,14 @@ SPLIT_CODE = (
     "assay.train.loop",
     "assay.train.objective",
     "assay.train.preference",
-    "support.matrix_runs",
+    "support.matrix.runs",
     "support.plain_cell",
 )
 
 
 @pytest.fixture(scope="module")
 def space(tmp_path_factory):
-    from support.matrix_runs import build_workspace
+    from support.matrix.runs import build_workspace
 
     return build_workspace(tmp_path_factory.mktemp("split"))
 
@@ -370,7 +370,7 @@ def _run_split(space, kind: str, micro_batch: int, faults: str = "") -> object:
     from assay.cli import main
     from assay_testing.defects import arm
     from assay_testing.matrix import train_config
-    from support.matrix_runs import read_outcome
+    from support.matrix.runs import read_outcome
     from support.plain_cell import plain_cell
 
     cell = plain_cell(loss=kind)
@@ -390,7 +390,7 @@ def test_a_step_trains_alike_however_its_pairs_are_split(gate, space, kind):
     """Gradient accumulation (and data parallelism, which splits a step the same way) must not
     change what a step trains: ORPO's NLL term is one token mean over the step's chosen
     completions, every pair loss a mean over the step's pairs."""
-    from support.matrix_runs import largest_difference
+    from support.matrix.runs import largest_difference
 
     whole = _run_split(space, kind, 4)
     claim = gate.claim(

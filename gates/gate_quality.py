@@ -5,7 +5,7 @@ Two kinds of evidence (issue 28), both on the real SmolLM2-135M-Instruct:
 
 1. **Dynamics (the headline).** LoRA r8 with gradient accumulation 4 over chat rows of
    different lengths trains step for step as transformers + PEFT with a loop written from
-   assay's documented definitions (``gates/support/dynamics_reference.py``): per-step loss, final
+   assay's documented definitions (``gates/support/dynamics/reference.py``): per-step loss, final
    adapters, final logits. The six training defects a quality gate must catch (LoRA scale
    alpha/sqrt(r), unscaled forward, B initialised non-zero, prompt tokens scored, loss mask
    ignored, each micro-batch divided by its own tokens) each run 3 steps as controls and each
@@ -40,9 +40,9 @@ from assay_testing.keyed_task import (
 )
 from assay_testing.real_model import smollm2_path
 from assay_testing.trained_weights import needs_trained_weights
-from support.dynamics_helpers import claim_training_defects, setup  # noqa: F401  (setup: the fixture)
+from support.dynamics.helpers import claim_training_defects, setup  # noqa: F401  (setup: the fixture)
 from support.moved_claims import retire_replaced_claims
-from support.quality_helpers import (
+from support.quality.helpers import (
     LR,
     answers,
     defect_table,
@@ -59,7 +59,7 @@ from support.quality_helpers import (
 # the claim a reader looks at first (the index and every record lead with it)
 HEADLINE = "dynamics.loss_per_step.lora-accum4"
 
-SCORER_CODE = ("assay_testing.keyed_task", "assay_testing.grader", "support.quality_helpers")
+SCORER_CODE = ("assay_testing.keyed_task", "assay_testing.grader", "support.quality.helpers")
 IMPLEMENTATION = (
     *SCORER_CODE,
     "assay.model.generate",
@@ -67,7 +67,7 @@ IMPLEMENTATION = (
     "assay.model.decoder",
     "assay.train.loop",
     "assay.train.objective",
-    "support.quality_helpers",
+    "support.quality.helpers",
 )
 SHOTS = (0, 3, 8)
 # The band the best prompted base must fall in for the task to have headroom (issue 28).

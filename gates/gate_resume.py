@@ -321,7 +321,7 @@ def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
 
     train(config("reference"))
     reference = tmp_path / "reference" / f"step-{steps:06d}"
-    child = Path(__file__).parent / "support" / "resume_child.py"
+    child = Path(__file__).parent / "support" / "resume" / "child.py"
     rng = random.Random(11)
     chain = tmp_path / "killed"
     kills, unloadable, steps_seen = 12, 0, []

@@ -694,7 +694,7 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
     improved, flipped to fail or gone; the rule (docs/ci.md) gives the exit code and the
     change it must name."""
     from assay_testing.defects import inject
-    from support.robustness_compare_cases import KINDS, compare_json, generate, misjudged
+    from support.robustness.compare_cases import KINDS, compare_json, generate, misjudged
 
     gate.seed(31)
     cases = generate(tmp_path / "ledgers", 40, seed=31)
@@ -732,11 +732,11 @@ def test_every_run_has_a_mark_in_every_view(gate, tmp_path):
     used to drop out of the claim's figure and the index sparkline, which then ended on the
     passing run before it; receipts not yet committed passed verification unremarked."""
     from assay_testing.defects import inject
-    from support.robustness_history_cases import misdrawn, uncommitted_unnamed
+    from support.robustness.history_cases import misdrawn, uncommitted_unnamed
 
     gate.seed(41)
     count = 40
-    code = ("assay.qualify.publishing.history", "support.robustness_history_cases")
+    code = ("assay.qualify.publishing.history", "support.robustness.history_cases")
     marks = gate.claim(
         "history.every_run_marked",
         f"{count} generated ledgers of 1 to 12 runs (passing, failing, NaN, or without the "
@@ -767,7 +767,7 @@ def test_every_run_has_a_mark_in_every_view(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="ledgers without the note",
-        code=("assay.qualify.ledger.history", "support.robustness_history_cases"),
+        code=("assay.qualify.ledger.history", "support.robustness.history_cases"),
     )
     missed = [uncommitted_unnamed(tmp_path / f"git-{n}", n) for n in fresh]
     noted.measure(sum(bool(m) for m in missed))
@@ -794,7 +794,7 @@ def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
     into each other under such a check: each alone, all in order, reversed and shuffled, on 1
     and 2 workers. The same runs' receipts show whether a claim's import_files depend on which
     test imported a package first (found by the issue-52 adversary)."""
-    from support.robustness_verdict_cases import (
+    from support.robustness.verdict_cases import (
         CONTROLS,
         IMPORT_CONTROLS,
         IMPORTERS,
@@ -823,7 +823,7 @@ def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
             "assay.qualify.plugin.gate",
             "assay.qualify.plugin.reachable",
             "assay.qualify.plugin.child_imports",
-            "support.robustness_verdict_cases",
+            "support.robustness.verdict_cases",
         ),
     )
     table = outcomes(tmp_path / "runs", planned)
@@ -846,7 +846,7 @@ def test_a_gates_verdict_does_not_depend_on_what_else_ran(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="gates whose import_files differ by run",
-        code=("assay.qualify.plugin.imports", "support.robustness_verdict_cases"),
+        code=("assay.qualify.plugin.imports", "support.robustness.verdict_cases"),
     )
     wrong = imports_differing(import_lists(tmp_path / "runs", planned))
     lists.measure(len(wrong))
@@ -869,7 +869,7 @@ def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_pat
     installed one, or the history unreadable: no .git, a shallow clone), the gates selected
     are exactly those the rule names, and all of them when the history cannot be read."""
     from assay.qualify.judging import select, stale
-    from support.selection_cases import build, drawn, expected
+    from support.robustness.selection_cases import build, drawn, expected
 
     gate.seed(11)
     cases = drawn(11, 40)
@@ -900,7 +900,7 @@ def test_gate_selection_runs_exactly_the_gates_whose_reads_changed(gate, tmp_pat
         code=(
             "assay.qualify.judging.select",
             "assay.qualify.judging.stale",
-            "support.selection_cases",
+            "support.robustness.selection_cases",
         ),
     )
     claim.measure(wrong_selections(tmp_path / "cases"))

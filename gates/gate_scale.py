@@ -24,7 +24,7 @@ layer at a time into its shards (assay.stream.offload) and recomputing each laye
   that sleeps 0.04 s x the layer's index per fetch, injected from outside.
 - **on a GPU** (a CUDA session, as harness/gpu_qualify.sh runs it): fits, peak and depth for
   device memory, the process held to 1 GiB of VRAM with the 22-layer model streamed from the
-  RAM tier (support.scale_vram); a CUDA session measures only these, a CPU one only the rest.
+  RAM tier (support.scale.vram); a CUDA session measures only these, a CPU one only the rest.
 - **exact / predictor**: one streamed step's gradients against the resident step's at 22
   layers (control: defect stream.pool.reuse_busy_slot); the predictor's fit decisions for the
   limits, and its peak against the same plan measured at the tensor level.
@@ -43,7 +43,7 @@ from assay.qualify.plugin.environment import resolve_device
 from assay_bench.scale_train import limited_train, train_config, workspace
 from assay_testing.defects import reporting_children
 from assay_testing.memory_limit import LimitUnavailable
-from support.scale_runs import (
+from support.scale.runs import (
     DEPTHS,
     GIB,
     SHAPE,
@@ -54,7 +54,7 @@ from support.scale_runs import (
     ratio_claim,
     step_run,
 )
-from support.scale_vram import VRAM_CLAIMS, claim_vram, vram_runs
+from support.scale.vram import VRAM_CLAIMS, claim_vram, vram_runs
 
 HEADLINE = "fits.float32"
 GATE_COVERAGE = False  # timing claims: no tracer in the gate or its children
@@ -344,7 +344,7 @@ def test_time_against_depth(gate, matrix):
 
 
 def test_streamed_gradients_exact_at_scale(gate, scale):
-    from support.scale_runs import child
+    from support.scale.runs import child
 
     model = scale["models"][DEPTHS[-1]]
     env = {"ASSAY_CACHE": str(scale["cache"])}
@@ -424,7 +424,7 @@ def test_predictor_at_scale(gate, scale, limited):
 
 
 def test_vram_claims_on_a_gpu(gate, tmp_path):
-    """Claims 1 to 3 for device memory (support.scale_vram): only a CUDA session measures them."""
+    """Claims 1 to 3 for device memory (support.scale.vram): only a CUDA session measures them."""
     if gate.device != "cuda":
         for claim in VRAM_CLAIMS:
             gate.not_tested(claim, f"gate device is {gate.device}: harness/gpu_qualify.sh runs it")

@@ -28,7 +28,7 @@ from assay.stream.layout import base_tensors
 from assay_testing.placement import device_of
 from assay_testing.real_model import smollm2_path
 from assay_testing.tiny import FAMILIES
-from support.stream_helpers import (
+from support.stream.helpers import (
     PROFILES,
     adapted,
     delayed_mismatches,
@@ -51,7 +51,7 @@ IMPLEMENTATION = (
     "assay.storage.linear",
     "assay.storage.nf4",
     "assay.model.decoder",
-    "support.stream_helpers",  # the gate's helpers, moved out of this file
+    "support.stream.helpers",  # the gate's helpers, moved out of this file
 )
 METHODS = (
     ("lora", {}),

@@ -33,7 +33,7 @@ from assay_bench.total_run import in_subprocess as total_run
 from assay_testing.real_model import smollm2_path
 from support.moved_claims import retire_replaced_claims
 from support.threshold_moves import correct_moved_thresholds
-from support.throughput_helpers import (
+from support.throughput.helpers import (
     SEQ,
     amdahl_note,
     ceiling_reach_note,
@@ -62,7 +62,7 @@ TIMED = (
     "assay_bench.subjects",
     "assay.train.losses",
     "assay_testing.peers",
-    "support.throughput_helpers",
+    "support.throughput.helpers",
 )
 STREAM_CODE = (*TIMED, "assay.stream.engine", "assay.stream.pool", "assay.stream.refetch")
 SEQS = (SEQ, 512)

@@ -1,6 +1,6 @@
 """VRAM sweep on a GPU box: predicted against measured peak for every cohort row, as a receipt.
 
-Usage: python harness/vram_sweep.py [--cohort gates/support/memory_cases.yaml] [--out DIR]
+Usage: python harness/vram_sweep.py [--cohort gates/support/memory/cases.yaml] [--out DIR]
 
 Predictions are frozen first (written, hashed) before any row runs. Each row then runs in a
 fresh subprocess on CUDA: the model is built as in assay.memory.measure.build_plan_run, moved

@@ -44,6 +44,7 @@ NOT_RUN = {
     "nox ": "runs whole sessions (the suite, gates, lint): the integrator's CI runs them",
     "torchrun ": "multi-process launch on a placeholder config.yaml; tests/distributed runs it",
     "pytest": "would run this suite recursively",
+    "mypy": "the type check of the whole package; tests/test_typed_package.py runs it",
     "python -m assay_testing.defects": "arms a defect and runs part of this suite; gate-mutation "
     "runs every such pair",
     "python harness/bench_step.py": "a minutes-long benchmark; gate-throughput runs it",

@@ -27,7 +27,7 @@ from assay.qualify.ledger.dsse import (  # noqa: E402
     pae,
 )
 from assay.qualify.publishing import attest  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,

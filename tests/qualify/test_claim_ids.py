@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "gates"))
 
 from assay.qualify.core.identifier import id_problem  # noqa: E402
 from assay.qualify.ledger.receipt import problems_in, seal  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 
 def _receipt_with_id(cid: str) -> dict:

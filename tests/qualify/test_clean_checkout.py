@@ -25,7 +25,7 @@ from assay.qualify.ledger.receipt import read_receipt, receipt_paths  # noqa: E4
 from assay.qualify.plugin.reads import project_files  # noqa: E402
 from assay.qualify.publishing.index import render_all  # noqa: E402
 from assay.qualify.publishing.verify import verify_all, verify_stale  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 NOT_TREE = [".hypothesis/constants/0a1b", "pkg.egg-info/entry_points.txt", "ignored/data.txt"]
 TRACKED = [

@@ -22,7 +22,7 @@ from assay.cli import main  # noqa: E402
 from assay.qualify.core.threshold import meets  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
 from assay.qualify.publishing.compare import FLOAT_NOISE, claim_change  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 
 def _claim(cid: str, value: float, op: str = "<=", bound: float = 1e-3, tol: float = 0.1):

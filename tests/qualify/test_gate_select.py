@@ -26,7 +26,7 @@ from assay.qualify.judging.select import environment_changes, why_run
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gates"))
 
-from support.selection_cases import FILES, GATES, HISTORIES, Case, build, expected, spoil  # noqa: E402
+from support.robustness.selection_cases import FILES, GATES, HISTORIES, Case, build, expected, spoil  # noqa: E402
 
 GATE = """
 import json

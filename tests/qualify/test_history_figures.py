@@ -23,8 +23,8 @@ from assay.qualify.publishing.history import (  # noqa: E402
 )
 from assay.qualify.publishing.index import render_all  # noqa: E402
 from assay.qualify.publishing.verify import verify_all  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
-from support.robustness_history_cases import unmarked, write_ledger  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
+from support.robustness.history_cases import unmarked, write_ledger  # noqa: E402
 
 ODD_ID = 'diff<script>alert("x")</script>'
 

@@ -24,7 +24,7 @@ from assay.cli import main  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
 from assay.qualify.publishing.site import build_site  # noqa: E402
 from assay.qualify.publishing.verify import verify_all  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 INJECTION = (
     'ok | forged cell |\n# Forged heading\n<script>alert("pwned")</script> '

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
 
 from assay.cli import main
 from assay.qualify.ledger.chain import HEADER, ledger_path, read_ledger
-from support import faults_tamper_cases as tamper_cases
+from support.faults import tamper_cases
 
 
 def _verify(ledger, *extra: str) -> int:

@@ -21,7 +21,7 @@ from assay.qualify.ledger.chain import (  # noqa: E402
 )
 from assay.qualify.ledger.receipt import dump_receipt, receipt_filename, seal  # noqa: E402
 from assay.qualify.publishing.verify import verify_all  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 
 def test_honest_ledger_verifies_and_each_receipt_links_the_one_before(tmp_path):

@@ -125,7 +125,7 @@ def test_an_integer_no_float_holds_makes_a_receipt_invalid_at_its_field(where):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
     from assay.qualify.ledger.receipt import problems_in, seal
-    from support import faults_tamper_cases as tamper_cases
+    from support.faults import tamper_cases
 
     receipt = tamper_cases.synthetic_receipt("2026-01-01T00:00:00Z", 1e-4, "0" * 64)
     claim = receipt["claims"][0]

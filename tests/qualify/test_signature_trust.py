@@ -26,7 +26,7 @@ from assay.qualify.ledger.sign import (  # noqa: E402
     trusted_signers,
 )
 from assay.qualify.publishing.verify import verify_signatures  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,

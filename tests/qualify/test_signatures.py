@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "gates"))
 from assay.cli import main  # noqa: E402
 from assay.qualify.ledger.sign import check_signature, sig_path, sign_receipts  # noqa: E402
 from assay.qualify.publishing.verify import verify_all, verify_signatures  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ssh-keygen") is None,

@@ -18,7 +18,7 @@ from assay.qualify.judging.stale import check_receipt, gate_needs  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
 from assay.qualify.publishing.index import render_all  # noqa: E402
 from assay.qualify.publishing.verify import verify_all, verify_stale  # noqa: E402
-from support import faults_tamper_cases as tamper_cases  # noqa: E402
+from support.faults import tamper_cases  # noqa: E402
 
 
 def _sha(path: Path) -> str:

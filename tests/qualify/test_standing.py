@@ -223,7 +223,7 @@ def test_same_second_receipts_follow_the_ledger_not_the_sha(tmp_path):
     from assay.qualify.judging.standing import gate_standing
     from assay.qualify.ledger.chain import write_receipt
     from assay.qualify.publishing.index import render_all
-    from support import faults_tamper_cases as tamper_cases
+    from support.faults import tamper_cases
 
     synthetic_receipt = tamper_cases.synthetic_receipt
 
@@ -348,7 +348,7 @@ def test_readme_figures_come_from_the_receipts_and_verify_checks_them(gates, cap
 def test_one_claim_is_singular_and_absent_libraries_get_no_column():
     from assay.qualify.publishing.view import gate_view
     from assay.qualify.publishing.wording import counts_text
-    from support.faults_tamper_cases import synthetic_receipt
+    from support.faults.tamper_cases import synthetic_receipt
 
     receipt = synthetic_receipt("2026-01-01T00:00:00Z", 0.0, "0" * 64)
     receipt["receipt_sha256"] = "a" * 64

@@ -2,7 +2,7 @@
 
 Invariant: for a set of gates, every test's outcome is the same whether its gate runs alone or
 with the others, in any order, on one worker or two. The gates of
-``support.robustness_verdict_cases`` would leak into each other under a check that reads the
+``support.robustness.verdict_cases`` would leak into each other under a check that reads the
 process's imports; gate-robustness claims the whole matrix, and this test runs a short one.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gates"))
 
-from support.robustness_verdict_cases import (
+from support.robustness.verdict_cases import (
     CONTROLS,
     differing,
     fault_env,

@@ -1,6 +1,6 @@
 """Child process for gate-resume's crash claim (not a gate module).
 
-usage: resume_child.py CONFIG RUN_DIR KILL_AT
+usage: resume/child.py CONFIG RUN_DIR KILL_AT
 
 Runs the real Trainer (resuming from RUN_DIR's latest checkpoint when there is one) and
 counts every fsync, rename and replace it performs; at event KILL_AT it prints PAUSE and

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from support.dynamics_reference import Recipe
+from support.dynamics.reference import Recipe
 
 SHORT = 3  # steps of each control run
 ROWS = 24

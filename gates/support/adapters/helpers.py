@@ -11,7 +11,7 @@ import torch
 
 from assay.qualify import Threshold
 from assay_testing.real_model import smollm2_path
-from support.adapters_parity_helpers import Subject
+from support.adapters.parity_helpers import Subject
 
 PEFT_METHODS = ("lora", "rslora", "lora_fa", "loraplus", "dora")
 EXACT = Threshold("==", 0)
@@ -41,8 +41,8 @@ def code(method: str, *more: str) -> tuple[str, ...]:
         *ATTACHING,
         *METHOD_CODE[method],
         *more,
-        "support.adapters_parity_helpers",
-        "support.adapters_helpers",
+        "support.adapters.parity_helpers",
+        "support.adapters.helpers",
     )
 
 

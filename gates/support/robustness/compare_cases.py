@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assay.qualify.ledger.chain import write_receipt
-from support.faults_tamper_cases import synthetic_receipt
+from support.faults.tamper_cases import synthetic_receipt
 
 # what happens to the chosen claim in NEW's later run, the change compare must name, and the
 # exit code the rule gives

@@ -20,10 +20,10 @@ from assay.train.data.masks import Example
 from assay.train.losses import LSE_ROWS
 from assay_testing import defects
 from assay_testing.real_model import smollm2_path
-from support.dynamics_recipes import CODE, ROWS
-from support.dynamics_reference import Recipe, chat_rows, reference_example, reference_order
-from support.preference_helpers import product, relative, trainables
-from support.preference_reference import formula_loss, seq
+from support.dynamics.recipes import CODE, ROWS
+from support.dynamics.reference import Recipe, chat_rows, reference_example, reference_order
+from support.preference.helpers import product, relative, trainables
+from support.preference.reference import formula_loss, seq
 
 DPO = ("dpo", "dpo", "sigmoid", 0.0)  # gate-preference's spec: (claim, loss, variant, smoothing)
 DPO_PAIRS = 3
@@ -48,8 +48,8 @@ DPO_CODE = (
     *CODE,
     "assay.train.preference",
     "assay.adapters.control",
-    "support.preference_reference",
-    "support.preference_helpers",
+    "support.preference.reference",
+    "support.preference.helpers",
 )
 
 

@@ -3,7 +3,7 @@ transformers + PEFT trained on the same chat rows, and the claims that compare t
 
 ``claim_recipe`` makes the three dynamics claims of one recipe (per-step loss, final adapters,
 final logits) with the controls it is handed, judged by the recipe's bounds; the recipes, bounds
-and defects are in ``support.dynamics_recipes``.
+and defects are in ``support.dynamics.recipes``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from assay.train.loop import Trainer
 from assay_testing import defects
 from assay_testing.peers import hf_tokenizer
 from assay_testing.real_model import smollm2_path
-from support.dynamics_recipes import (
+from support.dynamics.recipes import (
     CODE,
     CONTROL_STEPS,
     GRADIENT_SCALED,
@@ -37,7 +37,7 @@ from support.dynamics_recipes import (
     TRAINING_DEFECTS,
     bounds_of,
 )
-from support.dynamics_reference import (
+from support.dynamics.reference import (
     Recipe,
     Reference,
     chat_rows,

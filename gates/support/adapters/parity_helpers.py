@@ -17,7 +17,7 @@ from assay.adapters import adapter_modules, attach, load_adapter
 from assay.adapters.lora import lora_scaling
 from assay.errors import ConfigError
 from assay.qualify import Threshold
-from support.adapters_file_helpers import ce
+from support.adapters.file_helpers import ce
 
 RANK, ALPHA, SEED = 8, 16, 0
 PARITY = Threshold("<=", 1e-5, tolerance=0.1)

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from assay.qualify.ledger.chain import write_receipt
-from support.faults_tamper_cases import synthetic_receipt
+from support.faults.tamper_cases import synthetic_receipt
 
 BOUND = 1e-3  # synthetic_receipt's claim passes at or under it
 RUN_KINDS = ("pass", "fail", "null", "absent")

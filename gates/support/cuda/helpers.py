@@ -80,7 +80,7 @@ def _claim(
         kind="performance",
         threshold=threshold,
         unit=unit,
-        code=(*code, "support.cuda_helpers"),
+        code=(*code, "support.cuda.helpers"),
     )
     claim.measure(value)
     claim.ran_on(device)

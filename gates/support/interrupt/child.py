@@ -1,6 +1,6 @@
 """Child process for gate-interrupt's second-signal claim (not a gate module).
 
-usage: interrupt_child.py STEP WRITE CONFIG [--resume RUN_DIR]
+usage: interrupt/child.py STEP WRITE CONFIG [--resume RUN_DIR]
 
 Runs ``assay train CONFIG --json --no-progress`` in this process. After optimizer step STEP it
 sends itself SIGINT (the first signal: stop after this step); the stop's checkpoint save then

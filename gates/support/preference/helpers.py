@@ -3,7 +3,7 @@
 The adapted model (LoRA with randomized B), the product objective's loss and gradients, the
 control subjects (chosen and rejected swapped, prompt tokens scored) and the comparisons the
 claims measure. gate-dynamics' DPO chunk claims drive the product and compare with ``product``,
-``trainables`` and ``relative`` (``dynamics_chunked_helpers``).
+``trainables`` and ``relative`` (``dynamics/chunked_helpers``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from assay.adapters import attach
 from assay.adapters.perturb import randomize_adapters
 from assay.settings import DataConfig, LossConfig, OutputConfig, TrainConfig
 from assay.train.objective import Objective
-from support.preference_reference import BETA, GAMMA, kto_batch, pair_batch
+from support.preference.reference import BETA, GAMMA, kto_batch, pair_batch
 
 
 def swapped(batch):

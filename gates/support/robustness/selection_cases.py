@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from assay.qualify.ledger.chain import write_receipt
-from support import faults_tamper_cases as tamper_cases
+from support.faults import tamper_cases
 
 FILES = ("src/a.py", "src/b.py", "src/c.py", "data/t.json", "data/u.json", "docs/x.md")
 GATES = ("p", "q", "r")

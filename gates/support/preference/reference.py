@@ -2,7 +2,7 @@
 
 Independent of assay.train.preference: log_softmax over the whole vocabulary, masks built from
 raw (prompt, completion) token lists, and autograd for the gradients. gate-dynamics uses it too,
-on SmolLM2, for DPO's row-chunked log-probs (``dynamics_chunked_helpers``).
+on SmolLM2, for DPO's row-chunked log-probs (``dynamics/chunked_helpers``).
 """
 
 from __future__ import annotations

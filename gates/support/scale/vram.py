@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.qualify import Threshold
-from support.scale_runs import GIB, SHAPE, ratio_claim, step_run
+from support.scale.runs import GIB, SHAPE, ratio_claim, step_run
 
 VRAM_LIMIT = 1 * GIB
 SHALLOW, DEEP = 4, 22

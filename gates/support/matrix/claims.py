@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 from assay.qualify import Threshold, Tolerance
 from assay.settings.methods import METHODS
 from assay_testing.matrix import AXES, Cell, cell_label, uncovered, witness
-from support.matrix_runs import (
+from support.matrix.runs import (
     Outcome,
     cell_name,
     largest_difference,

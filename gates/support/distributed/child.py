@@ -1,8 +1,8 @@
 """Child processes for gate-distributed (not a gate module).
 
 usage:
-  python -m torch.distributed.run --nproc-per-node 2 distributed_child.py ranks SPEC OUT
-  python distributed_child.py single SPEC OUT
+  python -m torch.distributed.run --nproc-per-node 2 distributed/child.py ranks SPEC OUT
+  python distributed/child.py single SPEC OUT
 
 ``ranks`` runs every world-size-2 measurement in one process group: one DDP update and its
 broken variants, DDP over a streamed model, FSDP2 (bytes held per rank, one update), and a

@@ -1,6 +1,6 @@
 """Child process for gate-interrupt's before-training claim (not a gate module).
 
-usage: interrupt_early_child.py PHASE SIGNAL CONFIG [ARG ...]
+usage: interrupt/early_child.py PHASE SIGNAL CONFIG [ARG ...]
 
 Runs ``assay train CONFIG --json --no-progress [ARG ...]`` in this process and sends itself
 SIGNAL (``SIGINT`` or ``SIGTERM``) from inside PHASE: once the command's modules are imported,

@@ -1,0 +1,1 @@
+"""gate-adapters's helpers (see ``gates/support/__init__.py`` for the layout)."""

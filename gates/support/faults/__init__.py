@@ -1,0 +1,1 @@
+"""gate-faults's helpers (see ``gates/support/__init__.py`` for the layout)."""

@@ -1,0 +1,1 @@
+"""gate-interrupt's helpers (see ``gates/support/__init__.py`` for the layout)."""

@@ -1,0 +1,1 @@
+"""gate-preference's helpers (see ``gates/support/__init__.py`` for the layout)."""

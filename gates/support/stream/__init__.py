@@ -1,0 +1,1 @@
+"""gate-stream's helpers (see ``gates/support/__init__.py`` for the layout)."""

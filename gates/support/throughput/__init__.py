@@ -1,0 +1,1 @@
+"""gate-throughput's helpers (see ``gates/support/__init__.py`` for the layout)."""
