@@ -299,7 +299,9 @@ def import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def add_render_and_verify(subparsers: argparse._SubParsersAction) -> None:
+def add_render_and_verify(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
     """Register ``render`` and ``verify`` on another program's ``subparsers`` (the framework's
     API for a library that ships its own command line); each parsed namespace's ``func(args)``
     returns the exit code."""

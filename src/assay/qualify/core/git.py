@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Literal, cast, overload
 
 GIT_TIMEOUT_S = 60
 
@@ -20,6 +21,30 @@ def git_env() -> dict[str, str]:
     """The environment for reading git history as committed: replace objects and grafts
     (``git replace --graft``), which can hide commits from every reader, are ignored."""
     return {**os.environ, "GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.devnull}
+
+
+@overload
+def run_git(
+    root: Path,
+    *args: str,
+    stdin: bytes | str | None = None,
+    config: tuple[str, ...] = (),
+    ok: tuple[int, ...] = (0,),
+    timeout: float = GIT_TIMEOUT_S,
+    text: Literal[False] = False,
+) -> bytes: ...
+
+
+@overload
+def run_git(
+    root: Path,
+    *args: str,
+    stdin: bytes | str | None = None,
+    config: tuple[str, ...] = (),
+    ok: tuple[int, ...] = (0,),
+    timeout: float = GIT_TIMEOUT_S,
+    text: Literal[True],
+) -> str: ...
 
 
 def run_git(
@@ -55,7 +80,8 @@ def run_git(
         stderr = done.stderr if text else done.stderr.decode("utf-8", "replace")
         message = stderr.strip().splitlines()
         raise GitFailed(f"git {args[0]} failed: {message[0] if message else done.returncode}")
-    return done.stdout
+    # subprocess.run's stubs type stdout as Any when text is not a literal
+    return cast("bytes | str", done.stdout)
 
 
 def git_output(

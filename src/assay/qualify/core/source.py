@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from assay.digest import file_sha256  # noqa: F401  (re-exported: the framework's name)
+from assay.digest import file_sha256 as file_sha256  # re-exported: the framework's name
 from assay.qualify.core.git import git_output
 from assay.qualify.core.portable import is_outside
 
@@ -23,9 +23,11 @@ def module_constant(path: Path, name: str) -> Any:
         targets = node.targets if isinstance(node, ast.Assign) else []
         if isinstance(node, ast.AnnAssign):
             targets = [node.target]
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value:
+        # only an Assign or AnnAssign has targets, so node is one wherever .value is read
+        assignment = cast("ast.Assign | ast.AnnAssign", node)
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and assignment.value:
             try:
-                return ast.literal_eval(node.value)
+                return ast.literal_eval(assignment.value)
             except ValueError:
                 return None
     return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.errors import AssayError
 from assay.qualify.core.threshold import tolerance_base, tolerance_of, worse_than
@@ -66,6 +66,8 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
     gate = baseline["gate"]
     now = {c["id"]: c for c in claims}
     before = {c["id"]: c for c in baseline["claims"]}
+    comparisons: list[dict[str, Any]]
+    regressions: list[str]
     comparisons, regressions = [], []
     for cid in [*before, *(c for c in now if c not in before)]:
         old, new = before.get(cid), now.get(cid)
@@ -92,7 +94,8 @@ def compare(claims: list[dict[str, Any]], baseline: dict[str, Any], source: str)
             op, bound = new["threshold"]["op"], new["threshold"]["value"]
             base = tolerance_base(mode, old_value, bound)
             change = None if base == 0 else (value - old_value) / base
-            if worse_than(op, tol, old_value, value, bound, mode):
+            # new is not None here, so tol is tolerance_of's number
+            if worse_than(op, cast(float, tol), old_value, value, bound, mode):
                 reasons.append(
                     f"{value:g} is worse than the baseline {old_value:g} by more than "
                     f"the {mode} tolerance {tol:g} ({op})"

@@ -91,7 +91,7 @@ def failed_tests(receipt: dict[str, Any]) -> set[str]:
     return bad | {f["nodeid"] for f in own_failures(run)}
 
 
-def _passes(entry: Entry, claim_id: str, bound: tuple[str, float]) -> bool:
+def _passes(entry: Entry, claim_id: str, bound: tuple[str, float, str]) -> bool:
     claim = next((c for c in entry.receipt["claims"] if c["id"] == claim_id), None)
     return (
         claim is not None

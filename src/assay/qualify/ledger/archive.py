@@ -27,7 +27,7 @@ import re
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.bounded import parse_json
 from assay.errors import AssayError
@@ -169,7 +169,7 @@ def _listed_files(archive: Path, files: Any) -> dict[str, tuple[str, int]]:
     entry."""
     if not isinstance(files, list):
         raise AssayError(f"{archive}: {MANIFEST} files: expected a list of {{path, bytes, sha256}}")
-    sums: dict[str, str] = {}
+    sums: dict[str, tuple[str, int]] = {}
     for i, entry in enumerate(files):
         ok = (
             isinstance(entry, dict)
@@ -252,10 +252,10 @@ def _checked_gate(
     shas = [sha for sha, _ in entries]
     base = entry.get("chained_onto")
     start = 0 if base is None else shas.index(base) + 1 if base in shas else -1
-    if start < 0:
+    if start < 0:  # only a base that is not None gives -1
         raise AssayError(
-            f"{ledger}: the archive chains {gate} onto {base[:12]}, which this ledger does not "
-            "hold; import into the records the kit was built from"
+            f"{ledger}: the archive chains {gate} onto {cast(str, base)[:12]}, which this ledger "
+            "does not hold; import into the records the kit was built from"
         )
     held = shas[start:]
     present = 0

@@ -248,7 +248,7 @@ def write_receipt(receipt: dict[str, Any], receipts_dir: Path) -> Path:
     An invalid receipt is never written: AssayError lists the problems instead.
     """
     sealed = _sealed_or_raise(receipt, receipts_dir)  # nothing touches the disk if invalid
-    gate = sealed["gate"]
+    gate: str = sealed["gate"]
     with locked(receipts_dir, gate):  # another session may append meanwhile
         sealed = _sealed_or_raise(receipt, receipts_dir)
         ensure_ledger(receipts_dir, gate)  # legacy receipts start the chain

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.bounded import parse_json, read_text_refusing, split_lines
 
@@ -109,7 +109,9 @@ def _entry(gate: str, number: int, text: str) -> Correction | str:
             return "content must be the earlier version's text, as a string"
         if hashlib.sha256(content.encode("utf-8")).hexdigest() != data["sha256"]:
             return "content does not hash to sha256: it is not the earlier version"
-    return Correction(gate, number, *(data[k] for k in _REQUIRED), content=content)
+    # the six strings checked above, in field order: mypy cannot count a generator's items
+    fields = cast("tuple[str, str, str, str, str, str]", (data[k] for k in _REQUIRED))
+    return Correction(gate, number, *fields, content=content)
 
 
 def read_corrections(receipts_dir: Path, gate: str) -> tuple[list[Correction], list[str]]:

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.atomic import atomic_write_bytes, json_bytes
 from assay.bounded import parse_json, read_text_bounded
@@ -64,7 +64,7 @@ def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
 @lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
     text = resources.files("assay").joinpath("schemas/receipt.schema.json").read_text("utf-8")
-    return parse_json(text)
+    return cast("dict[str, Any]", parse_json(text))  # the packaged schema: a JSON object
 
 
 @lru_cache(maxsize=1)
@@ -190,7 +190,7 @@ def read_receipt(path: Path) -> dict[str, Any]:
     problems = problems_in(data)
     if problems:
         raise AssayError(f"{path}: invalid receipt: {problems[0]}")
-    return data
+    return cast("dict[str, Any]", data)  # problems_in found none: it is a receipt object
 
 
 def receipt_paths(receipts_dir: Path, gate: str | None = None) -> list[Path]:

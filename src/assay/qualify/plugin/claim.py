@@ -8,7 +8,7 @@ import math
 import re
 import statistics
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from assay.errors import AssayError
 from assay.qualify.core.threshold import Threshold, non_finite_kind
@@ -155,7 +155,7 @@ class Claim:
     @property
     def id(self) -> str:
         """The claim id, unique within its gate."""
-        return self._data["id"]
+        return cast(str, self._data["id"])  # Gate.claim takes the id as a str
 
     def measure(
         self,

@@ -24,6 +24,7 @@ import ast
 import fnmatch
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -62,8 +63,10 @@ def defined_tests(path: Path, config: pytest.Config | None = None) -> set[str]:
         elif isinstance(node, ast.ClassDef) and _matches(node.name, classes, "Test"):
             for inner in node.body:
                 is_function = isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))
-                if is_function and _matches(inner.name, functions, "test"):
-                    define(f"{node.name}::{inner.name}")
+                # mypy does not narrow through is_function; .name is read only after it holds
+                function = cast("ast.FunctionDef | ast.AsyncFunctionDef", inner)
+                if is_function and _matches(function.name, functions, "test"):
+                    define(f"{node.name}::{function.name}")
     return found
 
 

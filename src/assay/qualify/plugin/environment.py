@@ -15,12 +15,15 @@ import re
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay import DISTRIBUTION
 from assay.bounded import parse_json
 from assay.errors import AssayError
 from assay.qualify.core.git import git_output
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
@@ -101,7 +104,8 @@ def torch_stack() -> dict[str, Any]:
     except ImportError:
         return {}
     try:
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        # torch.backends.cudnn's functions carry no annotations in torch's own typing
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None  # type: ignore[no-untyped-call]
         threads = torch.get_num_threads()
         found = {
             "torch": _plain(torch.__version__),
@@ -140,7 +144,7 @@ def _gpu() -> dict[str, Any] | None:
         first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
         handle = pynvml.nvmlDeviceGetHandleByIndex(int(first) if first.isdigit() else 0)
         facts: dict[str, Any] = {"name": _as_str(pynvml.nvmlDeviceGetName(handle))}
-        probes = {
+        probes: dict[str, Callable[[], Any]] = {
             "compute_capability": lambda: "{}.{}".format(
                 *pynvml.nvmlDeviceGetCudaComputeCapability(handle)
             ),
@@ -321,6 +325,7 @@ def describe_subject(root: Path, override: str | None = None) -> dict[str, Any]:
     version kept beside it when they differ."""
     from assay.qualify.plugin.subject import imported_identity
 
+    name: str | None
     if override:
         name, _, version = override.partition("==")
         name, declared, source = name.strip(), version.strip() or None, "ini gate_project"

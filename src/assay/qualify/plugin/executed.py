@@ -48,7 +48,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -228,7 +228,8 @@ class Measure:
                 self._running = True
                 self._tracer = sys.gettrace()
             self._cov.switch_context(context)
-            self._set_env(RC_ENV, str(self._dir / "child.rc"))
+            # _start() returned True, so it made the folder
+            self._set_env(RC_ENV, str(cast(Path, self._dir) / "child.rc"))
         else:
             self._restore_env(RC_ENV)  # children run untraced too
         self._active = context if self._running else None

@@ -30,7 +30,7 @@ def take(item: pytest.Item, gate: Any, outcome: str, children: Any, measure: Any
         from assay.qualify.plugin.executed import read_contexts
 
         gate.child_imports(children.names(read_contexts(item)))
-    fragment = gate.fragment()
+    fragment: dict[str, Any] = gate.fragment()
     gate.close()
     item.stash[TAKEN] = True
     root = item.config.rootpath

@@ -123,7 +123,7 @@ class Gate:
         for entry in code_files:
             if entry not in self._data["files"]:
                 self._data["files"].append(entry)
-        data = {
+        data: dict[str, Any] = {
             "id": claim_id,
             "statement": statement,
             "kind": kind,

@@ -28,8 +28,9 @@ OUTCOME = pytest.StashKey[str]()
 STATE = pytest.StashKey[Any]()
 CHILDREN = pytest.StashKey[Any]()  # this process's ChildImports, once it collected gate tests
 MEASURE = pytest.StashKey[Any]()  # this process's executed.Measure, once it saw a gate module
-CLASHES = pytest.StashKey[dict]()  # gate name -> its files, where more than one claims it
-JUDGED = pytest.StashKey[dict]()  # claim id -> the verdict the test was already failed on
+# gate name -> its files, where more than one claims it
+CLASHES = pytest.StashKey[dict[str, set[str]]]()
+JUDGED = pytest.StashKey[dict[str, str]]()  # claim id -> the verdict the test was already failed on
 SELECTION = pytest.StashKey[Any]()  # --gate-select=stale: the gates judged current or not
 DIR_OPTIONS = ("--gate-receipts", "--gate-records", "--gate-baseline")
 

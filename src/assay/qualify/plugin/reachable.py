@@ -25,12 +25,13 @@ import re
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeGuard
 
 # a dotted module path, optionally with ``:attribute`` (how registries and entry points name code)
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_][\w.]*)?")
 
 
-def _is_dotted(value: object) -> bool:
+def _is_dotted(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) < 200 and _DOTTED.fullmatch(value) is not None
 
 

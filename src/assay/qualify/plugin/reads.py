@@ -25,7 +25,10 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 # One record per process, kept on ``sys`` rather than in this module: an audit hook cannot be
 # removed, so a second import of this module (a test harness restoring sys.modules) must find
@@ -34,7 +37,8 @@ _STATE: dict[str, Any] = sys.__dict__.setdefault(
     "_assay_gate_reads",
     {"current": None, "seen": {}, "at_import": {}, "loaded": {}, "modules": {}, "installed": False},
 )
-_seen: dict[str, set[str]] = _STATE["seen"]
+# context -> paths read while it was current; looked up with None (no context), never a key
+_seen: dict[str | None, set[str]] = _STATE["seen"]
 _at_import: dict[str, set[str]] = _STATE["at_import"]  # module file -> files its top level read
 # module source -> (mtime_ns, size) when the import system last read it (or its bytecode)
 _loaded: dict[str, tuple[int, int]] = _STATE.setdefault("loaded", {})
@@ -45,7 +49,7 @@ _LIMIT = 20_000  # paths per context: a runaway reader must not hold the session
 CODE_SUFFIXES = {".py", ".pyc", ".pyo", ".so", ".pyd", ".pth"}
 
 
-def _hook(event: str, args: tuple) -> None:
+def _hook(event: str, args: tuple[Any, ...]) -> None:
     if event == "sqlite3.connect":  # SQLite opens its file in C, past the "open" event
         database = args[0]
         if isinstance(database, (str, bytes, os.PathLike)):
@@ -107,7 +111,7 @@ def _note_loaded(name: str) -> None:
 
 def _importing_module() -> str | None:
     """The file of the module whose top-level code is running now, if any (the innermost)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(64):
         if frame is None:
             return None
@@ -129,7 +133,7 @@ def switch(context: str | None) -> None:
     _STATE["current"] = context
 
 
-def read_under(context: str) -> set[str]:
+def read_under(context: str | None) -> set[str]:
     """The paths opened for reading while ``context`` was current, in this process."""
     return set(_seen.get(context, ()))
 

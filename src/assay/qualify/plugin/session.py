@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -174,11 +174,11 @@ class GateSession:
         for key, value in list(report.user_properties):
             if key == FRAGMENT_KEY:
                 report.user_properties.remove((key, value))
-                self._fragment(gate, value)
+                self._fragment(gate, cast("dict[str, Any]", value))  # take()'s fragment
             elif key == LOST_KEY:  # from an xdist worker, which saw the collection
                 report.user_properties.remove((key, value))
-                self.lost |= set(value)
-                for file_gate, files in gate_files(list(value)).items():
+                self.lost |= set(cast("list[str]", value))  # the worker's sorted node ids
+                for file_gate, files in gate_files(list(cast("list[str]", value))).items():
                     self.files.setdefault(file_gate, set()).update(files)
             elif key == VERDICT_KEY:
                 verdict_phases.add(value)
@@ -192,7 +192,9 @@ class GateSession:
         on_verdict = report.when in verdict_phases and exception_line(report).removeprefix(
             "Failed: "
         ).startswith(f"gate {gate!r}: ")
-        if report.outcome == "rerun":  # pytest-rerunfailures: this attempt failed, another runs
+        # pytest-rerunfailures: this attempt failed, another runs ("rerun" is outside the
+        # outcomes pytest's annotations allow)
+        if report.outcome == "rerun":  # type: ignore[comparison-overlap]
             self.again.add(nodeid)
             self._failure(gate, nodeid, report, "failed, then run again: ", verdict=on_verdict)
         elif report.failed:

@@ -14,7 +14,11 @@ import json
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable
 
 
 def module_name(dist: str) -> str:
@@ -27,7 +31,7 @@ def module_name(dist: str) -> str:
 
 
 def _same(a: str, b: str) -> bool:
-    norm = lambda s: s.lower().replace("-", "_").replace(".", "_")  # noqa: E731
+    norm: Callable[[str], str] = lambda s: s.lower().replace("-", "_").replace(".", "_")  # noqa: E731
     return norm(a) == norm(b)
 
 
@@ -54,7 +58,8 @@ def _provider(module: str, path: Path, wanted: str | None) -> metadata.Distribut
     for dist in dists:
         for file in dist.files or []:
             try:
-                if Path(dist.locate_file(file)).resolve() == path:
+                # typeshed's SimplePath lacks __fspath__; importlib's distributions return a Path
+                if Path(cast("os.PathLike[str]", dist.locate_file(file))).resolve() == path:
                     return dist
             except (OSError, ValueError):
                 continue

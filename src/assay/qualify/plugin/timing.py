@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.errors import AssayError
 from assay.qualify.plugin.claim import TIME_UNITS, MeasuredControl
@@ -107,7 +107,7 @@ class Timing:
         records it."""
         if unit not in TIME_UNITS:
             raise AssayError(f"Timing.median_in: unit {unit!r} is not one of s, ms, us or ns")
-        return self.stats(1.0 / TIME_UNITS[unit])["median"]
+        return cast(float, self.stats(1.0 / TIME_UNITS[unit])["median"])
 
     def _timer_text(self) -> str:
         text = f"perf_counter_ns (resolution {self.resolution_ns} ns), gc off"

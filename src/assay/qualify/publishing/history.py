@@ -15,7 +15,7 @@ import html
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from assay.qualify.judging.standing import Standing
 
@@ -39,11 +39,11 @@ class Point:
     label: str  # commit and date, for the tooltip
 
 
-def _numeric(value: Any) -> bool:
+def _numeric(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return _numeric(value) and abs(value) <= 1e300
 
 
@@ -130,7 +130,8 @@ def history_svg(claim_id: str, points: list[Point], bound: float | None, count: 
         colour = DEVICE_COLOURS.get(device, OTHER_COLOUR)
         measured = [p for p in mine if p.value is not None]
         if len(measured) > 1:
-            line = " ".join(f"{_f(x(p.order))},{_f(y(p.value))}" for p in measured)
+            # measured holds only the points with a value
+            line = " ".join(f"{_f(x(p.order))},{_f(y(cast(float, p.value)))}" for p in measured)
             out.append(f'<polyline points="{line}" fill="none" stroke="{colour}"/>')
         for p in mine:
             if p.value is None:

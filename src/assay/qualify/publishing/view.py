@@ -7,7 +7,7 @@ the other leaves out: each template only escapes and lays out the same strings.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.qualify.judging.evidence import bound_text
 from assay.qualify.judging.standing import Standing
@@ -27,6 +27,9 @@ from assay.qualify.publishing.wording import (
     threshold_text,
     value_text,
 )
+
+if TYPE_CHECKING:
+    from assay.qualify.judging.standing import StandingFailure
 
 ENV_COLUMNS = (
     ("torch", "torch"),
@@ -156,7 +159,7 @@ def _standing_failures(standing: Standing) -> list[dict[str, str]]:
     """One row per device and claim (or test) for the failures that no later complete run
     passed: how many, the first and the last run, every bound they failed under, the claim's
     bound now, and what explains them (each explanation with how many failures it covers)."""
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[tuple[str, str], list[StandingFailure]] = {}
     bound_now: dict[tuple[str, str], str] = {}
     for d in standing.devices:
         for c in d.head["claims"] if d.head is not None else []:

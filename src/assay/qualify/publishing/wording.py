@@ -3,7 +3,7 @@ subject and headline, each a plain string the templates only escape and lay out.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 
 def plural(n: int, noun: str) -> str:
@@ -134,7 +134,7 @@ def commit_text(code: dict[str, Any]) -> str:
         dirty += f" ({plural(untracked, 'hashed file')} untracked)"
     if code.get("commit_source") == "kit manifest":
         dirty += f", from the GPU kit's manifest (tree sha256 {code.get('tree_sha256', '?')[:12]})"
-    return code["commit"][:12] + dirty
+    return cast(str, code["commit"])[:12] + dirty
 
 
 def subject_text(receipt: dict[str, Any]) -> list[str]:

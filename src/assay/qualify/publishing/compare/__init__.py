@@ -34,7 +34,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.errors import AssayError
 from assay.qualify.core.threshold import margin, meets, tolerance_base, tolerance_of, worse_than
@@ -200,8 +200,8 @@ def claim_change(
     gate: str,
     device: str,
     cid: str,
-    old: dict | None,
-    new: dict | None,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
     retired: set[str],
     timings_differ: bool = False,
 ) -> ClaimChange:
@@ -214,8 +214,9 @@ def claim_change(
     after = None if new is None else _side_view(new)
     row = ClaimChange(gate, device, cid, "unchanged", before, after)
     if before is None or after is None:
-        if before is None:
-            row.change = "new" if after["verdict"] == "pass" else "new, not passing"
+        if before is None:  # a claim is on one side at least, so after is not None here
+            passing = cast("dict[str, Any]", after)["verdict"] == "pass"
+            row.change = "new" if passing else "new, not passing"
         else:
             row.change = "retired" if cid in retired else "missing"
         return row

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from assay.errors import AssayError
 from assay.qualify.core.layout import RECEIPTS_FOLDER
@@ -31,7 +32,7 @@ from assay.qualify.publishing.wording import number_text, plural
 ROWS = 60  # changed claims shown in the table; the rest are counted
 
 
-def _side(view: dict | None) -> str:
+def _side(view: dict[str, Any] | None) -> str:
     if view is None:
         return "-"
     unit = f" {view['unit']}" if view["unit"] else ""

@@ -13,12 +13,15 @@ import contextlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import AssayError
 from assay.qualify.core.git import git_output
 from assay.qualify.core.layout import RECEIPTS_FOLDER
 from assay.qualify.ledger.receipt import read_receipt
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 BLOB_BYTES = 64 << 20  # one receipt, LEDGER or CORRECTIONS file read from git
 BLOBS = 50_000  # files under the receipts folder at one revision
@@ -118,7 +121,7 @@ def _git_side(revision: str, which: str, root: Path) -> Side:
 
 
 @contextlib.contextmanager
-def opened(old: str, new: str, root: Path):
+def opened(old: str, new: str, root: Path) -> Iterator[tuple[Side, Side]]:
     """Both sides, closed (temporary copies removed) however the comparison ends."""
     first = open_side(old, "OLD", root)
     try:
