@@ -20,7 +20,7 @@ import torch
 
 import assay
 from assay.model import gguf as gguf_module
-from assay.model.config import PERMUTED_GGUF
+from assay.model.families import FAMILIES
 from assay.model.gguf_export import gguf_architecture
 from assay.qualify import Threshold, Tolerance
 from assay_testing.placement import device_of
@@ -346,7 +346,7 @@ def test_tiny_family_logits_match_transformers(gate, family, tmp_path):
         claim.measure(worst)
         claim.ran_on(device_of(model))
         if fmt == "gguf":
-            permuted = gguf_architecture(model.config) in PERMUTED_GGUF
+            permuted = FAMILIES[gguf_architecture(model.config)].permuted_gguf
             mode = "skip" if permuted else "force"
             with qk_handling(mode):
                 broken = assay.load(paths[fmt])

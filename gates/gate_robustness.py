@@ -7,6 +7,7 @@ The corpus is generated in the session (tests/corpus/generate.py) from a fresh t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -210,6 +211,7 @@ def test_config_is_read_as_transformers_reads_it(gate, monkeypatch):
         unit="files misjudged",
         code=[
             "assay.model.config",
+            "assay.model.families",
             "assay.model.hf_fields",
             "assay_testing.transformers_configs",
         ],
@@ -219,8 +221,15 @@ def test_config_is_read_as_transformers_reads_it(gate, monkeypatch):
     gate.note(f"transformers config cases misjudged: {wrong[:3]}")
     refused = sum(isinstance(transformers_configs.as_assay(hf), str) for hf in files)
     gate.note(f"transformers config cases: {refused} of {n} refused by assay")
-    for table in ("DEFAULT_HEAD_DIM", "DEFAULT_RMS_NORM_EPS", "DEFAULT_TIED", "DEFAULT_PAD_TOKEN"):
-        monkeypatch.setattr(assay.model.config, table, {})
+    from assay.model.families import FAMILIES, RMS_NORM_EPS
+
+    plain = {
+        name: dataclasses.replace(
+            entry, head_dim=None, rms_norm_eps=RMS_NORM_EPS, tied=False, pad_token=None
+        )
+        for name, entry in FAMILIES.items()
+    }
+    monkeypatch.setattr(assay.model.config, "FAMILIES", plain)
     claim.control(
         "the same files read with every family's own defaults dropped (Llama's head size, norm "
         "epsilon, untied head and no pad where a key is absent)",

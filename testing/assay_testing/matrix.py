@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import ConfigError
-from assay.model.config import SUPPORTED_ARCHITECTURES
+from assay.model.families import NAMES as FAMILY_NAMES
 from assay.settings import rule
 from assay.settings.choices import LOSSES, PRECISIONS, PREFERENCE_LOSSES
 from assay.settings.loader import train_config_from_dict
@@ -59,7 +59,7 @@ def _strategies() -> tuple[str, ...]:
 
 
 AXES: tuple[Axis, ...] = (
-    Axis("family", tuple(SUPPORTED_ARCHITECTURES)),
+    Axis("family", tuple(FAMILY_NAMES)),
     Axis("method", ("lora", *(m for m in METHODS if m != "lora"))),
     Axis("storage", tuple(STORAGES)),
     Axis("residency", RESIDENCIES, reference="resident"),
@@ -161,7 +161,7 @@ def train_config(cell: Cell, space: Workspace, out: Path) -> dict[str, Any]:
 
 
 PLACEHOLDER = Workspace(
-    models={a: Path(f"/matrix/{a}") for a in SUPPORTED_ARCHITECTURES},
+    models={a: Path(f"/matrix/{a}") for a in FAMILY_NAMES},
     tokenizer=Path("/matrix/tokenizer.gguf"),
     rows={f: Path(f"/matrix/{f}.jsonl") for f in ("text", "preference", "kto")},
     runs=Path("/matrix/runs"),

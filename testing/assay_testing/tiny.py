@@ -117,10 +117,10 @@ def family_of(architecture: str) -> str:
 def writes_gguf(family: str) -> bool:
     """Whether assay writes and reads a GGUF of the tiny ``family`` (not of OLMo 2, Phi-3 or
     Gemma 3)."""
-    from assay.model.config import GGUF_ARCHITECTURES, SAME_LAYOUT_AS
+    from assay.model.families import FAMILIES
 
     architecture = ARCHITECTURE.get(family, family)
-    return SAME_LAYOUT_AS.get(architecture, architecture) in GGUF_ARCHITECTURES
+    return FAMILIES[FAMILIES[architecture].layout].gguf
 
 
 def save_tiny(

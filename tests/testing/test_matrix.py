@@ -9,7 +9,7 @@ import re
 import pytest
 
 from assay.errors import ConfigError
-from assay.model.config import SUPPORTED_ARCHITECTURES
+from assay.model.families import NAMES as FAMILY_NAMES
 from assay.settings import rule
 from assay.settings.choices import LOSSES, PRECISIONS
 from assay.settings.loader import train_config_from_dict
@@ -22,7 +22,7 @@ REGISTRIES = {
     "storage": STORAGES,
     "loss": LOSSES,
     "precision": PRECISIONS,
-    "family": SUPPORTED_ARCHITECTURES,
+    "family": FAMILY_NAMES,
     "distributed": rule("distributed.strategy").choices,
 }
 

@@ -46,14 +46,14 @@ class Outcome:
 def build_workspace(root: Path) -> Workspace:
     """Tiny random models of every architecture assay reads (written by transformers), the byte
     tokenizer and rows in the three formats the losses train on."""
-    from assay.model.config import SUPPORTED_ARCHITECTURES
+    from assay.model.families import NAMES as FAMILY_NAMES
     from assay_testing.byte_tokenizer import save_byte_tokenizer
     from assay_testing.text_run import ROWS
     from assay_testing.tiny import family_of, save_tiny
 
     models = {
         arch: save_tiny(family_of(arch), root, seed=i, gguf=False)["hf"]
-        for i, arch in enumerate(SUPPORTED_ARCHITECTURES)
+        for i, arch in enumerate(FAMILY_NAMES)
     }
     save_byte_tokenizer(root / "bytes.gguf")
     rows = {

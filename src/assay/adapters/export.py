@@ -24,7 +24,6 @@ from assay.adapters.io import save_adapter
 from assay.adapters.manifest import FORMAT, MANIFEST, verify_manifest, write_manifest
 from assay.atomic import atomic_write_bytes, staged_directory
 from assay.errors import ConfigError
-from assay.model.config import WINDOW_FOR_EVERY_LAYER
 from assay.model.gguf_seal import seal_holds
 from assay.model.hf_fields import GRANITE_SCALARS
 
@@ -99,18 +98,17 @@ def hf_config(config) -> dict:
         "pad_token_id": config.pad_token_id,
         "dtype": "float32",
     }
-    if config.architecture in ("llama", "qwen3", "granite", "olmo2", "gemma3_text"):
-        out["attention_bias"] = False  # each would put it on o too; refused when reading
-    if config.architecture in ("llama", "granite"):
-        out["mlp_bias"] = False
-    if config.architecture == "granite":
+    family = config.family
+    # each would put attention_bias on o too, and mlp_bias on the MLP: refused when reading
+    out.update({key: False for key in family.bias_keys})
+    if family.scalars:
         out.update({key: getattr(config, key) for key in GRANITE_SCALARS})
-    if config.architecture in WINDOW_FOR_EVERY_LAYER:
+    if family.window_reading == "every_layer":
         out["sliding_window"] = config.sliding_window
-    if config.architecture == "gemma3_text":
+    if family.window_reading == "per_kind":
         del out["hidden_act"]  # Gemma 3 reads hidden_activation
         out.update(_gemma3_config(config))
-    if config.architecture in ("qwen2", "qwen3"):
+    if family.window_reading == "qwen":
         # one attention kind for every layer: sliding from layer 0 on, or none
         sliding = config.sliding_window is not None
         out["use_sliding_window"] = sliding

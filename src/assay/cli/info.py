@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.cli.load_progress import load_progress
-from assay.model.config import FUSED_PROJECTION_FAMILIES
+from assay.model.families import FAMILIES
 from assay.settings import STORAGES
 from assay.settings import rule as setting_rule
 from assay.settings.storages import storage
@@ -90,7 +90,7 @@ def _print_info(info: dict[str, Any]) -> None:
         window_text = f"{window:,} tokens" if window else "none"
     layout = (
         "q, k, v fused in qkv_proj, gate and up in gate_up_proj"
-        if c["architecture"] in FUSED_PROJECTION_FAMILIES
+        if FAMILIES[c["architecture"]].fused_projections
         else "projections apart"
     )
     print(f"  attention     window {window_text}; {layout}")

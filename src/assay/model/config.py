@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assay.errors import ModelFileError, UnsupportedModelError
+from assay.model.families import FAMILIES, GGUF_NAMES, LAYER_KINDS, NAMES, Family
 from assay.model.hf_fields import (
     ABSENT,
     GRANITE_SCALARS,
@@ -22,16 +23,6 @@ from assay.model.hf_fields import (
     rope_parameters,
 )
 
-SUPPORTED_ARCHITECTURES = (
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "granite",
-    "olmo2",
-    "phi3",
-    "gemma3_text",
-)
 # The positive integers that size a decoder (the memory predictor reads these alone).
 SIZE_FIELDS = (
     "vocab_size",
@@ -71,80 +62,19 @@ LIMITS: dict[str, float] = {
     # Gemma 3's attention scale is query_pre_attn_scalar^-0.5 (256 in every published one)
     "query_pre_attn_scalar": 1 << 20,
 }
-# transformers' defaults where a family's config.json leaves a key out
-MISTRAL_WINDOW = 4096
-# families whose sliding_window, when set, binds every layer, with transformers' default for
-# an absent key (Mistral's 4096; Phi-3's none)
-WINDOW_FOR_EVERY_LAYER: dict[str, int | None] = {"mistral": MISTRAL_WINDOW, "phi3": None}
+# transformers' defaults where a family's config.json leaves a key out (the rest are the
+# family entries', assay.model.families)
 QWEN2_WINDOW = 4096
 QWEN2_WINDOW_LAYERS = 28
-# head_dim when config.json leaves it out: these families' own, the others' hidden / heads
-DEFAULT_HEAD_DIM = {"qwen3": 128, "gemma3_text": 256}
 GEMMA3_QUERY_PRE_ATTN_SCALAR = 256
 GEMMA3_WINDOW = 4096
 # every n-th Gemma 3 layer is full attention, the others sliding, when layer_types is absent
 GEMMA3_WINDOW_PATTERN = 6
 # rope theta of Gemma 3's full-attention and sliding layers when config.json leaves them out
 GEMMA3_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
-LAYER_KINDS = ("full_attention", "sliding_attention")
-# max_position_embeddings when config.json leaves it out (a Llama-3 rope without its own
-# original context takes this one)
-DEFAULT_CONTEXT = {
-    "llama": 2048,
-    "mistral": 131072,
-    "qwen2": 32768,
-    "qwen3": 32768,
-    "granite": 2048,
-    "olmo2": 2048,
-    "phi3": 4096,
-    "gemma3_text": 131072,
-}
-# pad_token_id when config.json leaves it out (transformers' Phi-3 default; the others' is none)
-DEFAULT_PAD_TOKEN = {"phi3": 32000, "gemma3_text": 0}
-# tie_word_embeddings when config.json leaves it out (transformers' Gemma 3 ties; the others not)
-DEFAULT_TIED = {"gemma3_text": True}
-# rms_norm_eps when config.json leaves it out (transformers' defaults)
-DEFAULT_RMS_NORM_EPS = {"olmo2": 1e-5, "phi3": 1e-5}
-RMS_NORM_EPS = 1e-6
-# families whose transformers model reads a null head_dim as the default (hidden / heads)
-NULL_HEAD_DIM_IS_DEFAULT = ("llama", "mistral")
-# the general.architecture values read from GGUF (llama.cpp files Mistral under llama; OLMo 2's
-# GGUF is neither read nor written)
-GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "granite")
-# families that are another's layout under another name: Mistral is Llama's (its window is a
-# setting), and llama.cpp files it under llama
-SAME_LAYOUT_AS = {"mistral": "llama"}
-# GGUF files whose Q and K rows llama.cpp stores permuted (its Llama conversion, Granite's too)
-PERMUTED_GGUF = ("llama", "granite")
-
 # ModelConfig reals that may be None (the family does not have them), and the LIMITS key of each
 _OPTIONAL_REALS = ("rope_local_theta", "query_pre_attn_scalar")
 _LIMIT_OF = {"rope_local_theta": "rope_theta"}
-
-# families whose attention RMS-normalises q and k before RoPE: each head (a weight of head_dim)
-# in Qwen3, the whole projection (a weight of q_size and of kv_size) in OLMo 2
-QK_NORM_FAMILIES = ("qwen3", "olmo2", "gemma3_text")
-WHOLE_QK_NORM_FAMILIES = ("olmo2",)
-# families whose layers normalise each branch's output before its residual add (OLMo 2's
-# post_attention_layernorm and post_feedforward_layernorm) instead of its input; their RMSNorm
-# multiplies by its weight before casting back to the compute dtype
-POST_NORM_FAMILIES = ("olmo2",)
-# families whose layers normalise each branch's input and its output (Gemma 3's four norms:
-# input_layernorm, post_attention_layernorm, pre_feedforward_layernorm,
-# post_feedforward_layernorm)
-SANDWICH_NORM_FAMILIES = ("gemma3_text",)
-# families whose RMSNorm multiplies by its weight in fp32 before casting back (Llama casts first)
-NORM_WEIGHT_IN_FP32_FAMILIES = ("olmo2", "gemma3_text")
-# families whose RMSNorm weight is stored as an offset from 1: x * (1 + w) (Gemma's)
-OFFSET_NORM_FAMILIES = ("gemma3_text",)
-# families whose embeddings are multiplied by sqrt(hidden_size), rounded to the embedding's dtype
-SCALED_EMBEDDING_FAMILIES = ("gemma3_text",)
-# the MLP's gate activation: SiLU, or GELU with the tanh approximation (Gemma's)
-GELU_TANH_FAMILIES = ("gemma3_text",)
-# families whose layers hold q, k and v in one projection (qkv_proj: q's rows, then k's, then
-# v's) and gate and up in another (gate_up_proj: gate's rows first), as Phi-3 stores them; an
-# adapter wraps each fused projection whole, as PEFT does
-FUSED_PROJECTION_FAMILIES = ("phi3",)
 
 
 @dataclass(frozen=True)
@@ -195,10 +125,10 @@ class ModelConfig:
     query_pre_attn_scalar: int | None = None  # attention scaled by its ^-0.5 (Gemma 3)
 
     def __post_init__(self) -> None:
-        if self.architecture not in SUPPORTED_ARCHITECTURES:
+        if self.architecture not in FAMILIES:
             raise UnsupportedModelError(
                 f"architecture {self.architecture!r} is not supported; "
-                f"expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+                f"expected one of {', '.join(NAMES)}"
             )
         for name in SIZE_FIELDS:
             value = getattr(self, name)
@@ -284,29 +214,34 @@ class ModelConfig:
         return self.head_dim**-0.5
 
     @property
+    def family(self) -> Family:
+        """The family entry of ``architecture`` (assay.model.families)."""
+        return FAMILIES[self.architecture]
+
+    @property
     def sandwich_norm(self) -> bool:
         """Each branch's input and output are normalised (Gemma 3)."""
-        return self.architecture in SANDWICH_NORM_FAMILIES
+        return self.family.sandwich_norm
 
     @property
     def norm_weight_in_fp32(self) -> bool:
         """RMSNorm multiplies by its weight in fp32, then casts back (OLMo 2, Gemma 3)."""
-        return self.architecture in NORM_WEIGHT_IN_FP32_FAMILIES
+        return self.family.norm_weight_in_fp32
 
     @property
     def norm_offset(self) -> float:
         """What RMSNorm adds to its stored weight: 1 for Gemma's x * (1 + w), else 0."""
-        return 1.0 if self.architecture in OFFSET_NORM_FAMILIES else 0.0
+        return 1.0 if self.family.offset_norm else 0.0
 
     @property
     def scaled_embeddings(self) -> bool:
         """The embeddings are multiplied by sqrt(hidden_size) (Gemma 3)."""
-        return self.architecture in SCALED_EMBEDDING_FAMILIES
+        return self.family.scaled_embeddings
 
     @property
     def activation(self) -> str:
         """The MLP gate's activation: ``silu``, or ``gelu_tanh`` (Gemma 3)."""
-        return "gelu_tanh" if self.architecture in GELU_TANH_FAMILIES else "silu"
+        return self.family.activation
 
     @property
     def q_size(self) -> int:
@@ -319,17 +254,17 @@ class ModelConfig:
     @property
     def post_norm(self) -> bool:
         """Each branch's output, not its input, is normalised (OLMo 2)."""
-        return self.architecture in POST_NORM_FAMILIES
+        return self.family.post_norm
 
     @property
     def fused_projections(self) -> bool:
         """q, k and v are one ``qkv_proj``, gate and up one ``gate_up_proj`` (Phi-3)."""
-        return self.architecture in FUSED_PROJECTION_FAMILIES
+        return self.family.fused_projections
 
     @property
     def whole_qk_norm(self) -> bool:
         """q and k are each normalised as one whole projection (OLMo 2), not head by head."""
-        return self.qk_norm and self.architecture in WHOLE_QK_NORM_FAMILIES
+        return self.qk_norm and self.family.qk_norm == "whole"
 
     @property
     def qk_norm_widths(self) -> tuple[int, int]:
@@ -364,7 +299,7 @@ class ModelConfig:
         return {
             # a GGUF files Mistral under llama (its window is sliding_window below): the same
             # model read from either is the same base
-            "architecture": SAME_LAYOUT_AS.get(self.architecture, self.architecture),
+            "architecture": self.family.layout,
             **{name: getattr(self, name) for name in SIZE_FIELDS},
             "rms_norm_eps": real(self.rms_norm_eps),
             "tie_word_embeddings": self.tie_word_embeddings,
@@ -518,15 +453,16 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     range-checked before it sizes anything.
     """
     model_type = _require(hf, "model_type", where)
-    if model_type not in SUPPORTED_ARCHITECTURES:
+    if model_type not in FAMILIES:
         raise UnsupportedModelError(
             f"{where}: model_type {model_type!r} is not supported; "
-            f"expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"expected one of {', '.join(NAMES)}"
         )
     for key in ("rope_parameters", "rope_scaling"):
         if hf.get(key) is not None and not isinstance(hf[key], Mapping):
             raise ModelFileError(f"{where}: {key} must be an object, got {hf[key]!r}")
-    tied = hf.get("tie_word_embeddings", DEFAULT_TIED.get(model_type, False))
+    family = FAMILIES[model_type]
+    tied = hf.get("tie_word_embeddings", family.tied)
     if not isinstance(tied, bool):
         raise ModelFileError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
     check_refused_fields(hf, model_type, where)
@@ -541,14 +477,12 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     _check_layer_types(hf, layers, where)
     # transformers >= 5 folds rope_theta and rope_scaling into rope_parameters.
     rope = rope_parameters(hf)
-    context = whole(
-        "max_position_embeddings", "max_position_embeddings", DEFAULT_CONTEXT[model_type]
-    )
+    context = whole("max_position_embeddings", "max_position_embeddings", family.context)
     theta_value = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
     theta = _real(theta_value, "rope_theta", where, "rope_theta")
     scaling = None
     # Gemma 3 reads a rope per layer kind (_gemma3_fields), never this flat one
-    if rope.get("rope_type", "default") == "llama3" and model_type != "gemma3_text":
+    if rope.get("rope_type", "default") == "llama3" and family.window_reading != "per_kind":
         scaling = {
             "rope_type": "llama3",
             "factor": _real(_require(rope, "factor", where), "factor", where, "factor"),
@@ -571,8 +505,8 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     # default only where transformers' model reads it so, and is refused (as a value that is no
     # integer) where transformers refuses it (Qwen3) or cannot run it (Qwen2, Granite)
     head_dim = hf.get("head_dim", ABSENT)
-    if head_dim is ABSENT or (head_dim is None and model_type in NULL_HEAD_DIM_IS_DEFAULT):
-        head_dim = DEFAULT_HEAD_DIM.get(model_type, hidden // heads)
+    if head_dim is ABSENT or (head_dim is None and family.null_head_dim_is_default):
+        head_dim = family.head_dim or hidden // heads
     kv_heads = hf.get("num_key_value_heads")
     vocab = whole("vocab_size", "vocab_size")
     fields = dict(
@@ -590,7 +524,7 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         rope_theta=theta,
         rms_norm_eps=_real(
             _float_kind(
-                hf.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS.get(model_type, RMS_NORM_EPS)),
+                hf.get("rms_norm_eps", family.rms_norm_eps),
                 "rms_norm_eps",
                 where,
             ),
@@ -602,19 +536,19 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
         tie_word_embeddings=tied,
         # Qwen2 always has a q, k, v bias; Llama's attention_bias (q, k, v and o) is refused
         # in hf_fields, and Mistral has none whatever the file says.
-        attention_bias=model_type == "qwen2",
-        qk_norm=model_type in QK_NORM_FAMILIES,
-        **_granite_scalars(hf, model_type, where),
+        attention_bias=family.attention_bias,
+        qk_norm=family.qk_norm is not None,
+        **_granite_scalars(hf, family, where),
         sliding_window=None,
         rope_scaling=scaling,
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=eos[0] if isinstance(eos, list) else eos,
-        pad_token_id=_pad_token(hf, model_type, vocab, where),
+        pad_token_id=_pad_token(hf, family, vocab, where),
     )
-    if model_type == "gemma3_text":
+    if family.window_reading == "per_kind":
         fields.update(_gemma3_fields(hf, hidden, heads, layers, where))
     else:
-        fields["sliding_window"] = _sliding_window(hf, model_type, layers, where)
+        fields["sliding_window"] = _sliding_window(hf, family, layers, where)
     return _built(where, **fields)
 
 
@@ -694,11 +628,11 @@ def _gemma3_fields(
     }
 
 
-def _pad_token(hf: Mapping[str, Any], family: str, vocab: int, where: str) -> int | None:
+def _pad_token(hf: Mapping[str, Any], family: Family, vocab: int, where: str) -> int | None:
     """pad_token_id as transformers reads it (its family's default when absent), or
     ModelFileError naming the file for an id transformers cannot build the embedding with: one
     outside -vocab_size..vocab_size - 1 (PyTorch's padding_idx range), or not an integer."""
-    pad = hf.get("pad_token_id", DEFAULT_PAD_TOKEN.get(family))
+    pad = hf.get("pad_token_id", family.pad_token)
     if pad is None:
         return None
     if isinstance(pad, bool) or not isinstance(pad, int) or not -vocab <= pad < vocab:
@@ -724,22 +658,22 @@ def _check_layer_types(hf: Mapping[str, Any], layers: int, where: str) -> None:
         raise ModelFileError(f"{where}: layer_types must list one kind per layer ({layers})")
 
 
-def _granite_scalars(hf: Mapping[str, Any], family: str, where: str) -> dict[str, Any]:
+def _granite_scalars(hf: Mapping[str, Any], family: Family, where: str) -> dict[str, Any]:
     """Granite's four scalars as transformers reads them (each 1 when absent); nothing for
     another family, whose file may not ask for them (hf_fields refuses them by name)."""
-    if family != "granite":
+    if not family.scalars:
         return {}
     return {key: _real(hf.get(key, 1.0), key, where, key) for key in GRANITE_SCALARS}
 
 
-def _sliding_window(hf: Mapping[str, Any], family: str, layers: int, where: str) -> int | None:
+def _sliding_window(hf: Mapping[str, Any], family: Family, layers: int, where: str) -> int | None:
     """The window every layer attends within, or None for full causal attention, as
     transformers reads ``family``'s keys; ModelFileError for layers that would mix the two
     (assay applies one attention kind to every layer)."""
-    if family in ("llama", "granite", "olmo2"):
+    if family.window_reading == "none":
         return None  # transformers' Llama, Granite and OLMo 2 never read sliding_window
-    if family in WINDOW_FOR_EVERY_LAYER:
-        window = hf.get("sliding_window", WINDOW_FOR_EVERY_LAYER[family])
+    if family.window_reading == "every_layer":
+        window = hf.get("sliding_window", family.default_window)
         return (
             None if window is None else _integer(window, "sliding_window", where, "sliding_window")
         )
@@ -802,10 +736,10 @@ def config_from_gguf(
     ``output.weight``; the vocabulary size falls back to the token list's length.
     """
     arch = _require(meta, "general.architecture", where)
-    if arch not in GGUF_ARCHITECTURES:
+    if arch not in GGUF_NAMES:
         raise UnsupportedModelError(
             f"{where}: GGUF architecture {arch!r} is not supported; expected "
-            f"{', '.join(GGUF_ARCHITECTURES[:-1])} or {GGUF_ARCHITECTURES[-1]}"
+            f"{', '.join(GGUF_NAMES[:-1])} or {GGUF_NAMES[-1]}"
         )
 
     def key(name: str) -> Any:
@@ -861,7 +795,7 @@ def config_from_gguf(
         ),
         tie_word_embeddings=not has_output,
         attention_bias=has_qkv_bias,
-        qk_norm=arch in QK_NORM_FAMILIES,
+        qk_norm=FAMILIES[arch].qk_norm is not None,
         **_gguf_granite_scalars(meta, arch, where),
         rope_freq_divisors=rope_freq_divisors,
         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),

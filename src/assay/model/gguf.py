@@ -11,7 +11,7 @@ import torch
 from gguf import GGMLQuantizationType, quants
 
 from assay.errors import ModelFileError, UnsupportedModelError
-from assay.model.config import PERMUTED_GGUF, ModelConfig, config_from_gguf
+from assay.model.config import ModelConfig, config_from_gguf
 from assay.model.gguf_header import GGUFHeader, TensorInfo, read_header
 
 _LAYER_NAMES = {
@@ -128,7 +128,7 @@ class GGUFSource:
             if str(path) in str(err):
                 raise
             raise ModelFileError(f"{path}: {err}") from None
-        self._permuted = self.config.architecture in PERMUTED_GGUF
+        self._permuted = self.config.family.permuted_gguf
 
     @property
     def names(self) -> list[str]:

@@ -14,13 +14,8 @@ from gguf import GGMLQuantizationType, GGUFWriter
 
 from assay.atomic import TMP_MARK, file_mode, fsync_dir, fsync_file
 from assay.errors import ConfigError
-from assay.model.config import (
-    GGUF_ARCHITECTURES,
-    GGUF_GRANITE_KEYS,
-    PERMUTED_GGUF,
-    SAME_LAYOUT_AS,
-    ModelConfig,
-)
+from assay.model.config import GGUF_GRANITE_KEYS, ModelConfig
+from assay.model.families import FAMILIES
 from assay.model.gguf import gguf_name, permute_qk
 from assay.model.gguf_seal import placeholder_metadata, seal
 
@@ -33,7 +28,7 @@ _TYPES = {
 def gguf_architecture(config: ModelConfig) -> str:
     """llama.cpp files Mistral under ``llama``; Qwen2, Qwen3 and Granite keep their own
     names."""
-    return SAME_LAYOUT_AS.get(config.architecture, config.architecture)
+    return config.family.layout
 
 
 def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
@@ -105,7 +100,7 @@ def write_gguf(
             f"{config.max_position_embeddings} positions); export safetensors instead"
         )
     arch = gguf_architecture(config)
-    if arch not in GGUF_ARCHITECTURES:
+    if not FAMILIES[arch].gguf:
         raise ConfigError(
             f"{target}: assay writes no GGUF of {arch} (its reader could not read it back); "
             "export safetensors instead"
@@ -132,11 +127,12 @@ def write_gguf(
         elif config.rope_freq_divisors is not None:
             divisors = np.asarray(config.rope_freq_divisors, dtype=np.float32)
             writer.add_tensor("rope_freqs.weight", divisors)
+        permuted = FAMILIES[arch].permuted_gguf
         for name, tensor in tensors.items():
             values = tensor.detach().to(torch.float32).cpu().numpy()
-            if arch in PERMUTED_GGUF and ".q_proj." in name:
+            if permuted and ".q_proj." in name:
                 values = permute_qk(values, config.num_heads, inverse=False)
-            elif arch in PERMUTED_GGUF and ".k_proj." in name:
+            elif permuted and ".k_proj." in name:
                 values = permute_qk(values, config.num_kv_heads, inverse=False)
             if values.ndim == 1:  # norms and biases stay F32, as llama.cpp writes them
                 writer.add_tensor(gguf_name(name), values.astype(np.float32))

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from assay.errors import UnsupportedModelError
+from assay.model.families import LAYER_KINDS
+from assay.model.families import NAMES as FAMILIES
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "granite", "olmo2", "phi3", "gemma3_text")
 GEMMA = ("gemma3_text",)
-LAYER_KINDS = ("full_attention", "sliding_attention")
 # transformers' ACT2FN maps both names to SiLU
 SILU_NAMES = ("silu", "swish")
 # Gemma's activation: GELU with the tanh approximation, as torch computes it

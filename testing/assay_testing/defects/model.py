@@ -65,8 +65,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.model.config:_sliding_window",
-                "if family in WINDOW_FOR_EVERY_LAYER:",
-                'if family == "mistral":',
+                'if family.window_reading == "every_layer":',
+                'if family.name == "mistral":',
             ),
         ),
     ),
@@ -76,7 +76,7 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.model.config:_pad_token",
-                'pad = hf.get("pad_token_id", DEFAULT_PAD_TOKEN.get(family))',
+                'pad = hf.get("pad_token_id", family.pad_token)',
                 'pad = hf.get("pad_token_id")',
             ),
         ),
@@ -158,8 +158,8 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.model.config:config_from_hf",
-                "DEFAULT_RMS_NORM_EPS.get(model_type, RMS_NORM_EPS)",
-                "RMS_NORM_EPS",
+                'hf.get("rms_norm_eps", family.rms_norm_eps)',
+                'hf.get("rms_norm_eps", 1e-6)',
             ),
         ),
     ),
@@ -192,7 +192,7 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.model.gguf_export:write_gguf",
-                "if arch not in GGUF_ARCHITECTURES:",
+                "if not FAMILIES[arch].gguf:",
                 "if False:",
             ),
         ),
@@ -250,9 +250,9 @@ DEFECTS: tuple[Defect, ...] = (
             Edit(
                 "assay.model.gguf_export:write_gguf",
                 """\
-            if arch in PERMUTED_GGUF and ".q_proj." in name:
+            if permuted and ".q_proj." in name:
                 values = permute_qk(values, config.num_heads, inverse=False)
-            elif arch in PERMUTED_GGUF and ".k_proj." in name:
+            elif permuted and ".k_proj." in name:
                 values = permute_qk(values, config.num_kv_heads, inverse=False)
 """,
                 "",
