@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from gatekit import SEES_CUDA
+from gatekit import SEES_CUDA, TINY_PNG
 
 from assay.cli import main
 from assay.errors import AssayError
@@ -96,6 +96,27 @@ def test_box_receipts_join_beside_the_cpu_ones_and_verify(home, tmp_path, capsys
     assert _import(archive, home.receipts) == 0
     assert "already in the ledger" in capsys.readouterr().out
     assert len(read_ledger(home.receipts / "alpha" / "LEDGER")[0]) == 2
+
+
+def test_a_receipt_with_a_figure_comes_home_byte_for_byte(gates, tmp_path, capsys):
+    """A box receipt that carries a figure: the receipt lands as the box wrote it and the figure
+    beside it (the import once wrote the figure's bytes in the receipt's place)."""
+    png = tmp_path / "plot.png"
+    png.write_bytes(TINY_PNG)
+    figure = f"    gate.figure({str(png)!r}, 'error by layer')\n"
+    gates.write("alpha", DEVICE_GATE.replace("    claim.measure", figure + "    claim.measure", 1))
+    gates.run().assert_outcomes(passed=1)
+    archive, box = _box_run(gates, tmp_path)
+    assert _import(archive, gates.receipts) == 0, capsys.readouterr()
+    written = {p.name: p.read_bytes() for p in (box / "receipts" / "alpha").glob("*.json")}
+    home = {p.name: p.read_bytes() for p in (gates.receipts / "alpha").glob("*.json")}
+    assert written.items() <= home.items()
+    receipt = json.loads(home[max(written)])
+    assert (
+        receipt["figures"]
+        and (gates.records / receipt["figures"][0]["path"]).read_bytes() == TINY_PNG
+    )
+    assert verify_all(gates.receipts, gates.records) == []
 
 
 def _rewrite(archive: Path, change) -> None:

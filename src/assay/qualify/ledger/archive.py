@@ -303,14 +303,14 @@ def _plan(
                     rf"figures/{re.escape(gate)}/[A-Za-z0-9_.-]+\.png", figure["path"]
                 ):
                     raise AssayError(f"{archive}: figure path {figure['path']!r} is not its gate's")
-                data = members.get(figure["path"])
-                if data is None or _sha256(data) != figure["sha256"]:
+                image = members.get(figure["path"])
+                if image is None or _sha256(image) != figure["sha256"]:
                     raise AssayError(f"{archive}: figure {figure['path']} missing or altered")
                 home = Path(records_dir) / figure["path"]
-                if home.exists() and not same_bytes(home, data):
+                if home.exists() and not same_bytes(home, image):
                     raise AssayError(f"{home}: exists with other bytes; not overwritten")
                 if not home.exists():
-                    plan.figures[figure["path"]] = data
+                    plan.figures[figure["path"]] = image
             plan.receipts.append((name, data, receipt["receipt_sha256"]))
         if plan.receipts:
             plans.append(plan)
