@@ -304,18 +304,21 @@ def _pyproject(root: Path) -> tuple[str | None, str | None]:
     if not path.is_file():
         return None, None
     text = path.read_text("utf-8", errors="replace")
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
 
-        project = tomllib.loads(text).get("project", {})
+        try:
+            project = tomllib.loads(text).get("project", {})
+        except ValueError:
+            return None, None
         return project.get("name"), project.get("version")
-    except ImportError:  # Python 3.10: read the two keys of [project] by hand
-        section = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
-        body = section.group(1) if section else ""
-        found = {k: re.search(rf'^{k}\s*=\s*"([^"]*)"', body, re.M) for k in ("name", "version")}
-        return tuple(m.group(1) if m else None for m in found.values())  # type: ignore[return-value]
-    except ValueError:
-        return None, None
+    # Python 3.10 has no tomllib: the two keys of [project] read by hand
+    section = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    body = section.group(1) if section else ""
+    name, version = (
+        re.search(rf'^{key}\s*=\s*"([^"]*)"', body, re.M) for key in ("name", "version")
+    )
+    return (name.group(1) if name else None), (version.group(1) if version else None)
 
 
 def describe_subject(root: Path, override: str | None = None) -> dict[str, Any]:
