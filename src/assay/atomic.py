@@ -224,7 +224,7 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[str]:
 
     Only call this when no other process writes into ``directory``. Returns the names removed.
     """
-    removed = []
+    removed: list[str] = []
     root = Path(directory)
     if not root.is_dir():
         return removed

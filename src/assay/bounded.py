@@ -189,7 +189,7 @@ def parse_json(text: str | bytes, *, finite: bool = False) -> Any:
             raise json.JSONDecodeError(why, text, max(text.find(digits), 0))
         return int(digits)
 
-    constants = {"parse_constant": _refuse_constant} if finite else {}
+    constants: dict[str, Any] = {"parse_constant": _refuse_constant} if finite else {}
     try:
         data = json.loads(text, parse_int=bounded_int, **constants)
     except RecursionError:  # hostile nesting: an error at the document, not a crash

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -20,6 +20,9 @@ from assay.adapters.inject import PARENT, layer_indices, target_names
 from assay.errors import ConfigError
 from assay.settings.methods import NAMES, LoRAOptions, build_options
 from assay.settings.methods import method as registered
+
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
 
 METHODS = NAMES
 
@@ -73,7 +76,7 @@ def _has_stored_weights(model: nn.Module) -> bool:
 
 
 def attach(
-    model: nn.Module,
+    model: Decoder,
     method: str = "lora",
     *,
     rank: int | None = None,
@@ -153,6 +156,9 @@ class LayerwiseAttach:
     projection). ``options`` are the method's checked options (``build_options``).
     """
 
+    implementation: type[AdapterLinear]
+    shared: dict[str, Any]
+
     def __init__(
         self,
         num_layers: int,
@@ -195,7 +201,7 @@ class LayerwiseAttach:
             )
             setattr(parent, projection, adapter)
 
-    def finish(self, model: nn.Module) -> None:
+    def finish(self, model: Decoder) -> None:
         """Record the ``AdapterSpec`` on ``model``, once every layer has been adapted."""
         if self.seen != self.num_layers:
             raise ConfigError(f"adapted {self.seen} of {self.num_layers} layers")

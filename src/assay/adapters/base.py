@@ -7,12 +7,15 @@ which returns the dense fp32 weight of an ``nn.Linear`` or of an ``assay.storage
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from assay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from assay.storage.linear import FrozenLinear
 
 
 def dense_weight(base: nn.Module) -> torch.Tensor:
@@ -39,7 +42,7 @@ class AdapterLinear(nn.Module):
     @classmethod
     def wrap(
         cls,
-        base: nn.Module,
+        base: nn.Linear | FrozenLinear,
         *,
         method: str,
         options: dict[str, Any],
@@ -54,7 +57,7 @@ class AdapterLinear(nn.Module):
     assay_base = ("base",)
     method = "abstract"
 
-    def __init__(self, base: nn.Module) -> None:
+    def __init__(self, base: nn.Linear | FrozenLinear) -> None:
         super().__init__()
         self.base = base
         self.in_features = int(base.in_features)

@@ -7,6 +7,8 @@ the scaled LoRA path added) so that the two agree to fp32 rounding; the bias is 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,13 +17,16 @@ from assay.adapters.base import dense_weight
 from assay.adapters.lora import LoRALinear
 from assay.settings.methods import LoRAOptions
 
+if TYPE_CHECKING:
+    from assay.storage.linear import FrozenLinear
+
 
 class DoRALinear(LoRALinear):
     """LoRA plus a trainable per-output-row magnitude ``lora_magnitude_vector`` [out]."""
 
     def __init__(
         self,
-        base: nn.Module,
+        base: nn.Linear | FrozenLinear,
         *,
         rank: int = LoRAOptions.rank,
         alpha: float = LoRAOptions.alpha,

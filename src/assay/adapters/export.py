@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -26,6 +26,9 @@ from assay.atomic import atomic_write_bytes, staged_directory
 from assay.errors import ConfigError
 from assay.model.gguf_seal import seal_holds
 from assay.model.hf_fields import GRANITE_SCALARS
+
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
 
 FORMATS = ("peft", "safetensors", "gguf")
 GGUF_EXPORT_KEY = "assay.export.format"  # marks a GGUF file as one ``assay export`` wrote
@@ -45,7 +48,8 @@ _HF_CLASSES = {
 def _dense(module: nn.Module, attribute: str) -> torch.Tensor:
     if attribute == "bias":
         base = module.base if isinstance(module, AdapterLinear) else module
-        return base.bias.detach().float()
+        # the config names a bias only for a layer that has one
+        return cast(torch.Tensor, base.bias).detach().float()
     if isinstance(module, AdapterLinear):
         return module.merged_weight()
     store = getattr(module, "store", None)
@@ -56,7 +60,7 @@ def _dense(module: nn.Module, attribute: str) -> torch.Tensor:
     return getattr(module, attribute).detach().float()
 
 
-def merged_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+def merged_tensors(model: Decoder) -> dict[str, torch.Tensor]:
     """Canonical name -> dense fp32 tensor of the function ``model`` computes now."""
     out = {}
     for name, shape in model.config.expected_shapes().items():
@@ -132,7 +136,7 @@ def _gemma3_config(config) -> dict:
 
 
 def export_merged(
-    model: nn.Module,
+    model: Decoder,
     out: str | os.PathLike[str],
     *,
     format: str = "safetensors",
@@ -326,7 +330,7 @@ def base_identity(model: nn.Module) -> dict[str, Any] | None:
 
 
 def export(
-    model: nn.Module,
+    model: Decoder,
     out: str | os.PathLike[str],
     format: str,
     *,

@@ -21,6 +21,7 @@ PARENT = {
     **dict.fromkeys((*MLP, "gate_up_proj"), "mlp"),
 }
 # site order within a layer: the adapters' seeded initialisation draws in this order
+ORDER: tuple[str, ...]  # of any length: it grows below
 ORDER = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj")
 ORDER += ("gate_up_proj", "down_proj")
 

@@ -10,6 +10,7 @@ first, as PEFT does), active only while the module is training; the base path ne
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,9 @@ from assay.adapters.base import AdapterLinear
 from assay.errors import ConfigError
 from assay.settings.methods import LORA_FAMILY, LoRAOptions
 from assay.settings.methods import method as registered
+
+if TYPE_CHECKING:
+    from assay.storage.linear import FrozenLinear
 
 
 def lora_scaling(method: str, rank: int, alpha: float) -> float:
@@ -32,7 +36,7 @@ class LoRALinear(AdapterLinear):
 
     def __init__(
         self,
-        base: nn.Module,
+        base: nn.Linear | FrozenLinear,
         *,
         method: str = "lora",
         rank: int = LoRAOptions.rank,

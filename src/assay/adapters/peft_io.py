@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -34,6 +34,9 @@ from assay.errors import ConfigError
 from assay.settings.methods import PEFT_METHODS, from_peft_flags
 from assay.settings.methods import method as registered
 
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
+
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
 SIDECAR = "assay_adapter.json"
@@ -48,14 +51,14 @@ def peft_key(module_name: str, tensor: str) -> str:
 
 def peft_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every adapter tensor of ``model`` under its PEFT key."""
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for name, module in adapter_modules(model):
         for tensor, value in module.named_parameters(recurse=False):
             out[peft_key(name, tensor)] = value
     return out
 
 
-def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
+def peft_config(spec: AdapterSpec, model: Decoder) -> dict[str, Any]:
     """A PEFT 0.21 LoraConfig dict for ``spec``."""
     all_layers = list(spec.layers) == list(range(len(model.layers)))
     base = getattr(model, "assay_base_model", None) or {}
@@ -83,7 +86,7 @@ def peft_config(spec: AdapterSpec, model: nn.Module) -> dict[str, Any]:
     }
 
 
-def save_peft(model: nn.Module, out: str | os.PathLike[str]) -> Path:
+def save_peft(model: Decoder, out: str | os.PathLike[str]) -> Path:
     """Write ``model``'s adapter as a PEFT folder at ``out`` (files written atomically)."""
     spec = getattr(model, "assay_adapter_spec", None)
     if spec is None or spec.method not in PEFT_METHODS:
@@ -226,7 +229,7 @@ def spec_from_peft(folder: Path, num_layers: int) -> AdapterSpec:
     return spec
 
 
-def load_peft(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
+def load_peft(model: Decoder, path: str | os.PathLike[str]) -> nn.Module:
     """Attach the adapter stored in a PEFT folder to a fresh ``model`` and load its tensors.
 
     Guarantees: every tensor the adapter needs is in the file with the right shape and no

@@ -11,6 +11,7 @@ target holds the same ``tiny_v`` Parameter object, so the model has u trainable 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -19,15 +20,23 @@ from torch import nn
 from assay.adapters.base import AdapterLinear, dense_weight
 from assay.errors import ConfigError
 
+if TYPE_CHECKING:
+    from assay.storage.linear import FrozenLinear
+
 
 class TinyLoRALinear(AdapterLinear):
     """delta W = (U * S) @ (sum_i v_i P_i) @ V^T around one frozen linear."""
 
     method = "tinylora"
+    # Buffers, registered in __init__: U, S and V^T of the base's truncated SVD, and P.
+    tiny_U: torch.Tensor
+    tiny_S: torch.Tensor
+    tiny_V: torch.Tensor
+    tiny_P: torch.Tensor
 
     def __init__(
         self,
-        base: nn.Module,
+        base: nn.Linear | FrozenLinear,
         *,
         u: int,
         r: int,

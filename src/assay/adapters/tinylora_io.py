@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -28,6 +29,10 @@ from assay.adapters.manifest import verify_manifest
 from assay.errors import ConfigError
 from assay.settings.methods import method as registered
 
+if TYPE_CHECKING:
+    from assay.adapters.tinylora import TinyLoRALinear
+    from assay.model.decoder import Decoder
+
 CONFIG = "tinylora_config.json"
 WEIGHTS = "tinylora_model.safetensors"
 FORMAT = "assay-tinylora/1"
@@ -41,10 +46,11 @@ def tinylora_state(model: nn.Module, spec: AdapterSpec) -> dict[str, torch.Tenso
     for name, module in adapter_modules(model):
         for buffer in _BUFFERS:
             out[f"{name}.{buffer}"] = getattr(module, buffer)
+        # a tinylora spec's adapters are all TinyLoRALinear
         if shared:
-            out["tiny_v"] = module.tiny_v
+            out["tiny_v"] = cast("TinyLoRALinear", module).tiny_v
         else:
-            out[f"{name}.tiny_v"] = module.tiny_v
+            out[f"{name}.tiny_v"] = cast("TinyLoRALinear", module).tiny_v
     return out
 
 
@@ -62,7 +68,7 @@ def save_tinylora(model: nn.Module, out: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def load_tinylora(model: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
+def load_tinylora(model: Decoder, path: str | os.PathLike[str]) -> nn.Module:
     """Attach and fill a tinylora adapter from ``path``; every key and shape is checked."""
     folder = Path(path)
     verify_manifest(folder)

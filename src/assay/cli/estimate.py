@@ -17,7 +17,7 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from assay.memory.plan import gib, header_config, plan_from_config, refusal_line, verdict
 from assay.model.shapes import MAX_LAYERS, SHAPES
@@ -42,8 +42,9 @@ def _integer(allowed: Callable[[int], bool], expected: str) -> Callable[[str], i
     return parse
 
 
-MIN_BUFFERS = rule("stream.buffers").minimum
-MIN_SEQ = rule("data.seq_len").minimum
+# both keys are integers with a minimum
+MIN_BUFFERS = cast(int, rule("stream.buffers").minimum)
+MIN_SEQ = cast(int, rule("data.seq_len").minimum)
 
 
 def _defaults(name: str) -> Any:
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_config(config, model)
     if budget is None:
         found = {"fits": None, "budget_bytes": None, "prediction": predict(plan).to_dict()}
-        result = {**found, "plan": plan.to_dict(), "fixes": []}
+        result: dict[str, Any] = {**found, "plan": plan.to_dict(), "fixes": []}
     else:
         result = verdict(plan, budget)
     if args.shape is not None:

@@ -6,13 +6,16 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from assay.cli.load_progress import load_progress
 from assay.model.families import FAMILIES
 from assay.settings import STORAGES
 from assay.settings import rule as setting_rule
 from assay.settings.storages import storage
+
+if TYPE_CHECKING:
+    from assay.model.gguf import GGUFSource
 
 
 def _model_info(args: argparse.Namespace) -> dict[str, Any]:
@@ -27,7 +30,10 @@ def _model_info(args: argparse.Namespace) -> dict[str, Any]:
 
     # the tokenizer before the weights: a bad one is refused before any weight is decoded
     folder = Path(args.model).is_dir()
-    gguf_tokenizer = not folder and "tokenizer.ggml.model" in source.header.metadata
+    # a model that is not a folder is a GGUF file
+    gguf_tokenizer = (
+        not folder and "tokenizer.ggml.model" in cast("GGUFSource", source).header.metadata
+    )
     tokenizer = None
     if gguf_tokenizer or (folder and has_tokenizer(Path(args.model))):
         tokenizer = load_tokenizer(args.model).summary()

@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -169,7 +170,7 @@ def init(device: str = "cpu", backend: str = "auto", source: str = "distributed"
     timeout = timedelta(seconds=_env_int(TIMEOUT_ENV, 1800))  # bounded in _checked_environment
     owns = not dist.is_initialized()
     if owns:
-        kwargs = {"device_id": torch.device(device)} if chosen == "nccl" else {}
+        kwargs: dict[str, Any] = {"device_id": torch.device(device)} if chosen == "nccl" else {}
         dist.init_process_group(chosen, timeout=timeout, **kwargs)
     elif (dist.get_rank(), dist.get_world_size()) != (rank, world):
         raise ConfigError(

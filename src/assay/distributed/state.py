@@ -13,7 +13,7 @@ any world size. Under DDP the live tensors already are full. Under FSDP2 they ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -42,7 +42,8 @@ def _scratch_optimizer(
     for group in optimizer.param_groups:
         hyper = {k: v for k, v in group.items() if k != "params"}
         groups.append({**hyper, "params": [by_id[id(p)] for p in group["params"]]})
-    return type(optimizer)(groups)
+    # Optimizer's own constructor also takes defaults; its subclasses take the groups alone
+    return type(optimizer)(groups)  # type: ignore[call-arg]
 
 
 def gather(
@@ -94,7 +95,8 @@ def restore_sharded(
         for name, live in params.items():
             shard = _shard_like(full[name], live)
             if isinstance(live, DTensor):
-                live.to_local().copy_(shard.to_local())
+                # split like a DTensor, the shard is one
+                live.to_local().copy_(cast(DTensor, shard).to_local())
             else:
                 live.copy_(shard)
     if optimizer is None or scratch is None:

@@ -26,10 +26,9 @@ What it guarantees, at any world size W (gloo on CPU, NCCL on CUDA):
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from assay.distributed.context import DistContext
 from assay.distributed.sampler import ShardedBatches, check_divisible
@@ -41,6 +40,10 @@ from assay.train.build import build_model
 from assay.train.checkpoint import Checkpoint, save_checkpoint
 from assay.train.data import Batch, Cursor, collate
 from assay.train.loop import Trainer
+
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
+    from assay.stream import StreamedModel
 
 
 class DistributedTrainer(Trainer):
@@ -62,12 +65,12 @@ class DistributedTrainer(Trainer):
         super().__init__(config, device=context.device, progress=progress)
 
     # -- construction --------------------------------------------------------------------------
-    def _build_model(self) -> tuple[nn.Module, nn.Module]:
+    def _build_model(self) -> tuple[Decoder | StreamedModel, Decoder]:
         # A disk-tier stream cache is per node: let local rank 0 write it, the others reuse it.
         with self.context.local_main_first():
             return build_model(self.config, self.device)
 
-    def _wrap(self, runner: nn.Module) -> Any:
+    def _wrap(self, runner: Decoder | StreamedModel) -> Any:
         if not self.context.active:
             return runner
         if self.strategy == "fsdp":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -29,13 +30,19 @@ from torch.distributed.tensor import DTensor
 
 from assay.distributed.context import DistContext
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+
+    from assay.model.decoder import Decoder
+    from assay.stream import StreamedModel
+
 STRATEGIES = ("ddp", "fsdp")
 
 
 class _HiddenStates(nn.Module):
     """``forward`` = the wrapped runner's ``hidden_states`` (what DDP needs to see)."""
 
-    def __init__(self, runner: nn.Module) -> None:
+    def __init__(self, runner: Decoder | StreamedModel) -> None:
         super().__init__()
         self.runner = runner
 
@@ -54,7 +61,7 @@ class DDPRunner:
     resident trainables, whose gradients the stream engine's backward returns as usual.
     """
 
-    def __init__(self, runner: nn.Module, context: DistContext) -> None:
+    def __init__(self, runner: Decoder | StreamedModel, context: DistContext) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
         self.runner = runner
@@ -89,7 +96,7 @@ class DDPRunner:
         return self.ddp.no_sync()
 
 
-def shard(base: nn.Module, context: DistContext) -> nn.Module:
+def shard(base: Decoder, context: DistContext) -> nn.Module:
     """FSDP2 ``fully_shard`` over each decoder layer, then the root; returns ``base``.
 
     Every parameter, frozen or trainable, becomes a DTensor sharded on dim 0 over a 1-D mesh
@@ -112,11 +119,12 @@ def shard(base: nn.Module, context: DistContext) -> nn.Module:
 @contextlib.contextmanager
 def fsdp_no_sync(base: nn.Module) -> Iterator[None]:
     """FSDP2's counterpart of DDP's ``no_sync``: keep unsharded gradients, no reduce-scatter."""
-    base.set_requires_gradient_sync(False)
+    # ``shard`` made ``base`` an FSDPModule (fully_shard swaps the module's class)
+    cast("FSDPModule", base).set_requires_gradient_sync(False)
     try:
         yield
     finally:
-        base.set_requires_gradient_sync(True)
+        cast("FSDPModule", base).set_requires_gradient_sync(True)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

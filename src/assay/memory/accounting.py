@@ -21,9 +21,13 @@ Ownership conventions:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from assay.storage.linear import WeightStore
 
 KEYS = (
     "weight_bytes",
@@ -120,5 +124,8 @@ def owned_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
 
 def packed_parameter_count(model: nn.Module) -> int:
     """Number of weight elements held in packed (NF4) stores, counted once per store."""
-    stores = {id(m): m for m in model.modules() if getattr(m, "assay_packed", False)}
+    # a module marked assay_packed is a weight store
+    stores = {
+        id(m): cast("WeightStore", m) for m in model.modules() if getattr(m, "assay_packed", False)
+    }
     return sum(m.shape[0] * m.shape[1] for m in stores.values())

@@ -106,6 +106,8 @@ def cuda_peaks(fn: Callable[[], Any], device: int = 0) -> tuple[Any, list[Peak]]
 class _NvmlPoller:
     """Polls NVML's device-used bytes on a thread; NVML keeps no peak of its own."""
 
+    best: int | None
+
     def __init__(self, device: int) -> None:
         self.device, self.best, self.done = device, None, threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)

@@ -30,7 +30,8 @@ def _allocation_events(prof: profile) -> list[tuple[int, int]]:
     from torch._C._profiler import _EventType
 
     found: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    # torch types both as optional: they are set once the profiler has run
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
     while stack:
         node = stack.pop()
         if node.tag == _EventType.Allocation:

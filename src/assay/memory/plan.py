@@ -108,6 +108,7 @@ def fixes(plan: Plan, budget: int) -> list[tuple[str, int]]:
     fitting = [(label, total) for label, total in singles if total <= budget]
     if fitting:
         return fitting
+    labels: list[str]
     current, labels = plan, []
     for label, _ in singles:
         trial = next((p for lab, p in knobs(current) if lab == label), None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from assay.model.config import SIZE_FIELDS, ModelConfig
 from assay.settings import DEFAULT_TARGETS, PREFERENCE_LOSSES, default
@@ -169,10 +169,11 @@ def _layer_vectors(d: ModelConfig) -> list[int]:
 def _stored_bytes(rows: int, cols: int, held: Storage) -> int:
     """Bytes a frozen projection's store holds (NF4 code tables are counted per model)."""
     n = rows * cols
+    # a float store sets element_bytes, a quantized one code_bits and block
     if not held.quantized:
-        return held.element_bytes * n
-    blocks = -(-n // held.block)
-    packed = -(-n * held.code_bits // 8)
+        return cast(int, held.element_bytes) * n
+    blocks = -(-n // cast(int, held.block))
+    packed = -(-n * cast(int, held.code_bits) // 8)
     if not held.double_quant:
         return packed + 4 * blocks
     return packed + blocks + 4 * -(-blocks // NF4_NESTED_BLOCK) + 4  # codes, absmax2, offset
@@ -197,8 +198,9 @@ def _layer_block_bytes(d: ModelConfig, held: Storage) -> int:
         if not held.quantized:
             sizes.append(_stored_bytes(rows, cols, held))
             continue
-        blocks = -(-n // held.block)
-        sizes += [-(-n * held.code_bits // 8), 64]  # packed codes, the NF4 map
+        # a quantized store sets code_bits and block
+        blocks = -(-n // cast(int, held.block))
+        sizes += [-(-n * cast(int, held.code_bits) // 8), 64]  # packed codes, the NF4 map
         if not held.double_quant:
             sizes.append(4 * blocks)
         else:
@@ -318,9 +320,12 @@ def _tile_workspace(plan: Plan) -> int:
     best = 0
     for rows, cols in _projections(plan.model).values():
         fit = max(TILE_BYTES // (cols * 4), 1)
-        align = held.block // math.gcd(held.block, cols) if held.quantized else 1
+        # block is read only where quantized, which sets it
+        align = (
+            cast(int, held.block) // math.gcd(cast(int, held.block), cols) if held.quantized else 1
+        )
         tile = min(max(fit // align, 1) * align, rows)
-        scales = (-(-tile * cols // held.block) + 1) * 4 if held.quantized else 0
+        scales = (-(-tile * cols // cast(int, held.block)) + 1) * 4 if held.quantized else 0
         best = max(best, tile * cols * 4 + scales)
     return best
 
@@ -358,7 +363,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
 
     embed = 4 * d.vocab_size * h * (1 if d.tie_word_embeddings else 2) + 4 * h
     if streamed:
-        weights = embed + plan.stream_buffers * _layer_block_bytes(d, held)
+        weights = embed + cast(int, plan.stream_buffers) * _layer_block_bytes(d, held)
     else:
         per_layer = sum(_stored_bytes(r, c, held) for r, c in _projections(d).values())
         weights = embed + d.num_layers * (per_layer + 4 * sum(_layer_vectors(d)))
@@ -375,7 +380,7 @@ def predict(plan: Plan, *, scope: str = "cpu-tensor") -> Prediction:
     head_in = 4 * h + 4 + (4 * h if entry.trains_base else 0)  # final norm (+ head input)
     if (streamed and plan.stream_recompute) or plan.gradient_checkpointing:
         # Only each layer's input is kept; one layer at a time is recomputed in backward.
-        kept = tokens * (d.num_layers * e * h + head_in) + rope
+        kept: float = tokens * (d.num_layers * e * h + head_in) + rope
         last_layer = tokens * (_layer_saved(plan, True) - e * h)
     else:
         kept = (

@@ -9,7 +9,8 @@ Projections are called as modules, so storage and adapters can replace them in p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,9 @@ from torch.utils.checkpoint import checkpoint
 
 from assay.model.cache import KVCache, LayerCache, cached_attention_mask
 from assay.model.config import ModelConfig
+
+if TYPE_CHECKING:
+    from assay.model.loader import Fingerprint
 
 
 class RMSNorm(nn.Module):
@@ -282,10 +286,11 @@ class DecoderLayer(nn.Module):
         mask: torch.Tensor | Mapping[str, torch.Tensor | None] | None,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
+        # tables and masks come by kind only to a model whose layers have kinds
         if isinstance(rope, Mapping):
-            rope = rope[self.kind]
+            rope = rope[cast(str, self.kind)]
         if isinstance(mask, Mapping):
-            mask = mask[self.kind]
+            mask = mask[cast(str, self.kind)]
         if self.sandwich_norm:
             attended = self.self_attn(self.input_layernorm(x), rope, mask, cache)
             x = x + self.post_attention_layernorm(attended)
@@ -327,6 +332,17 @@ def attention_mask(
 
 class Decoder(nn.Module):
     """The Llama-family causal LM. ``forward`` returns fp32 logits [B, T, vocab]."""
+
+    # An nn.Embedding and an nn.Linear as built; storage may swap in its frozen layers.
+    embed_tokens: nn.Module
+    lm_head: nn.Module
+    # Set on a loaded model by the loader and the layers above it, which read them back.
+    fingerprint: Fingerprint
+    assay_source: Path
+    assay_base_model: dict[str, str | None]
+    # The AdapterSpec that ``assay.adapters.attach`` records: adapters sit above the model, so
+    # it is not named here.
+    assay_adapter_spec: object
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 
 from assay.errors import AssayError
 from assay.model.cache import KVCache
+
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,16 @@ class Generation:
     logits: torch.Tensor | None = None
 
 
-def _decoder(model: nn.Module) -> nn.Module:
+def _decoder(model: nn.Module) -> Decoder:
     """The Decoder itself, or the one a wrapper (DDP: ``module``) holds; a StreamedModel is
     refused: decode with its resident Decoder instead."""
     for attribute in ("base", "module"):
         inner = getattr(model, attribute, None)
         if isinstance(inner, nn.Module) and hasattr(inner, "forward_cached"):
-            return inner
+            return cast("Decoder", inner)
     if not hasattr(model, "forward_cached"):
         raise AssayError(f"generate: {type(model).__name__} is not an assay Decoder")
-    return model
+    return cast("Decoder", model)
 
 
 def _left_padded(
@@ -85,7 +89,8 @@ def generate(
     if max_new_tokens < 0:
         raise AssayError(f"generate: max_new_tokens {max_new_tokens} is negative")
     decoder = _decoder(model)
-    device = decoder.embed_tokens.weight.device
+    # generation reads the dense embedding's device (a stored one holds no weight)
+    device = cast(nn.Embedding, decoder.embed_tokens).weight.device
     stops = set() if eos_id is None else {eos_id} if isinstance(eos_id, int) else set(eos_id)
     ids, mask = _left_padded(prompts, pad_id, device)
     rows = len(prompts)

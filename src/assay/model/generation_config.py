@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from assay.bounded import read_json_file
 from assay.errors import ConfigError
@@ -25,7 +26,7 @@ class GenerationDefaults:
     max_new_tokens: int | None = None
 
 
-def _token_id(value: object) -> bool:
+def _token_id(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 

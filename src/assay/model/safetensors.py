@@ -6,6 +6,7 @@ import itertools
 import json
 import struct
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -154,7 +155,8 @@ class SafetensorsSource:
                 raise ModelFileError(
                     f"{index}: weight_map must map each tensor to a shard file name in the folder"
                 )
-            files = sorted({directory / name for name in names})
+            # every name was checked to be a str just above
+            files = sorted({directory / cast(str, name) for name in names})
             for file in files:
                 if not file.is_file():
                     raise ModelFileError(f"{index}: shard {file.name} is missing")

@@ -271,7 +271,8 @@ class _GenerationTag(Extension):
     """transformers' ``{% generation %}...{% endgeneration %}``, which marks the assistant's
     text for its masks: rendered as its body, as transformers renders it."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    # jinja2 annotates Extension.tags as an instance attribute; it reads it from the class
+    tags: ClassVar[set[str]] = {"generation"}  # type: ignore[misc]
 
     def parse(self, parser: Any) -> list[nodes.Node]:
         next(parser.stream)

@@ -7,6 +7,7 @@ from assay.settings.storages import STORAGES
 __all__ = ["STORAGES"]  # the storage registry's names, re-exported for the settings
 
 # the fused two (qkv_proj, gate_up_proj) are Phi-3's: a model holds either them or their parts
+PROJECTIONS: tuple[str, ...]  # of any length: it grows below
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PROJECTIONS += ("qkv_proj", "gate_up_proj")
 DEFAULT_TARGETS = PROJECTIONS[:4]

@@ -119,7 +119,7 @@ def parse_size(value: int | str) -> int:
     """Bytes in ``value``: an integer, or a string such as ``4GiB``, ``512MiB``, ``2.5GB``;
     between 1 byte and :data:`MAX_SIZE` (ValueError saying which bound, for any other)."""
     if isinstance(value, int):
-        size = value
+        size: int | float = value
     else:
         match = re.fullmatch(r"\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([A-Za-z]*)\s*", value)
         if match is None or match.group(2) not in _UNITS:
@@ -212,7 +212,7 @@ def _typed(found: Rule, value: Any) -> Any:
     return value
 
 
-def _filled(cls: type, raw: dict[str, Any], *, at: str, source: Path) -> dict[str, Any]:
+def _filled(cls: type[Any], raw: dict[str, Any], *, at: str, source: Path) -> dict[str, Any]:
     """Every plain key of section ``cls``: the given value or the tree's default, typed; a key
     that does not apply under the section's selector is refused when given and None else."""
     name = getattr(cls, "selector", None)

@@ -45,7 +45,7 @@ class Rule:
     unique: bool = False
     applies: tuple[str, ...] | None = None
     applies_text: str | None = None
-    by_selector: dict[str, Any] | None = None
+    by_selector: dict[str | None, Any] | None = None
     keep_null: bool = False
     held: bool = False
 

@@ -14,7 +14,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.settings import SIZE_UNITS, STORAGES, Rule, TrainConfig, rules, section_class
 from assay.settings.methods import NAMES as METHOD_NAMES
@@ -96,7 +96,8 @@ def _object(cls: type, found: Rule | None) -> dict[str, Any]:
     if required:
         node["required"] = required
     node["properties"] = {
-        key: _object(section_class(cls, key), r) if r.kind == "section" else _leaf(r)
+        # a section's key always has its class
+        key: _object(cast(type, section_class(cls, key)), r) if r.kind == "section" else _leaf(r)
         for key, r in keys.items()
     }
     return node
@@ -124,7 +125,7 @@ def _rows(cls: type, prefix: str) -> list[tuple[str, Rule]]:
     for key, r in rules(cls).items():
         found.append((prefix + key, r))
         if r.kind == "section":
-            found += _rows(section_class(cls, key), f"{prefix}{key}.")
+            found += _rows(cast(type, section_class(cls, key)), f"{prefix}{key}.")
     return found
 
 
@@ -209,7 +210,7 @@ def help_lines() -> list[str]:
         if found.kind != "section":
             out.append(f"  {key}: {_short_default(found)}")
             continue
-        keys = rules(section_class(TrainConfig, key))
+        keys = rules(cast(type, section_class(TrainConfig, key)))
         inner = "; ".join(f"{k}={_short_default(r)}" for k, r in keys.items())
         out.append(f"  {key}{' (optional)' if found.nullable else ''}: {inner}")
     return out
@@ -236,7 +237,7 @@ def _prune(cls: type, body: dict[str, Any]) -> dict[str, Any]:
         if value is None and not found.keep_null:
             continue
         if found.kind == "section":
-            value = _prune(section_class(cls, key), value)
+            value = _prune(cast(type, section_class(cls, key)), value)
         out[key] = json.loads(json.dumps(value))
     return out
 

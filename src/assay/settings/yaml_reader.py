@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
@@ -145,7 +146,10 @@ def _json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", list: "array", dict: "mapping"}.get(type(value), type(value).__name__)
+    # the literal's key type is inferred as ABCMeta, which type(value) is not
+    return cast("dict[type, str]", {str: "string", list: "array", dict: "mapping"}).get(
+        type(value), type(value).__name__
+    )
 
 
 def _suggest(word: str, options: list[str]) -> str:
@@ -156,9 +160,13 @@ def _suggest(word: str, options: list[str]) -> str:
 def describe(error: ValidationError) -> str:
     """One line for a schema error: dotted field path, then what was expected."""
     where = _dotted(error.absolute_path)
+    # jsonschema types these "Any | Unset" (a hand-made error may lack them); a validator's
+    # errors always carry them
+    value: Any
+    rule: Any
     kind, value, rule = error.validator, error.instance, error.validator_value
     if kind == "additionalProperties":
-        known = sorted(error.schema.get("properties", {}))
+        known = sorted(cast(Mapping[str, Any], error.schema).get("properties", {}))
         # keys may be numbers as well as names (``5: x``): order them as text
         extra = sorted((k for k in value if k not in known), key=str)[0]
         return f"{_join(where, str(extra))}: unknown key ({_suggest(str(extra), known)})"

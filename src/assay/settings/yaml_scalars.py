@@ -92,7 +92,7 @@ def _reading(text: str) -> str:
         )
     if _HEX.match(text) or _OCTAL12.match(text) or _BINARY.match(text):
         base = {"x": 16, "o": 8, "b": 2}[digits[1].lower()]
-        value = sign * int(digits[2:], base)
+        value: int | float = sign * int(digits[2:], base)
         name = {16: "hexadecimal", 8: "octal", 2: "binary"}[base]
         article = "an" if name[0] == "o" else "a"
         return f"{text} is {article} {name} integer; settings take decimal integers: write {value}"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from assay.settings.storages import storage as registered_storage
-from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear
+from assay.storage.linear import DEFAULT_TILE_BYTES, FrozenEmbedding, FrozenLinear, WeightStore
 
 StorageHook = Callable[[str, nn.Module, str], None]
 _HOOKS: OrderedDict[int, StorageHook] = OrderedDict()
@@ -38,7 +39,7 @@ def check_storage(storage: str) -> str:
     return registered_storage(storage).name
 
 
-def make_store(weight: torch.Tensor, storage: str) -> nn.Module:
+def make_store(weight: torch.Tensor, storage: str) -> WeightStore:
     """A weight store for a 2-D ``weight`` under a storage that converts (not float32): the
     registry entry's store class with its options (a dtype option names a torch dtype)."""
     entry = registered_storage(storage)
@@ -94,7 +95,8 @@ def quantize_embeddings(
     check_storage(storage)
     _fire("before", model, storage)
     if not registered_storage(storage).keeps_parameters:
-        embedding, head = model.embed_tokens, model.lm_head
+        # still the decoder's own dense modules: embeddings are stored once, at load
+        embedding, head = cast(nn.Embedding, model.embed_tokens), cast(nn.Linear, model.lm_head)
         tied = head.weight.untyped_storage().data_ptr() == (
             embedding.weight.untyped_storage().data_ptr()
         )

@@ -11,6 +11,7 @@ class DenseWeight(nn.Module):
     """A frozen 2-D weight stored in ``dtype``; rows come back converted to the caller's dtype."""
 
     assay_packed = False
+    weight: torch.Tensor  # a buffer, registered in __init__
 
     def __init__(self, weight: torch.Tensor, *, dtype: torch.dtype) -> None:
         super().__init__()

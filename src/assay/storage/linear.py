@@ -12,6 +12,7 @@ backward decodes each tile again.
 from __future__ import annotations
 
 import threading
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,49 @@ DEFAULT_TILE_BYTES = 4 << 20
 # back pages it has just returned to the kernel, and faulting them in costs more than the
 # decode; one buffer per thread, reused, keeps those pages resident.
 _SCRATCH = threading.local()
+
+
+class WeightStore(Protocol):
+    """What the frozen layers read from their store: an ``nn.Module`` holding one frozen 2-D
+    weight (``DenseWeight``, ``NF4Weight`` or a store a storage entry registers)."""
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+
+    @property
+    def row_align(self) -> int: ...
+
+    @property
+    def assay_packed(self) -> bool: ...
+
+    def storage_tensors(self) -> tuple[torch.Tensor, ...]: ...
+
+    def rows(
+        self,
+        start: int,
+        stop: int,
+        dtype: torch.dtype,
+        tensors: tuple[torch.Tensor, ...] | None = None,
+    ) -> torch.Tensor: ...
+
+    def gather(self, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor: ...
+
+    def workspace_bytes(self, tile_rows: int) -> int: ...
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor: ...
+
+
+class PackedWeightStore(WeightStore, Protocol):
+    """A store with ``assay_packed`` set, whose ``rows`` can decode into a caller's buffer."""
+
+    def rows(
+        self,
+        start: int,
+        stop: int,
+        dtype: torch.dtype,
+        tensors: tuple[torch.Tensor, ...] | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
 
 
 def _scratch(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
@@ -40,7 +84,7 @@ def _scratch(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
     return buffer[:need].view(rows, cols)
 
 
-def tile_rows_for(store: nn.Module, tile_bytes: int) -> int:
+def tile_rows_for(store: WeightStore, tile_bytes: int) -> int:
     """Rows per tile: as many as fit ``tile_bytes`` of fp32, a multiple of the store's alignment."""
     rows, cols = store.shape
     align = store.row_align
@@ -48,7 +92,7 @@ def tile_rows_for(store: nn.Module, tile_bytes: int) -> int:
     return min(max(fit // align, 1) * align, rows)
 
 
-def _tile(store: nn.Module, start: int, stop: int, dtype: torch.dtype, tensors) -> torch.Tensor:
+def _tile(store: WeightStore, start: int, stop: int, dtype: torch.dtype, tensors) -> torch.Tensor:
     """Rows [start, stop) of the store's weight in ``dtype``, valid until the next tile.
 
     A packed store on CPU decodes into this thread's scratch (``_scratch``), so the tile
@@ -58,7 +102,8 @@ def _tile(store: nn.Module, start: int, stop: int, dtype: torch.dtype, tensors) 
     """
     if store.assay_packed and tensors[0].device.type == "cpu" and not torch.is_grad_enabled():
         out = _scratch(stop - start, store.shape[1], dtype)
-        return store.rows(start, stop, dtype, tensors, out=out)
+        # only packed stores are handed a buffer to decode into
+        return cast(PackedWeightStore, store).rows(start, stop, dtype, tensors, out=out)
     return store.rows(start, stop, dtype, tensors)
 
 
@@ -116,7 +161,7 @@ class FrozenLinear(nn.Module):
 
     def __init__(
         self,
-        store: nn.Module,
+        store: WeightStore,
         bias: torch.Tensor | None = None,
         *,
         tile_bytes: int = DEFAULT_TILE_BYTES,
@@ -156,7 +201,7 @@ class FrozenEmbedding(nn.Module):
 
     assay_storage = True
 
-    def __init__(self, store: nn.Module, *, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, store: WeightStore, *, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.store = store
         self.num_embeddings, self.embedding_dim = store.shape

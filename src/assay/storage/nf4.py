@@ -128,6 +128,13 @@ class NF4Weight(nn.Module):
     """
 
     assay_packed = True
+    # Buffers, registered in __init__ (the last three with double quant only).
+    packed: torch.Tensor
+    absmax: torch.Tensor
+    nf4_code: torch.Tensor
+    absmax2: torch.Tensor
+    nested_code: torch.Tensor
+    offset: torch.Tensor
 
     def __init__(self, weight: torch.Tensor, *, double_quant: bool) -> None:
         super().__init__()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -147,6 +148,8 @@ class StreamedModel(nn.Module):
     resident activation memory, frozen bases only.
     """
 
+    store: RamStore | DiskStore
+
     def __init__(
         self,
         model: Decoder,
@@ -215,7 +218,12 @@ class StreamedModel(nn.Module):
     def _rebind_host_tensors(self, layers: list[dict[str, torch.Tensor]], tier: str) -> None:
         """Point the model's base tensors at the host store so no second copy stays alive."""
         for i, (layer, tensors) in enumerate(zip(self.model.layers, layers, strict=True)):
-            views = self.store.layouts[i].views(self.store.block(i)) if tier == "ram" else None
+            # the RAM tier's store is a RamStore
+            views = (
+                self.store.layouts[i].views(cast(RamStore, self.store).block(i))
+                if tier == "ram"
+                else None
+            )
             for name, tensor in tensors.items():
                 if views is not None:
                     replacement = views[name].requires_grad_(tensor.requires_grad)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -40,6 +41,14 @@ class Slot:
         self.last_used = -1
 
 
+class CopyEngine(Protocol):
+    """What CPU copies go through: :class:`ThreadCopies`, or an engine ``set_copy_engine`` sets."""
+
+    def submit(
+        self, store: Any, layer: int, buffer: torch.Tensor, done: Callable[[], None]
+    ) -> Future: ...
+
+
 class ThreadCopies:
     """The default CPU copy engine: copies run in issue order on one background thread."""
 
@@ -58,6 +67,10 @@ class ThreadCopies:
 
 class SlotPool:
     """Device slots sized for the largest layer; ``use(i)`` yields layer i's tensors."""
+
+    # On CUDA the pool has a copy stream and every slot its events, on CPU a copy engine; each
+    # is None on the other device, so the code of each path reads them as set.
+    copies: CopyEngine | None
 
     def __init__(
         self, store, layouts: list[LayerLayout], buffers: int, device: torch.device
@@ -81,7 +94,7 @@ class SlotPool:
     def _holder(self, layer: int) -> Slot | None:
         return next((s for s in self.slots if s.requested == layer), None)
 
-    def set_copy_engine(self, engine) -> None:
+    def set_copy_engine(self, engine: CopyEngine) -> None:
         """Route CPU copies through ``engine`` (an object with ThreadCopies' ``submit``)."""
         if self.cuda:
             raise AssayError("a copy engine replaces CPU copies only; CUDA uses a copy stream")
@@ -104,12 +117,14 @@ class SlotPool:
         self.fetches += 1
         if self.cuda:
             with torch.cuda.stream(self.copy_stream):
-                self.copy_stream.wait_event(slot.released)
+                cast(torch.cuda.Stream, self.copy_stream).wait_event(
+                    cast(torch.cuda.Event, slot.released)
+                )
                 self.store.read_into(layer, slot.buffer, non_blocking=True)
-                slot.ready.record(self.copy_stream)
+                cast(torch.cuda.Event, slot.ready).record(self.copy_stream)
             slot.loaded = layer  # ordered by slot.ready, which every reader waits on
         else:
-            slot.pending = self.copies.submit(
+            slot.pending = cast(CopyEngine, self.copies).submit(
                 self.store, layer, slot.buffer, lambda: setattr(slot, "loaded", layer)
             )
         return slot
@@ -119,7 +134,7 @@ class SlotPool:
             slot.pending.result()
             slot.pending = None
         if self.cuda and slot.requested is not None:
-            torch.cuda.current_stream(self.device).wait_event(slot.ready)
+            torch.cuda.current_stream(self.device).wait_event(cast(torch.cuda.Event, slot.ready))
 
     def forget(self) -> None:
         """Drop what every slot holds, so each layer is copied afresh from the store: for a
@@ -159,4 +174,4 @@ class SlotPool:
         finally:
             slot.in_use = False
             if self.cuda:
-                slot.released.record(torch.cuda.current_stream(self.device))
+                cast(torch.cuda.Event, slot.released).record(torch.cuda.current_stream(self.device))

@@ -74,7 +74,8 @@ class KeptActivations:
             and tensor.untyped_storage().data_ptr() == packing[1]
         ):
             shape, stride = tuple(tensor.shape), tuple(tensor.stride())
-            return SlotRef(packing[0], tensor.dtype, shape, stride, tensor.storage_offset())
+            # torch types the offset "int | SymInt"; only a traced tensor's is symbolic
+            return SlotRef(packing[0], tensor.dtype, shape, stride, tensor.storage_offset())  # type: ignore[arg-type]
         return tensor
 
     def _unpack(self, packed: Any) -> torch.Tensor:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors.torch import save_file
@@ -133,9 +134,11 @@ class DiskStore:
             self._staging = torch.empty(
                 max(layout.nbytes for layout in self.layouts), dtype=torch.uint8
             )
-        target = destination[:size] if host else self._staging[:size]
+        # off the host, the staging buffer was made just above
+        target = destination[:size] if host else cast(torch.Tensor, self._staging)[:size]
         path = shard_path(self.directory, index)
-        view = memoryview(target.numpy()).cast("B")
+        # numpy declares the buffer protocol to type checkers for Python 3.12+ only
+        view = memoryview(target.numpy()).cast("B")  # type: ignore[arg-type]
         with path.open("rb", buffering=0) as handle:
             handle.seek(self._offsets[index])
             if not read_exactly(handle, view):
@@ -242,7 +245,8 @@ def stored_key(directory: Path, layouts: list[LayerLayout]) -> str | None:
                 return None
             with path.open("rb", buffering=0) as handle:
                 handle.seek(data_start + start)
-                view = memoryview(block.numpy()).cast("B")[: layout.nbytes]
+                # numpy declares the buffer protocol to type checkers for Python 3.12+ only
+                view = memoryview(block.numpy()).cast("B")[: layout.nbytes]  # type: ignore[arg-type]
                 if not read_exactly(handle, view):
                     return None
             content.add(layout.views(block))

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,6 +26,10 @@ from assay.settings.methods import method as registered
 from assay.storage.load import load
 from assay.train.data import Dataset, load_dataset
 
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
+    from assay.stream import StreamedModel
+
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (CPU and CUDA) from one integer."""
@@ -35,7 +40,7 @@ def seed_everything(seed: int) -> None:
 
 def build_model(
     config: TrainConfig, device: str | torch.device = "cpu"
-) -> tuple[nn.Module, nn.Module]:
+) -> tuple[Decoder | StreamedModel, Decoder]:
     """(the module to run, the underlying Decoder): loaded, adapted and maybe streamed.
 
     The same config and seed give bitwise the same initial trainables.
@@ -61,7 +66,7 @@ def build_model(
 
 def build_resident_model(
     config: TrainConfig, device: str | torch.device = "cpu"
-) -> tuple[nn.Module, nn.Module]:
+) -> tuple[Decoder | StreamedModel, Decoder]:
     """``build_model`` with the base held resident whatever the config's ``stream`` says: for
     work that reads every base weight outside the stream engine (a merged export, generation
     with a KV cache), which a streamed base keeps off its modules. Streamed training is bitwise
@@ -80,7 +85,7 @@ def build_runner(
     stream: StreamConfig | None = None,
     device: str | torch.device = "cpu",
     compile_layers: bool = False,
-) -> tuple[nn.Module, nn.Module]:
+) -> tuple[Decoder | StreamedModel, Decoder]:
     """``build_model`` from its parts: the model file, its storage, the adapter method with
     its options (``attach``'s keywords) and seed, and the stream settings. ``compile_layers``
     compiles each decoder layer of a resident run (``torch.compile``, dynamic shapes, so rows
@@ -128,7 +133,7 @@ def build_runner(
     return runner, base
 
 
-def compile_decoder_layers(model: nn.Module, device: torch.device) -> None:
+def compile_decoder_layers(model: Decoder, device: torch.device) -> None:
     """``torch.compile`` every decoder layer in place (names, parameters and state dict
     unchanged). ConfigError up front when the CPU backend has no working C++ compiler to build
     with, rather than a compiler traceback at the first step."""

@@ -117,4 +117,4 @@ def stop_at_once() -> Iterator[AtOnce]:
         yield at_once
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, handler)

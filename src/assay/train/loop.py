@@ -20,11 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import yaml
-from torch import nn
 from tqdm import tqdm
 
 from assay.atomic import atomic_write_bytes
@@ -63,6 +62,10 @@ from assay.train.data import (
 from assay.train.objective import Objective
 from assay.train.run.folder import mark_new_run, not_started, record_written
 from assay.train.run.state import recorded_state
+
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
+    from assay.stream import StreamedModel
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "config.yaml"
@@ -206,10 +209,10 @@ class Trainer:
         atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
 
     # -- one step ----------------------------------------------------------------------------
-    def _build_model(self) -> tuple[nn.Module, nn.Module]:
+    def _build_model(self) -> tuple[Decoder | StreamedModel, Decoder]:
         return build_model(self.config, self.device)
 
-    def _wrap(self, runner: nn.Module) -> Any:
+    def _wrap(self, runner: Decoder | StreamedModel) -> Any:
         """What the objective runs (the streamed or resident model, or its parallel wrapper)."""
         return runner
 
@@ -281,7 +284,8 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
         # the norm is the whole job's (gradients are reduced before it), so every rank agrees
         _check_finite(self.step + 1, "gradient norm", _as_float(norm), total_loss)
-        lr = self.scheduler.get_last_lr()[0]
+        # torch allows a tensor rate; build_optimizer's groups hold floats
+        lr = cast(float, self.scheduler.get_last_lr()[0])
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -102,7 +102,7 @@ def _scored_gradient(logits: Tensor, lse: Tensor, labels: Tensor, scale: Tensor 
 
 class _ChunkedCE(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         hidden: Tensor,
         weight: Tensor,
@@ -143,7 +143,7 @@ class _ChunkedCE(torch.autograd.Function):
         return total / divisor
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         if ctx.fused:
             (grad_h,) = ctx.saved_tensors
             return ((grad_h * grad_out.float()).to(ctx.hidden_dtype), *([None] * 5))

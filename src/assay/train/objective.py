@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 from torch import nn
@@ -34,11 +35,14 @@ from assay.train.preference import (
     token_logps,
 )
 
+if TYPE_CHECKING:
+    from assay.model.decoder import Decoder
+
 CE_KINDS = ("ce", "chunked_ce")
 Reference = Callable[[nn.Module], contextlib.AbstractContextManager[object]]
 
 
-def head_weight(base: nn.Module) -> torch.Tensor:
+def head_weight(base: Decoder) -> torch.Tensor:
     """The LM head's [vocab, hidden] weight; an NF4-stored head is dequantized for the loss."""
     head = base.lm_head
     if isinstance(head, nn.Linear):
@@ -97,6 +101,15 @@ def mismatched(batch: Batch) -> tuple[torch.Tensor, ...]:
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
 
 
+class Runner(Protocol):
+    """What the objective runs: the Decoder, a StreamedModel over it, or their parallel
+    wrapper."""
+
+    def hidden_states(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
+
+
 class Objective:
     """Computes ``loss(batch)`` for the configured loss type on the run's model.
 
@@ -107,8 +120,8 @@ class Objective:
     def __init__(
         self,
         config: TrainConfig,
-        model: nn.Module,
-        base: nn.Module,
+        model: Runner,
+        base: Decoder,
         *,
         reference: Reference = disabled,
         chunk_size: int = LOGP_CHUNK,
@@ -167,7 +180,8 @@ class Objective:
                 weight,
                 batch.labels,
                 batch.loss_mask,
-                self.config.loss.chunk_size,
+                # chunk_size applies to chunked_ce, so it is set
+                cast(int, self.config.loss.chunk_size),
                 reduction="sum",
             )
         else:
@@ -207,8 +221,9 @@ class Objective:
         if s.kind == "kto":
             if batch.kto_labels is None:
                 raise ValueError("kto needs kto rows (prompt, completion, label)")
-            z_ref = kl_estimate(policy_kl, reference_kl)
-            out = kto_losses(s, policy - reference, batch.kto_labels, z_ref)
+            # kto takes a reference, so its log-probabilities are set
+            z_ref = kl_estimate(cast(torch.Tensor, policy_kl), cast(torch.Tensor, reference_kl))
+            out = kto_losses(s, policy - cast(torch.Tensor, reference), batch.kto_labels, z_ref)
             self._metrics = metrics(out, policy, batch.kto_labels)
         else:
             nll = None

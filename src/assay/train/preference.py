@@ -40,7 +40,7 @@ class _TokenLogps(torch.autograd.Function):
     """log p(target) of each row of ``hidden [M, H]`` under ``weight [V, H]``, chunked."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int
     ) -> Tensor:
         w = weight.float()
@@ -60,7 +60,7 @@ class _TokenLogps(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         hidden, weight, targets, top, lse = ctx.saved_tensors
         want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         w = weight.float()
