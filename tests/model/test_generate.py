@@ -114,9 +114,15 @@ def test_sliding_window_applies_to_the_cache(tmp_path):
     assert [g.tokens for g in got] == [g.tokens for g in unwindowed]
 
 
-@pytest.mark.parametrize("storage", ["float32", "nf4_double_quant"])
-def test_cached_equals_full_recompute_with_adapters(tiny_models, storage):
-    model = assay.load(tiny_models["qwen2"]["hf"], storage=storage)
+@pytest.mark.parametrize(
+    ("storage", "stored_embeddings"),
+    [("float32", False), ("nf4_double_quant", False), ("nf4_double_quant", True)],
+)
+def test_cached_equals_full_recompute_with_adapters(tiny_models, storage, stored_embeddings):
+    """Stored embeddings too: a FrozenEmbedding holds no ``weight`` for generation to ask."""
+    model = assay.load(
+        tiny_models["qwen2"]["hf"], storage=storage, quantize_embeddings=stored_embeddings
+    )
     randomize_adapters(attach(model, "lora", rank=4, alpha=8, targets="all-linear"), seed=3)
     prompts = _prompts(seed=2, lengths=(7, 2, 11, 5))
     cached = generate(model, prompts, max_new_tokens=16, eos_id=None)

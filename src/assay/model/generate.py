@@ -89,8 +89,8 @@ def generate(
     if max_new_tokens < 0:
         raise AssayError(f"generate: max_new_tokens {max_new_tokens} is negative")
     decoder = _decoder(model)
-    # generation reads the dense embedding's device (a stored one holds no weight)
-    device = cast(nn.Embedding, decoder.embed_tokens).weight.device
+    # the final norm is dense in every storage; a stored embedding holds no weight to ask
+    device = decoder.norm.weight.device
     stops = set() if eos_id is None else {eos_id} if isinstance(eos_id, int) else set(eos_id)
     ids, mask = _left_padded(prompts, pad_id, device)
     rows = len(prompts)

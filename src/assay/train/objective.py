@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -37,6 +37,7 @@ from assay.train.preference import (
 
 if TYPE_CHECKING:
     from assay.model.decoder import Decoder
+    from assay.model.runner import Runner
 
 CE_KINDS = ("ce", "chunked_ce")
 Reference = Callable[[nn.Module], contextlib.AbstractContextManager[object]]
@@ -99,15 +100,6 @@ def mismatched(batch: Batch) -> tuple[torch.Tensor, ...]:
 
 # precision setting -> the dtype the decoder autocasts to (float32: no autocast)
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
-
-
-class Runner(Protocol):
-    """What the objective runs: the Decoder, a StreamedModel over it, or their parallel
-    wrapper."""
-
-    def hidden_states(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> torch.Tensor: ...
 
 
 class Objective:
