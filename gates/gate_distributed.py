@@ -32,7 +32,7 @@ IMPLEMENTATION = (
     "assay.distributed.trainer",
     "assay.train.loop",
     "assay.settings.loader",
-    "assay.train.checkpoint",
+    "assay.train.checkpoint.directory",
     "assay.cli",
     "assay.cli.train",
     str(CHILD),

@@ -32,7 +32,7 @@ HEADLINE = "crash.last_good_state"
 # trials that do it
 WRITE_CODE = (
     "assay.atomic",
-    "assay.train.checkpoint",
+    "assay.train.checkpoint.directory",
     "assay.adapters.peft_io",
     "assay.adapters.export",
     "assay.model.gguf_export",
@@ -65,7 +65,12 @@ def test_kill_and_write_faults_never_lose_the_last_good_state(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="states lost",
-        code=["assay.atomic", "assay.train.checkpoint", "assay.qualify.ledger.receipt", "crash"],
+        code=[
+            "assay.atomic",
+            "assay.train.checkpoint.directory",
+            "assay.qualify.ledger.receipt",
+            "crash",
+        ],
     )
     claim.measure(lost)
     for r in reports:
@@ -374,7 +379,7 @@ def test_a_full_disk_at_every_write_names_the_file(gate, tmp_path):
         unit="events against the rule",
         code=(
             "assay.atomic",
-            "assay.train.checkpoint",
+            "assay.train.checkpoint.directory",
             "assay.train.run.folder",
             "assay.train.run.lock",
             "assay.cli.train",

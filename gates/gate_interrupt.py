@@ -35,7 +35,7 @@ HEADLINE = "interrupt.resume_bitwise"
 CODE = (
     "assay.train.graceful",
     "assay.train.loop",
-    "assay.train.checkpoint",
+    "assay.train.checkpoint.directory",
     "assay.cli.train",
     "assay.cli",
 )
@@ -121,7 +121,7 @@ def final_differences(reference: Path, other: Path) -> int:
 
 def contract_breaks(done: subprocess.CompletedProcess, sig: int, path: Path) -> list[str]:
     """How a signalled run broke the stop contract: exit code, the one line, the checkpoint."""
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint.directory import load_checkpoint
 
     breaks = []
     if done.returncode != 128 + sig:
@@ -190,7 +190,12 @@ def test_a_signalled_run_stops_saves_and_resumes_bitwise(gate, setup):
     stopped_at = int((run_dir(path) / "latest").read_text().strip().split("-")[1])
     kept = (run_dir(path) / "metrics.jsonl").read_text().splitlines()[:stopped_at]
     (run_dir(path) / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
-    train(path, "--resume", str(run_dir(path)), faults="train.checkpoint.optimizer_not_restored")
+    train(
+        path,
+        "--resume",
+        str(run_dir(path)),
+        faults="train.checkpoint.directory.optimizer_not_restored",
+    )
     resume.control(
         "the resume after the stop re-initialises the optimizer",
         final_differences(reference, run_dir(path)),
@@ -203,7 +208,7 @@ def test_a_signalled_run_stops_saves_and_resumes_bitwise(gate, setup):
 
 
 def test_a_second_signal_stops_at_once_and_keeps_the_last_good_checkpoint(gate, setup):
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint.directory import load_checkpoint
 
     gate.seed(43)
     rng = random.Random(43)

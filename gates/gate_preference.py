@@ -23,7 +23,7 @@ import assay
 from assay.adapters import attach, disabled
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
-from assay.train.data import collate
+from assay.train.data.dataset import collate
 from assay_testing.real_model import smollm2_path
 from assay_testing.tiny import smollm2_shaped
 from support.preference.helpers import (
@@ -50,7 +50,7 @@ IMPLEMENTATION = (
     "support.preference.reference",
     "support.preference.helpers",  # the gate's helpers, moved out of this file
 )
-FORMULA_CODE = (*IMPLEMENTATION, "assay.train.data")
+FORMULA_CODE = (*IMPLEMENTATION, "assay.train.data.dataset")
 PEAK_CODE = (*IMPLEMENTATION, "assay.memory.peak", "assay.train.losses")
 # (claim suffix, loss type, dpo variant, label smoothing)
 LOSSES = (

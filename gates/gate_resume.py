@@ -28,10 +28,10 @@ HEADLINE = "resume.lora-float32"
 
 IMPLEMENTATION = (
     "assay.train.loop",
-    "assay.train.checkpoint",
+    "assay.train.checkpoint.directory",
     "assay.train.checkpoint.state",
     "assay.train.build",
-    "assay.train.data",
+    "assay.train.data.dataset",
     "assay.atomic",
     "assay.cli",
     "assay.cli.train",
@@ -176,12 +176,14 @@ def test_exact_resume_in_a_new_process(gate, root, method, storage):
         differing_items(first, second, straight, straight_final, root / f"{name}-split" / final)
     )
     # (label, the defect armed during the resume, code run after it)
-    controls = [("resume that drops the RNG state", "train.checkpoint.rng_not_restored", "")]
+    controls = [
+        ("resume that drops the RNG state", "train.checkpoint.directory.rng_not_restored", "")
+    ]
     if method == "lora" and storage == "float32":
         controls.append(
             (
                 "resume that re-initialises the optimizer",
-                "train.checkpoint.optimizer_not_restored",
+                "train.checkpoint.directory.optimizer_not_restored",
                 "",
             )
         )
@@ -275,7 +277,7 @@ def test_exact_resume_every_family(gate, root, family, tmp_path):
     resumed = json.loads(
         run(
             ["-m", "assay.cli", "train", str(config(control_dir.name)), *resume],
-            env=defects.child_env("train.checkpoint.optimizer_not_restored"),
+            env=defects.child_env("train.checkpoint.directory.optimizer_not_restored"),
         ).stdout
     )
     claim.control(
@@ -299,7 +301,7 @@ def test_held_out_loss_before_and_after(gate, root):
 
 
 def test_kill_during_saves_never_loses_the_last_checkpoint(gate, tmp_path):
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint.directory import load_checkpoint
     from assay_testing.tiny import save_tiny
 
     model = save_tiny("llama3", tmp_path, seed=1, gguf=False, vocab_size=49152)["hf"]

@@ -53,7 +53,7 @@ READERS = (
     "assay.settings.yaml_reader",
     "assay.settings",
     "assay.settings.schema",
-    "assay.train.checkpoint",
+    "assay.train.checkpoint.directory",
     "assay.qualify.ledger.receipt",
     "assay.qualify.publishing.render",
     "assay.cli",
@@ -264,7 +264,7 @@ def test_a_base_is_its_weights_and_its_numerics(gate, tmp_path, monkeypatch):
         code=[
             "assay.adapters.base_identity",
             "assay.model.config",
-            "assay.train.checkpoint",
+            "assay.train.checkpoint.directory",
             "base_identity",
         ],
     )
@@ -515,7 +515,7 @@ ISSUE41_READERS = (
     "assay.train.report",
     "assay.settings.yaml_scalars",
     "assay.settings.yaml_reader",
-    "assay.train.checkpoint",
+    "assay.train.checkpoint.directory",
     "assay.train.data.rows",
     "assay.qualify.ledger.archive",
     "assay.qualify.ledger.tar_stream",
@@ -529,7 +529,7 @@ ISSUE52_READERS = (
     "assay.cli.train",
     "assay.cli.estimate",
     "assay.train.loop",
-    "assay.train.checkpoint",
+    "assay.train.checkpoint.directory",
     "assay.settings.loader",
     "assay.settings.derived",
     "assay.qualify.core.identifier",
@@ -718,7 +718,7 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
         kind="correctness",
         threshold=Threshold("==", 0),
         unit="misjudged pairs",
-        code=("assay.qualify.publishing.compare", "assay.qualify.publishing.compare.sides"),
+        code=("assay.qualify.publishing.compare.changes", "assay.qualify.publishing.compare.sides"),
     )
     wrong = misjudged(cases, compare_json)
     claim.measure(len(wrong))

@@ -74,7 +74,7 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (
             "src/assay/train/losses.py",
             "src/assay/train/objective.py",
-            "src/assay/train/checkpoint/__init__.py",
+            "src/assay/train/checkpoint/directory.py",
         ),
         (
             "tests/train/test_losses.py",

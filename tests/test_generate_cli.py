@@ -39,7 +39,7 @@ def test_a_run_generates_what_its_restored_model_does(workspace, capsys):
     from assay.model.generate import generate
     from assay.settings.loader import load_train_config
     from assay.train.build import build_model, build_tokenizer, trainable_parameters
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint.directory import load_checkpoint
 
     root, _, path = workspace
     rows = _generate(

@@ -1,5 +1,7 @@
-"""Methods and storages are asked, never named: outside the two registries no code compares a
-method or storage with one of their names; it reads the registered entry's attributes."""
+"""Methods, storages and model families are asked, never named: outside their registries no code
+compares a method, storage or family with one of their names; it reads the registered entry's
+attributes. ``model/hf_fields.py`` is the table of config.json keys each family's transformers
+config reads, by family name, so it counts as a registry here."""
 
 from __future__ import annotations
 
@@ -8,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from assay.model.families import FAMILIES, WINDOW_READINGS
+from assay.model.families import NAMES as FAMILY_NAMES
 from assay.settings.methods import METHODS, NAMES, from_peft_flags
 from assay.settings.storages import STORAGE_ENTRIES, STORAGES
 
 PRODUCT = Path(__file__).resolve().parents[1] / "src" / "assay"
-REGISTRIES = {"adapters/registry.py", "storage/registry.py"}
-KNOWN = set(NAMES) | set(STORAGES)
+REGISTRIES = {
+    "settings/methods.py",
+    "settings/storages.py",
+    "model/families.py",
+    "model/hf_fields.py",
+}
+KNOWN = set(NAMES) | set(STORAGES) | set(FAMILY_NAMES)
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -26,8 +35,8 @@ def _names(node: ast.AST) -> set[str]:
 
 
 def name_comparisons(source: str, where: str = "<text>") -> list[str]:
-    """``where:line`` of every ==, !=, in or not in between something and a method or storage
-    name (or a collection of them)."""
+    """``where:line`` of every ==, !=, in or not in between something and a method, storage or
+    family name (or a collection of them)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Compare):
@@ -38,7 +47,7 @@ def name_comparisons(source: str, where: str = "<text>") -> list[str]:
     return found
 
 
-def test_no_method_or_storage_is_compared_by_name_outside_the_registries():
+def test_no_method_storage_or_family_is_compared_by_name_outside_the_registries():
     found = []
     for path in sorted(PRODUCT.rglob("*.py")):
         if path.relative_to(PRODUCT).as_posix() not in REGISTRIES:
@@ -53,10 +62,12 @@ def test_no_method_or_storage_is_compared_by_name_outside_the_registries():
         'x = storage != "float32"',
         'ok = method in ("lora_fa", "tinylora")',
         'ok = plan["storage"] not in {"bf16", "nf4"}',
+        'if config.architecture == "gemma3_text": pass',
+        'scaled = arch in ("granite",)',
     ],
 )
 def test_the_check_finds_a_comparison_by_name(text):
-    """Control: each way of naming a method or storage in a comparison is caught."""
+    """Control: each way of naming a method, storage or family in a comparison is caught."""
     assert name_comparisons(text) == ["<text>:1"]
 
 
@@ -69,6 +80,13 @@ def test_every_entry_is_consistent():
     assert [s for s in STORAGE_ENTRIES.values() if s.keeps_parameters] == [
         STORAGE_ENTRIES["float32"]
     ]
+    for family in FAMILIES.values():
+        assert family.window_reading in WINDOW_READINGS
+        assert family.qk_norm in (None, "per_head", "whole")
+        assert family.activation in ("silu", "gelu_tanh")
+        assert family.layout_of is None or family.layout_of in FAMILIES
+        assert family.default_window is None or family.window_reading == "every_layer"
+        assert not family.permuted_gguf or family.gguf
 
 
 @pytest.mark.parametrize("name", [n for n, m in METHODS.items() if m.peft])

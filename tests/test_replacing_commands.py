@@ -357,7 +357,7 @@ def test_a_checkpoint_save_replaces_only_a_checkpoint(tmp_path):
     that holds what a save does not write, and replaces one it wrote."""
     import torch
 
-    from assay.train.checkpoint import CheckpointError, save_checkpoint
+    from assay.train.checkpoint.directory import CheckpointError, save_checkpoint
 
     weight = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.1)

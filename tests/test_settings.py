@@ -91,7 +91,7 @@ def test_defaults_depend_on_the_selector_where_the_tree_says(key, selector, expe
 def test_the_cli_and_the_predictor_take_their_choices_and_defaults_from_the_tree():
     from assay.cli.dispatch import build_parser
     from assay.memory.predict import Plan
-    from assay.train.data import SEQ_LEN
+    from assay.train.data.dataset import SEQ_LEN
     from assay.train.losses import CHUNK_SIZE
 
     info = build_parser()._subparsers._group_actions[0].choices["info"]

@@ -125,10 +125,10 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant("train.losses.head_grad_dropped", (_CE_EQUAL,)),
-    Mutant("train.data.labels_unshifted", (_DA + "test_labels_are_the_next_token",)),
-    Mutant("train.data.mask_unshifted", (_DA + "test_labels_are_the_next_token",)),
+    Mutant("train.data.dataset.labels_unshifted", (_DA + "test_labels_are_the_next_token",)),
+    Mutant("train.data.dataset.mask_unshifted", (_DA + "test_labels_are_the_next_token",)),
     Mutant(
-        "train.data.cursor_off_by_one",
+        "train.data.dataset.cursor_off_by_one",
         (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
     ),
     Mutant(
@@ -143,7 +143,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "train.data.epoch_order_repeats",
+        "train.data.dataset.epoch_order_repeats",
         (_DA + "test_batch_order_covers_each_epoch_and_resumes_from_a_cursor",),
     ),
     Mutant(
@@ -198,10 +198,10 @@ MUTANTS: tuple[Mutant, ...] = (
         budget_s=240.0,
     ),
     # checkpoint and resume
-    Mutant("train.checkpoint.optimizer_not_restored", (_RESUME,)),
-    Mutant("train.checkpoint.rng_not_restored", (_RESUME,)),
+    Mutant("train.checkpoint.directory.optimizer_not_restored", (_RESUME,)),
+    Mutant("train.checkpoint.directory.rng_not_restored", (_RESUME,)),
     Mutant(
-        "train.checkpoint.cursor_unverified",
+        "train.checkpoint.directory.cursor_unverified",
         (
             "tests/train/test_checkpoint_files_verified.py::test_a_flipped_bit_in_any_file_is_refused_naming_it",
         ),
@@ -367,7 +367,7 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "qualify.publishing.compare.vanished_gate_unseen",
+        "qualify.publishing.compare.changes.vanished_gate_unseen",
         (
             "tests/qualify/test_compare.py::"
             "test_a_gate_that_vanishes_is_missing_and_one_that_arrives_unpaired",
@@ -400,25 +400,25 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
-        "qualify.publishing.compare.noise_counted",
+        "qualify.publishing.compare.changes.noise_counted",
         (
             "tests/qualify/test_compare.py::"
             "test_the_reported_noise_case_exits_0_and_an_integer_step_is_no_noise",
         ),
     ),
     Mutant(
-        "qualify.publishing.compare.timings_always_compared",
+        "qualify.publishing.compare.changes.timings_always_compared",
         ("tests/qualify/test_compare.py::test_timings_are_compared_only_between_like_machines",),
     ),
     Mutant(
-        "qualify.publishing.compare.passing_regression_fails",
+        "qualify.publishing.compare.changes.passing_regression_fails",
         (
             "tests/qualify/test_compare.py::"
             "test_a_regression_still_passing_warns_and_fails_only_when_asked",
         ),
     ),
     Mutant(
-        "qualify.publishing.compare.flip_unseen",
+        "qualify.publishing.compare.changes.flip_unseen",
         ("tests/qualify/test_compare.py::test_every_kind_of_change_between_two_ledgers",),
     ),
     Mutant(

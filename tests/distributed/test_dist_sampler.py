@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from assay.distributed.sampler import ShardedBatches, check_divisible, chunk, rank_slice
 from assay.errors import ConfigError
-from assay.train.data import BatchIterator, Cursor
+from assay.train.data.dataset import BatchIterator, Cursor
 
 
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=24), st.integers(1, 6))

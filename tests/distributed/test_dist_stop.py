@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assay.train.checkpoint import load_checkpoint
+from assay.train.checkpoint.directory import load_checkpoint
 from assay_testing.text_run import save_text_run
 
 STEPS = 200

@@ -127,7 +127,7 @@ def test_group_of_one_trains_like_a_plain_process(tiny_run, group_of_one, strate
 
 def test_sharded_checkpoint_is_full_and_resumes_both_ways(tiny_run, group_of_one):
     from assay.distributed.trainer import DistributedTrainer
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint.directory import load_checkpoint
     from assay.train.loop import Trainer
 
     fsdp = {"distributed": {"strategy": "fsdp"}}

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "gates"))
 from assay.cli import main  # noqa: E402
 from assay.qualify.core.threshold import meets  # noqa: E402
 from assay.qualify.ledger.chain import write_receipt  # noqa: E402
-from assay.qualify.publishing.compare import FLOAT_NOISE, claim_change  # noqa: E402
+from assay.qualify.publishing.compare.changes import FLOAT_NOISE, claim_change  # noqa: E402
 from support.faults import tamper_cases  # noqa: E402
 
 

@@ -16,7 +16,7 @@ def write_checkpoint(run_dir: Path, step: int) -> Path:
     """Save checkpoint ``step``: two trainables filled with ``step`` and an AdamW over them."""
     import torch
 
-    from assay.train.checkpoint import save_checkpoint
+    from assay.train.checkpoint.directory import save_checkpoint
 
     params = {f"w{i}": torch.nn.Parameter(torch.full((64, 256), float(step))) for i in range(2)}
     optimizer = torch.optim.AdamW(params.values(), lr=1e-3)
@@ -25,7 +25,7 @@ def write_checkpoint(run_dir: Path, step: int) -> Path:
 
 def checkpoint_step(run_dir: Path) -> int:
     """The step of the latest checkpoint, after checking its values; raises if unusable."""
-    from assay.train.checkpoint import load_checkpoint
+    from assay.train.checkpoint.directory import load_checkpoint
 
     checkpoint = load_checkpoint(run_dir)
     for tensor in checkpoint.trainables.values():

@@ -44,7 +44,7 @@ def kinds(root: Path, model_dir: Path) -> list[Kind]:
     import assay
     from assay.adapters import attach, load_adapter, save_adapter
     from assay.adapters.export import export_merged
-    from assay.train.checkpoint import load_checkpoint, save_checkpoint
+    from assay.train.checkpoint.directory import load_checkpoint, save_checkpoint
 
     base = assay.load(model_dir)
 

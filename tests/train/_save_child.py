@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from assay.train.checkpoint import save_checkpoint
+from assay.train.checkpoint.directory import save_checkpoint
 from assay_testing.faults import pause_at_event
 
 PRINTS = {"config": "c" * 64, "dataset": "d" * 64, "model": "m" * 64}

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from assay.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from assay.train.data import BatchIterator, Cursor
+from assay.train.checkpoint.directory import CheckpointError, load_checkpoint, save_checkpoint
+from assay.train.data.dataset import BatchIterator, Cursor
 
 PRINTS = {"config": "c" * 64, "dataset": "d" * 64, "model": "m" * 64}
 STEPS, SPLIT = 8, 3
@@ -200,7 +200,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch) 
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr("assay.train.checkpoint.write_synced", boom)
+    monkeypatch.setattr("assay.train.checkpoint.directory.write_synced", boom)
     with pytest.raises(OSError):
         save_checkpoint(tmp_path, 2, params, opt, sched.state_dict(), Cursor(), PRINTS)
     monkeypatch.undo()

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from assay.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from assay.train.checkpoint.directory import CheckpointError, load_checkpoint, save_checkpoint
 from assay.train.checkpoint.layout import CHECKPOINT_FILES as _FILES
-from assay.train.data import Cursor
+from assay.train.data.dataset import Cursor
 
 PRINTS = {"config": "c" * 64, "dataset": "d" * 64, "model": "m" * 64}
 

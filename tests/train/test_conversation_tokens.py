@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assay.model.tokenizer import load_tokenizer
-from assay.train.data import load_dataset
+from assay.train.data.dataset import load_dataset
 from assay_testing.hf_tokenizers import save_byte_fallback_folder
 
 WORDS = st.sampled_from(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from assay.train.checkpoint import load_checkpoint
+from assay.train.checkpoint.directory import load_checkpoint
 
 CHILD = Path(__file__).with_name("_save_child.py")
 PRINTS = {"config": "c" * 64, "dataset": "d" * 64, "model": "m" * 64}

@@ -112,7 +112,7 @@ def test_resume_without_rng_diverges_under_neftune(tiny_run):
     partial.save()
     resumed = Trainer(make_config(tiny_run, "rng-split"), progress=False)
     torch.manual_seed(12345)
-    with defects.inject("train.checkpoint.rng_not_restored"):
+    with defects.inject("train.checkpoint.directory.rng_not_restored"):
         resumed.resume(tiny_run / "rng-split")
     assert resumed.train()["losses"] != full["losses"][2:]
 

@@ -13,7 +13,7 @@ import torch
 import assay.train.objective as objective_module
 from assay.adapters import disabled
 from assay.settings import DataConfig, LossConfig, OutputConfig, TrainConfig
-from assay.train.data import collate
+from assay.train.data.dataset import collate
 from assay.train.data.masks import Example, TokenSeq
 from assay.train.objective import Objective, mismatched, preference_settings
 from assay.train.preference import kl_estimate, kto_losses, metrics, pair_losses, sequence_logps

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from assay.settings import DataConfig, LossConfig, OutputConfig, TrainConfig
-from assay.train.data import collate
+from assay.train.data.dataset import collate
 from assay.train.data.masks import Example, TokenSeq
 from assay.train.objective import Objective, mismatched
 from assay.train.preference import (

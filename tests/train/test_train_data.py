@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from assay.model.tokenizer import Tokenizer, load_tokenizer
-from assay.train.data import BatchIterator, Cursor, collate, dataset_fingerprint, load_dataset
+from assay.train.data.dataset import (
+    BatchIterator,
+    Cursor,
+    collate,
+    dataset_fingerprint,
+    load_dataset,
+)
 from assay.train.data.rows import DataError
 
 CHAT = [

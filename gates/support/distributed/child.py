@@ -34,7 +34,7 @@ from assay.distributed.trainer import DistributedTrainer
 from assay.distributed.wrap import full_base_bytes, local_base_bytes
 from assay.qualify.plugin.child_imports import report_at_exit
 from assay.settings.loader import load_train_config
-from assay.train.data import Batch, Cursor
+from assay.train.data.dataset import Batch, Cursor
 from assay.train.loop import Trainer
 from assay.train.run.folder import RUN_MARKER
 from assay_testing import defects
@@ -178,7 +178,7 @@ def single(spec: dict, out: Path, device: str) -> dict:
             load_train_config(spec[f"{control}_config"]), device=device, progress=False
         )
         fresh = control == "fresh_optimizer"  # the control resumes with a fresh optimizer
-        lost = "train.checkpoint.optimizer_not_restored"
+        lost = "train.checkpoint.directory.optimizer_not_restored"
         with defects.inject(lost) if fresh else contextlib.nullcontext():
             trainer.resume(run_dir)
         if control == "per_rank_cursor":

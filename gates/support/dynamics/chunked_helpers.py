@@ -15,7 +15,7 @@ import assay
 from assay.adapters import attach
 from assay.adapters.perturb import randomize_adapters
 from assay.qualify import Threshold
-from assay.train.data import collate
+from assay.train.data.dataset import collate
 from assay.train.data.masks import Example
 from assay.train.losses import LSE_ROWS
 from assay_testing import defects

@@ -103,7 +103,7 @@ CODE = (
     "assay.train.loop",
     "assay.train.objective",
     "assay.train.losses",
-    "assay.train.data",
+    "assay.train.data.dataset",
     "assay.train.data.masks",
     "assay.train.build",
     "assay.adapters.lora",

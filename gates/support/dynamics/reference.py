@@ -6,7 +6,7 @@ definition assay documents, so a bug shared by both sides cannot pass.
 - rows: transformers' own tokenizer and ``apply_chat_template``; the assistant turn (what the
   template adds after the generation prompt) is scored, everything before it is not (-100);
 - order: epoch ``e`` visits ``torch.randperm(n)`` from a generator seeded ``seed * 1000003 + e``
-  (``assay.train.data.BatchIterator``'s docstring);
+  (``assay.train.data.dataset.BatchIterator``'s docstring);
 - loss: summed token cross-entropy of every micro-batch of a step divided by the step's scored
   tokens (one division per step, whatever the accumulation); ``F.cross_entropy`` on fp32
   logits, or on logits upcast to fp64 for a recipe whose ``reference_fp64`` is set (torch's

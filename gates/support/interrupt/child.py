@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-import assay.train.checkpoint as checkpoint
+import assay.train.checkpoint.directory as checkpoint
 import assay.train.loop as loop
 from assay.cli import main
 from assay.qualify.plugin.child_imports import report_at_exit

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from assay.train.data import collate
+from assay.train.data.dataset import collate
 from assay.train.data.masks import Example, TokenSeq
 
 BETA = {"dpo": 0.1, "ipo": 0.1, "orpo": 0.1, "simpo": 2.0, "kto": 0.1}

@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(config, items):
     if seed:
         random.Random(int(seed)).shuffle(items)
 """
-BOOT = Path(__file__).resolve().parents[2] / "testing" / "assay_testing" / "boot"
+BOOT = Path(__file__).resolve().parents[3] / "testing" / "assay_testing" / "boot"
 # the controls, each injected from outside into every run of a pair that shows it: the
 # declared modules checked against the process's imports (gate_a passes after gate_b), and
 # every child's report counted for every gate (gate_c passes after gate_b's child)

@@ -22,7 +22,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from assay.settings.loader import load_train_config
-    from assay.train.checkpoint import load_checkpoint, other_model
+    from assay.train.checkpoint.directory import load_checkpoint, other_model
     from assay.train.loop import Trainer
 
     config = load_train_config(args.config)
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
             raise AssayError(f"{saved.path}: was trained on {differs}, not {config.model}")
         saved.restore(trainer.params, rng=False)
     if args.data:
-        from assay.train.data import load_dataset
+        from assay.train.data.dataset import load_dataset
 
         data = config.data
         dataset = load_dataset(

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from assay.adapters.export import check_destination, export
     from assay.settings.loader import load_train_config
     from assay.train.build import build_model, build_resident_model, trainable_parameters
-    from assay.train.checkpoint import load_checkpoint, other_model
+    from assay.train.checkpoint.directory import load_checkpoint, other_model
     from assay.train.loop import RUN_CONFIG
 
     checkpoint_dir = Path(args.checkpoint)

@@ -30,7 +30,7 @@ def _from_config(config_path: Path, checkpoint: str | None) -> tuple[Any, Any]:
     from assay.model.tokenizer import check_fits
     from assay.settings.loader import load_train_config
     from assay.train.build import build_resident_model, build_tokenizer, trainable_parameters
-    from assay.train.checkpoint import load_checkpoint, other_model
+    from assay.train.checkpoint.directory import load_checkpoint, other_model
 
     config = load_train_config(config_path)
     tokenizer = build_tokenizer(config)  # before the weights: a bad one costs no decoding

@@ -263,7 +263,7 @@ def _finished(config, args: argparse.Namespace) -> bool:
     """True (and one line said) when ``--resume`` names a run that already reached its last
     step under this config; called after the resume's checks, and writes nothing in the run."""
     from assay.settings.loader import config_fingerprint
-    from assay.train.checkpoint import finished_at
+    from assay.train.checkpoint.directory import finished_at
 
     done = finished_at(Path(args.resume), config_fingerprint(config), config.steps)
     if done is None:

@@ -2,7 +2,7 @@
 
 The global batch of a step is what a single process would train on: ``grad_accum``
 micro-batches of ``micro_batch`` example indices drawn from the shared, seeded
-:class:`~assay.train.data.BatchIterator`. Every rank draws the same global rows (no
+:class:`~assay.train.data.dataset.BatchIterator`. Every rank draws the same global rows (no
 communication: same seed, same cursor) and keeps one contiguous slice of them.
 
 Guarantees:
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from assay.errors import ConfigError
-from assay.train.data import BatchIterator, Cursor
+from assay.train.data.dataset import BatchIterator, Cursor
 
 
 def check_divisible(rows_per_step: int, world_size: int, source: str = "batch") -> None:

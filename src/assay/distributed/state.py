@@ -1,7 +1,7 @@
 """Sharded training state <-> the full, world-size-free state a checkpoint holds.
 
 A checkpoint always holds full (unsharded) trainables and optimizer state, keyed by name, in
-the single-process format of :mod:`assay.train.checkpoint`; that is what lets it resume at
+the single-process format of :mod:`assay.train.checkpoint.directory`; that is what lets it resume at
 any world size. Under DDP the live tensors already are full. Under FSDP2 they are DTensors:
 
 - :func:`gather` makes full copies (a collective: every rank must call it) and an optimizer
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from assay.train.checkpoint import Checkpoint
+from assay.train.checkpoint.directory import Checkpoint
 
 
 def is_sharded(params: Mapping[str, Tensor]) -> bool:

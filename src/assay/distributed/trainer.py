@@ -26,7 +26,7 @@ What it guarantees, at any world size W (gloo on CPU, NCCL on CUDA):
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -37,12 +37,13 @@ from assay.distributed.wrap import DDPRunner, fsdp_no_sync, shard
 from assay.settings import TrainConfig
 from assay.settings.loader import check_distributed
 from assay.train.build import build_model
-from assay.train.checkpoint import Checkpoint, save_checkpoint
-from assay.train.data import Batch, Cursor, collate
+from assay.train.checkpoint.directory import Checkpoint, save_checkpoint
+from assay.train.data.dataset import Batch, Cursor, collate
 from assay.train.loop import Trainer
 
 if TYPE_CHECKING:
     from assay.model.decoder import Decoder
+    from assay.model.runner import Runner
     from assay.stream import StreamedModel
 
 
@@ -70,7 +71,7 @@ class DistributedTrainer(Trainer):
         with self.context.local_main_first():
             return build_model(self.config, self.device)
 
-    def _wrap(self, runner: Decoder | StreamedModel) -> Any:
+    def _wrap(self, runner: Decoder | StreamedModel) -> Runner:
         if not self.context.active:
             return runner
         if self.strategy == "fsdp":
@@ -111,7 +112,7 @@ class DistributedTrainer(Trainer):
             return contextlib.nullcontext()
         if self.strategy == "fsdp":
             return fsdp_no_sync(self.base)
-        return self.model.no_sync()
+        return cast(DDPRunner, self.model).no_sync()  # the model _wrap built for DDP
 
     def _step_totals(
         self, loss: float, tokens: int, metrics: dict[str, float]

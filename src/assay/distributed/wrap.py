@@ -96,7 +96,7 @@ class DDPRunner:
         return self.ddp.no_sync()
 
 
-def shard(base: Decoder, context: DistContext) -> nn.Module:
+def shard(base: Decoder, context: DistContext) -> Decoder:
     """FSDP2 ``fully_shard`` over each decoder layer, then the root; returns ``base``.
 
     Every parameter, frozen or trainable, becomes a DTensor sharded on dim 0 over a 1-D mesh

@@ -125,7 +125,7 @@ class ModelConfig:
     query_pre_attn_scalar: int | None = None  # attention scaled by its ^-0.5 (Gemma 3)
 
     def __post_init__(self) -> None:
-        if self.architecture not in FAMILIES:
+        if self.architecture not in NAMES:
             raise UnsupportedModelError(
                 f"architecture {self.architecture!r} is not supported; "
                 f"expected one of {', '.join(NAMES)}"
@@ -453,7 +453,7 @@ def config_from_hf(hf: Mapping[str, Any], where: str) -> ModelConfig:
     range-checked before it sizes anything.
     """
     model_type = _require(hf, "model_type", where)
-    if model_type not in FAMILIES:
+    if model_type not in NAMES:
         raise UnsupportedModelError(
             f"{where}: model_type {model_type!r} is not supported; "
             f"expected one of {', '.join(NAMES)}"
@@ -816,7 +816,7 @@ GGUF_GRANITE_KEYS = {
 def _gguf_granite_scalars(meta: Mapping[str, Any], arch: str, where: str) -> dict[str, Any]:
     """Granite's four scalars from llama.cpp's keys (each 1 when absent); nothing for another
     architecture."""
-    if arch != "granite":
+    if not FAMILIES[arch].scalars:
         return {}
     return {
         field: _real(meta.get(f"granite.{key}", 1.0), f"granite.{key}", where, field)

@@ -3,9 +3,12 @@
 An entry holds the facts the config reader, the decoder, the loaders and the exporters ask of a
 family: transformers' defaults for the keys its ``config.json`` may leave out, how it reads an
 attention window, the shape of its layer (norms, q/k norms, activation, fused projections) and
-how its GGUF is stored. Code asks an entry (``family(name).sandwich_norm``) rather than comparing
-names, so a new family is one entry here plus the code of whatever it does that no entry
-describes yet. It imports no torch.
+how its GGUF is stored. Code asks an entry (``config.family.sandwich_norm``) rather than
+comparing names (``tests/test_registries.py`` holds every module but this one and
+``hf_fields``, the table of each family's config.json keys, to that), so a new family is one
+entry here plus the code of whatever it does that no entry describes yet. ``window_reading
+"per_kind"`` is Gemma 3's config format as a whole: per-kind ropes and windows, and the keys
+its export writes. It imports no torch.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ class Family:
     #: q and k are RMS-normalised before RoPE: None, "per_head" (a weight of head_dim) or
     #: "whole" (a weight of the whole projection)
     qk_norm: str | None = None
-    #: each branch's output is normalised before its residual add instead of its input, and
-    #: RMSNorm multiplies by its weight before casting back (OLMo 2)
+    #: each branch's output is normalised before its residual add instead of its input
+    #: (OLMo 2)
     post_norm: bool = False
     #: each branch's input and output are normalised: four norms per layer (Gemma 3)
     sandwich_norm: bool = False

@@ -44,7 +44,7 @@ def _metadata(writer: GGUFWriter, config: ModelConfig, arch: str) -> None:
     writer.add_rope_freq_base(config.rope_theta)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
-    if arch == "granite":
+    if config.family.scalars:
         for field, key in GGUF_GRANITE_KEYS.items():
             writer.add_float32(f"granite.{key}", float(getattr(config, field)))
     for key, value in (

@@ -121,8 +121,12 @@ class Method:
 
     def learning_rate_scales(self, options: dict[str, Any]) -> dict[str, float]:
         """Adapter parameter name -> multiple of the run's learning rate it trains at, under
-        the method's resolved ``options``; a parameter not named trains at the run's rate."""
-        return {param: float(options[option]) for param, option in self.factor_learning_rates}
+        the method's ``options`` (an option not given takes its default); a parameter not
+        named trains at the run's rate."""
+        resolved = self.options(**options)
+        return {
+            param: float(getattr(resolved, option)) for param, option in self.factor_learning_rates
+        }
 
     @property
     def scaled(self) -> bool:

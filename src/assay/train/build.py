@@ -24,7 +24,7 @@ from assay.settings import StreamConfig, TrainConfig
 from assay.settings.loader import base_model, model_path, tokenizer_path
 from assay.settings.methods import method as registered
 from assay.storage.load import load
-from assay.train.data import Dataset, load_dataset
+from assay.train.data.dataset import Dataset, load_dataset
 
 if TYPE_CHECKING:
     from assay.model.decoder import Decoder

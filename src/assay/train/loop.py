@@ -43,14 +43,14 @@ from assay.train.build import (
     seed_everything,
     trainable_parameters,
 )
-from assay.train.checkpoint import (
+from assay.train.checkpoint.check import check_restorable
+from assay.train.checkpoint.directory import (
     Checkpoint,
     load_checkpoint,
     model_fingerprints,
     save_checkpoint,
 )
-from assay.train.checkpoint.check import check_restorable
-from assay.train.data import (
+from assay.train.data.dataset import (
     Batch,
     BatchIterator,
     Cursor,
@@ -65,6 +65,7 @@ from assay.train.run.state import recorded_state
 
 if TYPE_CHECKING:
     from assay.model.decoder import Decoder
+    from assay.model.runner import Runner
     from assay.stream import StreamedModel
 
 METRICS = "metrics.jsonl"
@@ -212,7 +213,7 @@ class Trainer:
     def _build_model(self) -> tuple[Decoder | StreamedModel, Decoder]:
         return build_model(self.config, self.device)
 
-    def _wrap(self, runner: Decoder | StreamedModel) -> Any:
+    def _wrap(self, runner: Decoder | StreamedModel) -> Runner:
         """What the objective runs (the streamed or resident model, or its parallel wrapper)."""
         return runner
 

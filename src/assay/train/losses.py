@@ -1,7 +1,7 @@
 """Cross-entropy over the LM head: the plain reference and a chunked, memory-lean version.
 
 Both take final-normed hidden states ``[..., H]``, the head weight ``[V, H]``, targets
-``labels [...]`` (already shifted: see assay.train.data) and a boolean ``mask [...]`` of the
+``labels [...]`` (already shifted: see assay.train.data.dataset) and a boolean ``mask [...]`` of the
 scored positions. Logits are computed in fp32 whatever the input dtype. ``reduction`` is
 ``mean`` (over scored tokens) or ``sum`` (for gradient accumulation weighted by tokens).
 A batch with no scored token is a ValueError rather than a silent NaN.

@@ -21,7 +21,7 @@ from torch import nn
 from assay.adapters import disabled
 from assay.adapters.base import dense_weight
 from assay.settings import TrainConfig
-from assay.train.data import Batch
+from assay.train.data.dataset import Batch
 from assay.train.losses import chunked_cross_entropy, cross_entropy
 from assay.train.preference import (
     KINDS,

@@ -6,7 +6,7 @@ reference as the same model with adapters disabled) is :mod:`assay.train.objecti
 Conventions:
 
 - ``token_logps`` gives, for every scored position, ``log p(labels[b, t] | prefix)`` in fp32,
-  and 0 elsewhere. Labels are pre-shifted (see :mod:`assay.train.data`). It never holds more
+  and 0 elsewhere. Labels are pre-shifted (see :mod:`assay.train.data.dataset`). It never holds more
   than ``chunk_size x vocab`` logits (and chunked CE's ``LSE_ROWS x vocab`` logsumexp
   workspace): forward keeps each scored token's largest logit and logsumexp, backward
   recomputes each chunk's logits (the chunked-CE idea, for a per-token upstream gradient).

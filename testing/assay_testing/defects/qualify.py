@@ -55,11 +55,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.publishing.compare.flip_unseen",
+        "qualify.publishing.compare.changes.flip_unseen",
         "compare never reports a claim as flipped to fail (it shows as regressed at most)",
         (
             Edit(
-                "assay.qualify.publishing.compare:claim_change",
+                "assay.qualify.publishing.compare.changes:claim_change",
                 'if before["verdict"] == "pass" and (after["verdict"] != "pass" '
                 "or fails_old_bound):",
                 "if False:",
@@ -67,45 +67,45 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "qualify.publishing.compare.noise_counted",
+        "qualify.publishing.compare.changes.noise_counted",
         "compare judges a float moved in its last bits as moved for real (no noise floor)",
         (
             Edit(
-                "assay.qualify.publishing.compare:float_noise",
+                "assay.qualify.publishing.compare.changes:float_noise",
                 "    return abs(b - a) <= FLOAT_NOISE * max(abs(a), abs(b))",
                 "    return False",
             ),
         ),
     ),
     Defect(
-        "qualify.publishing.compare.timings_always_compared",
+        "qualify.publishing.compare.changes.timings_always_compared",
         "compare compares timings whatever machine and load measured them",
         (
             Edit(
-                "assay.qualify.publishing.compare:timing_difference",
+                "assay.qualify.publishing.compare.changes:timing_difference",
                 '    a, b = old["environment"], new["environment"]\n',
                 '    return None\n    a, b = old["environment"], new["environment"]\n',
             ),
         ),
     ),
     Defect(
-        "qualify.publishing.compare.passing_regression_fails",
+        "qualify.publishing.compare.changes.passing_regression_fails",
         "compare fails a regression of a claim that still passes on both sides (no warning)",
         (
             Edit(
-                "assay.qualify.publishing.compare:claim_change",
+                "assay.qualify.publishing.compare.changes:claim_change",
                 'found.append(WARNING if both_pass else "regressed")',
                 'found.append("regressed")',
             ),
         ),
     ),
     Defect(
-        "qualify.publishing.compare.vanished_gate_unseen",
+        "qualify.publishing.compare.changes.vanished_gate_unseen",
         "a gate whose receipts are gone from NEW is listed as unpaired and its claims are not "
         "counted, so deleting a failing gate compares clean",
         (
             Edit(
-                "assay.qualify.publishing.compare:compare_sides",
+                "assay.qualify.publishing.compare.changes:compare_sides",
                 'for claim in before.get(device, {}).get("claims", []) if only == "OLD" else []:',
                 "for claim in []:",
             ),

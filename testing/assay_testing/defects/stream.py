@@ -155,7 +155,9 @@ DEFECTS: tuple[Defect, ...] = (
         (
             Edit(
                 "assay.stream.pool:SlotPool.prefetch",
-                "            self.copy_stream.wait_event(slot.released)\n",
+                "            cast(torch.cuda.Stream, self.copy_stream).wait_event(\n"
+                "                cast(torch.cuda.Event, slot.released)\n"
+                "            )\n",
                 "",
             ),
         ),

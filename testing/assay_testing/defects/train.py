@@ -135,11 +135,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "train.checkpoint.optimizer_not_restored",
+        "train.checkpoint.directory.optimizer_not_restored",
         "resume leaves the optimizer's moments at zero",
         (
             Edit(
-                "assay.train.checkpoint:Checkpoint.restore",
+                "assay.train.checkpoint.directory:Checkpoint.restore",
                 "if optimizer is not None:",
                 "if optimizer is not None and False:",
             ),
@@ -173,16 +173,22 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "train.checkpoint.rng_not_restored",
+        "train.checkpoint.directory.rng_not_restored",
         "resume does not restore the random generators",
-        (Edit("assay.train.checkpoint:Checkpoint.restore", "if rng:", "if rng and False:"),),
+        (
+            Edit(
+                "assay.train.checkpoint.directory:Checkpoint.restore",
+                "if rng:",
+                "if rng and False:",
+            ),
+        ),
     ),
     Defect(
-        "train.checkpoint.cursor_unverified",
+        "train.checkpoint.directory.cursor_unverified",
         "the checkpoint's cursor.json is read without checking its size and sha256",
         (
             Edit(
-                "assay.train.checkpoint:_verified",
+                "assay.train.checkpoint.directory:_verified",
                 'missing checkpoint file") from exc\n',
                 'missing checkpoint file") from exc\n'
                 '        if name == "cursor.json":\n'
@@ -205,33 +211,33 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "train.data.labels_unshifted",
+        "train.data.dataset.labels_unshifted",
         "labels equal input_ids (the next-token shift is missing)",
         (
             Edit(
-                "assay.train.data:collate",
+                "assay.train.data.dataset:collate",
                 "labels[:, :-1] = input_ids[:, 1:]\n",
                 "labels[:, :-1] = input_ids[:, 1:]\n    labels = input_ids.clone()\n",
             ),
         ),
     ),
     Defect(
-        "train.data.mask_unshifted",
+        "train.data.dataset.mask_unshifted",
         "loss mask not shifted with the labels: scores the token before each completion token",
         (
             Edit(
-                "assay.train.data:collate",
+                "assay.train.data.dataset:collate",
                 "loss_mask[:, :-1] = scored[:, 1:]",
                 "loss_mask[:, :-1] = scored[:, :-1]",
             ),
         ),
     ),
     Defect(
-        "train.data.cursor_off_by_one",
+        "train.data.dataset.cursor_off_by_one",
         "a resumed batch iterator starts one example past its cursor",
         (
             Edit(
-                "assay.train.data:BatchIterator.__init__",
+                "assay.train.data.dataset:BatchIterator.__init__",
                 "self.cursor = cursor or Cursor()\n",
                 "self.cursor = cursor or Cursor()\n"
                 "    if 0 < self.cursor.position < size:\n"
@@ -241,11 +247,11 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
-        "train.data.epoch_order_repeats",
+        "train.data.dataset.epoch_order_repeats",
         "every epoch visits examples in the same shuffled order",
         (
             Edit(
-                "assay.train.data:BatchIterator.order",
+                "assay.train.data.dataset:BatchIterator.order",
                 "epoch_seed(self.cursor.seed, epoch)",
                 "epoch_seed(self.cursor.seed, 0)",
             ),

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from assay.train.checkpoint import Checkpoint
+from assay.train.checkpoint.directory import Checkpoint
 from assay.train.checkpoint.state import CheckpointError
 
 

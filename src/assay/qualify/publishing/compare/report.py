@@ -16,7 +16,7 @@ from typing import Any
 
 from assay.errors import AssayError
 from assay.qualify.core.layout import RECEIPTS_FOLDER
-from assay.qualify.publishing.compare import (
+from assay.qualify.publishing.compare.changes import (
     CHANGES,
     WARNING,
     ClaimChange,
