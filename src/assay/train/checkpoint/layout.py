@@ -1,6 +1,7 @@
 """What a checkpoint puts in a run folder, by name and kind, without torch: the checkpoint
 writer (:mod:`assay.train.checkpoint.directory`) and the run-folder checks
-(:mod:`assay.train.run.folder`) read this one list, so what a save may replace is exactly what a save writes.
+(:mod:`assay.train.run.folder`) read this one list, so what a save may replace is exactly
+what a save writes.
 
 A checkpoint is a real folder named ``step-NNNNNN`` holding regular files with the names in
 :data:`CHECKPOINT_FILES` and :data:`MANIFEST`, and nothing else; ``latest`` is a regular file
