@@ -175,3 +175,27 @@ def test_every_default_of_the_settings_tree_is_the_parsed_default(tmp_path):
         assert values[0] == expected, f"{key}: the tree says {expected}, parser {values[0]}"
         checked += 1
     assert checked >= 30
+
+
+def test_an_option_declared_twice_or_shadowing_a_shared_key_is_refused(monkeypatch):
+    """The adapter section takes each method option from one declaration: two options classes
+    giving one name two rules, or an option named like a shared key, stop the import."""
+    from dataclasses import dataclass as frozen_dataclass
+
+    import assay.settings.training as training
+    from assay.settings.methods import Method
+    from assay.settings.rule import setting
+
+    @frozen_dataclass(frozen=True)
+    class OtherRank:
+        rank: int = setting("Another rank.", "integer", 4, minimum=2)
+
+    @frozen_dataclass(frozen=True)
+    class Targets:
+        targets: int = setting("A clash.", "integer", 1)
+
+    for options, word in ((OtherRank, "declared twice"), (Targets, "shared adapter key")):
+        monkeypatch.setattr(training, "METHODS", {**METHODS, "x": Method("x", "x", options)})
+        with pytest.raises(TypeError, match=word):
+            shared = {"method": "str", "targets": "tuple[str, ...]"}
+            training.with_method_options(type("Section", (), {"__annotations__": shared}))

@@ -25,8 +25,12 @@ def with_method_options(cls: type) -> type:
     for entry in METHODS.values():
         for found in dataclasses.fields(entry.options):
             takers.setdefault(found.name, []).append(entry.name)
-            declared.setdefault(found.name, (found, entry.options))
+            first, _ = declared.setdefault(found.name, (found, entry.options))
+            if first.metadata["rule"] != found.metadata["rule"]:
+                raise TypeError(f"method option {found.name!r} is declared twice, with two rules")
     for name, (found, owner) in declared.items():
+        if name in cls.__annotations__:
+            raise TypeError(f"method option {name!r} is also a shared adapter key")
         applies = tuple(takers[name])
         words = getattr(owner, "family", None) if len(applies) > 1 else None
         rule = dataclasses.replace(found.metadata["rule"], applies=applies, applies_text=words)
