@@ -731,7 +731,7 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
         ("passing_regression_fails", "a regression still passing fails the comparison"),
         ("timings_always_compared", "timings compared whatever the load"),
     ):
-        name = f"qualify.publishing.compare.{defect}"
+        name = f"qualify.publishing.compare.changes.{defect}"
         with inject(name):
             claim.control(f"{what} ({name})", len(misjudged(cases, compare_json)))
 
