@@ -152,9 +152,10 @@ class VerdictStore:
         )
 
     def put(self, name: str, verdict: StoredVerdict) -> None:
-        """Keep ``verdict`` (written at once), unless it is one of :data:`UNSTABLE`: a run
-        past its budget or one that could not start is measured again next time."""
-        if verdict.verdict in UNSTABLE:
+        """Keep ``verdict`` (written at once), unless it or the clean run it rests on is one
+        of :data:`UNSTABLE`: a run past its budget or one that could not start is measured
+        again next time (a clean run that timed out would make a kill read as invalid)."""
+        if verdict.verdict in UNSTABLE or verdict.clean in UNSTABLE:
             return
         with self.lock:
             self.verdicts[name] = asdict(verdict)

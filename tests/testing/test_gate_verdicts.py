@@ -108,12 +108,20 @@ def test_a_store_of_another_format_is_refused(tmp_path):
 
 
 def test_a_verdict_that_depends_on_the_load_is_never_kept(tmp_path):
-    """A timeout or a run that could not start is measured again, never reused; a kill is kept."""
+    """A timeout or a run that could not start, of the mutant's run or of the clean run its
+    verdict rests on, is measured again, never reused; a kill is kept."""
     store = VerdictStore(tmp_path / "verdicts.json")
-    for name, verdict in (("a", "timeout"), ("b", "error"), ("c", "killed")):
-        store.put(name, StoredVerdict("k", verdict, 1.0, (), (), (), None, "now", ""))
+    cases = (
+        ("a", "timeout", None),
+        ("b", "error", None),
+        ("c", "killed", "survived"),
+        ("d", "invalid", "timeout"),
+        ("e", "invalid", "error"),
+    )
+    for name, verdict, clean in cases:
+        store.put(name, StoredVerdict("k", verdict, 1.0, (), (), (), clean, "now", ""))
     again = VerdictStore(tmp_path / "verdicts.json")
-    assert [again.get(n, "k") is not None for n in "abc"] == [False, False, True]
+    assert [again.get(n, "k") is not None for n in "abcde"] == [False, False, True, False, False]
 
 
 def test_the_order_of_the_covering_tests_is_not_part_of_the_key(root):
