@@ -736,6 +736,40 @@ def test_compare_judges_generated_ledgers_as_its_rule_says(gate, tmp_path):
             claim.control(f"{what} ({name})", len(misjudged(cases, compare_json)))
 
 
+def test_box_runs_come_home_byte_for_byte(gate, tmp_path):
+    """Issue 55's type check found `assay import-gpu` writing a receipt's last figure in the
+    receipt's place. Generated box runs (one to three gates, one to three receipts each, zero
+    to three figures per receipt, on homes that already hold receipts or none): after the
+    import, every receipt and figure the box wrote is at home byte for byte."""
+    from assay_testing.defects import inject
+    from support.robustness.archive_cases import box_files, generate, lost
+
+    gate.seed(37)
+    cases = generate(tmp_path / "boxes", 12, seed=37)
+    files = sum(len(box_files(c)) for c in cases)
+    figures = sum(c.figures for c in cases)
+    claim = gate.claim(
+        "import.byte_for_byte",
+        f"{len(cases)} generated box runs ({files - figures} receipts and {figures} figures; a "
+        "third of the runs carry no figure): `assay import-gpu`'s import brings every receipt "
+        "and figure the box wrote home byte for byte",
+        kind="correctness",
+        threshold=Threshold("==", 0),
+        unit="files lost or altered",
+        code=("assay.qualify.ledger.archive", "assay.qualify.ledger.import_commit"),
+    )
+    missing = lost(cases, tmp_path / "home")
+    claim.measure(len(missing))
+    if missing:
+        gate.note("lost or altered: " + "; ".join(missing[:6]))
+    name = "qualify.ledger.archive.figure_in_receipts_place"
+    with inject(name):
+        claim.control(
+            f"a receipt's last figure written in its place, the bug fixed ({name})",
+            len(lost(cases, tmp_path / "control")),
+        )
+
+
 def test_every_run_has_a_mark_in_every_view(gate, tmp_path):
     """Issue 52, rule 4: a run with no finite value (NaN, never measured, the claim absent)
     used to drop out of the claim's figure and the index sparkline, which then ended on the

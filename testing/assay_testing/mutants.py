@@ -394,6 +394,10 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "qualify.ledger.archive.figure_in_receipts_place",
+        ("tests/qualify/test_archive.py::test_a_receipt_with_a_figure_comes_home_byte_for_byte",),
+    ),
+    Mutant(
         "qualify.ledger.chain.refused_ledger_listed",
         (
             "tests/qualify/test_refused_ledger_files.py::test_a_swapped_ledger_file_is_refused_in_one_line",
@@ -601,6 +605,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "model.generate.cached_position_stale",
         ("tests/model/test_generate.py::test_cached_equals_full_recompute_with_adapters",),
+    ),
+    Mutant(
+        "model.generate.device_from_embedding",
+        (
+            "tests/model/test_generate.py::test_cached_equals_full_recompute_with_adapters"
+            "[nf4_double_quant-True]",
+        ),
     ),
     Mutant(
         "model.cache.pads_attended",

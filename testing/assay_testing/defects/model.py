@@ -220,6 +220,17 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "model.generate.device_from_embedding",
+        "generation asks the embedding for its weight's device (a stored embedding has none)",
+        (
+            Edit(
+                "assay.model.generate:generate",
+                "device = decoder.norm.weight.device",
+                "device = decoder.embed_tokens.weight.device",
+            ),
+        ),
+    ),
+    Defect(
         "model.cache.pads_attended",
         "the cached attention mask lets every query attend to the left padding",
         (

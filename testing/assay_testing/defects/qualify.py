@@ -150,6 +150,18 @@ DEFECTS: tuple[Defect, ...] = (
         ),
     ),
     Defect(
+        "qualify.ledger.archive.figure_in_receipts_place",
+        "import-gpu writes a receipt's last figure's bytes in the receipt's place (the figure "
+        "loop reuses the receipt's variable)",
+        (
+            Edit(
+                "assay.qualify.ledger.archive:_plan",
+                '                image = members.get(figure["path"])',
+                '                image = data = members.get(figure["path"])',
+            ),
+        ),
+    ),
+    Defect(
         "qualify.ledger.chain.refused_ledger_listed",
         "a LEDGER that is a device or links out of its folder is listed as one problem among "
         "every receipt it then fails to hold (exit 1, a line per receipt), not refused as bad "
