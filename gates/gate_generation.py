@@ -76,9 +76,19 @@ def _prompts(tokenizer, split) -> list[list[int]]:
     return [tokenizer.encode(text, add_special_tokens=True) for text in texts]
 
 
-def _assay_decode(model, prompts, pad_id: int) -> tuple[list[list[int]], list[torch.Tensor]]:
+def _assay_decode(
+    model, prompts, pad_id: int, use_cache: bool = True
+) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """assay's greedy tokens and logits: with its KV cache, or (``use_cache`` False) the full
+    recompute, the training forward over the whole sequence at each step."""
     out = generate(
-        model, prompts, max_new_tokens=NEW_TOKENS, eos_id=None, pad_id=pad_id, keep_logits=True
+        model,
+        prompts,
+        max_new_tokens=NEW_TOKENS,
+        eos_id=None,
+        pad_id=pad_id,
+        keep_logits=True,
+        use_cache=use_cache,
     )
     return [list(g.tokens) for g in out], [g.logits for g in out]
 
@@ -208,27 +218,11 @@ def test_greedy_generation_equals_transformers_peft(gate, trained):
     gate.note(f"prompt token lengths: {[len(p) for p in prompts]}; assay tokens: {tokens[:2]}")
 
 
-def _recompute_gaps(model, prompts, pad_id: int) -> tuple[int, float]:
-    """(differing tokens, largest |logit difference|) of ``model``'s cached decoding against
-    its own full recompute (the training forward at every step)."""
-    cached = _assay_decode(model, prompts, pad_id)
-    out = generate(
-        model,
-        prompts,
-        max_new_tokens=NEW_TOKENS,
-        eos_id=None,
-        pad_id=pad_id,
-        keep_logits=True,
-        use_cache=False,
-    )
-    return _gaps(*cached, [list(g.tokens) for g in out], [g.logits for g in out])
-
-
-def _case(model, prompts, pad_id: int) -> tuple[int, float | None, str]:
-    """(differing tokens, else 1 when decoding raised; largest |logit difference|, None when it
-    raised; what was seen)."""
+def _case(model, prompts, pad_id: int, reference) -> tuple[int, float | None, str]:
+    """(differing tokens against ``reference``, the base's clean full recompute, else 1 when
+    cached decoding raised; largest |logit difference|, None when it raised; what was seen)."""
     try:
-        differing, gap = _recompute_gaps(model, prompts, pad_id)
+        differing, gap = _gaps(*_assay_decode(model, prompts, pad_id), *reference)
     except Exception as err:  # a crash is a failed base, named in the note
         return 1, None, f"raised {type(err).__name__}: {err}"
     return differing, gap, f"{differing} tokens, {gap:.3g}"
@@ -254,10 +248,12 @@ def test_every_storage_decodes_as_it_recomputes(gate, trained):
         model = load_adapter(
             assay.load(smollm2_path(), storage=name, quantize_embeddings=stored), peft
         )
-        seen["clean"].append(_case(model, prompts, pad))
+        # the reference is recomputed once per base, with no defect armed
+        reference = _assay_decode(model, prompts, pad, use_cache=False)
+        seen["clean"].append(_case(model, prompts, pad, reference))
         for defect in (CACHE_DEFECT, EMBEDDING_DEFECT):
             with defects.inject(defect):
-                seen[defect].append(_case(model, prompts, pad))
+                seen[defect].append(_case(model, prompts, pad, reference))
 
     def failing(run: str) -> int:
         return sum(differing > 0 for differing, _, _ in seen[run])

@@ -746,8 +746,8 @@ def test_box_runs_come_home_byte_for_byte(gate, tmp_path):
 
     gate.seed(37)
     cases = generate(tmp_path / "boxes", 12, seed=37)
-    files = sum(len(box_files(c)) for c in cases)
-    figures = sum(c.figures for c in cases)
+    written = [relative for case in cases for _, relative in box_files(case)]
+    files, figures = len(written), sum(r.startswith("figures/") for r in written)
     claim = gate.claim(
         "import.byte_for_byte",
         f"{len(cases)} generated box runs ({files - figures} receipts and {figures} figures; a "

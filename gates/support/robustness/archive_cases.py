@@ -7,15 +7,16 @@ fresh copy of its home and names every file that did not arrive as the box wrote
 
 from __future__ import annotations
 
+import hashlib
 import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from assay.digest import file_sha256
 from assay.errors import AssayError
 from assay.qualify.ledger.archive import import_archive, pack
 from assay.qualify.ledger.chain import chain_head, write_receipt
+from assay.qualify.plugin.assemble import figure_name
 from assay.qualify.plugin.gate import PNG_MAGIC
 from support.faults.tamper_cases import synthetic_receipt
 
@@ -30,7 +31,6 @@ class RoundTrip:
     home: Path
     box: Path
     archive: Path
-    figures: int
 
 
 def _receipt(gate: str, second: int, figures: list[dict[str, str]]) -> dict:
@@ -46,18 +46,14 @@ def _receipt(gate: str, second: int, figures: list[dict[str, str]]) -> dict:
 
 
 def _figure(records: Path, gate: str, rng: random.Random, index: int) -> dict[str, str]:
-    """A PNG-headed file of random bytes under the box's ``figures/<gate>/``, and its entry."""
+    """A PNG-headed file of random bytes under the box's ``figures/<gate>/``, named as the
+    plugin names a published figure, and its receipt entry."""
     data = PNG_MAGIC + rng.randbytes(rng.randint(16, 4096))
-    path = records / "figures" / gate / f"plot{index}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    relative = f"figures/{gate}/plot{index}-{file_sha256(path)[:12]}.png"
-    path.rename(records / relative)
-    return {
-        "path": relative,
-        "caption": f"figure {index}",
-        "sha256": file_sha256(records / relative),
-    }
+    sha = hashlib.sha256(data).hexdigest()
+    relative = f"figures/{gate}/{figure_name(Path(f'plot{index}.png'), sha)}"
+    (records / relative).parent.mkdir(parents=True, exist_ok=True)
+    (records / relative).write_bytes(data)
+    return {"path": relative, "caption": f"figure {index}", "sha256": sha}
 
 
 def generate(root: Path, count: int, seed: int) -> list[RoundTrip]:
@@ -76,7 +72,7 @@ def generate(root: Path, count: int, seed: int) -> list[RoundTrip]:
         (home / "receipts").mkdir(parents=True, exist_ok=True)
         shutil.copytree(home / "receipts", box / "receipts")
         heads = {gate: chain_head(box / "receipts", gate) for gate in gates}
-        drawn = 0
+        drawn = 0  # figure names stay unique within the box
         for gate in gates:
             for _ in range(rng.randint(1, 3)):
                 second += 1
@@ -86,7 +82,7 @@ def generate(root: Path, count: int, seed: int) -> list[RoundTrip]:
                 write_receipt(_receipt(gate, second, figures), box / "receipts")
         archive = folder / "assay-gpu.tar.gz"
         pack(archive, box / "receipts", box / "records", heads, {"commit": None})
-        cases.append(RoundTrip(f"case{number}", home, box, archive, drawn))
+        cases.append(RoundTrip(f"case{number}", home, box, archive))
     return cases
 
 
